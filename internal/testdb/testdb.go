@@ -1,0 +1,126 @@
+// Package testdb gives each test its own migrated database on the shared
+// MariaDB/MySQL server that scripts/services starts, so tests run in
+// parallel without seeing each other's rows.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/seed31b0e981/reservoir/migrations"
+	"github.com/seed31b0e981/reservoir/mysqlstore"
+)
+
+// EnvDSN names the variable holding the server's DSN, without a database
+// (e.g. root@tcp(127.0.0.1:33306)/). scripts/services prints it.
+const EnvDSN = "RESERVOIR_MYSQL_DSN"
+
+// EnvKeep, when "1", keeps test databases for inspection.
+const EnvKeep = "RESERVOIR_KEEP_DB"
+
+var (
+	adminOnce sync.Once
+	admin     *sql.DB
+	adminErr  error
+)
+
+// ServerDSN returns the server DSN or fails the test with what to run.
+// Integration tests never skip silently: a missing server is a failure.
+func ServerDSN(t testing.TB) string {
+	t.Helper()
+	dsn := os.Getenv(EnvDSN)
+	if dsn == "" {
+		t.Fatalf("%s is not set: start the servers with `eval \"$(scripts/services start)\"` or run `make test`", EnvDSN)
+	}
+	return dsn
+}
+
+func adminDB(t testing.TB) *sql.DB {
+	t.Helper()
+	dsn := ServerDSN(t)
+	adminOnce.Do(func() {
+		admin, adminErr = sql.Open("mysql", dsn)
+		if adminErr == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			adminErr = admin.PingContext(ctx)
+		}
+	})
+	if adminErr != nil {
+		t.Fatalf("connect to %s: %v", dsn, adminErr)
+	}
+	return admin
+}
+
+// DB is a fresh, migrated database.
+type DB struct {
+	// Name is the database's name.
+	Name string
+	// DSN opens it, with the settings mysqlstore.DSN adds.
+	DSN string
+	// DB is a pool on it, closed at cleanup.
+	*sql.DB
+}
+
+// New creates a database, applies every migration and drops it when the
+// test ends (unless RESERVOIR_KEEP_DB=1).
+func New(t testing.TB) *DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a := adminDB(t)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "rsv_test_" + hex.EncodeToString(b[:])
+	if _, err := a.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if os.Getenv(EnvKeep) == "1" {
+			t.Logf("kept database %s", name)
+			return
+		}
+		_, _ = a.ExecContext(context.Background(), "DROP DATABASE IF EXISTS "+name)
+	})
+	cfg, err := mysql.ParseDSN(ServerDSN(t))
+	if err != nil {
+		t.Fatalf("parse %s: %v", EnvDSN, err)
+	}
+	cfg.DBName = name
+	dsn, err := mysqlstore.DSN(cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := mysqlstore.Open(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(200)
+	t.Cleanup(func() { _ = db.Close() })
+	if _, err := migrations.Up(ctx, db); err != nil {
+		t.Fatalf("migrate %s: %v", name, err)
+	}
+	return &DB{Name: name, DSN: dsn, DB: db}
+}
+
+// Count returns SELECT COUNT(*) of a table (a constant name from the test).
+func (d *DB) Count(t testing.TB, table string) int64 {
+	t.Helper()
+	var n int64
+	if err := d.QueryRow("SELECT COUNT(*) FROM " + table).Scan(&n); err != nil {
+		t.Fatalf("count %s: %v", table, err)
+	}
+	return n
+}
+
+// String names the database.
+func (d *DB) String() string { return fmt.Sprintf("database %s", d.Name) }

@@ -1,0 +1,148 @@
+package mysqlstore
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seed31b0e981/reservoir/reservation"
+)
+
+// Config configures a Store. New applies WithDefaults, then Validate.
+type Config struct {
+	// DB is the database holding the ledger and the pool tables. Required.
+	// Open it with Open, or give its DSN the session settings Open adds.
+	DB *sql.DB
+	// PoolCap is the most units kept in the pool of one item x location.
+	// Default: 1000.
+	PoolCap int64
+	// Limits bound input. Default: reservation.DefaultLimits, with
+	// MaxQuantity lowered to PoolCap (a line must fit in one pool).
+	Limits reservation.Limits
+	// Registerer receives the store's metrics. Default: a private registry
+	// (metrics are kept but not exported). Never the global one.
+	Registerer prometheus.Registerer
+	// RetryAttempts is how often a transaction is tried when it hits a
+	// deadlock (1213) or a lock wait timeout (1205). Default: 8.
+	RetryAttempts int
+	// RetryBase is the first backoff; each retry doubles it, with jitter.
+	// Default: 2ms.
+	RetryBase time.Duration
+	// RetryMax caps the backoff. Default: 100ms.
+	RetryMax time.Duration
+	// ReserveAttempts bounds how often Reserve goes back to the pool after
+	// finding it short while the ledger still has stock (replenish, units
+	// locked by others). Past it, Reserve returns ErrContention rather than
+	// a false "insufficient". Default: 64.
+	ReserveAttempts int
+	// ReapBatch is the default number of holds one Reap returns. Default: 500.
+	ReapBatch int
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.PoolCap == 0 {
+		c.PoolCap = 1000
+	}
+	if c.Limits.MaxQuantity == 0 {
+		c.Limits.MaxQuantity = min(reservation.DefaultLimits.MaxQuantity, c.PoolCap)
+	}
+	c.Limits = c.Limits.WithDefaults()
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
+	}
+	if c.RetryAttempts == 0 {
+		c.RetryAttempts = 8
+	}
+	if c.RetryBase == 0 {
+		c.RetryBase = 2 * time.Millisecond
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = 100 * time.Millisecond
+	}
+	if c.ReserveAttempts == 0 {
+		c.ReserveAttempts = 64
+	}
+	if c.ReapBatch == 0 {
+		c.ReapBatch = 500
+	}
+	return c
+}
+
+// Validate reports a setting that cannot work, naming the field.
+func (c Config) Validate() error {
+	switch {
+	case c.DB == nil:
+		return errors.New("mysqlstore: Config.DB is required")
+	case c.PoolCap < 1 || c.PoolCap > 100000:
+		return fmt.Errorf("mysqlstore: Config.PoolCap must be between 1 and 100000, got %d", c.PoolCap)
+	case c.Limits.MaxQuantity > c.PoolCap:
+		return fmt.Errorf("mysqlstore: Config.Limits.MaxQuantity %d exceeds PoolCap %d: a line must fit in one pool", c.Limits.MaxQuantity, c.PoolCap)
+	case c.RetryAttempts < 1:
+		return fmt.Errorf("mysqlstore: Config.RetryAttempts must be >= 1, got %d", c.RetryAttempts)
+	case c.RetryBase <= 0 || c.RetryMax < c.RetryBase:
+		return fmt.Errorf("mysqlstore: Config.RetryBase (%s) must be > 0 and <= RetryMax (%s)", c.RetryBase, c.RetryMax)
+	case c.ReserveAttempts < 1:
+		return fmt.Errorf("mysqlstore: Config.ReserveAttempts must be >= 1, got %d", c.ReserveAttempts)
+	case c.ReapBatch < 1:
+		return fmt.Errorf("mysqlstore: Config.ReapBatch must be >= 1, got %d", c.ReapBatch)
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return fmt.Errorf("mysqlstore: Config.Limits: %w", err)
+	}
+	return nil
+}
+
+// Session settings every connection needs. Lock waits are short: a buyer
+// will not wait 50 s, and a connection pinned that long starves everyone
+// (innodb_lock_wait_timeout for rows; lock_wait_timeout for metadata locks,
+// which SKIP LOCKED still waits on and which MariaDB defaults to a day).
+// The isolation level is deliberately absent: it is set per transaction
+// (MariaDB rejects transaction_isolation in the DSN with error 1193).
+var sessionParams = map[string]string{
+	"time_zone":                "'+00:00'",
+	"innodb_lock_wait_timeout": "2",
+	"lock_wait_timeout":        "5",
+}
+
+// DSN returns dsn with the settings the store relies on: UTC times parsed
+// into time.Time, client-side parameter interpolation (one round trip per
+// statement instead of prepare/execute/close), and short lock waits. Settings
+// already in dsn win.
+func DSN(dsn string) (string, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "", fmt.Errorf("mysqlstore: parse DSN: %w", err)
+	}
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	cfg.InterpolateParams = true
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	for k, v := range sessionParams {
+		if _, ok := cfg.Params[k]; !ok {
+			cfg.Params[k] = v
+		}
+	}
+	return cfg.FormatDSN(), nil
+}
+
+// Open opens a connection pool on dsn with DSN's settings.
+func Open(dsn string) (*sql.DB, error) {
+	full, err := DSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("mysql", full)
+	if err != nil {
+		return nil, fmt.Errorf("mysqlstore: open: %w", err)
+	}
+	db.SetConnMaxLifetime(5 * time.Minute)
+	db.SetMaxIdleConns(64)
+	return db, nil
+}

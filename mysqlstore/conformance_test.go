@@ -1,0 +1,22 @@
+package mysqlstore_test
+
+import (
+	"testing"
+
+	"github.com/seed31b0e981/reservoir/internal/testdb"
+	"github.com/seed31b0e981/reservoir/mysqlstore"
+	"github.com/seed31b0e981/reservoir/reservation"
+	"github.com/seed31b0e981/reservoir/reservation/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Exercise(t, func(t *testing.T) storetest.Harness {
+		db := testdb.New(t)
+		s, err := mysqlstore.New(mysqlstore.Config{DB: db.DB, PoolCap: 20, Limits: reservation.Limits{MaxQuantity: 20}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return storetest.Harness{Store: s, Ledger: s}
+	})
+}

@@ -1,0 +1,201 @@
+// Package mysqlstore is the MySQL unit-pool reservation store and the stock
+// ledger it sits next to.
+//
+// Each reservable unit is a row in available_units, at most PoolCap per
+// item x location: a bounded projection of the ledger, refilled by a
+// single-flight replenisher. Reserve takes units with FOR UPDATE SKIP LOCKED,
+// so concurrent buyers of a hot item spread over its rows instead of queueing
+// on one; Claim is one ACID transaction that removes the hold, records the
+// claim and deducts the ledger.
+//
+// Rules every transaction here keeps (they are what make deadlocks and
+// oversells impossible by design, and the tests check each):
+//   - READ COMMITTED, set per transaction, never per session.
+//   - One table order: units before holds (reserve); holds before claims
+//     before ledger (claim); replenish lock before ledger before units
+//     (adjust, deduct). Rows of one table are locked in (item, location)
+//     order.
+//   - The pool projection: units in the pool plus units held never exceed
+//     the ledger's available stock. Whoever adds units holds the item x
+//     location's replenish lock row and decides from one snapshot statement.
+//   - Deadlocks (1213) and lock wait timeouts (1205) are retried with capped
+//     exponential backoff and jitter.
+//   - Every statement is tagged with its caller, and connection hold time is
+//     measured per caller.
+//
+// The package never decides authority or compares stores: that is the
+// facade's job.
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/seed31b0e981/reservoir/reservation"
+)
+
+// Store is the MySQL unit-pool store. It implements reservation.Store and
+// reservation.Ledger. It is safe for concurrent use.
+type Store struct {
+	db      *sql.DB
+	cfg     Config
+	metrics *metrics
+	stats   stats
+
+	// Test knobs, set only by this package's tests.
+	//
+	// unorderedLedger makes claims update ledger rows in a random order
+	// instead of (item, location) order, to show that the order is what
+	// prevents deadlocks.
+	unorderedLedger bool
+	// beforeReserveCommit, when set, runs inside the reserve transaction
+	// just before COMMIT, while its locks are held.
+	beforeReserveCommit func()
+}
+
+var (
+	_ reservation.Store  = (*Store)(nil)
+	_ reservation.Ledger = (*Store)(nil)
+)
+
+// New returns a store on cfg.DB. The schema must be migrated (package
+// migrations).
+func New(cfg Config) (*Store, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("mysqlstore: register metrics: %w", err)
+	}
+	return &Store{db: cfg.DB, cfg: cfg, metrics: m}, nil
+}
+
+// Name returns reservation.AuthorityMySQL.
+func (s *Store) Name() reservation.Authority { return reservation.AuthorityMySQL }
+
+// PoolCap returns the configured pool cap.
+func (s *Store) PoolCap() int64 { return s.cfg.PoolCap }
+
+// key is one item x location of one shop: one ledger row, one pool.
+type key struct{ shop, item, loc int64 }
+
+func (k key) args() []any { return []any{k.shop, k.item, k.loc} }
+
+func (k key) String() string {
+	return fmt.Sprintf("shop %d item %d location %d", k.shop, k.item, k.loc)
+}
+
+// hold is a token's hold rows, read under lock or not.
+type hold struct {
+	allocs    []reservation.Allocation
+	expiresAt sqlTime
+	live      bool
+	authority reservation.Authority
+}
+
+func readHolds(ctx context.Context, q querier, query string, shop int64, token string) (hold, error) {
+	rows, err := q.QueryContext(ctx, query, shop, token)
+	if err != nil {
+		return hold{}, err
+	}
+	defer rows.Close()
+	h := hold{live: true}
+	for rows.Next() {
+		var a reservation.Allocation
+		var live bool
+		var auth string
+		if err := rows.Scan(&a.Item, &a.Location, &a.Quantity, &h.expiresAt, &live, &auth); err != nil {
+			return hold{}, err
+		}
+		h.live = h.live && live
+		h.authority = reservation.Authority(auth)
+		h.allocs = append(h.allocs, a)
+	}
+	return h, rows.Err()
+}
+
+// querier is what *sql.Tx, *sql.Conn and *sql.DB have in common.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// Get returns the hold for a token.
+func (s *Store) Get(ctx context.Context, p *reservation.GetParams) (reservation.Hold, error) {
+	if err := s.cfg.Limits.ValidateGet(p); err != nil {
+		return reservation.Hold{}, err
+	}
+	c, err := s.acquire(ctx, callerRead)
+	if err != nil {
+		return reservation.Hold{}, err
+	}
+	defer c.release()
+	h, err := readHolds(ctx, c, tag(callerRead)+sqlHoldsRead, p.Shop, p.Token)
+	if err != nil {
+		return reservation.Hold{}, fmt.Errorf("mysqlstore: get: %w", err)
+	}
+	if len(h.allocs) == 0 {
+		return reservation.Hold{}, fmt.Errorf("mysqlstore: shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
+	}
+	return reservation.Hold{Shop: p.Shop, Token: p.Token, Allocations: h.allocs, ExpiresAt: h.expiresAt.Time, Authority: h.authority}, nil
+}
+
+// Availability reports ledger stock minus holds per location of an item.
+func (s *Store) Availability(ctx context.Context, p *reservation.AvailabilityParams) (reservation.AvailabilityResult, error) {
+	if err := s.cfg.Limits.ValidateAvailability(p); err != nil {
+		return reservation.AvailabilityResult{}, err
+	}
+	c, err := s.acquire(ctx, callerRead)
+	if err != nil {
+		return reservation.AvailabilityResult{}, err
+	}
+	defer c.release()
+	rows, err := c.QueryContext(ctx, sqlAvailability, p.Shop, p.Item)
+	if err != nil {
+		return reservation.AvailabilityResult{}, fmt.Errorf("mysqlstore: availability: %w", err)
+	}
+	defer rows.Close()
+	res := reservation.AvailabilityResult{Item: p.Item, Locations: []reservation.LocationAvailability{}}
+	for rows.Next() {
+		var la reservation.LocationAvailability
+		if err := rows.Scan(&la.Location, &la.Unheld); err != nil {
+			return reservation.AvailabilityResult{}, err
+		}
+		la.Unheld = max(la.Unheld, 0)
+		res.Locations = append(res.Locations, la)
+	}
+	return res, rows.Err()
+}
+
+// Stock lists a shop's ledger rows.
+func (s *Store) Stock(ctx context.Context, p *reservation.StockParams) ([]reservation.StockLevel, error) {
+	if p == nil || p.Shop <= 0 {
+		return nil, &reservation.ValidationError{Field: "shop", Reason: "must be a positive id"}
+	}
+	c, err := s.acquire(ctx, callerRead)
+	if err != nil {
+		return nil, err
+	}
+	defer c.release()
+	rows, err := c.QueryContext(ctx, sqlLedgerStock, p.Shop)
+	if err != nil {
+		return nil, fmt.Errorf("mysqlstore: stock: %w", err)
+	}
+	defer rows.Close()
+	var out []reservation.StockLevel
+	for rows.Next() {
+		l := reservation.StockLevel{Shop: p.Shop}
+		if err := rows.Scan(&l.Item, &l.Location, &l.Available); err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
+func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }

@@ -1,0 +1,48 @@
+package reservation
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Stores wrap them with %w; test with errors.Is.
+var (
+	// ErrInvalidInput is matched by every *ValidationError. Returned by every
+	// Store and Ledger method before anything is written.
+	ErrInvalidInput = errors.New("reservation: invalid input")
+	// ErrNotFound: Claim, Get, Adjust (delta on an unknown item x location).
+	ErrNotFound = errors.New("reservation: not found")
+	// ErrExpired: Claim as authority on a hold past its expiry.
+	ErrExpired = errors.New("reservation: hold expired")
+	// ErrAlreadyClaimed: Reserve or Release of a token that was claimed.
+	ErrAlreadyClaimed = errors.New("reservation: already claimed")
+	// ErrTokenConflict: Reserve with a token that holds different lines.
+	ErrTokenConflict = errors.New("reservation: token already holds different lines")
+	// ErrInsufficientStock: Claim as authority, Deduct and Adjust when the
+	// ledger would go below zero. Not used for an ordinary short cart: that
+	// is a ReserveResult with StatusInsufficient.
+	ErrInsufficientStock = errors.New("reservation: ledger has insufficient stock")
+	// ErrContention: Reserve gave up after bounded retries under lock
+	// contention. The caller may retry; nothing was held.
+	ErrContention = errors.New("reservation: contention, retry")
+)
+
+// ValidationError names the field that made a call invalid. It matches
+// ErrInvalidInput.
+type ValidationError struct {
+	// Field is the parameter path, e.g. "lines[2].quantity".
+	Field string
+	// Reason says what is wrong, for a person.
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("reservation: invalid %s: %s", e.Field, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidInput) true.
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalidInput }
+
+func invalid(field, format string, args ...any) error {
+	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}

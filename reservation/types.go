@@ -1,0 +1,282 @@
+package reservation
+
+import (
+	"time"
+)
+
+// Authority names a store that can be the source of truth for a
+// reservation.
+type Authority string
+
+const (
+	// AuthorityRedis is the legacy Redis store.
+	AuthorityRedis Authority = "redis"
+	// AuthorityMySQL is the MySQL unit-pool store.
+	AuthorityMySQL Authority = "mysql"
+)
+
+// Valid reports whether a is one of the known authorities.
+func (a Authority) Valid() bool { return a == AuthorityRedis || a == AuthorityMySQL }
+
+// Role says whether a Claim or Adjust call acts as the authority (it changes
+// the shared ledger) or as the shadow (it only brings its own view in line
+// with what the authority did).
+type Role int
+
+const (
+	// AsAuthority changes the ledger: Claim deducts it, Adjust sets it.
+	AsAuthority Role = iota
+	// AsShadow never touches the ledger: Claim removes this store's own
+	// hold, Adjust moves this store's view by the delta the authority applied.
+	AsShadow
+)
+
+// String returns "authority" or "shadow".
+func (r Role) String() string {
+	if r == AsShadow {
+		return "shadow"
+	}
+	return "authority"
+}
+
+// Line is one item of a cart.
+type Line struct {
+	// Item is the inventory item id (positive).
+	Item int64 `json:"item"`
+	// Quantity is how many units to hold (1..Limits.MaxQuantity).
+	Quantity int64 `json:"quantity"`
+	// Locations are the locations allowed to serve the line, most preferred
+	// first (at least one, each positive, no repeats).
+	Locations []int64 `json:"locations"`
+}
+
+// Allocation says how many units of an item a location serves for a
+// reservation. Stores return allocations sorted by (Item, Location).
+type Allocation struct {
+	Item     int64 `json:"item"`
+	Location int64 `json:"location"`
+	Quantity int64 `json:"quantity"`
+}
+
+// Status is the outcome of a Reserve.
+type Status string
+
+const (
+	// StatusReserved means every line is held.
+	StatusReserved Status = "reserved"
+	// StatusInsufficient means at least one line could not be served and
+	// nothing is held.
+	StatusInsufficient Status = "insufficient"
+)
+
+// ReserveParams are the arguments of Store.Reserve.
+type ReserveParams struct {
+	// Shop is the tenant (positive).
+	Shop int64
+	// Token is the checkout token, the idempotency key (1..64 bytes).
+	Token string
+	// Lines are the cart's items (1..Limits.MaxLines, no item twice).
+	Lines []Line
+	// TTL is how long the hold lasts, measured on the store's own clock
+	// (Limits.MinTTL..Limits.MaxTTL).
+	TTL time.Duration
+	// Authority is recorded on the hold: the store that is the source of
+	// truth for this reservation. Zero means the store itself.
+	Authority Authority
+}
+
+// ShortLine describes a line that could not be served.
+type ShortLine struct {
+	Item      int64 `json:"item"`
+	Requested int64 `json:"requested"`
+	// Unheld is the most any single eligible location could have served at
+	// the time of the answer.
+	Unheld int64 `json:"unheld"`
+}
+
+// ReserveResult is the answer of Store.Reserve.
+type ReserveResult struct {
+	Status Status
+	// Allocations are set when Status is StatusReserved.
+	Allocations []Allocation
+	// ExpiresAt is the hold's expiry on the store's clock.
+	ExpiresAt time.Time
+	// Authority is the authority recorded on the hold.
+	Authority Authority
+	// Short lists the lines that could not be served when Status is
+	// StatusInsufficient.
+	Short []ShortLine
+	// Replayed is true when an existing hold for the token was returned
+	// instead of placing a new one.
+	Replayed bool
+}
+
+// ClaimParams are the arguments of Store.Claim.
+type ClaimParams struct {
+	Shop  int64
+	Token string
+	// As selects claiming as authority (deduct the ledger, remove the hold)
+	// or settling as shadow (remove this store's own hold only).
+	As Role
+	// Deducted is, when settling as shadow, what the authority deducted
+	// from the ledger for this token, so the shadow's view can follow it.
+	// Ignored as authority.
+	Deducted []Allocation
+}
+
+// ClaimOutcome says what a Claim did.
+type ClaimOutcome string
+
+const (
+	// OutcomeClaimed: the ledger was deducted (now or, if Replayed, before).
+	OutcomeClaimed ClaimOutcome = "claimed"
+	// OutcomeSettled: the shadow removed its own hold; the ledger was not
+	// touched by this call.
+	OutcomeSettled ClaimOutcome = "settled"
+)
+
+// ClaimResult is the answer of Store.Claim.
+type ClaimResult struct {
+	Outcome ClaimOutcome
+	// Allocations are what was deducted (authority) or what the removed
+	// hold held (shadow).
+	Allocations []Allocation
+	// Replayed is true when the token had been claimed already and this call
+	// changed nothing.
+	Replayed bool
+}
+
+// ReleaseParams are the arguments of Store.Release.
+type ReleaseParams struct {
+	Shop  int64
+	Token string
+}
+
+// ReleaseResult is the answer of Store.Release.
+type ReleaseResult struct {
+	// Released is false when there was no hold to release (already released
+	// or expired): release is idempotent.
+	Released bool
+	// Allocations are the units given back.
+	Allocations []Allocation
+}
+
+// GetParams are the arguments of Store.Get.
+type GetParams struct {
+	Shop  int64
+	Token string
+}
+
+// Hold is a reservation as a store sees it.
+type Hold struct {
+	Shop        int64
+	Token       string
+	Allocations []Allocation
+	ExpiresAt   time.Time
+	Authority   Authority
+}
+
+// Quantity is the total number of units held.
+func (h Hold) Quantity() int64 { return TotalQuantity(h.Allocations) }
+
+// AdjustParams are the arguments of Store.Adjust and Ledger.AdjustStock: a
+// merchant's stock change for one item at one location.
+type AdjustParams struct {
+	Shop, Item, Location int64
+	// Available, when set, is the new sellable quantity (>= 0). Exactly one
+	// of Available and Delta is given.
+	Available *int64
+	// Delta is added to the sellable quantity when Available is nil.
+	Delta int64
+	// As: the authority changes the ledger; a shadow follows the Delta the
+	// authority reported (Available must be nil).
+	As Role
+}
+
+// AdjustResult is the answer of Store.Adjust.
+type AdjustResult struct {
+	// Available is the ledger's sellable quantity after the change.
+	Available int64
+	// Delta is the change actually applied.
+	Delta int64
+}
+
+// AvailabilityParams are the arguments of Store.Availability.
+type AvailabilityParams struct {
+	Shop, Item int64
+}
+
+// LocationAvailability is what a buyer could reserve at one location now.
+type LocationAvailability struct {
+	Location int64 `json:"location"`
+	// Unheld is stock not held by any reservation (never negative).
+	Unheld int64 `json:"unheld"`
+}
+
+// AvailabilityResult is the answer of Store.Availability, locations sorted
+// ascending.
+type AvailabilityResult struct {
+	Item      int64                  `json:"item"`
+	Locations []LocationAvailability `json:"locations"`
+}
+
+// At returns the unheld quantity at a location (0 when unknown).
+func (r AvailabilityResult) At(location int64) int64 {
+	for _, l := range r.Locations {
+		if l.Location == location {
+			return l.Unheld
+		}
+	}
+	return 0
+}
+
+// ReapParams are the arguments of Store.Reap.
+type ReapParams struct {
+	// Limit caps how many hold records one call returns (default 500).
+	Limit int
+}
+
+// ReapResult is the answer of Store.Reap.
+type ReapResult struct {
+	// Holds is the number of hold records returned.
+	Holds int
+	// Units is the number of units they held.
+	Units int64
+}
+
+// DeductParams are the arguments of Ledger.Deduct.
+type DeductParams struct {
+	Shop        int64
+	Token       string
+	Allocations []Allocation
+}
+
+// DeductResult is the answer of Ledger.Deduct.
+type DeductResult struct {
+	// Applied is false when the token had been deducted before; the ledger
+	// was not changed again.
+	Applied bool
+	// Allocations are the ones deducted for this token (on a replay, the
+	// first call's).
+	Allocations []Allocation
+}
+
+// StockParams are the arguments of Ledger.Stock.
+type StockParams struct {
+	Shop int64
+}
+
+// StockLevel is one ledger row.
+type StockLevel struct {
+	Shop, Item, Location int64
+	Available            int64
+}
+
+// TotalQuantity sums the quantities of allocations.
+func TotalQuantity(as []Allocation) int64 {
+	var n int64
+	for _, a := range as {
+		n += a.Quantity
+	}
+	return n
+}
