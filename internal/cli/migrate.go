@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/seed31b0e981/reservoir/migrations"
+	"github.com/seed31b0e981/reservoir/mysqlstore"
+)
+
+func runMigrate(ctx context.Context, args []string, out, errOut io.Writer) error {
+	fs := newFlags("migrate", "migrate [--dsn DSN] [--create] up|status", errOut)
+	dsn := dsnFlag(fs)
+	create := fs.Bool("create", false, "create the DSN's database first if it does not exist")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 || (fs.Arg(0) != "up" && fs.Arg(0) != "status") {
+		fs.Usage()
+		return errUsage
+	}
+	if *dsn == "" {
+		return fmt.Errorf("--dsn is required (or set RESERVOIR_DSN)")
+	}
+	if *create {
+		if err := createDatabase(ctx, *dsn); err != nil {
+			return err
+		}
+	}
+	db, err := mysqlstore.Open(*dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := db.PingContext(ctx); err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	if fs.Arg(0) == "up" {
+		applied, err := migrations.Up(ctx, db)
+		if err != nil {
+			return err
+		}
+		if len(applied) == 0 {
+			fmt.Fprintln(out, "schema is up to date")
+		}
+		for _, v := range applied {
+			fmt.Fprintf(out, "applied migration %05d\n", v)
+		}
+		return nil
+	}
+	p, err := migrations.Provider(db)
+	if err != nil {
+		return err
+	}
+	st, err := p.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	for _, s := range st {
+		fmt.Fprintf(out, "%05d  %-8s  %s\n", s.Source.Version, s.State, s.Source.Path)
+	}
+	return nil
+}
+
+// createDatabase creates the DSN's database on its server if missing. The
+// name comes from the operator's DSN; it is quoted as an identifier.
+func createDatabase(ctx context.Context, dsn string) error {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return fmt.Errorf("parse --dsn: %w", err)
+	}
+	name := cfg.DBName
+	if name == "" {
+		return fmt.Errorf("--create needs a database name in --dsn")
+	}
+	cfg.DBName = ""
+	db, err := mysqlstore.Open(cfg.FormatDSN())
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+quoteIdent(name)); err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
+}
+
+func quoteIdent(s string) string {
+	out := []byte{'`'}
+	for i := 0; i < len(s); i++ {
+		if s[i] == '`' {
+			out = append(out, '`')
+		}
+		out = append(out, s[i])
+	}
+	return string(append(out, '`'))
+}

@@ -1,0 +1,85 @@
+package mysqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/seed31b0e981/reservoir/migrations"
+	"github.com/seed31b0e981/reservoir/mysqlstore"
+	"github.com/seed31b0e981/reservoir/reservation"
+)
+
+// exampleDB makes a throwaway migrated database on the server in
+// $RESERVOIR_MYSQL_DSN (scripts/services prints it).
+func exampleDB(ctx context.Context) (*sql.DB, func()) {
+	cfg, err := mysql.ParseDSN(os.Getenv("RESERVOIR_MYSQL_DSN"))
+	if err != nil {
+		panic(err)
+	}
+	cfg.DBName = fmt.Sprintf("rsv_example_%d", os.Getpid())
+	root, err := sql.Open("mysql", os.Getenv("RESERVOIR_MYSQL_DSN"))
+	if err != nil {
+		panic(err)
+	}
+	if _, err := root.ExecContext(ctx, "CREATE DATABASE "+cfg.DBName); err != nil {
+		panic(err)
+	}
+	db, err := mysqlstore.Open(cfg.FormatDSN())
+	if err != nil {
+		panic(err)
+	}
+	if _, err := migrations.Up(ctx, db); err != nil {
+		panic(err)
+	}
+	return db, func() {
+		db.Close()
+		root.ExecContext(context.Background(), "DROP DATABASE "+cfg.DBName)
+		root.Close()
+	}
+}
+
+// Reserve a cart, then claim it when payment succeeds: the hold goes away
+// and the ledger is deducted, once, in one transaction.
+func Example() {
+	ctx := context.Background()
+	db, cleanup := exampleDB(ctx)
+	defer cleanup()
+
+	store, err := mysqlstore.New(mysqlstore.Config{DB: db, PoolCap: 100})
+	if err != nil {
+		panic(err)
+	}
+	ten := int64(10)
+	// The merchant has 10 units of item 1001 at location 1 (and none at 2).
+	store.Adjust(ctx, &reservation.AdjustParams{Shop: 42, Item: 1001, Location: 1, Available: &ten})
+
+	res, err := store.Reserve(ctx, &reservation.ReserveParams{
+		Shop:  42,
+		Token: "cart-7f3a",
+		Lines: []reservation.Line{{Item: 1001, Quantity: 3, Locations: []int64{2, 1}}},
+		TTL:   10 * time.Minute,
+	})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(res.Status, res.Allocations)
+
+	claim, err := store.Claim(ctx, &reservation.ClaimParams{Shop: 42, Token: "cart-7f3a", As: reservation.AsAuthority})
+	if err != nil {
+		panic(err)
+	}
+	again, _ := store.Claim(ctx, &reservation.ClaimParams{Shop: 42, Token: "cart-7f3a", As: reservation.AsAuthority})
+	fmt.Println(claim.Outcome, "replayed:", again.Replayed)
+
+	stock, _ := store.Stock(ctx, &reservation.StockParams{Shop: 42})
+	fmt.Println("ledger:", stock[0].Available)
+	// Output:
+	// reserved [{1001 1 3}]
+	// claimed replayed: true
+	// ledger: 7
+}

@@ -1,0 +1,13 @@
+package mysqlstore
+
+// Test-only access to the store's knobs and statements.
+
+// SetUnorderedLedger makes claims update ledger rows in random order.
+func SetUnorderedLedger(s *Store, v bool) { s.unorderedLedger = v }
+
+// SetBeforeReserveCommit installs a hook run inside the reserve transaction
+// just before COMMIT.
+func SetBeforeReserveCommit(s *Store, f func()) { s.beforeReserveCommit = f }
+
+// ReserveUnitsQuery is the reserve path's pool select for n lines.
+func ReserveUnitsQuery(n int) string { return reserveUnitsQuery(n) }
