@@ -1,0 +1,277 @@
+package dualwrite
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/compare"
+	"github.com/seed31b0e981/reservoir/reservation"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// call is one dual-written operation: the authority runs in the caller's
+// goroutine, the shadow in a slot; whoever finishes last hands both
+// outcomes to the observer.
+type call struct {
+	f        *Facade
+	plan     rollout.Plan
+	obs      compare.Observation
+	authDone chan compare.Outcome
+	shadow   shadowCall
+	store    reservation.Authority // the shadow's
+	skipped  bool
+}
+
+// begin starts the shadow side. cleanup, when non-nil, runs in the shadow's
+// slot after both sides are known (e.g. release a hold only the shadow got).
+// report decides whether the pair is worth an observation.
+func (f *Facade) begin(ctx context.Context, plan rollout.Plan, op compare.Op, shop int64, token string, shadowStore reservation.Authority,
+	shadowFn func(ctx context.Context) compare.Outcome, cleanup func(ctx context.Context, a, s compare.Outcome)) *call {
+	c := &call{
+		f:        f,
+		plan:     plan,
+		obs:      compare.Observation{Op: op, Pod: f.cfg.Pod, Shop: shop, Token: token, Mode: string(plan.Effective), At: time.Now()},
+		authDone: make(chan compare.Outcome, 1),
+		store:    shadowStore,
+	}
+	c.shadow = f.startShadow(ctx, shadowStore, shadowFn, func(s compare.Outcome) {
+		a := <-c.authDone
+		if cleanup != nil && !s.Skipped {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ShadowTimeout)
+			cleanup(cctx, a, s)
+			cancel()
+		}
+		c.observe(a, s)
+	})
+	c.skipped = c.shadow.skipped
+	return c
+}
+
+// finish records the authority's outcome and, in mysql mode, waits for the
+// shadow (bounded by its deadline).
+func (c *call) finish(a compare.Outcome) {
+	if c.skipped {
+		c.observe(a, <-c.shadow.done)
+		return
+	}
+	c.authDone <- a
+	if c.plan.WaitShadow {
+		c.f.wait(c.shadow, c.store)
+	}
+}
+
+func (c *call) observe(a, s compare.Outcome) {
+	if c.f.cfg.Observer == nil {
+		return
+	}
+	o := c.obs
+	o.Authority, o.Shadow = a, s
+	c.f.cfg.Observer.Observe(o)
+}
+
+func timed(store reservation.Authority, fn func() compare.Outcome) compare.Outcome {
+	start := time.Now()
+	out := fn()
+	out.Store = store
+	out.Latency = time.Since(start)
+	return out
+}
+
+// Reserve places the hold with the authority and, concurrently, with the
+// shadow; the hold records the authority. When the shadow holds a cart the
+// authority did not, the shadow's hold is released (it holds no real stock).
+func (f *Facade) Reserve(ctx context.Context, p *reservation.ReserveParams) (reservation.ReserveResult, error) {
+	_, plan := f.decide(ctx, p.Shop)
+	q := *p
+	q.Authority = plan.Authority
+	auth := f.store(plan.Authority)
+	if !plan.Shadow {
+		return auth.Reserve(ctx, &q)
+	}
+	shadowName := other(plan.Authority)
+	shadow := f.store(shadowName)
+	c := f.begin(ctx, plan, compare.OpReserve, p.Shop, p.Token, shadowName,
+		func(sctx context.Context) compare.Outcome { return reserveOutcome(shadow.Reserve(sctx, &q)) },
+		func(cctx context.Context, a, s compare.Outcome) {
+			if s.Result == string(reservation.StatusReserved) && a.Result != string(reservation.StatusReserved) && !errors.Is(a.Err, reservation.ErrAlreadyClaimed) {
+				if _, err := shadow.Release(cctx, &reservation.ReleaseParams{Shop: p.Shop, Token: p.Token}); err == nil {
+					f.metrics.shadowCleaned.Inc()
+				}
+			}
+		})
+	var res reservation.ReserveResult
+	var err error
+	c.finish(timed(plan.Authority, func() compare.Outcome {
+		res, err = auth.Reserve(ctx, &q)
+		return reserveOutcome(res, err)
+	}))
+	return res, err
+}
+
+func reserveOutcome(res reservation.ReserveResult, err error) compare.Outcome {
+	if err != nil {
+		return compare.Outcome{Err: err}
+	}
+	return compare.Outcome{Result: string(res.Status), Allocations: res.Allocations, Short: res.Short}
+}
+
+// owner is the store that answers for an existing reservation: the
+// authority recorded on its hold, when that store is written in this mode.
+// The kill switch overrides it: then Redis answers. Looking the hold up
+// costs a read; a failing lookup falls back to the mode's authority.
+func (f *Facade) owner(ctx context.Context, d rollout.Decision, plan rollout.Plan, shop int64, token string) reservation.Authority {
+	if d.Kill != rollout.KillOff || !plan.Shadow {
+		return plan.Authority
+	}
+	for _, a := range []reservation.Authority{plan.Authority, other(plan.Authority)} {
+		h, err := f.store(a).Get(ctx, &reservation.GetParams{Shop: shop, Token: token})
+		if err == nil && h.Authority.Valid() {
+			return h.Authority
+		}
+	}
+	return plan.Authority
+}
+
+// Claim makes a reservation permanent. The reservation's owner claims as
+// authority (deducts the ledger once); then the other store settles with
+// what was deducted, concurrently and bounded (waited for in mysql mode).
+func (f *Facade) Claim(ctx context.Context, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
+	d, plan := f.decide(ctx, p.Shop)
+	owner := f.owner(ctx, d, plan, p.Shop, p.Token)
+	q := reservation.ClaimParams{Shop: p.Shop, Token: p.Token, As: reservation.AsAuthority}
+	if !plan.Shadow {
+		return f.store(owner).Claim(ctx, &q)
+	}
+	var res reservation.ClaimResult
+	var err error
+	a := timed(owner, func() compare.Outcome {
+		res, err = f.store(owner).Claim(ctx, &q)
+		if err != nil {
+			return compare.Outcome{Err: err}
+		}
+		return compare.Outcome{Result: string(res.Outcome), Allocations: res.Allocations}
+	})
+	if err != nil {
+		// The hold stays for a retry: the shadow must not settle it.
+		f.observeAlone(plan, compare.OpClaim, p.Shop, p.Token, a, other(owner))
+		return res, err
+	}
+	shadowName := other(owner)
+	settle := reservation.ClaimParams{Shop: p.Shop, Token: p.Token, As: reservation.AsShadow, Deducted: res.Allocations}
+	replayed := res.Replayed
+	c := f.begin(ctx, plan, compare.OpClaim, p.Shop, p.Token, shadowName, func(sctx context.Context) compare.Outcome {
+		sr, err := f.store(shadowName).Claim(sctx, &settle)
+		if err != nil {
+			if replayed && errors.Is(err, reservation.ErrNotFound) {
+				// A retried claim: the shadow settled the first time.
+				return compare.Outcome{Result: string(reservation.OutcomeSettled), Allocations: res.Allocations}
+			}
+			return compare.Outcome{Err: err}
+		}
+		return compare.Outcome{Result: string(sr.Outcome), Allocations: sr.Allocations}
+	}, nil)
+	c.finish(a)
+	return res, nil
+}
+
+// observeAlone reports a call the shadow did not follow because the
+// authority failed.
+func (f *Facade) observeAlone(plan rollout.Plan, op compare.Op, shop int64, token string, a compare.Outcome, shadow reservation.Authority) {
+	if f.cfg.Observer == nil {
+		return
+	}
+	f.cfg.Observer.Observe(compare.Observation{Op: op, Pod: f.cfg.Pod, Shop: shop, Token: token, Mode: string(plan.Effective),
+		At: time.Now().Add(-a.Latency), Authority: a, Shadow: compare.Outcome{Store: shadow}})
+}
+
+// Release gives a reservation back: its owner releases, then the other
+// store releases its own hold.
+func (f *Facade) Release(ctx context.Context, p *reservation.ReleaseParams) (reservation.ReleaseResult, error) {
+	d, plan := f.decide(ctx, p.Shop)
+	owner := f.owner(ctx, d, plan, p.Shop, p.Token)
+	if !plan.Shadow {
+		return f.store(owner).Release(ctx, p)
+	}
+	var res reservation.ReleaseResult
+	var err error
+	a := timed(owner, func() compare.Outcome {
+		res, err = f.store(owner).Release(ctx, p)
+		return releaseOutcome(res, err)
+	})
+	if err != nil {
+		f.observeAlone(plan, compare.OpRelease, p.Shop, p.Token, a, other(owner))
+		return res, err
+	}
+	shadowName := other(owner)
+	q := *p
+	c := f.begin(ctx, plan, compare.OpRelease, p.Shop, p.Token, shadowName, func(sctx context.Context) compare.Outcome {
+		return releaseOutcome(f.store(shadowName).Release(sctx, &q))
+	}, nil)
+	c.finish(a)
+	return res, nil
+}
+
+func releaseOutcome(res reservation.ReleaseResult, err error) compare.Outcome {
+	switch {
+	case err != nil:
+		return compare.Outcome{Err: err}
+	case res.Released:
+		return compare.Outcome{Result: "released", Allocations: res.Allocations}
+	default:
+		return compare.Outcome{Result: "not_released"}
+	}
+}
+
+// Adjust applies a merchant's stock change through the mode's authority
+// (which changes the ledger); the shadow follows the delta it applied.
+func (f *Facade) Adjust(ctx context.Context, p *reservation.AdjustParams) (reservation.AdjustResult, error) {
+	_, plan := f.decide(ctx, p.Shop)
+	q := *p
+	q.As = reservation.AsAuthority
+	auth := f.store(plan.Authority)
+	if !plan.Shadow {
+		return auth.Adjust(ctx, &q)
+	}
+	var res reservation.AdjustResult
+	var err error
+	a := timed(plan.Authority, func() compare.Outcome {
+		res, err = auth.Adjust(ctx, &q)
+		if err != nil {
+			return compare.Outcome{Err: err}
+		}
+		return compare.Outcome{Result: "adjusted"}
+	})
+	if err != nil || res.Delta == 0 {
+		return res, err
+	}
+	shadowName := other(plan.Authority)
+	follow := reservation.AdjustParams{Shop: p.Shop, Item: p.Item, Location: p.Location, Delta: res.Delta, As: reservation.AsShadow}
+	c := f.begin(ctx, plan, compare.OpAdjust, p.Shop, "", shadowName, func(sctx context.Context) compare.Outcome {
+		if _, err := f.store(shadowName).Adjust(sctx, &follow); err != nil {
+			return compare.Outcome{Err: err}
+		}
+		return compare.Outcome{Result: "adjusted"}
+	}, nil)
+	c.finish(a)
+	return res, nil
+}
+
+// Get returns a reservation's hold from the mode's authority, or from the
+// other store when only it has the hold (a reservation made before a flip).
+func (f *Facade) Get(ctx context.Context, p *reservation.GetParams) (reservation.Hold, error) {
+	_, plan := f.decide(ctx, p.Shop)
+	h, err := f.store(plan.Authority).Get(ctx, p)
+	if plan.Shadow && errors.Is(err, reservation.ErrNotFound) {
+		if h2, err2 := f.store(other(plan.Authority)).Get(ctx, p); err2 == nil {
+			return h2, nil
+		}
+	}
+	return h, err
+}
+
+// Availability reads the mode's authority.
+func (f *Facade) Availability(ctx context.Context, p *reservation.AvailabilityParams) (reservation.AvailabilityResult, error) {
+	_, plan := f.decide(ctx, p.Shop)
+	return f.store(plan.Authority).Availability(ctx, p)
+}

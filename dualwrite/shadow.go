@@ -1,0 +1,85 @@
+package dualwrite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/compare"
+	"github.com/seed31b0e981/reservoir/reservation"
+)
+
+// shadowCall is a shadow operation in flight. Its outcome arrives on done.
+type shadowCall struct {
+	done chan compare.Outcome
+	// skipped: no slot was free; done already holds the Skipped outcome and
+	// after was not called.
+	skipped bool
+}
+
+// startShadow runs op against the shadow store in its own goroutine, in a
+// slot, under the shadow deadline, detached from the caller's cancellation
+// (in shadow mode the caller returns first; the shadow must still finish).
+// When every slot is busy it does not run op: the outcome says Skipped.
+// A panic in op is recovered and reported as an outcome.
+//
+// after, when non-nil, runs in the same goroutine and slot once op is done
+// and its outcome is on done; the facade uses it to compare and clean up
+// without another goroutine. It is not called when the call is skipped.
+func (f *Facade) startShadow(ctx context.Context, store reservation.Authority, op func(ctx context.Context) compare.Outcome, after func(compare.Outcome)) shadowCall {
+	call := shadowCall{done: make(chan compare.Outcome, 1)}
+	select {
+	case f.slots <- struct{}{}:
+	default:
+		f.metrics.shadowSkipped.Inc()
+		call.done <- compare.Outcome{Store: store, Skipped: true}
+		call.skipped = true
+		return call
+	}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		defer func() { <-f.slots }()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ShadowTimeout)
+		defer cancel()
+		out := runRecovered(sctx, store, op)
+		if sctx.Err() != nil && (out.Err == nil || errors.Is(out.Err, context.DeadlineExceeded)) {
+			out.TimedOut = true
+		}
+		if out.Panicked {
+			f.metrics.shadowPanics.Inc()
+		}
+		call.done <- out
+		if after != nil {
+			after(out)
+		}
+	}()
+	return call
+}
+
+func runRecovered(ctx context.Context, store reservation.Authority, op func(ctx context.Context) compare.Outcome) (out compare.Outcome) {
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			out = compare.Outcome{Store: store, Panicked: true, Err: fmt.Errorf("dualwrite: shadow %s panicked: %v", store, r)}
+		}
+		out.Store = store
+		out.Latency = time.Since(start)
+	}()
+	return op(ctx)
+}
+
+// wait returns the shadow's outcome, waiting at most the shadow deadline
+// (plus a little for the goroutine to report): a shadow that ignores its
+// context must not hold the caller.
+func (f *Facade) wait(c shadowCall, store reservation.Authority) compare.Outcome {
+	t := time.NewTimer(f.cfg.ShadowTimeout + 50*time.Millisecond)
+	defer t.Stop()
+	select {
+	case out := <-c.done:
+		return out
+	case <-t.C:
+		return compare.Outcome{Store: store, TimedOut: true, Err: context.DeadlineExceeded, Latency: f.cfg.ShadowTimeout}
+	}
+}
