@@ -512,15 +512,42 @@ func TestBadInputChangesNoRow(t *testing.T) {
 		field string
 		call  func() error
 	}{
-		{"lines[0].quantity", func() error { _, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "x", TTL: time.Minute, Lines: []reservation.Line{{Item: 1, Quantity: 0, Locations: []int64{1}}}}); return err }},
-		{"lines[0].quantity", func() error { _, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "x", TTL: time.Minute, Lines: []reservation.Line{{Item: 1, Quantity: -1, Locations: []int64{1}}}}); return err }},
-		{"lines[0].quantity", func() error { _, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "x", TTL: time.Minute, Lines: []reservation.Line{{Item: 1, Quantity: huge, Locations: []int64{1}}}}); return err }},
-		{"lines", func() error { _, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "x", TTL: time.Minute}); return err }},
-		{"lines[1].item", func() error { _, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "x", TTL: time.Minute, Lines: append(one(1, 1), one(1, 1)...)}); return err }},
-		{"lines[0].locations", func() error { _, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "x", TTL: time.Minute, Lines: one(1)}); return err }},
-		{"token", func() error { _, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: strings.Repeat("t", 65), TTL: time.Minute, Lines: one(1, 1)}); return err }},
-		{"delta", func() error { _, err := b.s.Adjust(context.Background(), &reservation.AdjustParams{Shop: shop, Item: 1, Location: 1, Delta: huge * 1000}); return err }},
-		{"allocations[0].quantity", func() error { _, err := b.s.Deduct(context.Background(), &reservation.DeductParams{Shop: shop, Token: "ok", Allocations: []reservation.Allocation{{Item: 1, Location: 1}}}); return err }},
+		{"lines[0].quantity", func() error {
+			_, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "x", TTL: time.Minute, Lines: []reservation.Line{{Item: 1, Quantity: 0, Locations: []int64{1}}}})
+			return err
+		}},
+		{"lines[0].quantity", func() error {
+			_, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "x", TTL: time.Minute, Lines: []reservation.Line{{Item: 1, Quantity: -1, Locations: []int64{1}}}})
+			return err
+		}},
+		{"lines[0].quantity", func() error {
+			_, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "x", TTL: time.Minute, Lines: []reservation.Line{{Item: 1, Quantity: huge, Locations: []int64{1}}}})
+			return err
+		}},
+		{"lines", func() error {
+			_, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "x", TTL: time.Minute})
+			return err
+		}},
+		{"lines[1].item", func() error {
+			_, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "x", TTL: time.Minute, Lines: append(one(1, 1), one(1, 1)...)})
+			return err
+		}},
+		{"lines[0].locations", func() error {
+			_, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "x", TTL: time.Minute, Lines: one(1)})
+			return err
+		}},
+		{"token", func() error {
+			_, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: strings.Repeat("t", 65), TTL: time.Minute, Lines: one(1, 1)})
+			return err
+		}},
+		{"delta", func() error {
+			_, err := b.s.Adjust(context.Background(), &reservation.AdjustParams{Shop: shop, Item: 1, Location: 1, Delta: huge * 1000})
+			return err
+		}},
+		{"allocations[0].quantity", func() error {
+			_, err := b.s.Deduct(context.Background(), &reservation.DeductParams{Shop: shop, Token: "ok", Allocations: []reservation.Allocation{{Item: 1, Location: 1}}})
+			return err
+		}},
 	}
 	for _, tc := range bad {
 		err := tc.call()
