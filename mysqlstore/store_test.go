@@ -508,38 +508,24 @@ func TestBadInputChangesNoRow(t *testing.T) {
 		before[tb] = b.db.Count(t, tb)
 	}
 	huge := int64(1 << 40)
+	reserve := func(token string, lines ...reservation.Line) func() error {
+		return func() error {
+			_, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: token, TTL: time.Minute, Lines: lines})
+			return err
+		}
+	}
+	qty := func(q int64) reservation.Line { return reservation.Line{Item: 1, Quantity: q, Locations: []int64{1}} }
 	bad := []struct {
 		field string
 		call  func() error
 	}{
-		{"lines[0].quantity", func() error {
-			_, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "x", TTL: time.Minute, Lines: []reservation.Line{{Item: 1, Quantity: 0, Locations: []int64{1}}}})
-			return err
-		}},
-		{"lines[0].quantity", func() error {
-			_, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "x", TTL: time.Minute, Lines: []reservation.Line{{Item: 1, Quantity: -1, Locations: []int64{1}}}})
-			return err
-		}},
-		{"lines[0].quantity", func() error {
-			_, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "x", TTL: time.Minute, Lines: []reservation.Line{{Item: 1, Quantity: huge, Locations: []int64{1}}}})
-			return err
-		}},
-		{"lines", func() error {
-			_, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "x", TTL: time.Minute})
-			return err
-		}},
-		{"lines[1].item", func() error {
-			_, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "x", TTL: time.Minute, Lines: append(one(1, 1), one(1, 1)...)})
-			return err
-		}},
-		{"lines[0].locations", func() error {
-			_, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "x", TTL: time.Minute, Lines: one(1)})
-			return err
-		}},
-		{"token", func() error {
-			_, err := b.s.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: strings.Repeat("t", 65), TTL: time.Minute, Lines: one(1, 1)})
-			return err
-		}},
+		{"lines[0].quantity", reserve("x", qty(0))},
+		{"lines[0].quantity", reserve("x", qty(-1))},
+		{"lines[0].quantity", reserve("x", qty(huge))},
+		{"lines", reserve("x")},
+		{"lines[1].item", reserve("x", qty(1), qty(1))},
+		{"lines[0].locations", reserve("x", one(1)...)},
+		{"token", reserve(strings.Repeat("t", 65), qty(1))},
 		{"delta", func() error {
 			_, err := b.s.Adjust(context.Background(), &reservation.AdjustParams{Shop: shop, Item: 1, Location: 1, Delta: huge * 1000})
 			return err
