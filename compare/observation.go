@@ -1,6 +1,7 @@
 package compare
 
 import (
+	"strings"
 	"time"
 
 	"github.com/seed31b0e981/reservoir/reservation"
@@ -16,6 +17,21 @@ const (
 	OpRelease Op = "release"
 	OpAdjust  Op = "adjust"
 )
+
+// ModeCalibration is the mode of an observation in which the facade ran the
+// same store as both authority and shadow (Twitter Diffy's "primary vs
+// secondary"). Whatever differences such observations show are noise: races
+// and clocks, not a disagreement between stores. Any mode that starts with
+// "calibration_" counts too (e.g. "calibration_mysql", "calibration_redis"),
+// so each store's noise floor can be measured and kept apart. See
+// IsCalibration and Totals.Calibration.
+const ModeCalibration = "calibration"
+
+// IsCalibration reports whether mode is a calibration mode: ModeCalibration
+// or a mode starting with "calibration_".
+func IsCalibration(mode string) bool {
+	return mode == ModeCalibration || strings.HasPrefix(mode, ModeCalibration+"_")
+}
 
 // Outcome is what one store did with one call.
 type Outcome struct {
@@ -41,16 +57,32 @@ type Outcome struct {
 	Panicked bool
 }
 
+// The values of Outcome.Result.
+const (
+	ResultReserved     = "reserved"
+	ResultInsufficient = "insufficient"
+	ResultClaimed      = "claimed"
+	ResultSettled      = "settled"
+	ResultReleased     = "released"
+	ResultNotReleased  = "not_released"
+	ResultAdjusted     = "adjusted"
+)
+
 // Observation is one dual-written call: both stores' outcomes and where the
 // call came from.
 type Observation struct {
-	Op    Op
-	Pod   string
-	Shop  int64
+	// Op is the operation.
+	Op Op
+	// Pod is the pod (cell) of the shop; a metric label and a stats key.
+	Pod string
+	// Shop is the tenant. Never a metric label: it is kept in the sampled
+	// diff records and the logs only.
+	Shop int64
+	// Token is the reservation's token (diff records and logs only).
 	Token string
 	// Mode is the effective mode the facade applied ("shadow", "mysql", ...).
 	Mode string
-	// At is when the call started.
+	// At is when the call started. Zero means "now" to the Comparer.
 	At time.Time
 	// Authority is the answer returned to the caller.
 	Authority Outcome

@@ -1,0 +1,86 @@
+package compare
+
+import "strings"
+
+// Every statement the comparer sends lives in this file, tagged with its
+// caller in SQLCommenter form like mysqlstore's. Values always travel as
+// parameters; the multi-row INSERTs are built from fixed fragments holding
+// only placeholders.
+
+// Diff records.
+const (
+	sqlDiffInsertPrefix = `/*caller='compare_diff'*/ INSERT INTO compare_diffs
+  (pod, observed_at, mode, op, class, shop_id, token, authority_store, shadow_store, authority, shadow) VALUES `
+	sqlDiffInsertRow = `(?,?,?,?,?,?,?,?,?,?,?)`
+
+	sqlDiffColumns = `id, pod, observed_at, mode, op, class, shop_id, token, authority, shadow`
+	// Newest first, on idx_compare_diffs_pod_recent.
+	sqlDiffRecentPod = `/*caller='compare_read'*/ SELECT ` + sqlDiffColumns + ` FROM compare_diffs
+  WHERE pod = ? ORDER BY observed_at DESC, id DESC LIMIT ?`
+	// Newest first, on idx_compare_diffs_retention.
+	sqlDiffRecentAll = `/*caller='compare_read'*/ SELECT ` + sqlDiffColumns + ` FROM compare_diffs
+  ORDER BY observed_at DESC, id DESC LIMIT ?`
+
+	// Oldest first, in batches, on idx_compare_diffs_retention.
+	sqlDiffCleanup = `/*caller='compare_cleanup'*/ DELETE FROM compare_diffs
+  WHERE observed_at < ? ORDER BY observed_at, id LIMIT ?`
+)
+
+func diffInsertQuery(rows int) string {
+	return sqlDiffInsertPrefix + repeatJoin(sqlDiffInsertRow, ",", rows)
+}
+
+// Stats.
+const (
+	// Increments, not values: every replica adds its own. VALUES() rather
+	// than a row alias, so that MariaDB (which has no row alias) and
+	// MySQL 8 both take it. Rows arrive sorted by primary key so that two
+	// replicas flushing the same keys lock them in one order.
+	sqlStatsUpsertPrefix = `/*caller='compare_flush'*/ INSERT INTO compare_stats
+  (pod, window_start, mode, op, class, n,
+   authority_n, authority_us_sum, authority_us_max, shadow_n, shadow_us_sum, shadow_us_max) VALUES `
+	sqlStatsUpsertRow    = `(?,?,?,?,?,?,?,?,?,?,?,?)`
+	sqlStatsUpsertSuffix = ` ON DUPLICATE KEY UPDATE n = n + VALUES(n),
+  authority_n = authority_n + VALUES(authority_n),
+  authority_us_sum = authority_us_sum + VALUES(authority_us_sum),
+  authority_us_max = GREATEST(authority_us_max, VALUES(authority_us_max)),
+  shadow_n = shadow_n + VALUES(shadow_n),
+  shadow_us_sum = shadow_us_sum + VALUES(shadow_us_sum),
+  shadow_us_max = GREATEST(shadow_us_max, VALUES(shadow_us_max))`
+
+	// The first statement of a flush's transaction: a duplicate id means
+	// the flush was written before.
+	sqlFlushInsert = `/*caller='compare_flush'*/ INSERT INTO compare_flushes (flush_id) VALUES (?)`
+
+	sqlStatsSums = `SUM(n), SUM(authority_n), SUM(authority_us_sum), MAX(authority_us_max),
+  SUM(shadow_n), SUM(shadow_us_sum), MAX(shadow_us_max)`
+	// On the primary key (pod, window_start, ...).
+	sqlTotalsPod = `/*caller='compare_totals'*/ SELECT mode, op, class, ` + sqlStatsSums + `
+  FROM compare_stats WHERE pod = ? AND window_start >= ? GROUP BY mode, op, class`
+	// On idx_compare_stats_retention (window_start).
+	sqlTotalsAll = `/*caller='compare_totals'*/ SELECT mode, op, class, ` + sqlStatsSums + `
+  FROM compare_stats WHERE window_start >= ? GROUP BY mode, op, class`
+
+	sqlStatsCleanup = `/*caller='compare_cleanup'*/ DELETE FROM compare_stats
+  WHERE window_start < ? ORDER BY window_start, pod, mode, op, class LIMIT ?`
+)
+
+// Oldest first, in batches, on idx_compare_flushes_retention.
+const sqlFlushCleanup = `/*caller='compare_cleanup'*/ DELETE FROM compare_flushes
+  WHERE flushed_at < ? ORDER BY flushed_at, flush_id LIMIT ?`
+
+func statsUpsertQuery(rows int) string {
+	return sqlStatsUpsertPrefix + repeatJoin(sqlStatsUpsertRow, ",", rows) + sqlStatsUpsertSuffix
+}
+
+func repeatJoin(s, sep string, n int) string {
+	var b strings.Builder
+	b.Grow(n * (len(s) + len(sep)))
+	for i := range n {
+		if i > 0 {
+			b.WriteString(sep)
+		}
+		b.WriteString(s)
+	}
+	return b.String()
+}
