@@ -1,0 +1,194 @@
+// Package testredis gives each test its own key prefix on the shared Redis
+// servers that scripts/services starts (a standalone server and a 3-master
+// cluster), so tests run in parallel without seeing each other's keys.
+//
+// Clients are built the way redisstore requires (no resends) and shared by
+// every test of a process; a test's keys are deleted when it ends.
+package testredis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// EnvAddr names the variable holding the standalone server's address
+// (host:port). scripts/services prints it.
+const EnvAddr = "RESERVOIR_REDIS_ADDR"
+
+// EnvClusterAddrs names the variable holding the cluster's node addresses,
+// comma separated. scripts/services prints it.
+const EnvClusterAddrs = "RESERVOIR_REDIS_CLUSTER_ADDRS"
+
+// EnvKeep, when "1", keeps a test's keys for inspection.
+const EnvKeep = "RESERVOIR_KEEP_REDIS"
+
+// Redis is one test's view of a server: a shared client and a prefix no
+// other test uses.
+type Redis struct {
+	// Client talks to the server (shared; do not close it).
+	Client redis.UniversalClient
+	// Prefix starts every key of this test; it has no braces.
+	Prefix string
+	// Cluster is true for the cluster.
+	Cluster bool
+}
+
+type shared struct {
+	once   sync.Once
+	client redis.UniversalClient
+	err    error
+}
+
+var standalone, cluster shared
+
+// Addr returns the standalone server's address or fails the test with what
+// to run. Integration tests never skip silently: a missing server is a
+// failure.
+func Addr(t testing.TB) string {
+	t.Helper()
+	addr := os.Getenv(EnvAddr)
+	if addr == "" {
+		t.Fatalf("%s is not set: start the servers with `eval \"$(scripts/services start mysql redis cluster)\"` or run `make test`", EnvAddr)
+	}
+	return addr
+}
+
+// ClusterAddrs returns the cluster's node addresses or fails the test.
+func ClusterAddrs(t testing.TB) []string {
+	t.Helper()
+	v := os.Getenv(EnvClusterAddrs)
+	if v == "" {
+		t.Fatalf("%s is not set: start the cluster with `eval \"$(scripts/services start mysql redis cluster)\"` or run `make test`", EnvClusterAddrs)
+	}
+	return strings.Split(v, ",")
+}
+
+// New returns a fresh prefix on the standalone server.
+func New(t testing.TB) *Redis {
+	t.Helper()
+	addr := Addr(t)
+	c := standalone.get(t, func() redis.UniversalClient {
+		// MaxRetries -1: the client never resends (what redisstore.New
+		// requires). PoolSize: parallel tests run many concurrent callers.
+		return redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, PoolSize: 256})
+	}, addr)
+	return newPrefix(t, c, false)
+}
+
+// NewCluster returns a fresh prefix on the cluster.
+func NewCluster(t testing.TB) *Redis {
+	t.Helper()
+	addrs := ClusterAddrs(t)
+	c := cluster.get(t, func() redis.UniversalClient {
+		// MaxRedirects -1: the cluster client's redirect loop is also what
+		// resends after a network error.
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: -1, MaxRedirects: -1, PoolSize: 256})
+	}, strings.Join(addrs, ","))
+	return newPrefix(t, c, true)
+}
+
+func (s *shared) get(t testing.TB, build func() redis.UniversalClient, where string) redis.UniversalClient {
+	t.Helper()
+	s.once.Do(func() {
+		s.client = build()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if cc, ok := s.client.(*redis.ClusterClient); ok {
+			s.err = cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
+		} else {
+			s.err = s.client.Ping(ctx).Err()
+		}
+	})
+	if s.err != nil {
+		t.Fatalf("connect to redis at %s: %v", where, s.err)
+	}
+	return s.client
+}
+
+func newPrefix(t testing.TB, c redis.UniversalClient, isCluster bool) *Redis {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	r := &Redis{Client: c, Prefix: "rsvtest:" + hex.EncodeToString(b[:]) + ":", Cluster: isCluster}
+	t.Cleanup(func() {
+		if os.Getenv(EnvKeep) == "1" {
+			t.Logf("kept redis keys %s*", r.Prefix)
+			return
+		}
+		if err := r.deleteKeys(context.Background()); err != nil {
+			t.Errorf("delete redis keys %s*: %v", r.Prefix, err)
+		}
+	})
+	return r
+}
+
+// Keys returns every key of this test, on every node.
+func (r *Redis) Keys(t testing.TB) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var out []string
+	err := r.eachNode(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		ks, err := scan(ctx, c, r.Prefix+"*")
+		mu.Lock()
+		out = append(out, ks...)
+		mu.Unlock()
+		return err
+	})
+	if err != nil {
+		t.Fatalf("list redis keys %s*: %v", r.Prefix, err)
+	}
+	return out
+}
+
+func (r *Redis) deleteKeys(ctx context.Context) error {
+	return r.eachNode(ctx, func(ctx context.Context, c *redis.Client) error {
+		ks, err := scan(ctx, c, r.Prefix+"*")
+		if err != nil || len(ks) == 0 {
+			return err
+		}
+		// One UNLINK per key: on a cluster, keys of different slots cannot
+		// share a command even on one node.
+		_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range ks {
+				p.Unlink(ctx, k)
+			}
+			return nil
+		})
+		return err
+	})
+}
+
+func (r *Redis) eachNode(ctx context.Context, fn func(ctx context.Context, c *redis.Client) error) error {
+	if cc, ok := r.Client.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, fn)
+	}
+	c, ok := r.Client.(*redis.Client)
+	if !ok {
+		return fmt.Errorf("testredis: unexpected client %T", r.Client)
+	}
+	return fn(ctx, c)
+}
+
+func scan(ctx context.Context, c *redis.Client, match string) ([]string, error) {
+	var out []string
+	var cursor uint64
+	for {
+		ks, next, err := c.Scan(ctx, cursor, match, 1000).Result()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ks...)
+		if cursor = next; cursor == 0 {
+			return out, nil
+		}
+	}
+}
