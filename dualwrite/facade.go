@@ -64,6 +64,12 @@ type Config struct {
 	// Logger logs decisions that fell back to the Redis-safe default.
 	// Default: slog.Default().
 	Logger *slog.Logger
+	// Calibration marks a facade whose two slots hold two instances of the
+	// same kind of store (e.g. two Redis key prefixes fed the same traffic):
+	// Twitter Diffy's trick for measuring the noise floor. Its observations
+	// carry mode "calibration_<mode>", which the comparer keeps apart so
+	// gates can subtract it. Default: false.
+	Calibration bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -109,6 +115,7 @@ type Facade struct {
 	slots   chan struct{}
 	wg      sync.WaitGroup
 	metrics *metrics
+	order   tokenOrder
 }
 
 // New returns a facade.
@@ -121,7 +128,8 @@ func New(cfg Config) (*Facade, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dualwrite: register metrics: %w", err)
 	}
-	return &Facade{cfg: cfg, slots: make(chan struct{}, cfg.ShadowSlots), metrics: m}, nil
+	return &Facade{cfg: cfg, slots: make(chan struct{}, cfg.ShadowSlots), metrics: m,
+		order: tokenOrder{last: map[tokenKey]chan struct{}{}}}, nil
 }
 
 // Pod returns the facade's pod.

@@ -31,11 +31,11 @@ func (f *Facade) begin(ctx context.Context, plan rollout.Plan, op compare.Op, sh
 	c := &call{
 		f:        f,
 		plan:     plan,
-		obs:      compare.Observation{Op: op, Pod: f.cfg.Pod, Shop: shop, Token: token, Mode: string(plan.Effective), At: time.Now()},
+		obs:      compare.Observation{Op: op, Pod: f.cfg.Pod, Shop: shop, Token: token, Mode: f.modeLabel(plan), At: time.Now()},
 		authDone: make(chan compare.Outcome, 1),
 		store:    shadowStore,
 	}
-	c.shadow = f.startShadow(ctx, shadowStore, shadowFn, func(s compare.Outcome) {
+	c.shadow = f.startShadow(ctx, tokenKey{shop, token}, shadowStore, shadowFn, func(s compare.Outcome) {
 		a := <-c.authDone
 		if cleanup != nil && !s.Skipped {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ShadowTimeout)
@@ -68,6 +68,14 @@ func (c *call) observe(a, s compare.Outcome) {
 	o := c.obs
 	o.Authority, o.Shadow = a, s
 	c.f.cfg.Observer.Observe(o)
+}
+
+// modeLabel is the mode an observation carries.
+func (f *Facade) modeLabel(plan rollout.Plan) string {
+	if f.cfg.Calibration {
+		return compare.ModeCalibration + "_" + string(plan.Effective)
+	}
+	return string(plan.Effective)
 }
 
 func timed(store reservation.Authority, fn func() compare.Outcome) compare.Outcome {
@@ -136,8 +144,16 @@ func (f *Facade) owner(ctx context.Context, d rollout.Decision, plan rollout.Pla
 // Claim makes a reservation permanent. The reservation's owner claims as
 // authority (deducts the ledger once); then the other store settles with
 // what was deducted, concurrently and bounded (waited for in mysql mode).
+//
+// A claim that follows its reserve while the reserve's shadow is still
+// running first waits for that shadow (at most the shadow deadline): the
+// legacy claim deducts through the MySQL ledger, and overtaking the MySQL
+// shadow reserve would make it find the token already claimed. Checkout
+// claims seconds after it reserves, so this wait is for tests and retries,
+// not the normal path.
 func (f *Facade) Claim(ctx context.Context, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
 	d, plan := f.decide(ctx, p.Shop)
+	f.order.wait(tokenKey{p.Shop, p.Token}, f.cfg.ShadowTimeout)
 	owner := f.owner(ctx, d, plan, p.Shop, p.Token)
 	q := reservation.ClaimParams{Shop: p.Shop, Token: p.Token, As: reservation.AsAuthority}
 	if !plan.Shadow {
@@ -181,14 +197,16 @@ func (f *Facade) observeAlone(plan rollout.Plan, op compare.Op, shop int64, toke
 	if f.cfg.Observer == nil {
 		return
 	}
-	f.cfg.Observer.Observe(compare.Observation{Op: op, Pod: f.cfg.Pod, Shop: shop, Token: token, Mode: string(plan.Effective),
+	f.cfg.Observer.Observe(compare.Observation{Op: op, Pod: f.cfg.Pod, Shop: shop, Token: token, Mode: f.modeLabel(plan),
 		At: time.Now().Add(-a.Latency), Authority: a, Shadow: compare.Outcome{Store: shadow}})
 }
 
 // Release gives a reservation back: its owner releases, then the other
 // store releases its own hold.
+// Like Claim, it first lets a still-running shadow of the token finish.
 func (f *Facade) Release(ctx context.Context, p *reservation.ReleaseParams) (reservation.ReleaseResult, error) {
 	d, plan := f.decide(ctx, p.Shop)
+	f.order.wait(tokenKey{p.Shop, p.Token}, f.cfg.ShadowTimeout)
 	owner := f.owner(ctx, d, plan, p.Shop, p.Token)
 	if !plan.Shadow {
 		return f.store(owner).Release(ctx, p)

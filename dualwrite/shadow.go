@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/seed31b0e981/reservoir/compare"
@@ -27,7 +28,11 @@ type shadowCall struct {
 // after, when non-nil, runs in the same goroutine and slot once op is done
 // and its outcome is on done; the facade uses it to compare and clean up
 // without another goroutine. It is not called when the call is skipped.
-func (f *Facade) startShadow(ctx context.Context, store reservation.Authority, op func(ctx context.Context) compare.Outcome, after func(compare.Outcome)) shadowCall {
+//
+// Shadow calls of one token run in the order they were started: a claim's
+// settle must not overtake the shadow reserve it settles, which in shadow
+// mode may still be running when the caller claims.
+func (f *Facade) startShadow(ctx context.Context, key tokenKey, store reservation.Authority, op func(ctx context.Context) compare.Outcome, after func(compare.Outcome)) shadowCall {
 	call := shadowCall{done: make(chan compare.Outcome, 1)}
 	select {
 	case f.slots <- struct{}{}:
@@ -37,12 +42,20 @@ func (f *Facade) startShadow(ctx context.Context, store reservation.Authority, o
 		call.skipped = true
 		return call
 	}
+	prev, mine := f.order.enter(key)
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
 		defer func() { <-f.slots }()
+		defer f.order.leave(key, mine)
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ShadowTimeout)
 		defer cancel()
+		if prev != nil {
+			select {
+			case <-prev:
+			case <-sctx.Done():
+			}
+		}
 		out := runRecovered(sctx, store, op)
 		if sctx.Err() != nil && (out.Err == nil || errors.Is(out.Err, context.DeadlineExceeded)) {
 			out.TimedOut = true
@@ -81,5 +94,62 @@ func (f *Facade) wait(c shadowCall, store reservation.Authority) compare.Outcome
 		return out
 	case <-t.C:
 		return compare.Outcome{Store: store, TimedOut: true, Err: context.DeadlineExceeded, Latency: f.cfg.ShadowTimeout}
+	}
+}
+
+// tokenKey identifies a reservation; the zero key (no token) is not ordered.
+type tokenKey struct {
+	shop  int64
+	token string
+}
+
+// tokenOrder chains the shadow calls of each token: each call waits for the
+// one started before it. It holds at most one entry per shadow call in
+// flight, so it is bounded by the slots.
+type tokenOrder struct {
+	mu   sync.Mutex
+	last map[tokenKey]chan struct{}
+}
+
+// enter registers a call for key and returns the channel of the call before
+// it (nil if none) and this call's own channel, closed by leave.
+func (o *tokenOrder) enter(key tokenKey) (prev, mine chan struct{}) {
+	if key.token == "" {
+		return nil, nil
+	}
+	mine = make(chan struct{})
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	prev = o.last[key]
+	o.last[key] = mine
+	return prev, mine
+}
+
+// wait blocks until the shadow calls of key started so far are done, or
+// until timeout.
+func (o *tokenOrder) wait(key tokenKey, timeout time.Duration) {
+	o.mu.Lock()
+	last := o.last[key]
+	o.mu.Unlock()
+	if last == nil {
+		return
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-last:
+	case <-t.C:
+	}
+}
+
+func (o *tokenOrder) leave(key tokenKey, mine chan struct{}) {
+	if mine == nil {
+		return
+	}
+	close(mine)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.last[key] == mine {
+		delete(o.last, key)
 	}
 }

@@ -17,9 +17,9 @@ import (
 // rows, are updated last, in (item, location) order, so their locks are held
 // for as short a time as the transaction allows and never in a cycle.
 //
-// As shadow it removes the hold and gives its units back to the pool, capped
-// by the projection. p.Deducted needs no following here: the authority's
-// deduction went through this same ledger (Deduct), which trimmed the pool.
+// As shadow it removes the hold. p.Deducted needs no following here: the
+// authority's deduction went through this same ledger (Deduct), which
+// trimmed the pool.
 func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
 	if err := s.cfg.Limits.ValidateClaim(p); err != nil {
 		return reservation.ClaimResult{}, err
@@ -57,14 +57,13 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 		}
 		if !inserted {
 			// The legacy claim (Deduct) already took this token from the
-			// ledger, and trimmed the pool for it: what is left is to
-			// settle our hold.
+			// ledger: deleting our hold (above) settled it.
 			allocs, _, err := readClaim(ctx, tx, callerClaim, p.Shop, p.Token)
 			if err != nil {
 				return err
 			}
 			res.Allocations, res.Replayed = allocs, true
-			return s.returnUnits(ctx, tx, callerClaim, returnsOf(p.Shop, h.allocs))
+			return nil
 		}
 		res.Allocations = h.allocs
 		return s.deductLedger(ctx, tx, callerClaim, p.Shop, h.allocs)
@@ -126,16 +125,6 @@ func readClaim(ctx context.Context, q querier, caller string, shop int64, token 
 	return allocs, true, nil
 }
 
-func returnsOf(shop int64, allocs []reservation.Allocation) []unitReturn {
-	sorted := slices.Clone(allocs)
-	reservation.SortAllocations(sorted)
-	out := make([]unitReturn, len(sorted))
-	for i, a := range sorted {
-		out[i] = unitReturn{k: key{shop, a.Item, a.Location}, n: a.Quantity}
-	}
-	return out
-}
-
 // settle is Claim as shadow.
 func (s *Store) settle(ctx context.Context, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
 	var res reservation.ClaimResult
@@ -153,8 +142,15 @@ func (s *Store) settle(ctx context.Context, p *reservation.ClaimParams) (reserva
 	return res, err
 }
 
-// removeHold deletes a token's hold and returns its units to the pools. It
-// returns nil when there was no hold.
+// removeHold deletes a token's hold. It returns nil when there was no hold.
+//
+// The units are not put back into the pool here. Deleting a hold lowers
+// pool + held, so the projection stays within the ledger whatever runs
+// concurrently, and the next reserve that finds the pool short refills it
+// from the ledger in one batch. Putting units back would need the
+// single-flight lock row (for the cap and the unit ids), and every release
+// of a hot item would queue on it: measured in the facade's tests, releases
+// and settles timed out behind refills.
 func (s *Store) removeHold(ctx context.Context, tx *sql.Tx, caller string, shop int64, token string) ([]reservation.Allocation, error) {
 	h, err := readHolds(ctx, tx, tag(caller)+sqlHoldsLock, shop, token)
 	if err != nil {
@@ -166,13 +162,11 @@ func (s *Store) removeHold(ctx context.Context, tx *sql.Tx, caller string, shop 
 	if _, err := tx.ExecContext(ctx, tag(caller)+sqlHoldsDelete, shop, token); err != nil {
 		return nil, fmt.Errorf("mysqlstore: %s: delete hold: %w", caller, err)
 	}
-	if err := s.returnUnits(ctx, tx, caller, returnsOf(shop, h.allocs)); err != nil {
-		return nil, err
-	}
 	return h.allocs, nil
 }
 
-// Release gives a hold's units back to the pools.
+// Release deletes a hold; its units are reservable again at once (see
+// removeHold for why they reach the pool through the replenisher).
 func (s *Store) Release(ctx context.Context, p *reservation.ReleaseParams) (reservation.ReleaseResult, error) {
 	if err := s.cfg.Limits.ValidateRelease(p); err != nil {
 		return reservation.ReleaseResult{}, err
@@ -201,6 +195,8 @@ func (s *Store) Release(ctx context.Context, p *reservation.ReleaseParams) (rese
 // Reap returns expired holds, oldest first, judged by the database's clock
 // (NOW(3)), never the app server's. The hold rows are taken with SKIP
 // LOCKED, so several reapers share the work and each hold is returned once.
+// Like Release, it deletes the holds; the replenisher brings the units back
+// into the pool when a reserve needs them.
 func (s *Store) Reap(ctx context.Context, p *reservation.ReapParams) (reservation.ReapResult, error) {
 	if err := s.cfg.Limits.ValidateReap(p); err != nil {
 		return reservation.ReapResult{}, err
@@ -235,46 +231,18 @@ func (s *Store) Reap(ctx context.Context, p *reservation.ReapParams) (reservatio
 			return err
 		}
 		args := make([]any, 0, 4*len(got))
-		sums := map[key]int64{}
 		for _, r := range got {
 			args = append(args, r.k.shop, r.token, r.k.item, r.k.loc)
-			sums[r.k] += r.qty
 			res.Units += r.qty
 		}
 		if _, err := tx.ExecContext(ctx, reapDeleteQuery(len(got)), args...); err != nil {
 			return fmt.Errorf("mysqlstore: reap: delete: %w", err)
 		}
-		returns := make([]unitReturn, 0, len(sums))
-		for k, n := range sums {
-			returns = append(returns, unitReturn{k: k, n: n})
-		}
-		slices.SortFunc(returns, func(a, b unitReturn) int { return compareKeys(a.k, b.k) })
 		res.Holds = len(got)
-		return s.returnUnits(ctx, tx, callerReap, returns)
+		return nil
 	})
 	if err == nil {
 		s.metrics.reapedHolds.Add(float64(res.Holds))
 	}
 	return res, err
-}
-
-func compareKeys(a, b key) int {
-	switch {
-	case a.shop != b.shop:
-		return cmpInt(a.shop, b.shop)
-	case a.item != b.item:
-		return cmpInt(a.item, b.item)
-	default:
-		return cmpInt(a.loc, b.loc)
-	}
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

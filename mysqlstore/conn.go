@@ -3,6 +3,7 @@ package mysqlstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -66,9 +67,18 @@ func (s *Store) inTx(ctx context.Context, caller string, fn func(tx *sql.Tx) err
 	if err != nil {
 		return err
 	}
-	defer c.release()
+	defer func() { c.release() }()
 	return s.retry(ctx, caller, func() error {
 		tx, err := c.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if errors.Is(err, driver.ErrBadConn) {
+			// A pooled connection the server or a cancelled call broke:
+			// nothing was sent, so take a fresh one once.
+			c.release()
+			if c, err = s.acquire(ctx, caller); err != nil {
+				return err
+			}
+			tx, err = c.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		}
 		if err != nil {
 			return err
 		}

@@ -43,9 +43,9 @@ func lockPool(ctx context.Context, tx *sql.Tx, caller string, k key) (nextUnit, 
 }
 
 // addUnits inserts n units with ids from nextUnit on and advances the lock
-// row. The caller holds the lock row. refill says whether this counts as a
-// replenishment (the generation other reservers wait on).
-func addUnits(ctx context.Context, tx *sql.Tx, caller string, k key, nextUnit, n int64, refill bool) error {
+// row's unit id and refill generation (what waiting reservers watch). The
+// caller holds the lock row.
+func addUnits(ctx context.Context, tx *sql.Tx, caller string, k key, nextUnit, n int64) error {
 	args := make([]any, 0, 4*n)
 	for i := range n {
 		args = append(args, k.shop, k.item, k.loc, nextUnit+i)
@@ -53,11 +53,7 @@ func addUnits(ctx context.Context, tx *sql.Tx, caller string, k key, nextUnit, n
 	if _, err := tx.ExecContext(ctx, poolInsertQuery(caller, int(n)), args...); err != nil {
 		return fmt.Errorf("mysqlstore: %s: insert %d units into %s: %w", caller, n, k, err)
 	}
-	refills := 0
-	if refill {
-		refills = 1
-	}
-	if _, err := tx.ExecContext(ctx, tag(caller)+sqlPoolAdvance, n, refills, refills, k.shop, k.item, k.loc); err != nil {
+	if _, err := tx.ExecContext(ctx, tag(caller)+sqlPoolAdvance, n, k.shop, k.item, k.loc); err != nil {
 		return fmt.Errorf("mysqlstore: %s: advance pool %s: %w", caller, k, err)
 	}
 	return nil
@@ -99,7 +95,7 @@ func (s *Store) replenish(ctx context.Context, k key) (snap snapshot, added int6
 			}
 			return nil
 		}
-		if err := addUnits(ctx, tx, callerReplenish, k, next, n, true); err != nil {
+		if err := addUnits(ctx, tx, callerReplenish, k, next, n); err != nil {
 			return err
 		}
 		snap.pool += n
@@ -116,38 +112,6 @@ func (s *Store) replenish(ctx context.Context, k key) (snap snapshot, added int6
 		s.stats.refillUnits.Add(added)
 	}
 	return snap, added, nil
-}
-
-// unitReturn is units given back to one pool.
-type unitReturn struct {
-	k key
-	n int64
-}
-
-// returnUnits gives units back to their pools after holds were deleted in
-// tx, in (shop, item, location) order. Each pool takes at most what fits
-// under the cap and the projection; the surplus is dropped, because the
-// ledger is the truth and the replenisher rebuilds the pool from it.
-func (s *Store) returnUnits(ctx context.Context, tx *sql.Tx, caller string, rs []unitReturn) error {
-	for _, r := range rs {
-		next, _, ok, err := lockPool(ctx, tx, caller, r.k)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			continue
-		}
-		snap, err := readSnapshot(ctx, tx, caller, r.k)
-		if err != nil {
-			return err
-		}
-		if n := min(r.n, snap.room(s.cfg.PoolCap)); n > 0 {
-			if err := addUnits(ctx, tx, caller, r.k, next, n, false); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // trim deletes pool units until pool + held <= available. The delete waits

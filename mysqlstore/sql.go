@@ -122,8 +122,8 @@ const (
     (SELECT COUNT(*) FROM available_units
       WHERE shop_id = ? AND inventory_item_id = ? AND location_id = ?)`
 	sqlPoolInsertPrefix = `INSERT INTO available_units (shop_id, inventory_item_id, location_id, unit_id) VALUES `
-	sqlPoolAdvance      = `UPDATE pool_replenish_locks SET next_unit_id = next_unit_id + ?, refills = refills + ?,
-    last_replenished_at = CASE WHEN ? > 0 THEN NOW(3) ELSE last_replenished_at END
+	sqlPoolAdvance      = `UPDATE pool_replenish_locks SET next_unit_id = next_unit_id + ?, refills = refills + 1,
+    last_replenished_at = NOW(3)
   WHERE shop_id = ? AND inventory_item_id = ? AND location_id = ?`
 	// Trim: locking delete without SKIP LOCKED, so units an in-flight
 	// reserve holds are waited for; once that reserve commits they are gone

@@ -16,8 +16,9 @@
 //     (adjust, deduct). Rows of one table are locked in (item, location)
 //     order.
 //   - The pool projection: units in the pool plus units held never exceed
-//     the ledger's available stock. Whoever adds units holds the item x
-//     location's replenish lock row and decides from one snapshot statement.
+//     the ledger's available stock. Only the replenisher adds units, holding
+//     the item x location's replenish lock row and deciding from one
+//     snapshot statement; releases and the reaper only delete holds.
 //   - Deadlocks (1213) and lock wait timeouts (1205) are retried with capped
 //     exponential backoff and jitter.
 //   - Every statement is tagged with its caller, and connection hold time is

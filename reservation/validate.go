@@ -11,7 +11,8 @@ const MaxTokenBytes = 64
 // Limits bound what a caller may ask for. The zero value of each field takes
 // its default (see WithDefaults).
 type Limits struct {
-	// MaxQuantity is the largest quantity of one line. Default: 10000.
+	// MaxQuantity is the largest quantity of one line. Default: 1000, the
+	// MySQL store's default pool cap: a line must fit in one pool.
 	MaxQuantity int64
 	// MaxLines is the largest number of lines in a cart. Default: 100.
 	MaxLines int
@@ -32,7 +33,7 @@ var DefaultLimits = Limits{}.WithDefaults()
 // WithDefaults returns l with every zero field set to its default.
 func (l Limits) WithDefaults() Limits {
 	if l.MaxQuantity == 0 {
-		l.MaxQuantity = 10000
+		l.MaxQuantity = 1000
 	}
 	if l.MaxLines == 0 {
 		l.MaxLines = 100
