@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/dualwrite"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
@@ -473,5 +475,71 @@ func TestConfigValidate(t *testing.T) {
 	_, err := dualwrite.New(dualwrite.Config{})
 	if err == nil || err.Error() != "dualwrite: Config.Pod is required" {
 		t.Errorf("empty config: %v", err)
+	}
+}
+
+// e. Wired to a real comparer, a broken shadow's diffs are written to
+// MySQL at the capped rate, survive a restart of the comparer, and the
+// class counters are on the registry.
+func TestDiffsPersistedThroughTheFacade(t *testing.T) {
+	t.Parallel()
+	probe := setup(t, options{})
+	reg := prometheus.NewRegistry()
+	cmp, err := compare.New(compare.Config{DB: probe.db.DB, Registerer: reg, DiffRate: 1, DiffBurst: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, options{observer: cmp, shadowTimeout: 100 * time.Millisecond,
+		wrapMySQL: func(s reservation.Store) reservation.Store { return faulty{s, panicker} }})
+	// The comparer writes into the probe's database; the stores use b's.
+	b.stock(t, 1, 1, 100)
+	for i := range 20 {
+		if _, err := b.reserve(context.Background(), tok("p", i), time.Minute, line(1, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.drain(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cmp.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted, err := compare.New(compare.Config{DB: probe.db.DB, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restarted.Close(ctx)
+	diffs, err := restarted.RecentDiffs(ctx, pod, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 20 panics (plus the adjust's), burst 3 at 1/s: a handful, not all.
+	if len(diffs) < 3 || len(diffs) > 6 {
+		t.Errorf("%d diff records persisted, want the burst of 3 (+1 per second of the run)", len(diffs))
+	}
+	for _, d := range diffs {
+		if d.Class != compare.ClassShadowPanic || d.Shadow.Error == "" {
+			t.Errorf("diff %+v: want a shadow_panic with the panic's text", d)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var panics float64
+	for _, mf := range mfs {
+		if mf.GetName() != "reservoir_compare_observations_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "class" && l.GetValue() == string(compare.ClassShadowPanic) {
+					panics += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if panics < 20 {
+		t.Errorf("shadow_panic counter = %v, want every one of the 20 reserves", panics)
 	}
 }
