@@ -1,0 +1,72 @@
+package rollout_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// Engaging the kill switch for one pod: the change goes through the flags
+// file (what `reservoir rollout kill` and the admin API do), and every
+// replica watching the file obeys within milliseconds.
+func ExampleFlags_EngageKill() {
+	dir, err := os.MkdirTemp("", "flags")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	file := rollout.FlagsFile{Path: filepath.Join(dir, "reservoir.flagd.json")}
+
+	// pod-b runs on MySQL.
+	if _, _, err := file.Update(func(f *rollout.Flags) error {
+		return f.SetMode(rollout.PodScope("pod-b"), rollout.ModeMySQL)
+	}); err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	replica, err := rollout.NewFlagSource(ctx, rollout.FlagSourceConfig{
+		Path:   file.Path,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer replica.Close()
+	d, _ := replica.Decide(ctx, "pod-b", 1001)
+	fmt.Printf("before: mode %s, kill %s, authority %s\n", d.Mode, d.Kill, d.Plan().Authority)
+
+	// MySQL on pod-b misbehaves: Redis answers again, dual writes go on.
+	_, after, err := file.Update(func(f *rollout.Flags) error {
+		return f.EngageKill(rollout.PodScope("pod-b"), rollout.KillRedis, rollout.Attribution{
+			Actor: "alice", Reason: "pod-b MySQL p99 over 2s",
+		})
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	k := after.KillAt(rollout.PodScope("pod-b"))
+	fmt.Printf("engaged: %s by %s: %s\n", k.State, k.Actor, k.Reason)
+
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if d, _ = replica.Decide(ctx, "pod-b", 1001); d.Kill == rollout.KillRedis {
+			break
+		}
+	}
+	p := d.Plan()
+	fmt.Printf("after: mode %s, kill %s, authority %s, effective %s\n", d.Mode, d.Kill, p.Authority, p.Effective)
+
+	// Other pods are not affected.
+	d, _ = replica.Decide(ctx, "pod-a", 2002)
+	fmt.Printf("pod-a: mode %s, kill %s\n", d.Mode, d.Kill)
+	// Output:
+	// before: mode mysql, kill off, authority mysql
+	// engaged: redis by alice: pod-b MySQL p99 over 2s
+	// after: mode mysql, kill redis, authority redis, effective shadow
+	// pod-a: mode redis, kill off
+}

@@ -1,0 +1,358 @@
+package rollout
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	schemas "github.com/open-feature/flagd-schemas/json"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files under testdata/")
+
+var testAt = time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC)
+
+// rolloutFlags is a representative mid-rollout state: shadow everywhere,
+// pod-a on MySQL, a quarter of pod-b's shops on MySQL, pod-c killed back to
+// Redis, one shop pinned to mysql_only, one to redis, one killed hard.
+func rolloutFlags(t testing.TB) *Flags {
+	t.Helper()
+	f := NewFlags()
+	must(t, f.SetMode(Global(), ModeShadow))
+	must(t, f.SetMode(PodScope("pod-a"), ModeMySQL))
+	must(t, f.SetRamp("pod-b", ModeMySQL, 25))
+	must(t, f.EngageKill(PodScope("pod-c"), KillRedis, Attribution{Actor: "alice", Reason: "p99 reserve latency x3 on pod-c MySQL", At: testAt}))
+	must(t, f.SetMode(ShopScope(1001), ModeMySQLOnly))
+	must(t, f.SetMode(ShopScope(1002), ModeRedis))
+	must(t, f.EngageKill(ShopScope(1003), KillRedisOnly, Attribution{Actor: "bob", Reason: "shop 1003 hot item deadlocks", At: testAt}))
+	return f
+}
+
+// globalKillFlags has the global switch at redis_only over narrower
+// switches, which must survive its release.
+func globalKillFlags(t testing.TB) *Flags {
+	t.Helper()
+	f := rolloutFlags(t)
+	must(t, f.EngageKill(Global(), KillRedisOnly, Attribution{Actor: "carol", Reason: "MySQL primary failover", At: testAt}))
+	return f
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFlagsRenderGolden(t *testing.T) {
+	for name, f := range map[string]*Flags{
+		"rollout":     rolloutFlags(t),
+		"global-kill": globalKillFlags(t),
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := f.Render()
+			must(t, err)
+			again, err := f.Clone().Render()
+			must(t, err)
+			if !bytes.Equal(got, again) {
+				t.Fatal("two renders of one state differ")
+			}
+			golden := filepath.Join("testdata", "flags-"+name+".golden.json")
+			if *update {
+				must(t, os.WriteFile(golden, got, 0o644))
+			}
+			want, err := os.ReadFile(golden)
+			must(t, err)
+			if !bytes.Equal(got, want) {
+				t.Errorf("render differs from %s (go test ./rollout -run Golden -update to accept):\n%s", golden, got)
+			}
+		})
+	}
+}
+
+func TestFlagsRoundTrip(t *testing.T) {
+	states := map[string]*Flags{
+		"redis-safe":  NewFlags(),
+		"rollout":     rolloutFlags(t),
+		"global-kill": globalKillFlags(t),
+	}
+	released := globalKillFlags(t)
+	must(t, released.ReleaseKill(Global(), Attribution{Reason: "failover done"}))
+	states["released"] = released
+	for name, f := range states {
+		t.Run(name, func(t *testing.T) {
+			data, err := f.Render()
+			must(t, err)
+			back, err := ParseFlags(data)
+			must(t, err)
+			if !reflect.DeepEqual(back, f) {
+				t.Fatalf("round trip changed the state:\n got %+v\nwant %+v", back, f)
+			}
+		})
+	}
+	// Releasing the global switch leaves the narrower ones engaged.
+	if k := released.KillAt(PodScope("pod-c")); k.State != KillRedis || k.Reason == "" {
+		t.Fatalf("pod-c switch after global release = %+v", k)
+	}
+}
+
+// The rendered file conforms to flagd's schema (flagd only warns on a
+// violation, so nothing else would catch one).
+func TestFlagsRenderMatchesFlagdSchema(t *testing.T) {
+	c := jsonschema.NewCompiler()
+	for url, doc := range map[string]string{
+		"https://flagd.dev/schema/v0/flags.json":     schemas.FlagSchema,
+		"https://flagd.dev/schema/v0/targeting.json": schemas.TargetingSchema,
+	} {
+		v, err := jsonschema.UnmarshalJSON(strings.NewReader(doc))
+		must(t, err)
+		must(t, c.AddResource(url, v))
+	}
+	sch, err := c.Compile("https://flagd.dev/schema/v0/flags.json")
+	must(t, err)
+	for _, f := range []*Flags{NewFlags(), rolloutFlags(t), globalKillFlags(t)} {
+		data, err := f.Render()
+		must(t, err)
+		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+		must(t, err)
+		if err := sch.Validate(inst); err != nil {
+			t.Errorf("rendered file violates flagd's schema: %v\n%s", err, data)
+		}
+	}
+}
+
+// The documented file in deploy/flags is the canonical render of the
+// Redis-safe state, so the writer rewrites it without a diff.
+func TestDeployFlagsFileIsCanonical(t *testing.T) {
+	path := filepath.Join("..", "deploy", "flags", "reservoir.flagd.json")
+	data, err := os.ReadFile(path)
+	must(t, err)
+	f, err := ParseFlags(data)
+	must(t, err)
+	if !reflect.DeepEqual(f, NewFlags()) {
+		t.Errorf("%s is not the Redis-safe state: %+v", path, f)
+	}
+	want, err := NewFlags().Render()
+	must(t, err)
+	if !bytes.Equal(data, want) {
+		t.Errorf("%s is not in canonical form; want:\n%s", path, want)
+	}
+}
+
+func TestFlagsResolve(t *testing.T) {
+	f := rolloutFlags(t)
+	// Shops 5 and 6 sit on either side of pod-b's 25% ramp.
+	in, out := rampShops(t, 25)
+	cases := []struct {
+		pod  string
+		shop int64
+		want Decision
+	}{
+		{"pod-x", 5, Decision{ModeShadow, KillOff}},                      // global mode
+		{"pod-a", 5, Decision{ModeMySQL, KillOff}},                       // pod mode
+		{"pod-b", in, Decision{ModeMySQL, KillOff}},                      // in the ramp
+		{"pod-b", out, Decision{ModeShadow, KillOff}},                    // outside it: the pod's mode
+		{"pod-a", 1001, Decision{ModeMySQLOnly, KillOff}},                // shop beats pod
+		{"pod-b", 1002, Decision{ModeRedis, KillOff}},                    // shop beats ramp
+		{"pod-c", 5, Decision{ModeShadow, KillRedis}},                    // pod switch
+		{"pod-a", 1003, Decision{ModeMySQL, KillRedisOnly}},              // shop switch
+		{"pod-c", 1003, Decision{ModeShadow, KillRedisOnly}},             // strongest switch wins
+		{"pod-c", 1001, Decision{ModeMySQLOnly, KillRedis}},              // kill and mode both kept
+		{"pod-x", 1003, Decision{Mode: ModeShadow, Kill: KillRedisOnly}}, // shop switch on any pod
+	}
+	for _, c := range cases {
+		if got := f.Resolve(c.pod, c.shop); got != c.want {
+			t.Errorf("Resolve(%s, %d) = %+v, want %+v", c.pod, c.shop, got, c.want)
+		}
+	}
+	g := globalKillFlags(t)
+	if got := g.Resolve("pod-c", 5); got.Kill != KillRedisOnly {
+		t.Errorf("global redis_only over pod-c redis: got %s", got.Kill)
+	}
+}
+
+// rampShops returns one shop inside a ramp of percent and one outside.
+func rampShops(t testing.TB, percent int) (in, out int64) {
+	t.Helper()
+	for shop := int64(1); in == 0 || out == 0; shop++ {
+		if shop > 10000 {
+			t.Fatal("no shops on both sides of the ramp")
+		}
+		if shop >= 1000 && shop < 1100 {
+			continue // keep clear of the shops with overrides
+		}
+		if InRamp(shop, percent) {
+			if in == 0 {
+				in = shop
+			}
+		} else if out == 0 {
+			out = shop
+		}
+	}
+	return in, out
+}
+
+func TestRampGrowsMonotonically(t *testing.T) {
+	for shop := int64(1); shop <= 20000; shop++ {
+		for _, p := range []int{1, 5, 10, 25, 50, 75, 99} {
+			if InRamp(shop, p) && !InRamp(shop, p+1) {
+				t.Fatalf("shop %d is in the %d%% ramp but not in the %d%% one", shop, p, p+1)
+			}
+		}
+	}
+	n := 0
+	for shop := int64(1); shop <= 20000; shop++ {
+		if InRamp(shop, 25) {
+			n++
+		}
+	}
+	if n < 4600 || n > 5400 {
+		t.Errorf("25%% ramp holds %d of 20000 shops", n)
+	}
+}
+
+func TestFlagsValidateNamesTheField(t *testing.T) {
+	cases := []struct {
+		name  string
+		edit  func(f *Flags) error
+		field string
+	}{
+		{"unknown global mode", func(f *Flags) error { return f.SetMode(Global(), "mysqll") }, "mode"},
+		{"unknown pod mode", func(f *Flags) error { return f.SetMode(PodScope("pod-b"), "fast") }, `pods["pod-b"].mode`},
+		{"unknown shop mode", func(f *Flags) error { return f.SetMode(ShopScope(7), "fast") }, "shops[7].mode"},
+		{"ramp percent", func(f *Flags) error { return f.SetRamp("pod-b", ModeMySQL, 150) }, `pods["pod-b"].ramp.percent`},
+		{"ramp to own mode", func(f *Flags) error { return f.SetRamp("pod-b", ModeRedis, 10) }, `pods["pod-b"].ramp.mode`},
+		{"kill without reason", func(f *Flags) error {
+			return f.EngageKill(PodScope("pod-b"), KillRedis, Attribution{Actor: "x"})
+		}, `pods["pod-b"].kill.reason`},
+		{"release without reason", func(f *Flags) error { return f.ReleaseKill(Global(), Attribution{}) }, "kill.reason"},
+		{"engage off", func(f *Flags) error { return f.EngageKill(ShopScope(9), KillOff, Attribution{Reason: "r"}) }, "shops[9].kill"},
+		{"clear global mode", func(f *Flags) error { return f.SetMode(Global(), "") }, "mode"},
+		{"bad state written directly", func(f *Flags) error {
+			f.Pods["pod-b"] = PodFlags{Ramp: &Ramp{Mode: ModeMySQL, Percent: 10}}
+			f.Shops[4] = ShopFlags{Kill: KillSwitch{State: "maybe"}}
+			return f.Validate()
+		}, `pods["pod-b"].mode`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.edit(NewFlags())
+			var fe *FlagsError
+			if !errors.As(err, &fe) {
+				t.Fatalf("got %v, want a *FlagsError", err)
+			}
+			if fe.Field != c.field {
+				t.Errorf("field %q, want %q (%v)", fe.Field, c.field, err)
+			}
+		})
+	}
+}
+
+func TestParseScope(t *testing.T) {
+	for _, s := range []Scope{Global(), PodScope("pod-b"), ShopScope(1001)} {
+		got, err := ParseScope(s.String())
+		if err != nil || got != s {
+			t.Errorf("ParseScope(%q) = %+v, %v", s.String(), got, err)
+		}
+	}
+	for _, bad := range []string{"", "pods:a", "pod:", "pod:Pod B", "shop:x", "shop:-1", "global:x"} {
+		if _, err := ParseScope(bad); err == nil {
+			t.Errorf("ParseScope(%q) accepted", bad)
+		}
+	}
+}
+
+// Hand-written variations docs/flags.md allows parse to the same state.
+func TestParseFlagsHandWritten(t *testing.T) {
+	hand := `{"flags": {
+	  "reservations.mode": {"state": "ENABLED", "defaultVariant": "shadow",
+	    "variants": {"redis": "redis", "shadow": "shadow", "mysql": "mysql"},
+	    "targeting": {"if": [
+	      {"in": [{"var": "shop"}, ["1001", 1002]]}, "redis",
+	      {"==": [{"var": "pod"}, "pod-a"]}, "mysql",
+	      {"in": [{"var": "pod"}, ["pod-d", "pod-e"]]}, {"fractional": [["mysql", 10], ["shadow", 90]]}
+	    ]}},
+	  "reservations.kill_switch": {"state": "ENABLED", "defaultVariant": "redis",
+	    "variants": {"off": "off", "redis": "redis", "redis_only": "redis_only"},
+	    "targeting": {"if": [{"==": [{"var": "pod"}, "pod-c"]}, "redis", null]},
+	    "metadata": {"pod:pod-c.reason": "by hand", "pod:pod-b.reason": "stale, released"}}
+	}}`
+	got, err := ParseFlags([]byte(hand))
+	must(t, err)
+	want := NewFlags()
+	must(t, want.SetMode(Global(), ModeShadow))
+	must(t, want.SetMode(ShopScope(1001), ModeRedis))
+	must(t, want.SetMode(ShopScope(1002), ModeRedis))
+	must(t, want.SetMode(PodScope("pod-a"), ModeMySQL))
+	for _, pod := range []string{"pod-d", "pod-e"} {
+		must(t, want.SetRamp(pod, ModeMySQL, 10))
+	}
+	want.Pods["pod-c"] = PodFlags{Kill: KillSwitch{State: KillRedis, Reason: "by hand"}}
+	want.Kill = KillSwitch{State: KillRedis, Reason: noReason}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestParseFlagsRefuses(t *testing.T) {
+	mode := func(variants, def, targeting string) string {
+		return `{"flags": {"reservations.mode": {"state": "ENABLED", "variants": ` + variants +
+			`, "defaultVariant": "` + def + `"` + targeting + `}}}`
+	}
+	kill := func(targeting string) string {
+		return `{"flags": {"reservations.kill_switch": {"state": "ENABLED", "defaultVariant": "redis_only",
+			"variants": {"off": "off", "redis": "redis", "redis_only": "redis_only"}, "targeting": ` + targeting + `}}}`
+	}
+	allModes := `{"redis": "redis", "shadow": "shadow", "mysql": "mysql"}`
+	cases := []struct {
+		name, doc, field string
+	}{
+		{"invalid JSON", `{"flags": {`, "file"},
+		{"unknown variant", mode(`{"redis": "redis", "mysqll": "mysqll"}`, "redis", ""), `flags["reservations.mode"].variants["mysqll"]`},
+		{"variant value differs", mode(`{"redis": "mysql"}`, "redis", ""), `flags["reservations.mode"].variants["redis"]`},
+		{"default not a variant", mode(`{"redis": "redis"}`, "shadow", ""), `flags["reservations.mode"].defaultVariant`},
+		{"unknown flag", `{"flags": {"reservations.turbo": {}}}`, `flags["reservations.turbo"]`},
+		{"unknown top-level key", `{"flags": {}, "metadata": {"flagSetId": "x"}}`, "metadata"},
+		{"disabled flag", `{"flags": {"reservations.mode": {"state": "DISABLED", "variants": {"redis": "redis"}, "defaultVariant": "redis"}}}`, `flags["reservations.mode"].state`},
+		{"shop rule after pod rule", mode(allModes, "redis", `, "targeting": {"if": [
+			{"==": [{"var": "pod"}, "pod-a"]}, "mysql", {"in": [{"var": "shop"}, [1]]}, "redis", null]}`), `flags["reservations.mode"].targeting.if[2]`},
+		{"foreign rule", mode(allModes, "redis", `, "targeting": {"if": [{"starts_with": [{"var": "pod"}, "pod"]}, "mysql", null]}`), `flags["reservations.mode"].targeting.if[0]`},
+		{"ramp not 100", mode(allModes, "redis", `, "targeting": {"if": [{"==": [{"var": "pod"}, "pod-a"]}, {"fractional": [["mysql", 30], ["shadow", 30]]}, null]}`), `flags["reservations.mode"].targeting.if[1].fractional`},
+		{"targeted variant missing", mode(allModes, "redis", `, "targeting": {"if": [{"==": [{"var": "pod"}, "pod-a"]}, "mysql_only", null]}`), `flags["reservations.mode"].targeting.if[1]`},
+		{"kill off rule", kill(`{"if": [true, "redis_only", {"in": [{"var": "shop"}, [1]]}, "off", null]}`), `flags["reservations.kill_switch"].targeting.if[2]`},
+		{"kill weaker unguarded", kill(`{"if": [{"in": [{"var": "shop"}, [1]]}, "redis", null]}`), `flags["reservations.kill_switch"].targeting.if[0]`},
+		{"kill order", `{"flags": {"reservations.kill_switch": {"state": "ENABLED", "defaultVariant": "off",
+			"variants": {"off": "off", "redis": "redis", "redis_only": "redis_only"},
+			"targeting": {"if": [{"in": [{"var": "shop"}, [1]]}, "redis", {"in": [{"var": "shop"}, [2]]}, "redis_only"]}}}}`,
+			`flags["reservations.kill_switch"].targeting.if[2]`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseFlags([]byte(c.doc))
+			var fe *FlagsError
+			if !errors.As(err, &fe) {
+				t.Fatalf("got %v, want a *FlagsError", err)
+			}
+			if fe.Field != c.field {
+				t.Errorf("field %q, want %q (%v)", fe.Field, c.field, err)
+			}
+		})
+	}
+}
+
+// Files with no flags mean the Redis-safe state.
+func TestParseFlagsEmpty(t *testing.T) {
+	for _, doc := range []string{"", "  \n", `{}`, `{"flags": {}}`} {
+		f, err := ParseFlags([]byte(doc))
+		if err != nil || !reflect.DeepEqual(f, NewFlags()) {
+			t.Errorf("ParseFlags(%q) = %+v, %v", doc, f, err)
+		}
+	}
+}

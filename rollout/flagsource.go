@@ -1,0 +1,304 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	flagd "github.com/open-feature/go-sdk-contrib/providers/flagd/pkg"
+	"github.com/open-feature/go-sdk/openfeature"
+	"github.com/open-feature/go-sdk/openfeature/isolated"
+)
+
+// ErrFlagsNotLoaded is returned by FlagSource.Decide, with RedisSafe, while
+// no valid version of the flags file has loaded (it was invalid or empty
+// when the source started and has not been fixed yet) and after Close.
+var ErrFlagsNotLoaded = errors.New("rollout: flags file not loaded")
+
+// ErrUnknownVariant is wrapped by the error FlagSource.Decide returns, with
+// RedisSafe, when a flag answers a variant reservoir does not know.
+var ErrUnknownVariant = errors.New("unknown variant")
+
+// FlagSourceConfig configures a FlagSource.
+type FlagSourceConfig struct {
+	// Path of the flags file (flagd's JSON format, docs/flags.md). Required;
+	// the file must exist when the source starts.
+	Path string
+	// Logger receives loads, reloads, rejected files and evaluation
+	// problems. Default: slog.Default().
+	Logger *slog.Logger
+	// LoadTimeout bounds loading the file into a provider, at start and on
+	// every reload. Default: 2s.
+	LoadTimeout time.Duration
+	// PollInterval is how often the file is also checked by stat, for a
+	// change the directory watch did not report (a filesystem without
+	// inotify, an overflowed event queue). Default: 1s.
+	PollInterval time.Duration
+	// LogEvery limits evaluation problems (unknown variants, missing flags,
+	// evaluation errors) to one log line per problem per LogEvery, with the
+	// number suppressed. Default: 10s.
+	LogEvery time.Duration
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c FlagSourceConfig) WithDefaults() FlagSourceConfig {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.LoadTimeout == 0 {
+		c.LoadTimeout = 2 * time.Second
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = time.Second
+	}
+	if c.LogEvery == 0 {
+		c.LogEvery = 10 * time.Second
+	}
+	return c
+}
+
+// Validate reports a config that cannot work.
+func (c FlagSourceConfig) Validate() error {
+	var errs []error
+	if c.Path == "" {
+		errs = append(errs, errors.New("rollout: FlagSourceConfig.Path is required: the flags file (e.g. deploy/flags/reservoir.flagd.json)"))
+	}
+	if c.LoadTimeout < time.Millisecond {
+		errs = append(errs, fmt.Errorf("rollout: FlagSourceConfig.LoadTimeout %v must be at least 1ms", c.LoadTimeout))
+	}
+	if c.PollInterval < time.Millisecond {
+		errs = append(errs, fmt.Errorf("rollout: FlagSourceConfig.PollInterval %v must be at least 1ms", c.PollInterval))
+	}
+	if c.LogEvery < 0 {
+		errs = append(errs, fmt.Errorf("rollout: FlagSourceConfig.LogEvery %v must not be negative", c.LogEvery))
+	}
+	return errors.Join(errs...)
+}
+
+// FlagSource is the ModeSource of production: it evaluates FlagMode and
+// FlagKillSwitch from a flags file through OpenFeature and flagd's
+// in-process provider, with an evaluation context whose targeting key is
+// the shop id (decimal) and whose attributes are "pod" (string) and "shop"
+// (number).
+//
+// The file reaches flagd through the source's own watch of the file's
+// directory (see fileFeed), not flagd's file watch: a rename over the file
+// applies in milliseconds, and so does a save by an editor that renames the
+// original away or a delete and recreate, which flagd's watch loses for
+// good. Each version is checked with flagd's own parser before it is
+// applied.
+//
+// Safety rules:
+//   - A valid file without the flags answers their code defaults: RedisSafe.
+//   - A variant reservoir does not know, or an evaluation error, answers
+//     RedisSafe with an error (logged, rate-limited).
+//   - A file that is invalid (empty included) when the source starts
+//     answers RedisSafe with ErrFlagsNotLoaded until it is fixed.
+//   - A file that becomes invalid later is rejected (logged) and the last
+//     valid flags stay in effect: a broken edit does not flip the fleet, and
+//     a mysql_only scope is not sent back to a Redis that lacks its data.
+//
+// Each FlagSource has its own OpenFeature API instance, so several in one
+// process (tests, or one per pod) are independent. Safe for concurrent
+// use; Close stops it.
+type FlagSource struct {
+	cfg     FlagSourceConfig
+	log     *slog.Logger
+	limiter *logLimiter
+	feed    *fileFeed
+	api     *openfeature.EvaluationAPI
+	client  *openfeature.Client
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ ModeSource = (*FlagSource)(nil)
+
+// NewFlagSource loads the flags file and starts watching it. It fails when
+// the config is invalid, the file is missing, the provider cannot start, or
+// ctx ends first. A file that exists but is invalid does not fail it: it is
+// logged, and the source answers RedisSafe until the file is fixed (see
+// Loaded).
+func NewFlagSource(ctx context.Context, cfg FlagSourceConfig) (*FlagSource, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(cfg.Path); err != nil {
+		return nil, fmt.Errorf("rollout: flags file: %w", err)
+	}
+	s := &FlagSource{cfg: cfg, log: cfg.Logger.With("flags_file", cfg.Path), limiter: newLogLimiter(cfg.LogEvery)}
+	s.feed = newFileFeed(cfg.Path, cfg.PollInterval, s.log, s.problem)
+	s.feed.prime()
+
+	provider, err := flagd.NewProvider(
+		flagd.WithInProcessResolver(),
+		flagd.WithOfflineFilePath(""), // FLAGD_OFFLINE_FLAG_SOURCE_PATH would switch to flagd's own file watch
+		flagd.WithCustomSyncProviderAndUri(s.feed, cfg.Path),
+		flagd.WithDeadline(int(cfg.LoadTimeout/time.Millisecond)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("rollout: flagd provider: %w", err)
+	}
+	s.api = isolated.NewAPI()
+	// The feed only passes on versions flagd's parser accepted, so the
+	// provider should never report one; if it does, say so.
+	rejected := func(d openfeature.EventDetails) {
+		s.log.Error("rollout: flagd rejected the flags file; keeping the last valid flags", "err", d.Message)
+	}
+	s.api.AddHandler(openfeature.ProviderError, &rejected)
+	lctx, cancel := context.WithTimeout(ctx, cfg.LoadTimeout)
+	defer cancel()
+	if err := s.api.SetProviderAndWait(lctx, provider); err != nil {
+		if serr := s.shutdown(); serr != nil {
+			s.log.Warn("rollout: flags provider did not shut down", "err", serr)
+		}
+		return nil, fmt.Errorf("rollout: start flags provider for %s: %w", cfg.Path, err)
+	}
+	s.client = s.api.NewClient()
+	return s, nil
+}
+
+// Loaded reports whether a valid version of the flags file is in effect
+// (false while a file that was invalid at start is not fixed, and after
+// Close). It is the source's own state: the SDK's provider state is no
+// guide (with flagd's own file watch it stays ERROR for good after one
+// rejected file).
+func (s *FlagSource) Loaded() bool { return s.feed.loaded.Load() && !s.closed.Load() }
+
+// Decide implements ModeSource: two flag evaluations (mode and kill
+// switch) for the shop of the pod. It never fails open: every problem
+// answers RedisSafe, with an error the facade counts.
+func (s *FlagSource) Decide(ctx context.Context, pod string, shop int64) (Decision, error) {
+	if s.closed.Load() {
+		return RedisSafe, ErrFlagsNotLoaded
+	}
+	if !s.feed.loaded.Load() {
+		s.problem("not-loaded", slog.LevelError, "rollout: flags file not loaded; answering redis until it is fixed")
+		return RedisSafe, ErrFlagsNotLoaded
+	}
+	ec := openfeature.NewEvaluationContext(strconv.FormatInt(shop, 10), map[string]any{"pod": pod, "shop": shop})
+	mode, merr := s.evaluate(ctx, FlagMode, string(ModeRedis), ec, pod, shop)
+	kill, kerr := s.evaluate(ctx, FlagKillSwitch, string(KillOff), ec, pod, shop)
+	if err := errors.Join(merr, kerr); err != nil {
+		return RedisSafe, err
+	}
+	d := Decision{Mode: Mode(mode), Kill: Kill(kill)}
+	if !d.Mode.Valid() {
+		return RedisSafe, s.unknown(FlagMode, mode, names(Modes), pod, shop)
+	}
+	if !d.Kill.Valid() {
+		return RedisSafe, s.unknown(FlagKillSwitch, kill, names(Kills), pod, shop)
+	}
+	return d, nil
+}
+
+func (s *FlagSource) evaluate(ctx context.Context, key, def string, ec openfeature.EvaluationContext, pod string, shop int64) (string, error) {
+	det, err := s.client.StringValueDetails(ctx, key, def, ec)
+	if err == nil {
+		return det.Value, nil
+	}
+	if det.ErrorCode == openfeature.FlagNotFoundCode {
+		// A file without the flag means its code default, which is the
+		// Redis-safe value by design: not an error.
+		s.problem(key+"/missing", slog.LevelWarn, "rollout: flag missing from the flags file; using its code default",
+			"flag", key, "default", def)
+		return def, nil
+	}
+	s.problem(key+"/"+string(det.ErrorCode), slog.LevelError, "rollout: flag evaluation failed; answering redis",
+		"flag", key, "pod", pod, "shop", shop, "err", err)
+	return "", fmt.Errorf("rollout: evaluate %s for pod %s shop %d: %w", key, pod, shop, err)
+}
+
+func (s *FlagSource) unknown(key, variant string, known []string, pod string, shop int64) error {
+	s.problem(key+"/variant/"+variant, slog.LevelError, "rollout: flag answered an unknown variant; answering redis",
+		"flag", key, "variant", variant, "want", strings.Join(known, ", "), "pod", pod, "shop", shop)
+	return fmt.Errorf("rollout: flag %s answered %q for pod %s shop %d: %w (want %s)",
+		key, variant, pod, shop, ErrUnknownVariant, strings.Join(known, ", "))
+}
+
+// problem logs at most one line per key per LogEvery.
+func (s *FlagSource) problem(key string, level slog.Level, msg string, args ...any) {
+	ok, suppressed := s.limiter.allow(key, time.Now())
+	if !ok {
+		return
+	}
+	if suppressed > 0 {
+		args = append(args, "suppressed", suppressed)
+	}
+	s.log.Log(context.Background(), level, msg, args...)
+}
+
+// Close stops watching the file and shuts the provider down, waiting up to
+// LoadTimeout for it. Decide answers RedisSafe with ErrFlagsNotLoaded
+// afterwards. Calling Close again returns the first result.
+func (s *FlagSource) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.closeErr = s.shutdown()
+	})
+	return s.closeErr
+}
+
+// shutdown shuts the API (provider, feed, watcher) down, waiting at most
+// LoadTimeout: the SDK's shutdown has no deadline of its own.
+func (s *FlagSource) shutdown() error {
+	done := make(chan error, 1)
+	go func() { done <- s.api.Shutdown(context.Background()) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(s.cfg.LoadTimeout):
+		return fmt.Errorf("rollout: flags provider shutdown still running after %v", s.cfg.LoadTimeout)
+	}
+}
+
+// logLimiter lets one line per key through per interval and counts the
+// rest.
+type logLimiter struct {
+	every time.Duration
+	mu    sync.Mutex
+	seen  map[string]*limitEntry
+}
+
+type limitEntry struct {
+	last       time.Time
+	suppressed int
+}
+
+// maxLimitKeys bounds the limiter's memory: keys come partly from the
+// flags file (variant names).
+const maxLimitKeys = 256
+
+func newLogLimiter(every time.Duration) *logLimiter {
+	return &logLimiter{every: every, seen: map[string]*limitEntry{}}
+}
+
+func (l *logLimiter) allow(key string, now time.Time) (ok bool, suppressed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.seen[key]
+	if e == nil {
+		if len(l.seen) >= maxLimitKeys {
+			clear(l.seen)
+		}
+		l.seen[key] = &limitEntry{last: now}
+		return true, 0
+	}
+	if now.Sub(e.last) < l.every {
+		e.suppressed++
+		return false, 0
+	}
+	suppressed = e.suppressed
+	e.last, e.suppressed = now, 0
+	return true, suppressed
+}

@@ -1,0 +1,696 @@
+package rollout
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// logBuffer collects a source's log lines for assertions.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+func (l *logBuffer) count(substr string) int { return strings.Count(l.String(), substr) }
+
+// fixture is one flags file in a temp dir, with the logs of the sources
+// started on it.
+type fixture struct {
+	file FlagsFile
+	logs *logBuffer
+}
+
+// setup writes f (nil: raw instead) to a fresh flags file.
+func setup(t *testing.T, f *Flags, raw string) *fixture {
+	t.Helper()
+	fx := &fixture{file: FlagsFile{Path: filepath.Join(t.TempDir(), "reservoir.flagd.json")}, logs: &logBuffer{}}
+	if f != nil {
+		must(t, fx.file.Write(f))
+	} else {
+		must(t, os.WriteFile(fx.file.Path, []byte(raw), 0o644))
+	}
+	return fx
+}
+
+// source starts a FlagSource on the fixture's file, closed at cleanup.
+func (fx *fixture) source(t testing.TB) *FlagSource {
+	t.Helper()
+	src, err := NewFlagSource(t.Context(), FlagSourceConfig{
+		Path:         fx.file.Path,
+		Logger:       slog.New(slog.NewTextHandler(fx.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		PollInterval: 20 * time.Millisecond,
+	})
+	must(t, err)
+	t.Cleanup(func() {
+		if err := src.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return src
+}
+
+// replace writes raw bytes over the flags file by rename, the way a
+// careful person editing by hand would.
+func (fx *fixture) replace(t *testing.T, raw string) {
+	t.Helper()
+	tmp := fx.file.Path + ".edit"
+	must(t, os.WriteFile(tmp, []byte(raw), 0o644))
+	must(t, os.Rename(tmp, fx.file.Path))
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", within, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func decide(t testing.TB, src *FlagSource, pod string, shop int64) Decision {
+	t.Helper()
+	d, err := src.Decide(context.Background(), pod, shop)
+	if err != nil {
+		t.Fatalf("Decide(%s, %d): %v", pod, shop, err)
+	}
+	return d
+}
+
+// (a) Targeting through flagd resolves as documented: the model's Resolve
+// is the documentation made executable, and flagd must agree with it for
+// every pod and shop, ramps included.
+func TestFlagSourceTargeting(t *testing.T) {
+	t.Parallel()
+	f := rolloutFlags(t)
+	src := setup(t, f, "").source(t)
+
+	in, out := rampShops(t, 25)
+	named := map[string]struct {
+		pod  string
+		shop int64
+		want Decision
+	}{
+		"global mode":            {"pod-x", 5, Decision{ModeShadow, KillOff}},
+		"pod mode":               {"pod-a", 5, Decision{ModeMySQL, KillOff}},
+		"in pod-b's ramp":        {"pod-b", in, Decision{ModeMySQL, KillOff}},
+		"outside pod-b's ramp":   {"pod-b", out, Decision{ModeShadow, KillOff}},
+		"shop beats pod":         {"pod-a", 1001, Decision{ModeMySQLOnly, KillOff}},
+		"shop beats ramp":        {"pod-b", 1002, Decision{ModeRedis, KillOff}},
+		"pod kill switch":        {"pod-c", 5, Decision{ModeShadow, KillRedis}},
+		"shop kill switch":       {"pod-a", 1003, Decision{ModeMySQL, KillRedisOnly}},
+		"strongest switch wins":  {"pod-c", 1003, Decision{ModeShadow, KillRedisOnly}},
+		"shop switch on any pod": {"pod-x", 1003, Decision{ModeShadow, KillRedisOnly}},
+	}
+	for name, c := range named {
+		if got := decide(t, src, c.pod, c.shop); got != c.want {
+			t.Errorf("%s: Decide(%s, %d) = %+v, want %+v", name, c.pod, c.shop, got, c.want)
+		}
+	}
+
+	inRamp := 0
+	for _, pod := range []string{"pod-a", "pod-b", "pod-c", "pod-x"} {
+		for shop := int64(1); shop <= 600; shop++ {
+			got, want := decide(t, src, pod, shop), f.Resolve(pod, shop)
+			if got != want {
+				t.Fatalf("Decide(%s, %d) = %+v, the model says %+v", pod, shop, got, want)
+			}
+			if pod == "pod-b" && got.Mode == ModeMySQL {
+				inRamp++
+			}
+		}
+	}
+	if inRamp < 100 || inRamp > 200 {
+		t.Errorf("%d of pod-b's 600 shops on mysql; want about 25%%", inRamp)
+	}
+
+	g := globalKillFlags(t)
+	src = setup(t, g, "").source(t)
+	for _, shop := range []int64{5, 1001, 1003} {
+		if got := decide(t, src, "pod-c", shop); got != g.Resolve("pod-c", shop) || got.Kill != KillRedisOnly {
+			t.Errorf("global redis_only: Decide(pod-c, %d) = %+v", shop, got)
+		}
+	}
+}
+
+// (a) A shop stays in its bucket across pods and across restarts, and a
+// growing ramp only adds shops.
+func TestFlagSourceRampIsSticky(t *testing.T) {
+	t.Parallel()
+	f := NewFlags()
+	must(t, f.SetMode(Global(), ModeShadow))
+	must(t, f.SetRamp("pod-b", ModeMySQL, 25))
+	must(t, f.SetRamp("pod-d", ModeMySQL, 25))
+	fx := setup(t, f, "")
+	first := fx.source(t)
+
+	const shops = 400
+	before := map[int64]Mode{}
+	for shop := int64(1); shop <= shops; shop++ {
+		b, d := decide(t, first, "pod-b", shop), decide(t, first, "pod-d", shop)
+		if b != d {
+			t.Fatalf("shop %d: pod-b says %+v, pod-d says %+v", shop, b, d)
+		}
+		before[shop] = b.Mode
+	}
+
+	restarted := fx.source(t)
+	for shop := int64(1); shop <= shops; shop++ {
+		if got := decide(t, restarted, "pod-b", shop).Mode; got != before[shop] {
+			t.Fatalf("shop %d moved from %s to %s across a restart", shop, before[shop], got)
+		}
+	}
+
+	_, _, err := fx.file.Update(func(f *Flags) error { return f.SetRamp("pod-b", ModeMySQL, 50) })
+	must(t, err)
+	eventually(t, 2*time.Second, "the 50% ramp to apply", func() bool {
+		n := 0
+		for shop := int64(1); shop <= shops; shop++ {
+			if decide(t, first, "pod-b", shop).Mode == ModeMySQL {
+				n++
+			}
+		}
+		return n > shops*40/100
+	})
+	for shop := int64(1); shop <= shops; shop++ {
+		if before[shop] == ModeMySQL && decide(t, first, "pod-b", shop).Mode != ModeMySQL {
+			t.Errorf("shop %d left the ramp when it grew from 25%% to 50%%", shop)
+		}
+	}
+}
+
+// (b) The time from writing the kill switch to every instance obeying it:
+// several sources on one file, measured per instance over several rounds.
+func TestKillSwitchPropagation(t *testing.T) {
+	const instances, rounds = 8, 10
+	f := NewFlags()
+	must(t, f.SetMode(PodScope("pod-b"), ModeMySQL))
+	fx := setup(t, f, "")
+	srcs := make([]*FlagSource, instances)
+	for i := range srcs {
+		srcs[i] = fx.source(t)
+	}
+
+	// wait returns, per instance, how long after start it first answered
+	// want for pod-b.
+	wait := func(start time.Time, want Kill) []time.Duration {
+		lat := make([]time.Duration, instances)
+		var wg sync.WaitGroup
+		for i, src := range srcs {
+			wg.Go(func() {
+				for {
+					d, err := src.Decide(context.Background(), "pod-b", 4242)
+					if err == nil && d.Kill == want {
+						lat[i] = time.Since(start)
+						return
+					}
+					if time.Since(start) > 5*time.Second {
+						lat[i] = -1
+						return
+					}
+					time.Sleep(200 * time.Microsecond)
+				}
+			})
+		}
+		wg.Wait()
+		return lat
+	}
+
+	var engage, release, writes []time.Duration
+	for r := range rounds {
+		start := time.Now()
+		_, _, err := fx.file.Update(func(f *Flags) error {
+			return f.EngageKill(PodScope("pod-b"), KillRedis, Attribution{Actor: "test", Reason: "propagation round " + string(rune('0'+r))})
+		})
+		must(t, err)
+		writes = append(writes, time.Since(start))
+		engage = append(engage, wait(start, KillRedis)...)
+		for _, src := range srcs {
+			if d := decide(t, src, "pod-b", 4242); d.Kill != KillRedis || d.Plan().Authority != "redis" {
+				t.Fatalf("an instance went back on its kill switch: %+v", d)
+			}
+		}
+
+		start = time.Now()
+		_, _, err = fx.file.Update(func(f *Flags) error {
+			return f.ReleaseKill(PodScope("pod-b"), Attribution{Actor: "test", Reason: "round over"})
+		})
+		must(t, err)
+		release = append(release, wait(start, KillOff)...)
+	}
+	if slices.Contains(engage, -1) || slices.Contains(release, -1) {
+		t.Fatalf("some instance never obeyed within 5s: engage %v release %v", engage, release)
+	}
+	med, worst := spread(engage)
+	rmed, rworst := spread(release)
+	wmed, wworst := spread(writes)
+	t.Logf("kill switch propagation, %d instances x %d rounds: engage median %v max %v; release median %v max %v; file write median %v max %v",
+		instances, rounds, med, worst, rmed, rworst, wmed, wworst)
+	if worst > 2*time.Second || rworst > 2*time.Second {
+		t.Errorf("propagation too slow: engage max %v, release max %v (bound 2s)", worst, rworst)
+	}
+}
+
+func spread(ds []time.Duration) (median, worst time.Duration) {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2], s[len(s)-1]
+}
+
+// (g) Bad flags files leave evaluations on the Redis-safe default (or, for
+// a running source, on the last valid flags), each with a clear log line.
+func TestFlagSourceBadFiles(t *testing.T) {
+	t.Parallel()
+	mysqlEverywhere := NewFlags()
+	must(t, mysqlEverywhere.SetMode(Global(), ModeMySQL))
+	good, err := mysqlEverywhere.Render()
+	must(t, err)
+	modeFlag := func(variants, def string) string {
+		return `{"flags": {"reservations.mode": {"state": "ENABLED", "variants": ` + variants + `, "defaultVariant": "` + def + `"}}}`
+	}
+
+	// flagd refuses these (an empty file too): at start the source
+	// answers RedisSafe with ErrFlagsNotLoaded, and picks the fix up.
+	for name, raw := range map[string]string{
+		"invalid JSON at start":          `{"flags": {`,
+		"empty file at start":            "",
+		"only whitespace at start":       "\n\n",
+		"default not a variant at start": modeFlag(`{"redis": "redis"}`, "mysql"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fx := setup(t, nil, raw)
+			src := fx.source(t)
+			for range 20 {
+				d, err := src.Decide(t.Context(), "pod-a", 1)
+				if d != RedisSafe || !errors.Is(err, ErrFlagsNotLoaded) || src.Loaded() {
+					t.Fatalf("got %+v, %v (loaded %v); want RedisSafe, ErrFlagsNotLoaded", d, err, src.Loaded())
+				}
+			}
+			if fx.logs.count("flags file could not be loaded; answering redis") != 1 {
+				t.Errorf("want one clear log line:\n%s", fx.logs)
+			}
+			if fx.logs.count("flags file not loaded; answering redis until it is fixed") != 1 {
+				t.Errorf("want one rate-limited line for the 20 calls:\n%s", fx.logs)
+			}
+			fx.replace(t, string(good))
+			eventually(t, 2*time.Second, "the fixed file to load", func() bool {
+				d, err := src.Decide(t.Context(), "pod-a", 1)
+				return err == nil && d.Mode == ModeMySQL
+			})
+		})
+	}
+
+	// A valid file without reservoir's flags means their code defaults.
+	for name, raw := range map[string]string{
+		"file with no flags":  `{"flags": {}}`,
+		"other flags only":    `{"flags": {"checkout.banner": {"state": "ENABLED", "variants": {"on": true}, "defaultVariant": "on"}}}`,
+		"disabled mode flags": `{"flags": {"reservations.mode": {"state": "DISABLED", "variants": {"mysql": "mysql"}, "defaultVariant": "mysql"}}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fx := setup(t, nil, raw)
+			src := fx.source(t)
+			for range 50 {
+				if d, err := src.Decide(t.Context(), "pod-a", 1); d != RedisSafe || err != nil {
+					t.Fatalf("got %+v, %v; want RedisSafe, nil\n%s", d, err, fx.logs)
+				}
+			}
+			if name != "disabled mode flags" && fx.logs.count("flag missing from the flags file; using its code default") != 2 {
+				t.Errorf("want one rate-limited line per missing flag:\n%s", fx.logs)
+			}
+		})
+	}
+
+	t.Run("unknown variant", func(t *testing.T) {
+		t.Parallel()
+		fx := setup(t, nil, modeFlag(`{"redis": "redis", "mysql_fast": "mysql_fast"}`, "mysql_fast"))
+		src := fx.source(t)
+		for range 100 {
+			d, err := src.Decide(t.Context(), "pod-a", 1)
+			if d != RedisSafe || !errors.Is(err, ErrUnknownVariant) {
+				t.Fatalf("got %+v, %v; want RedisSafe, ErrUnknownVariant", d, err)
+			}
+		}
+		if n := fx.logs.count(`flag answered an unknown variant; answering redis" flags_file=`); n != 1 {
+			t.Errorf("want exactly one (rate-limited) log line, got %d:\n%s", n, fx.logs)
+		}
+		if !strings.Contains(fx.logs.String(), "variant=mysql_fast") {
+			t.Errorf("log line does not name the variant:\n%s", fx.logs)
+		}
+	})
+
+	t.Run("variant of the wrong type", func(t *testing.T) {
+		t.Parallel()
+		fx := setup(t, nil, modeFlag(`{"redis": 1, "mysql": 2}`, "mysql"))
+		src := fx.source(t)
+		d, err := src.Decide(t.Context(), "pod-a", 1)
+		if d != RedisSafe || err == nil {
+			t.Fatalf("got %+v, %v; want RedisSafe and an error", d, err)
+		}
+		if fx.logs.count("flag evaluation failed; answering redis") != 1 {
+			t.Errorf("no clear log line:\n%s", fx.logs)
+		}
+	})
+
+	// flagd rejects these and keeps the last valid flags: a broken edit
+	// must not flip a running fleet (a mysql_only scope cannot fall back to
+	// Redis safely), and the next valid file applies.
+	for name, raw := range map[string]string{
+		"invalid JSON while running":    `{"flags": {"reservations.mode": `,
+		"default variant not a variant": modeFlag(`{"redis": "redis"}`, "mysql"),
+		"truncated write while running": string(good[:len(good)/2]),
+		"not an object while running":   `["redis"]`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fx := setup(t, mysqlEverywhere, "")
+			src := fx.source(t)
+			fx.replace(t, raw)
+			eventually(t, 2*time.Second, "a log line for the rejected file", func() bool {
+				return fx.logs.count("flags file rejected; keeping the last valid flags") > 0
+			})
+			if d := decide(t, src, "pod-a", 1); d.Mode != ModeMySQL {
+				t.Errorf("after a rejected file: %+v, want the last valid flags (mysql)", d)
+			}
+			next := NewFlags()
+			must(t, next.SetMode(Global(), ModeShadow))
+			must(t, fx.file.Write(next))
+			eventually(t, 2*time.Second, "the next valid file to apply", func() bool {
+				return decide(t, src, "pod-a", 1).Mode == ModeShadow
+			})
+		})
+	}
+
+}
+
+// Every way of replacing the file applies within milliseconds, including
+// the two that lose flagd's own file watch for good (an editor that renames
+// the original away, vim's default, and a delete and recreate).
+func TestFlagSourceSeesEveryEditStyle(t *testing.T) {
+	t.Parallel()
+	edits := map[string]func(path string, data []byte) error{
+		"rename over": func(path string, data []byte) error {
+			if err := os.WriteFile(path+".new", data, 0o644); err != nil {
+				return err
+			}
+			return os.Rename(path+".new", path)
+		},
+		"editor renames the original away": func(path string, data []byte) error {
+			if err := os.Rename(path, path+"~"); err != nil {
+				return err
+			}
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				return err
+			}
+			return os.Remove(path + "~")
+		},
+		"deleted and recreated": func(path string, data []byte) error {
+			if err := os.Remove(path); err != nil {
+				return err
+			}
+			time.Sleep(30 * time.Millisecond)
+			return os.WriteFile(path, data, 0o644)
+		},
+		"written in place": func(path string, data []byte) error {
+			return os.WriteFile(path, data, 0o644)
+		},
+	}
+	for name, edit := range edits {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fx := setup(t, NewFlags(), "")
+			src := fx.source(t)
+			for _, mode := range []Mode{ModeShadow, ModeMySQL, ModeShadow} {
+				next := NewFlags()
+				must(t, next.SetMode(Global(), mode))
+				data, err := next.Render()
+				must(t, err)
+				must(t, edit(fx.file.Path, data))
+				eventually(t, time.Second, "the edit to apply to "+string(mode), func() bool {
+					d, err := src.Decide(t.Context(), "pod-a", 1)
+					return err == nil && d.Mode == mode
+				})
+			}
+			if n := fx.logs.count("rejected"); n > 0 {
+				t.Errorf("a transient state of the edit was reported as rejected:\n%s", fx.logs)
+			}
+		})
+	}
+
+	// A Kubernetes ConfigMap volume: the file is a symlink through ..data,
+	// and an update swaps ..data to a new directory.
+	t.Run("configmap symlink swap", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		version := func(n int, m Mode) {
+			f := NewFlags()
+			must(t, f.SetMode(Global(), m))
+			data, err := f.Render()
+			must(t, err)
+			v := filepath.Join(dir, "..v"+string(rune('0'+n)))
+			must(t, os.Mkdir(v, 0o755))
+			must(t, os.WriteFile(filepath.Join(v, "reservoir.flagd.json"), data, 0o644))
+			must(t, os.Symlink(filepath.Base(v), filepath.Join(dir, "..data_tmp")))
+			must(t, os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")))
+		}
+		version(1, ModeShadow)
+		must(t, os.Symlink(filepath.Join("..data", "reservoir.flagd.json"), filepath.Join(dir, "reservoir.flagd.json")))
+		fx := &fixture{file: FlagsFile{Path: filepath.Join(dir, "reservoir.flagd.json")}, logs: &logBuffer{}}
+		src := fx.source(t)
+		if d := decide(t, src, "pod-a", 1); d.Mode != ModeShadow {
+			t.Fatalf("first version: %+v", d)
+		}
+		version(2, ModeMySQL)
+		eventually(t, time.Second, "the swapped version to apply", func() bool {
+			return decide(t, src, "pod-a", 1).Mode == ModeMySQL
+		})
+		if err := fx.file.Write(NewFlags()); err == nil || !strings.Contains(err.Error(), "symlink") {
+			t.Errorf("the writer wrote through a ConfigMap symlink: %v", err)
+		}
+	})
+}
+
+func TestFlagSourceConfig(t *testing.T) {
+	t.Parallel()
+	if _, err := NewFlagSource(t.Context(), FlagSourceConfig{}); err == nil || !strings.Contains(err.Error(), "Path is required") {
+		t.Errorf("empty config: %v", err)
+	}
+	if _, err := NewFlagSource(t.Context(), FlagSourceConfig{Path: filepath.Join(t.TempDir(), "missing.json")}); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing file: %v, want fs.ErrNotExist", err)
+	}
+	if err := (FlagSourceConfig{Path: "x", PollInterval: -1}).WithDefaults().Validate(); err == nil {
+		t.Error("negative PollInterval accepted")
+	}
+	c := FlagSourceConfig{Path: "x"}.WithDefaults()
+	if c.Logger == nil || c.LoadTimeout != 2*time.Second || c.PollInterval != time.Second || c.LogEvery != 10*time.Second {
+		t.Errorf("defaults: %+v", c)
+	}
+}
+
+func TestFlagSourceClose(t *testing.T) {
+	t.Parallel()
+	fx := setup(t, NewFlags(), "")
+	src, err := NewFlagSource(t.Context(), FlagSourceConfig{Path: fx.file.Path, Logger: slog.New(slog.NewTextHandler(fx.logs, nil))})
+	must(t, err)
+	must(t, src.Close())
+	must(t, src.Close())
+	if d, err := src.Decide(t.Context(), "pod-a", 1); d != RedisSafe || !errors.Is(err, ErrFlagsNotLoaded) {
+		t.Errorf("after Close: %+v, %v", d, err)
+	}
+}
+
+// Several sources in one process are independent: each follows its own
+// file.
+func TestFlagSourcesAreIndependent(t *testing.T) {
+	t.Parallel()
+	var srcs []*FlagSource
+	for _, m := range Modes {
+		f := NewFlags()
+		must(t, f.SetMode(Global(), m))
+		srcs = append(srcs, setup(t, f, "").source(t))
+	}
+	for i, src := range srcs {
+		if got := decide(t, src, "pod-a", 1).Mode; got != Modes[i] {
+			t.Errorf("source %d answers %s, want %s", i, got, Modes[i])
+		}
+	}
+}
+
+// (g) The writer never leaves a half-written file: readers racing 200
+// rewrites always read one whole version or the other.
+func TestFlagsFileWritesAreAtomic(t *testing.T) {
+	t.Parallel()
+	small := NewFlags()
+	big := rolloutFlags(t)
+	for shop := int64(10_000); shop < 10_600; shop++ {
+		must(t, big.SetMode(ShopScope(shop), ModeMySQL))
+	}
+	versions := map[string]bool{}
+	for _, f := range []*Flags{small, big} {
+		data, err := f.Render()
+		must(t, err)
+		versions[string(data)] = true
+	}
+	fx := setup(t, small, "")
+
+	ctx, stop := context.WithCancel(t.Context())
+	var readers sync.WaitGroup
+	var reads sync.Map
+	for r := range 4 {
+		readers.Go(func() {
+			n := 0
+			for ctx.Err() == nil {
+				data, err := os.ReadFile(fx.file.Path)
+				if err != nil {
+					t.Errorf("reader %d: %v", r, err)
+					return
+				}
+				if !versions[string(data)] {
+					t.Errorf("reader %d saw a partial file (%d bytes)", r, len(data))
+					return
+				}
+				n++
+			}
+			reads.Store(r, n)
+		})
+	}
+	for i := range 200 {
+		must(t, fx.file.Write([]*Flags{big, small}[i%2]))
+	}
+	stop()
+	readers.Wait()
+	total := 0
+	reads.Range(func(_, n any) bool { total += n.(int); return true })
+	t.Logf("4 readers read the file %d times during 200 rewrites", total)
+
+	entries, err := os.ReadDir(filepath.Dir(fx.file.Path))
+	must(t, err)
+	for _, e := range entries {
+		if e.Name() != filepath.Base(fx.file.Path) && e.Name() != filepath.Base(fx.file.Path)+".lock" {
+			t.Errorf("left behind: %s", e.Name())
+		}
+	}
+}
+
+func TestFlagsFileRefusesInvalidState(t *testing.T) {
+	t.Parallel()
+	fx := setup(t, rolloutFlags(t), "")
+	before, err := os.ReadFile(fx.file.Path)
+	must(t, err)
+
+	_, _, err = fx.file.Update(func(f *Flags) error { return f.SetMode(PodScope("pod-b"), "mysqll") })
+	var fe *FlagsError
+	if !errors.As(err, &fe) || fe.Field != `pods["pod-b"].mode` {
+		t.Errorf("unknown mode: %v", err)
+	}
+	_, _, err = fx.file.Update(func(f *Flags) error {
+		f.Pods["pod-b"] = PodFlags{Mode: ModeShadow, Ramp: &Ramp{Mode: ModeMySQL, Percent: 0}}
+		return nil
+	})
+	if !errors.As(err, &fe) || fe.Field != `pods["pod-b"].ramp.percent` {
+		t.Errorf("bad ramp written straight into the model: %v", err)
+	}
+	_, _, err = fx.file.Update(func(f *Flags) error {
+		return f.EngageKill(Global(), KillRedis, Attribution{Actor: "x"})
+	})
+	if !errors.As(err, &fe) || fe.Field != "kill.reason" {
+		t.Errorf("kill without a reason: %v", err)
+	}
+	after, err := os.ReadFile(fx.file.Path)
+	must(t, err)
+	if !bytes.Equal(before, after) {
+		t.Error("a refused change modified the file")
+	}
+}
+
+// Writers serialise on the lock: concurrent read-modify-writes lose
+// nothing.
+func TestFlagsFileConcurrentUpdates(t *testing.T) {
+	t.Parallel()
+	fx := setup(t, NewFlags(), "")
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			_, _, err := fx.file.Update(func(f *Flags) error {
+				return f.EngageKill(ShopScope(int64(100+i)), KillRedis, Attribution{Actor: "t", Reason: "concurrent"})
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	f, err := fx.file.Read()
+	must(t, err)
+	if len(f.Shops) != 16 {
+		t.Errorf("%d of 16 concurrent kill switches survived", len(f.Shops))
+	}
+}
+
+// Rewriting the same state does not touch the file (no reload, no event).
+func TestFlagsFileSkipsIdenticalWrite(t *testing.T) {
+	t.Parallel()
+	fx := setup(t, rolloutFlags(t), "")
+	fi1, err := os.Stat(fx.file.Path)
+	must(t, err)
+	must(t, fx.file.Write(rolloutFlags(t)))
+	before, after, err := fx.file.Update(func(*Flags) error { return nil })
+	must(t, err)
+	fi2, err := os.Stat(fx.file.Path)
+	must(t, err)
+	if !os.SameFile(fi1, fi2) || !fi1.ModTime().Equal(fi2.ModTime()) {
+		t.Error("an identical write replaced the file")
+	}
+	if !slices.Equal(sortedKeys(before.Pods), sortedKeys(after.Pods)) {
+		t.Error("a no-op update changed the state")
+	}
+}
+
+func BenchmarkFlagSourceDecide(b *testing.B) {
+	for name, f := range map[string]*Flags{
+		"no-targeting":      NewFlags(),
+		"rollout-targeting": rolloutFlags(b),
+	} {
+		b.Run(name, func(b *testing.B) {
+			dir := b.TempDir()
+			file := FlagsFile{Path: filepath.Join(dir, "reservoir.flagd.json")}
+			must(b, file.Write(f))
+			src, err := NewFlagSource(b.Context(), FlagSourceConfig{Path: file.Path, Logger: slog.New(slog.DiscardHandler)})
+			must(b, err)
+			defer src.Close()
+			ctx := context.Background()
+			b.ReportAllocs()
+			shop := int64(0)
+			for b.Loop() {
+				shop++
+				if _, err := src.Decide(ctx, "pod-b", shop%5000+1); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
