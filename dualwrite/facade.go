@@ -151,14 +151,14 @@ func other(a reservation.Authority) reservation.Authority {
 
 // decide evaluates the mode once for the call. A failing source falls back
 // to the Redis-safe decision: the code default must never be the risky one.
-func (f *Facade) decide(ctx context.Context, shop int64) (rollout.Decision, rollout.Plan) {
+func (f *Facade) decide(ctx context.Context, shop int64) (rollout.Decision, rollout.Route) {
 	d, err := f.cfg.Modes.Decide(ctx, f.cfg.Pod, shop)
 	if err != nil || !d.Mode.Valid() || !d.Kill.Valid() {
 		f.metrics.modeFallbacks.Inc()
 		f.cfg.Logger.Warn("dualwrite: mode source failed; using redis", "pod", f.cfg.Pod, "shop", shop, "decision", d, "err", err)
 		d = rollout.RedisSafe
 	}
-	return d, d.Plan()
+	return d, d.Route()
 }
 
 // Close waits, up to ctx, for shadow calls in flight to finish.

@@ -15,7 +15,7 @@ import (
 // outcomes to the observer.
 type call struct {
 	f        *Facade
-	plan     rollout.Plan
+	plan     rollout.Route
 	obs      compare.Observation
 	authDone chan compare.Outcome
 	shadow   shadowCall
@@ -26,7 +26,7 @@ type call struct {
 // begin starts the shadow side. cleanup, when non-nil, runs in the shadow's
 // slot after both sides are known (e.g. release a hold only the shadow got).
 // report decides whether the pair is worth an observation.
-func (f *Facade) begin(ctx context.Context, plan rollout.Plan, op compare.Op, shop int64, token string, shadowStore reservation.Authority,
+func (f *Facade) begin(ctx context.Context, plan rollout.Route, op compare.Op, shop int64, token string, shadowStore reservation.Authority,
 	shadowFn func(ctx context.Context) compare.Outcome, cleanup func(ctx context.Context, a, s compare.Outcome)) *call {
 	c := &call{
 		f:        f,
@@ -71,7 +71,7 @@ func (c *call) observe(a, s compare.Outcome) {
 }
 
 // modeLabel is the mode an observation carries.
-func (f *Facade) modeLabel(plan rollout.Plan) string {
+func (f *Facade) modeLabel(plan rollout.Route) string {
 	if f.cfg.Calibration {
 		return compare.ModeCalibration + "_" + string(plan.Effective)
 	}
@@ -128,7 +128,7 @@ func reserveOutcome(res reservation.ReserveResult, err error) compare.Outcome {
 // authority recorded on its hold, when that store is written in this mode.
 // The kill switch overrides it: then Redis answers. Looking the hold up
 // costs a read; a failing lookup falls back to the mode's authority.
-func (f *Facade) owner(ctx context.Context, d rollout.Decision, plan rollout.Plan, shop int64, token string) reservation.Authority {
+func (f *Facade) owner(ctx context.Context, d rollout.Decision, plan rollout.Route, shop int64, token string) reservation.Authority {
 	if d.Kill != rollout.KillOff || !plan.Shadow {
 		return plan.Authority
 	}
@@ -193,7 +193,7 @@ func (f *Facade) Claim(ctx context.Context, p *reservation.ClaimParams) (reserva
 
 // observeAlone reports a call the shadow did not follow because the
 // authority failed.
-func (f *Facade) observeAlone(plan rollout.Plan, op compare.Op, shop int64, token string, a compare.Outcome, shadow reservation.Authority) {
+func (f *Facade) observeAlone(plan rollout.Route, op compare.Op, shop int64, token string, a compare.Outcome, shadow reservation.Authority) {
 	if f.cfg.Observer == nil {
 		return
 	}

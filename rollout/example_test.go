@@ -39,7 +39,7 @@ func ExampleFlags_EngageKill() {
 	}
 	defer replica.Close()
 	d, _ := replica.Decide(ctx, "pod-b", 1001)
-	fmt.Printf("before: mode %s, kill %s, authority %s\n", d.Mode, d.Kill, d.Plan().Authority)
+	fmt.Printf("before: mode %s, kill %s, authority %s\n", d.Mode, d.Kill, d.Route().Authority)
 
 	// MySQL on pod-b misbehaves: Redis answers again, dual writes go on.
 	_, after, err := file.Update(func(f *rollout.Flags) error {
@@ -58,7 +58,7 @@ func ExampleFlags_EngageKill() {
 			break
 		}
 	}
-	p := d.Plan()
+	p := d.Route()
 	fmt.Printf("after: mode %s, kill %s, authority %s, effective %s\n", d.Mode, d.Kill, p.Authority, p.Effective)
 
 	// Other pods are not affected.

@@ -249,7 +249,7 @@ func TestKillSwitchPropagation(t *testing.T) {
 		writes = append(writes, time.Since(start))
 		engage = append(engage, wait(start, KillRedis)...)
 		for _, src := range srcs {
-			if d := decide(t, src, "pod-b", 4242); d.Kill != KillRedis || d.Plan().Authority != "redis" {
+			if d := decide(t, src, "pod-b", 4242); d.Kill != KillRedis || d.Route().Authority != "redis" {
 				t.Fatalf("an instance went back on its kill switch: %+v", d)
 			}
 		}

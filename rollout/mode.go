@@ -62,7 +62,9 @@ func (k Kill) Valid() bool { return k == KillOff || k == KillRedis || k == KillR
 
 // Decision is what a ModeSource answers for one (pod, shop).
 type Decision struct {
+	// Mode is the scope's migration stage.
 	Mode Mode
+	// Kill is the kill switch in force for the scope; it wins over Mode.
 	Kill Kill
 }
 
@@ -70,9 +72,9 @@ type Decision struct {
 // code default, and what an empty or broken flag file yields.
 var RedisSafe = Decision{Mode: ModeRedis, Kill: KillOff}
 
-// Plan is what the facade does for a decision: which store answers, and
+// Route is what the facade does for a decision: which store answers, and
 // whether (and how) the other is written.
-type Plan struct {
+type Route struct {
 	// Authority answers the caller.
 	Authority reservation.Authority
 	// Shadow is true when the other store is written and compared.
@@ -84,25 +86,25 @@ type Plan struct {
 	Effective Mode
 }
 
-// Plan resolves the kill switch over the mode.
-func (d Decision) Plan() Plan {
+// Route resolves the kill switch over the mode.
+func (d Decision) Route() Route {
 	switch d.Kill {
 	case KillRedisOnly:
-		return Plan{Authority: reservation.AuthorityRedis, Effective: ModeRedis}
+		return Route{Authority: reservation.AuthorityRedis, Effective: ModeRedis}
 	case KillRedis:
 		// Redis answers; MySQL keeps being written so flipping forward
 		// again loses nothing.
-		return Plan{Authority: reservation.AuthorityRedis, Shadow: true, Effective: ModeShadow}
+		return Route{Authority: reservation.AuthorityRedis, Shadow: true, Effective: ModeShadow}
 	}
 	switch d.Mode {
 	case ModeShadow:
-		return Plan{Authority: reservation.AuthorityRedis, Shadow: true, Effective: ModeShadow}
+		return Route{Authority: reservation.AuthorityRedis, Shadow: true, Effective: ModeShadow}
 	case ModeMySQL:
-		return Plan{Authority: reservation.AuthorityMySQL, Shadow: true, WaitShadow: true, Effective: ModeMySQL}
+		return Route{Authority: reservation.AuthorityMySQL, Shadow: true, WaitShadow: true, Effective: ModeMySQL}
 	case ModeMySQLOnly:
-		return Plan{Authority: reservation.AuthorityMySQL, Effective: ModeMySQLOnly}
+		return Route{Authority: reservation.AuthorityMySQL, Effective: ModeMySQLOnly}
 	default:
-		return Plan{Authority: reservation.AuthorityRedis, Effective: ModeRedis}
+		return Route{Authority: reservation.AuthorityRedis, Effective: ModeRedis}
 	}
 }
 

@@ -1,0 +1,186 @@
+// Package topology reads the deployment map: which pods exist, each pod's
+// MySQL and Redis, which pod serves which shop, and the shared control
+// database and flags file. Every reservoir replica reads the same file, so
+// replicas stay stateless and agree on routing.
+package topology
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Config is a topology file.
+type Config struct {
+	// ControlDSN is the database holding the comparer's stats and diffs and
+	// the rollout audit. Required.
+	ControlDSN string `toml:"control_dsn"`
+	// FlagsFile is the flagd flags file every replica watches. Required.
+	FlagsFile string `toml:"flags_file"`
+	// PlanFile is the rollout plan (optional; the rollout command needs it).
+	PlanFile string `toml:"plan_file"`
+	// DefaultRule routes shops no pod lists: "modulo" (shop id modulo the
+	// number of pods, in file order) or "pod:<name>". Default: "modulo".
+	DefaultRule string `toml:"default_rule"`
+	// Pods are the cells, lowest traffic first is customary.
+	Pods []Pod `toml:"pods"`
+}
+
+// Pod is one cell: a group of shops sharing one MySQL and one Redis.
+type Pod struct {
+	// Name identifies the pod in flags, metrics and the plan. Required:
+	// letters, digits, '-' and '_'.
+	Name string `toml:"name"`
+	// MySQLDSN is the pod's ledger and unit-pool database. Required.
+	MySQLDSN string `toml:"mysql_dsn"`
+	// RedisAddr is the pod's standalone Redis (host:port). Exactly one of
+	// RedisAddr and RedisCluster is required.
+	RedisAddr string `toml:"redis_addr"`
+	// RedisCluster lists the pod's Redis Cluster seed nodes.
+	RedisCluster []string `toml:"redis_cluster"`
+	// RedisPrefix starts the pod's Redis keys. Default: "reservoir:".
+	RedisPrefix string `toml:"redis_prefix"`
+	// Shops are routed to this pod explicitly.
+	Shops []int64 `toml:"shops"`
+	// PoolCap is the MySQL unit pool cap. Default: 1000.
+	PoolCap int64 `toml:"pool_cap"`
+}
+
+var podName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// Load reads and validates a topology file.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("topology: %w", err)
+	}
+	return Parse(b)
+}
+
+// Parse decodes and validates a topology. Unknown keys are errors: a typo
+// must not silently route traffic somewhere else.
+func Parse(b []byte) (*Config, error) {
+	var c Config
+	md, err := toml.Decode(string(b), &c)
+	if err != nil {
+		return nil, fmt.Errorf("topology: %w", err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return nil, fmt.Errorf("topology: unknown key(s): %s", strings.Join(keys, ", "))
+	}
+	c = c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// WithDefaults fills in the defaults.
+func (c Config) WithDefaults() Config {
+	if c.DefaultRule == "" {
+		c.DefaultRule = "modulo"
+	}
+	c.Pods = slices.Clone(c.Pods)
+	for i := range c.Pods {
+		if c.Pods[i].RedisPrefix == "" {
+			c.Pods[i].RedisPrefix = "reservoir:"
+		}
+		if c.Pods[i].PoolCap == 0 {
+			c.Pods[i].PoolCap = 1000
+		}
+	}
+	return c
+}
+
+// Validate reports the first problem, naming the field.
+func (c Config) Validate() error {
+	if c.ControlDSN == "" {
+		return errors.New("topology: control_dsn is required")
+	}
+	if c.FlagsFile == "" {
+		return errors.New("topology: flags_file is required")
+	}
+	if len(c.Pods) == 0 {
+		return errors.New("topology: at least one [[pods]] is required")
+	}
+	names := map[string]bool{}
+	owner := map[int64]string{}
+	for i, p := range c.Pods {
+		f := fmt.Sprintf("pods[%d]", i)
+		switch {
+		case !podName.MatchString(p.Name):
+			return fmt.Errorf("topology: %s.name %q must be 1-64 letters, digits, '-' or '_'", f, p.Name)
+		case names[p.Name]:
+			return fmt.Errorf("topology: %s.name %q is used twice", f, p.Name)
+		case p.MySQLDSN == "":
+			return fmt.Errorf("topology: %s.mysql_dsn is required", f)
+		case (p.RedisAddr == "") == (len(p.RedisCluster) == 0):
+			return fmt.Errorf("topology: %s: give exactly one of redis_addr and redis_cluster", f)
+		case strings.ContainsAny(p.RedisPrefix, "{}"):
+			return fmt.Errorf("topology: %s.redis_prefix must not contain braces", f)
+		case p.PoolCap < 1:
+			return fmt.Errorf("topology: %s.pool_cap must be >= 1", f)
+		}
+		names[p.Name] = true
+		for _, s := range p.Shops {
+			if s <= 0 {
+				return fmt.Errorf("topology: %s.shops: %d is not a positive shop id", f, s)
+			}
+			if o, dup := owner[s]; dup {
+				return fmt.Errorf("topology: shop %d is listed by pods %q and %q", s, o, p.Name)
+			}
+			owner[s] = p.Name
+		}
+	}
+	if c.DefaultRule != "modulo" {
+		name, ok := strings.CutPrefix(c.DefaultRule, "pod:")
+		if !ok || !names[name] {
+			return fmt.Errorf("topology: default_rule %q must be \"modulo\" or \"pod:<a pod's name>\"", c.DefaultRule)
+		}
+	}
+	return nil
+}
+
+// PodOf returns the pod serving shop.
+func (c *Config) PodOf(shop int64) (*Pod, error) {
+	if shop <= 0 {
+		return nil, fmt.Errorf("topology: shop must be a positive id, got %d", shop)
+	}
+	for i := range c.Pods {
+		if slices.Contains(c.Pods[i].Shops, shop) {
+			return &c.Pods[i], nil
+		}
+	}
+	if name, ok := strings.CutPrefix(c.DefaultRule, "pod:"); ok {
+		return c.Pod(name)
+	}
+	return &c.Pods[shop%int64(len(c.Pods))], nil
+}
+
+// Pod returns the named pod.
+func (c *Config) Pod(name string) (*Pod, error) {
+	for i := range c.Pods {
+		if c.Pods[i].Name == name {
+			return &c.Pods[i], nil
+		}
+	}
+	return nil, fmt.Errorf("topology: no pod named %q", name)
+}
+
+// PodNames lists the pods in file order.
+func (c *Config) PodNames() []string {
+	out := make([]string, len(c.Pods))
+	for i, p := range c.Pods {
+		out[i] = p.Name
+	}
+	return out
+}

@@ -1,0 +1,200 @@
+package rollout
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/seed31b0e981/reservoir/compare"
+)
+
+// Plan is the order of the migration: pods from the lowest traffic to the
+// highest, and the stages that move them, each with the gates it must pass
+// before the next stage may start.
+type Plan struct {
+	// Pods lists every pod, lowest traffic first.
+	Pods []string `toml:"pods"`
+	// Stages run in order.
+	Stages []Stage `toml:"stages"`
+}
+
+// Stage sets a mode for some pods (optionally for a sticky percentage of
+// their shops).
+type Stage struct {
+	// Name is what status and history call it.
+	Name string `toml:"name"`
+	// Mode is applied to Pods.
+	Mode Mode `toml:"mode"`
+	// Pods are the pods this stage changes.
+	Pods []string `toml:"pods"`
+	// Percent, when 1..99, applies Mode to that share of each pod's shops
+	// only (the rest keep the pod's previous mode). 0 means all of them.
+	Percent int `toml:"percent"`
+	// Gates must pass, on what was observed while this stage was in force,
+	// before the next stage starts.
+	Gates Gates `toml:"gates"`
+}
+
+// Gates are a stage's exit criteria. No data never passes: MinObservations
+// is at least 1.
+type Gates struct {
+	// MinObservations is the fewest dual-written calls to judge on.
+	// Default: 1000.
+	MinObservations int64 `toml:"min_observations"`
+	// MinDuration is the least time the stage must have been in force.
+	// Default: 10m.
+	MinDuration Duration `toml:"min_duration"`
+	// MaxRates caps the rate of each named class (see compare.Classes).
+	// Default: outcome_mismatch and allocation_mismatch 0.001,
+	// shadow_missing 0.005.
+	MaxRates map[compare.Class]float64 `toml:"max_rates"`
+	// MaxShadowErrorRate caps shadow errors, panics and timeouts together.
+	// Default: 0.01.
+	MaxShadowErrorRate float64 `toml:"max_shadow_error_rate"`
+	// MaxLatencyRatio caps the shadow's mean latency over the
+	// authority's. 0 turns the gate off. Default: 0 (off).
+	MaxLatencyRatio float64 `toml:"max_latency_ratio"`
+}
+
+// Duration is a time.Duration written as "10m" in TOML.
+type Duration struct{ time.Duration }
+
+// UnmarshalText parses "90s", "10m", ...
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText writes the duration as text.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// LoadPlan reads and validates a plan file (TOML).
+func LoadPlan(path string) (*Plan, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("rollout: plan: %w", err)
+	}
+	return ParsePlan(b)
+}
+
+// ParsePlan decodes and validates a plan. Unknown keys are errors.
+func ParsePlan(b []byte) (*Plan, error) {
+	var p Plan
+	md, err := toml.Decode(string(b), &p)
+	if err != nil {
+		return nil, fmt.Errorf("rollout: plan: %w", err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return nil, fmt.Errorf("rollout: plan: unknown key(s): %s", strings.Join(keys, ", "))
+	}
+	p.applyDefaults()
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+func (p *Plan) applyDefaults() {
+	for i := range p.Stages {
+		g := &p.Stages[i].Gates
+		if g.MinObservations == 0 {
+			g.MinObservations = 1000
+		}
+		if g.MinDuration.Duration == 0 {
+			g.MinDuration.Duration = 10 * time.Minute
+		}
+		if g.MaxRates == nil {
+			g.MaxRates = map[compare.Class]float64{
+				compare.ClassOutcomeMismatch:    0.001,
+				compare.ClassAllocationMismatch: 0.001,
+				compare.ClassShadowMissing:      0.005,
+			}
+		}
+		if g.MaxShadowErrorRate == 0 {
+			g.MaxShadowErrorRate = 0.01
+		}
+	}
+}
+
+// Validate reports the first problem, naming the field.
+func (p *Plan) Validate() error {
+	if len(p.Pods) == 0 {
+		return errors.New("rollout: plan: pods must list every pod, lowest traffic first")
+	}
+	for i, pod := range p.Pods {
+		if slices.Index(p.Pods, pod) != i {
+			return fmt.Errorf("rollout: plan: pods: %q is listed twice", pod)
+		}
+	}
+	if len(p.Stages) == 0 {
+		return errors.New("rollout: plan: at least one [[stages]] is required")
+	}
+	for i, s := range p.Stages {
+		f := fmt.Sprintf("rollout: plan: stages[%d]", i)
+		switch {
+		case s.Name == "":
+			return fmt.Errorf("%s.name is required", f)
+		case !s.Mode.Valid():
+			return fmt.Errorf("%s.mode %q is not one of %s", f, s.Mode, modeList())
+		case len(s.Pods) == 0:
+			return fmt.Errorf("%s.pods is empty", f)
+		case s.Percent < 0 || s.Percent > 99:
+			return fmt.Errorf("%s.percent must be 0 (all shops) or 1..99, got %d", f, s.Percent)
+		case s.Gates.MinObservations < 1:
+			return fmt.Errorf("%s.gates.min_observations must be >= 1: no data never passes", f)
+		case s.Gates.MinDuration.Duration < 0:
+			return fmt.Errorf("%s.gates.min_duration must not be negative", f)
+		case s.Gates.MaxShadowErrorRate < 0 || s.Gates.MaxShadowErrorRate > 1:
+			return fmt.Errorf("%s.gates.max_shadow_error_rate must be within 0..1", f)
+		case s.Gates.MaxLatencyRatio < 0:
+			return fmt.Errorf("%s.gates.max_latency_ratio must not be negative", f)
+		}
+		for _, pod := range s.Pods {
+			if !slices.Contains(p.Pods, pod) {
+				return fmt.Errorf("%s.pods: %q is not in the plan's pods", f, pod)
+			}
+		}
+		for c, r := range s.Gates.MaxRates {
+			if !slices.Contains(compare.Classes, c) {
+				return fmt.Errorf("%s.gates.max_rates: unknown class %q", f, c)
+			}
+			if r < 0 || r > 1 {
+				return fmt.Errorf("%s.gates.max_rates.%s must be within 0..1", f, c)
+			}
+		}
+	}
+	return nil
+}
+
+// Apply sets stage s on flags.
+func (s Stage) Apply(f *Flags) error {
+	for _, pod := range s.Pods {
+		var err error
+		if s.Percent > 0 {
+			err = f.SetRamp(pod, s.Mode, s.Percent)
+		} else {
+			err = f.SetMode(PodScope(pod), s.Mode)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// GivesMySQLAuthority reports whether the stage makes MySQL the authority
+// for any shop.
+func (s Stage) GivesMySQLAuthority() bool { return s.Mode == ModeMySQL || s.Mode == ModeMySQLOnly }
