@@ -21,7 +21,8 @@ type command struct {
 
 var commands = map[string]command{
 	"migrate":   {"apply or inspect the MySQL schema migrations", runMigrate},
-	"reconcile": {"compare the MySQL unit pools with the ledger and report drift", runReconcile},
+	"reconcile": {"compare each pod's stores item by item; --repair fixes the non-authoritative side", runReconcile},
+	"rollout":   {"status, advance, kill switch, history and the automatic controller", runRollout},
 }
 
 // errUsage means the arguments were wrong; the usage was already printed.
@@ -77,6 +78,11 @@ func newFlags(name, synopsis string, errOut io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// topologyFlag registers --topology, defaulting to $RESERVOIR_TOPOLOGY.
+func topologyFlag(fs *flag.FlagSet) *string {
+	return fs.String("topology", os.Getenv("RESERVOIR_TOPOLOGY"), "topology file (TOML: pods, their MySQL and Redis, the control database, the flags file) (default $RESERVOIR_TOPOLOGY)")
 }
 
 // dsnFlag registers --dsn, defaulting to $RESERVOIR_DSN.

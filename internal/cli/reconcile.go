@@ -2,17 +2,24 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 
-	"github.com/seed31b0e981/reservoir/mysqlstore"
+	"github.com/seed31b0e981/reservoir/internal/reconcile"
+	"github.com/seed31b0e981/reservoir/reservation"
 )
 
 func runReconcile(ctx context.Context, args []string, out, errOut io.Writer) error {
-	fs := newFlags("reconcile", "reconcile [--dsn DSN] [--shop ID] [--pool-cap N]", errOut)
-	dsn := dsnFlag(fs)
-	shop := fs.Int64("shop", 0, "only this shop (0: every shop)")
-	poolCap := fs.Int64("pool-cap", 1000, "the pool cap the stores run with")
+	fs := newFlags("reconcile", "reconcile --topology FILE [--pod NAME] [--shop ID] [--repair] [--authority auto|mysql|redis] [--checkpoint FILE [--resume]] [--json]", errOut)
+	topo := topologyFlag(fs)
+	pod := fs.String("pod", "", "only this pod (default: every pod)")
+	shop := fs.Int64("shop", 0, "only this shop (default: every shop the pod's ledger knows)")
+	repair := fs.Bool("repair", false, "fix what is found on the side that is not the authority (never the authority)")
+	authority := fs.String("authority", "auto", "which store is the truth: auto (from the flags, per shop), mysql or redis")
+	checkpoint := fs.String("checkpoint", "", "file recording the last shop finished, per pod (the pod's name is appended)")
+	resume := fs.Bool("resume", false, "start after the checkpoint")
+	asJSON := fs.Bool("json", false, "print the reports as JSON")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -20,31 +27,75 @@ func runReconcile(ctx context.Context, args []string, out, errOut io.Writer) err
 		fs.Usage()
 		return errUsage
 	}
-	if *dsn == "" {
-		return fmt.Errorf("--dsn is required (or set RESERVOIR_DSN)")
+	var auth reservation.Authority
+	switch *authority {
+	case "auto":
+	case "mysql", "redis":
+		auth = reservation.Authority(*authority)
+	default:
+		return fmt.Errorf("--authority must be auto, mysql or redis, got %q", *authority)
 	}
 	if *shop < 0 {
-		return fmt.Errorf("--shop must be a positive id or 0, got %d", *shop)
+		return fmt.Errorf("--shop must be a positive id, got %d", *shop)
 	}
-	db, err := mysqlstore.Open(*dsn)
+	if *resume && *checkpoint == "" {
+		return fmt.Errorf("--resume needs --checkpoint")
+	}
+	env, err := openOperatorEnv(ctx, *topo, false)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	s, err := mysqlstore.New(mysqlstore.Config{DB: db, PoolCap: *poolCap})
-	if err != nil {
-		return err
+	defer env.Close()
+	rc := reconcile.New(env.pods, env.modes)
+	rc.Progress = errOut
+	pods := env.topo.PodNames()
+	if *pod != "" {
+		if _, err := env.topo.Pod(*pod); err != nil {
+			return err
+		}
+		pods = []string{*pod}
 	}
-	drift, err := s.Reconcile(ctx, *shop)
-	if err != nil {
-		return err
+	var shops []int64
+	if *shop > 0 {
+		shops = []int64{*shop}
 	}
-	for _, d := range drift {
-		fmt.Fprintln(out, d)
+	drift := 0
+	var reports []reconcile.Report
+	for _, p := range pods {
+		o := reconcile.Options{Shops: shops, Repair: *repair, Authority: auth, Resume: *resume}
+		if *checkpoint != "" {
+			o.Checkpoint = *checkpoint + "." + p
+		}
+		rep, err := rc.Run(ctx, p, o)
+		if err != nil {
+			return err
+		}
+		reports = append(reports, rep)
+		for _, f := range rep.Findings {
+			if !f.Repaired {
+				drift++
+			}
+		}
+		if !*asJSON {
+			for _, f := range rep.Findings {
+				state := ""
+				if f.Repaired {
+					state = " (repaired)"
+				}
+				fmt.Fprintf(out, "%s %s: %s%s\n", p, f.Side, f.Detail, state)
+			}
+			fmt.Fprintln(out, rep.Summary())
+		}
 	}
-	fmt.Fprintf(out, "%d finding(s)\n", len(drift))
-	if len(drift) > 0 {
-		return fmt.Errorf("drift found")
+	if *asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(reports); err != nil {
+			return err
+		}
+	}
+	if drift > 0 {
+		return fmt.Errorf("%d finding(s) left", drift)
 	}
 	return nil
 }

@@ -1,0 +1,229 @@
+package cli
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/internal/reconcile"
+	"github.com/seed31b0e981/reservoir/mysqlstore"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+const rolloutSynopsis = `rollout --topology FILE [--plan FILE] ACTION [flags]
+
+actions:
+  status     [--json]                        the stage in force, each pod's mode, each gate with its numbers
+  advance    [--dry-run] [--override --reason R] [--confirm-mysql-only]
+                                             apply the next stage when the gates pass
+  kill       --scope S --reason R [--state redis|redis_only] [--resynced] [--dry-run]
+                                             engage the kill switch (S: global, pod:NAME, shop:ID)
+  release    --scope S --reason R [--dry-run]
+  history    [--limit N]                     every change: who, when, why
+  auto       [--interval D] [--once]         advance when gates pass; kill the stage's pods when one breaks
+  order-pods [--since D]                     the pods ordered by observed traffic, lowest first`
+
+func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error {
+	fs := newFlags("rollout", rolloutSynopsis, errOut)
+	topo := topologyFlag(fs)
+	planPath := fs.String("plan", "", "rollout plan (TOML) (default: the topology's plan_file)")
+	actor := fs.String("actor", defaultActor(), "who is acting, for the audit (default $USER)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return errUsage
+	}
+	action, rest := fs.Arg(0), fs.Args()[1:]
+	sub := newFlags("rollout "+action, rolloutSynopsis, errOut)
+	asJSON := sub.Bool("json", false, "status: print JSON")
+	dryRun := sub.Bool("dry-run", false, "print exactly what would change in the flags file, change nothing")
+	override := sub.Bool("override", false, "advance: although gates fail (needs --reason; audited)")
+	reason := sub.String("reason", "", "why (required for kill, release and overrides)")
+	confirm := sub.Bool("confirm-mysql-only", false, "advance: confirm entering a mysql_only stage")
+	scope := sub.String("scope", "", "kill/release: global, pod:NAME or shop:ID")
+	state := sub.String("state", "redis", "kill: redis (dual writes go on) or redis_only (stop touching MySQL)")
+	resynced := sub.Bool("resynced", false, "kill: Redis was rebuilt from MySQL (needed over a mysql_only scope)")
+	limit := sub.Int("limit", 50, "history: how many changes")
+	interval := sub.Duration("interval", 15*time.Second, "auto: time between steps")
+	once := sub.Bool("once", false, "auto: one step, then exit")
+	since := sub.Duration("since", 24*time.Hour, "order-pods: how far back to count traffic")
+	if err := sub.Parse(rest); err != nil {
+		return err
+	}
+	env, err := openOperatorEnv(ctx, *topo, true)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	if *planPath == "" {
+		*planPath = env.topo.PlanFile
+	}
+	if action == "order-pods" {
+		return orderPods(ctx, env, *since, out)
+	}
+	if *planPath == "" {
+		return errors.New("no plan: give --plan or set plan_file in the topology")
+	}
+	plan, err := rollout.LoadPlan(*planPath)
+	if err != nil {
+		return err
+	}
+	db, err := mysqlstore.Open(env.topo.ControlDSN)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	rc := reconcile.New(env.pods, env.modes)
+	ctl, err := rollout.NewController(rollout.ControllerConfig{DB: db, Flags: rollout.FlagsFile{Path: env.topo.FlagsFile}, Plan: plan, Stats: env.cmp, Reconciler: rc})
+	if err != nil {
+		return err
+	}
+	switch action {
+	case "status":
+		st, err := ctl.Status(ctx)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			enc := json.NewEncoder(out)
+			enc.SetIndent("", "  ")
+			return enc.Encode(st)
+		}
+		printStatus(out, st)
+		return nil
+	case "advance":
+		next, err := ctl.Advance(ctx, rollout.AdvanceOptions{Actor: *actor, Reason: *reason, Override: *override, DryRun: *dryRun, ConfirmMySQLOnly: *confirm, Out: out})
+		if err != nil {
+			return err
+		}
+		if !*dryRun {
+			fmt.Fprintf(out, "applied stage %q: %s on %s\n", next.Name, next.Mode, strings.Join(next.Pods, ", "))
+		}
+		return nil
+	case "kill", "release":
+		sc, err := rollout.ParseScope(*scope)
+		if err != nil {
+			return fmt.Errorf("--scope: %w", err)
+		}
+		o := rollout.KillOptions{Actor: *actor, Reason: *reason, Resynced: *resynced, DryRun: *dryRun, Out: out}
+		if action == "release" {
+			err = ctl.Release(ctx, sc, o)
+		} else {
+			err = ctl.Kill(ctx, sc, rollout.Kill(*state), o)
+		}
+		if err != nil {
+			return err
+		}
+		if !*dryRun {
+			fmt.Fprintf(out, "%s %s: written to %s; replicas obey within milliseconds\n", action, sc, env.topo.FlagsFile)
+		}
+		return nil
+	case "history":
+		hs, err := ctl.History(ctx, *limit)
+		if err != nil {
+			return err
+		}
+		for _, h := range hs {
+			fmt.Fprintf(out, "%s  %-12s %-8s %-14s stage %-2d %s\n", h.At.Format(time.RFC3339), h.Actor, h.Action, h.Scope, h.Stage, h.Reason)
+		}
+		return nil
+	case "auto":
+		for {
+			a, err := ctl.AutoStep(ctx, *actor+" (auto)")
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "%s auto: %s: %s\n", time.Now().UTC().Format(time.RFC3339), a.Did, a.Why)
+			if *once {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(*interval):
+			}
+		}
+	default:
+		fs.Usage()
+		return errUsage
+	}
+}
+
+func defaultActor() string {
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	return "cli"
+}
+
+func printStatus(w io.Writer, st rollout.Status) {
+	name := st.StageName
+	if st.Stage < 0 {
+		name = "(none applied yet)"
+	}
+	fmt.Fprintf(w, "stage %d: %s", st.Stage, name)
+	if !st.Since.IsZero() {
+		fmt.Fprintf(w, " since %s", st.Since.Format(time.RFC3339))
+	}
+	fmt.Fprintln(w)
+	for _, p := range st.Pods {
+		mode := string(p.Mode)
+		if mode == "" {
+			mode = "(global)"
+		}
+		if p.Ramp != nil {
+			mode += fmt.Sprintf(" + %s for %d%% of shops", p.Ramp.Mode, p.Ramp.Percent)
+		}
+		kill := ""
+		if p.Kill.Engaged() {
+			kill = fmt.Sprintf("  KILL SWITCH %s (%s, by %s)", p.Kill.State, p.Kill.Reason, p.Kill.Actor)
+		}
+		fmt.Fprintf(w, "  pod %-10s mode %-20s effective %s/%s%s\n", p.Pod, mode, p.Effective.Mode, p.Effective.Kill, kill)
+	}
+	for _, g := range st.Gates {
+		verdict := "pass"
+		if !g.Pass {
+			verdict = "FAIL"
+		}
+		fmt.Fprintf(w, "  gate %-32s %s  %s\n", g.Gate, verdict, g.Why)
+	}
+	switch {
+	case st.Next == nil:
+		fmt.Fprintln(w, "next: none, the plan is complete")
+	case st.Ready:
+		fmt.Fprintf(w, "next: %q (%s on %s): ready to advance\n", st.Next.Name, st.Next.Mode, strings.Join(st.Next.Pods, ", "))
+	default:
+		fmt.Fprintf(w, "next: %q (%s on %s): blocked by the failing gates above\n", st.Next.Name, st.Next.Mode, strings.Join(st.Next.Pods, ", "))
+	}
+}
+
+// orderPods prints the pods by observed traffic (dual-written calls in
+// the comparer's stats), lowest first: the order a plan should list them.
+func orderPods(ctx context.Context, env *operatorEnv, since time.Duration, out io.Writer) error {
+	type podTraffic struct {
+		pod string
+		n   int64
+	}
+	var ps []podTraffic
+	for _, p := range env.topo.PodNames() {
+		t, err := env.cmp.Totals(ctx, p, time.Now().Add(-since))
+		if err != nil {
+			return err
+		}
+		ps = append(ps, podTraffic{p, t.Observations})
+	}
+	slices.SortStableFunc(ps, func(a, b podTraffic) int { return cmp.Compare(a.n, b.n) })
+	for _, p := range ps {
+		fmt.Fprintf(out, "%-12s %d observations in the last %s\n", p.pod, p.n, since)
+	}
+	return nil
+}

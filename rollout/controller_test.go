@@ -1,0 +1,276 @@
+package rollout_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seed31b0e981/reservoir/compare"
+	"github.com/seed31b0e981/reservoir/internal/testdb"
+	"github.com/seed31b0e981/reservoir/reservation"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+const planText = `
+pods = ["pod-a", "pod-b"]
+
+[[stages]]
+name = "shadow pod-a"
+mode = "shadow"
+pods = ["pod-a"]
+[stages.gates]
+min_observations = 100
+min_duration = "1m"
+
+[[stages]]
+name = "mysql pod-a"
+mode = "mysql"
+pods = ["pod-a"]
+[stages.gates]
+min_observations = 100
+min_duration = "1m"
+max_rates = { outcome_mismatch = 0.01 }
+
+[[stages]]
+name = "mysql_only everywhere"
+mode = "mysql_only"
+pods = ["pod-a", "pod-b"]
+`
+
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+type fakeReconciler struct{ clean bool }
+
+func (f fakeReconciler) Clean(context.Context, string) (bool, string, error) {
+	if f.clean {
+		return true, "no drift", nil
+	}
+	return false, "redis:quantity 3", nil
+}
+
+type ctlBundle struct {
+	ctl   *rollout.Controller
+	cmp   *compare.Comparer
+	flags rollout.FlagsFile
+	clk   *clock
+}
+
+func setupController(t *testing.T, clean bool) *ctlBundle {
+	t.Helper()
+	db := testdb.New(t)
+	plan, err := rollout.ParsePlan([]byte(planText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff := rollout.FlagsFile{Path: filepath.Join(t.TempDir(), "flags.json")}
+	if err := ff.Write(rollout.NewFlags()); err != nil {
+		t.Fatal(err)
+	}
+	cmp, err := compare.New(compare.Config{DB: db.DB, Registerer: prometheus.NewRegistry(), FlushInterval: time.Hour, CleanupInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmp.Close(context.Background()) })
+	clk := &clock{now: time.Now().UTC()}
+	ctl, err := rollout.NewController(rollout.ControllerConfig{DB: db.DB, Flags: ff, Plan: plan, Stats: cmp,
+		Reconciler: fakeReconciler{clean: clean}, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &ctlBundle{ctl: ctl, cmp: cmp, flags: ff, clk: clk}
+}
+
+// observe feeds n observations of pod, mismatches of them outcome
+// mismatches, into the comparer and flushes them to the stats table.
+func (b *ctlBundle) observe(t *testing.T, pod, mode string, n, mismatches int) {
+	t.Helper()
+	for i := range n {
+		shadow := compare.Outcome{Store: reservation.AuthorityRedis, Result: compare.ResultReserved, Latency: time.Millisecond}
+		if i < mismatches {
+			shadow.Result = compare.ResultInsufficient
+			shadow.Short = []reservation.ShortLine{{Item: 1, Requested: 5, Unheld: 0}}
+		}
+		b.cmp.Observe(compare.Observation{Op: compare.OpReserve, Pod: pod, Shop: 1, Token: "t", Mode: mode, At: b.clk.Now(),
+			Authority: compare.Outcome{Store: reservation.AuthorityMySQL, Result: compare.ResultReserved, Latency: time.Millisecond},
+			Shadow:    shadow})
+	}
+	if err := b.cmp.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// c. advance refuses when a gate fails or has no data, naming the gate
+// with its numbers; the dry run prints exactly the flags change (golden).
+func TestAdvanceIsGated(t *testing.T) {
+	b := setupController(t, true)
+	ctx := context.Background()
+	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{}); err == nil || !strings.Contains(err.Error(), "actor") {
+		t.Fatalf("advance without an actor: %v", err)
+	}
+	// The first stage needs no evidence; its dry run is the golden diff.
+	var dry bytes.Buffer
+	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", DryRun: true, Out: &dry}); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "advance-dry-run.golden", strings.ReplaceAll(dry.String(), b.flags.Path, "FLAGS"))
+	if f, _ := b.flags.Read(); f.Resolve("pod-a", 1).Mode != rollout.ModeRedis {
+		t.Fatal("the dry run changed the flags")
+	}
+	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "start"}); err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := b.flags.Read(); f.Resolve("pod-a", 1).Mode != rollout.ModeShadow {
+		t.Fatal("stage 0 not applied")
+	}
+	// No data: refused, and the error says which gate and the numbers.
+	_, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana"})
+	if !errors.Is(err, rollout.ErrGatesFail) || !strings.Contains(err.Error(), "min_observations: 0 observations on [pod-a], need 100") {
+		t.Fatalf("advance with no data: %v", err)
+	}
+	// Enough data, too early.
+	b.observe(t, "pod-a", "shadow", 150, 0)
+	_, err = b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana"})
+	if !errors.Is(err, rollout.ErrGatesFail) || !strings.Contains(err.Error(), "min_duration") || strings.Contains(err.Error(), "min_observations") {
+		t.Fatalf("advance too early: %v", err)
+	}
+	b.clk.Add(2 * time.Minute)
+	st, err := b.ctl.Status(ctx)
+	if err != nil || !st.Ready {
+		t.Fatalf("status after data and time: ready=%v %v: %+v", st.Ready, err, st.Gates)
+	}
+	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "gates pass"}); err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := b.flags.Read(); f.Resolve("pod-a", 1).Mode != rollout.ModeMySQL || f.Resolve("pod-b", 1).Mode != rollout.ModeRedis {
+		t.Fatal("stage 1 not applied to pod-a alone")
+	}
+	// mysql_only needs confirmation, even with passing gates.
+	b.observe(t, "pod-a", "mysql", 150, 0)
+	b.clk.Add(2 * time.Minute)
+	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana"}); err == nil || !strings.Contains(err.Error(), "confirm") {
+		t.Fatalf("advance into mysql_only without confirmation: %v", err)
+	}
+	// An override needs a reason.
+	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Override: true}); err == nil || !strings.Contains(err.Error(), "reason") {
+		t.Fatalf("override without reason: %v", err)
+	}
+}
+
+// Before MySQL becomes an authority the pod must be reconciled.
+func TestAdvanceRefusesUnreconciledPod(t *testing.T) {
+	b := setupController(t, false)
+	ctx := context.Background()
+	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana"}); err != nil {
+		t.Fatal(err)
+	}
+	b.observe(t, "pod-a", "shadow", 150, 0)
+	b.clk.Add(2 * time.Minute)
+	_, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana"})
+	if err == nil || !strings.Contains(err.Error(), "reservoir reconcile --pod pod-a --repair") {
+		t.Fatalf("advance into mysql with drift: %v", err)
+	}
+}
+
+// d. The automatic controller engages the kill switch for the stage's
+// pods when injected mismatches break a gate in a MySQL-authority stage;
+// e. history lists every change with its actor and reason.
+func TestAutoKillsOnBrokenGateAndHistoryRecordsIt(t *testing.T) {
+	b := setupController(t, true)
+	ctx := context.Background()
+	a, err := b.ctl.AutoStep(ctx, "auto")
+	if err != nil || a.Did != "advanced" {
+		t.Fatalf("first auto step: %+v %v", a, err)
+	}
+	b.observe(t, "pod-a", "shadow", 120, 0)
+	b.clk.Add(2 * time.Minute)
+	if a, err = b.ctl.AutoStep(ctx, "auto"); err != nil || a.Did != "advanced" {
+		t.Fatalf("second auto step: %+v %v", a, err)
+	}
+	// In the mysql stage, 5% outcome mismatches against a 1% ceiling.
+	b.observe(t, "pod-a", "mysql", 200, 10)
+	a, err = b.ctl.AutoStep(ctx, "auto")
+	if err != nil || a.Did != "killed" || !strings.Contains(a.Why, "max_rate:outcome_mismatch") {
+		t.Fatalf("auto step with mismatches: %+v %v", a, err)
+	}
+	f, _ := b.flags.Read()
+	if d := f.Resolve("pod-a", 1); d.Kill != rollout.KillRedis || d.Route().Authority != reservation.AuthorityRedis {
+		t.Errorf("pod-a after auto kill: %+v", d)
+	}
+	if d := f.Resolve("pod-b", 1); d.Kill != rollout.KillOff {
+		t.Errorf("pod-b must be untouched: %+v", d)
+	}
+	if err := b.ctl.Release(ctx, rollout.PodScope("pod-a"), rollout.KillOptions{Actor: "ana", Reason: "fixed the pool cap"}); err != nil {
+		t.Fatal(err)
+	}
+	hs, err := b.ctl.History(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, h := range hs {
+		got = append(got, h.Actor+" "+h.Action+" "+h.Scope)
+		if h.Reason == "" || h.Before == "" || h.After == "" {
+			t.Errorf("history entry without reason or flags: %+v", h)
+		}
+	}
+	want := []string{"ana release pod:pod-a", "auto kill pod:pod-a", "auto advance pod-a", "auto advance pod-a"}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Errorf("history %q, want %q", got, want)
+	}
+}
+
+// A kill over a mysql_only scope is refused until Redis is resynced.
+func TestKillOverMySQLOnlyNeedsResync(t *testing.T) {
+	b := setupController(t, true)
+	ctx := context.Background()
+	if _, _, err := b.flags.Update(func(f *rollout.Flags) error { return f.SetMode(rollout.PodScope("pod-b"), rollout.ModeMySQLOnly) }); err != nil {
+		t.Fatal(err)
+	}
+	err := b.ctl.Kill(ctx, rollout.PodScope("pod-b"), rollout.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "incident"})
+	if err == nil || !strings.Contains(err.Error(), "reservoir reconcile --pod pod-b --repair") {
+		t.Fatalf("kill over mysql_only: %v", err)
+	}
+	if err := b.ctl.Kill(ctx, rollout.PodScope("pod-b"), rollout.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "incident", Resynced: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ctl.Kill(ctx, rollout.Global(), rollout.KillRedis, rollout.KillOptions{Actor: "ana"}); err == nil {
+		t.Fatal("a kill without a reason was accepted")
+	}
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	// -update is defined by the package's internal tests (flags_test.go).
+	if f := flag.Lookup("update"); f != nil && f.Value.String() == "true" {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs:\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
