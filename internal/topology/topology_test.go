@@ -53,3 +53,13 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		}
 	}
 }
+
+func TestExampleFileParses(t *testing.T) {
+	c, err := Load("../../deploy/topology.example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Pods) != 2 || c.Pods[1].PoolCap != 1000 {
+		t.Errorf("example topology: %+v", c.Pods)
+	}
+}
