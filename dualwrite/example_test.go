@@ -2,22 +2,17 @@ package dualwrite_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"os"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/dualwrite"
-	"github.com/seed31b0e981/reservoir/migrations"
+	"github.com/seed31b0e981/reservoir/internal/testdb"
+	"github.com/seed31b0e981/reservoir/internal/testredis"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout"
-
-	goredis "github.com/redis/go-redis/v9"
 )
 
 // printer is an Observer that prints each observation's class.
@@ -33,11 +28,13 @@ func (printer) Observe(o compare.Observation) {
 // store that made it.
 func Example() {
 	ctx := context.Background()
-	db, redisClient, prefix, cleanup := exampleServers(ctx)
-	defer cleanup()
+	db, dropDB := testdb.ForExample() // a fresh migrated database
+	defer dropDB()
+	r, dropKeys := testredis.ForExample() // a no-resend client, a fresh key prefix
+	defer dropKeys()
 
-	my, _ := mysqlstore.New(mysqlstore.Config{DB: db})
-	rd, err := redisstore.New(redisstore.Config{Client: redisClient, Prefix: prefix, Ledger: my, Source: my})
+	my, _ := mysqlstore.New(mysqlstore.Config{DB: db.DB})
+	rd, err := redisstore.New(redisstore.Config{Client: r.Client, Prefix: r.Prefix, Ledger: my, Source: my})
 	if err != nil {
 		panic(err)
 	}
@@ -67,40 +64,4 @@ func Example() {
 	// reserve: reserved authority redis
 	// observed claim in mysql mode: match
 	// claim: claimed ledger 8
-}
-
-// exampleServers gives the example a fresh database and key prefix on the
-// servers scripts/services started.
-func exampleServers(ctx context.Context) (*sql.DB, goredis.UniversalClient, string, func()) {
-	cfg, err := mysql.ParseDSN(os.Getenv("RESERVOIR_MYSQL_DSN"))
-	if err != nil {
-		panic(err)
-	}
-	cfg.DBName = fmt.Sprintf("rsv_example_dw_%d", os.Getpid())
-	root, err := sql.Open("mysql", os.Getenv("RESERVOIR_MYSQL_DSN"))
-	if err != nil {
-		panic(err)
-	}
-	if _, err := root.ExecContext(ctx, "CREATE DATABASE "+cfg.DBName); err != nil {
-		panic(err)
-	}
-	db, err := mysqlstore.Open(cfg.FormatDSN())
-	if err != nil {
-		panic(err)
-	}
-	if _, err := migrations.Up(ctx, db); err != nil {
-		panic(err)
-	}
-	client := redisstore.NewClient(&goredis.UniversalOptions{Addrs: []string{os.Getenv("RESERVOIR_REDIS_ADDR")}})
-	prefix := fmt.Sprintf("example-%d:", os.Getpid())
-	return db, client, prefix, func() {
-		db.Close()
-		root.ExecContext(context.Background(), "DROP DATABASE "+cfg.DBName)
-		root.Close()
-		keys, _ := client.Keys(context.Background(), prefix+"*").Result()
-		if len(keys) > 0 {
-			client.Del(context.Background(), keys...)
-		}
-		client.Close()
-	}
 }

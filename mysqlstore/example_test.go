@@ -2,55 +2,22 @@ package mysqlstore_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"os"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
-	"github.com/seed31b0e981/reservoir/migrations"
+	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
-
-// exampleDB makes a throwaway migrated database on the server in
-// $RESERVOIR_MYSQL_DSN (scripts/services prints it).
-func exampleDB(ctx context.Context) (*sql.DB, func()) {
-	cfg, err := mysql.ParseDSN(os.Getenv("RESERVOIR_MYSQL_DSN"))
-	if err != nil {
-		panic(err)
-	}
-	cfg.DBName = fmt.Sprintf("rsv_example_%d", os.Getpid())
-	root, err := sql.Open("mysql", os.Getenv("RESERVOIR_MYSQL_DSN"))
-	if err != nil {
-		panic(err)
-	}
-	if _, err := root.ExecContext(ctx, "CREATE DATABASE "+cfg.DBName); err != nil {
-		panic(err)
-	}
-	db, err := mysqlstore.Open(cfg.FormatDSN())
-	if err != nil {
-		panic(err)
-	}
-	if _, err := migrations.Up(ctx, db); err != nil {
-		panic(err)
-	}
-	return db, func() {
-		db.Close()
-		root.ExecContext(context.Background(), "DROP DATABASE "+cfg.DBName)
-		root.Close()
-	}
-}
 
 // Reserve a cart, then claim it when payment succeeds: the hold goes away
 // and the ledger is deducted, once, in one transaction.
 func Example() {
 	ctx := context.Background()
-	db, cleanup := exampleDB(ctx)
+	db, cleanup := testdb.ForExample() // a fresh migrated database
 	defer cleanup()
 
-	store, err := mysqlstore.New(mysqlstore.Config{DB: db, PoolCap: 100})
+	store, err := mysqlstore.New(mysqlstore.Config{DB: db.DB, PoolCap: 100})
 	if err != nil {
 		panic(err)
 	}

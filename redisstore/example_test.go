@@ -2,69 +2,33 @@ package redisstore_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"os"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-	"github.com/redis/go-redis/v9"
-
-	"github.com/seed31b0e981/reservoir/migrations"
+	"github.com/seed31b0e981/reservoir/internal/testdb"
+	"github.com/seed31b0e981/reservoir/internal/testredis"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
-
-// exampleLedger makes a throwaway migrated database on the server in
-// $RESERVOIR_MYSQL_DSN (scripts/services prints it) for the ledger.
-func exampleLedger(ctx context.Context) (*mysqlstore.Store, func()) {
-	cfg, err := mysql.ParseDSN(os.Getenv("RESERVOIR_MYSQL_DSN"))
-	if err != nil {
-		panic(err)
-	}
-	cfg.DBName = fmt.Sprintf("rsv_example_redis_%d", os.Getpid())
-	root, err := sql.Open("mysql", os.Getenv("RESERVOIR_MYSQL_DSN"))
-	if err != nil {
-		panic(err)
-	}
-	if _, err := root.ExecContext(ctx, "CREATE DATABASE "+cfg.DBName); err != nil {
-		panic(err)
-	}
-	db, err := mysqlstore.Open(cfg.FormatDSN())
-	if err != nil {
-		panic(err)
-	}
-	if _, err := migrations.Up(ctx, db); err != nil {
-		panic(err)
-	}
-	ledger, err := mysqlstore.New(mysqlstore.Config{DB: db, PoolCap: 100})
-	if err != nil {
-		panic(err)
-	}
-	return ledger, func() {
-		db.Close()
-		root.ExecContext(context.Background(), "DROP DATABASE "+cfg.DBName)
-		root.Close()
-	}
-}
 
 // Reserve a cart in Redis, then claim it when payment succeeds: the legacy
 // two-system step deducts the MySQL ledger (once, however often the claim
 // is repeated) and removes the Redis hold.
 func Example() {
 	ctx := context.Background()
-	ledger, cleanup := exampleLedger(ctx)
-	defer cleanup()
+	db, dropDB := testdb.ForExample() // a fresh migrated database for the ledger
+	defer dropDB()
+	ledger, err := mysqlstore.New(mysqlstore.Config{DB: db.DB, PoolCap: 100})
+	if err != nil {
+		panic(err)
+	}
+	// A client that never resends a command (a lost reply must not run a
+	// script twice) and a fresh key prefix.
+	r, dropKeys := testredis.ForExample()
+	defer dropKeys()
 
-	// A client that never resends a command: a lost reply must not run a
-	// script twice.
-	client := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{os.Getenv("RESERVOIR_REDIS_ADDR")}})
-	defer client.Close()
-	prefix := fmt.Sprintf("example:%d:", os.Getpid())
-	defer deleteKeys(client, prefix)
-
-	store, err := redisstore.New(redisstore.Config{Client: client, Ledger: ledger, Prefix: prefix})
+	store, err := redisstore.New(redisstore.Config{Client: r.Client, Ledger: ledger, Prefix: r.Prefix})
 	if err != nil {
 		panic(err)
 	}
@@ -99,12 +63,4 @@ func Example() {
 	// reserved [{1001 1 3}]
 	// claimed replayed: true
 	// ledger: 7 redis unheld: 7
-}
-
-func deleteKeys(c redis.UniversalClient, prefix string) {
-	ctx := context.Background()
-	iter := c.Scan(ctx, 0, prefix+"*", 100).Iterator()
-	for iter.Next(ctx) {
-		c.Del(ctx, iter.Val())
-	}
 }

@@ -95,15 +95,19 @@ func validToken(token string) error {
 	return nil
 }
 
+func validShopToken(shop int64, token string) error {
+	if err := validShop(shop); err != nil {
+		return err
+	}
+	return validToken(token)
+}
+
 // ValidateReserve checks p against l.
 func (l Limits) ValidateReserve(p *ReserveParams) error {
 	if p == nil {
 		return invalid("params", "missing")
 	}
-	if err := validShop(p.Shop); err != nil {
-		return err
-	}
-	if err := validToken(p.Token); err != nil {
+	if err := validShopToken(p.Shop, p.Token); err != nil {
 		return err
 	}
 	if p.TTL < l.MinTTL || p.TTL > l.MaxTTL {
@@ -156,10 +160,7 @@ func (l Limits) ValidateClaim(p *ClaimParams) error {
 	if p == nil {
 		return invalid("params", "missing")
 	}
-	if err := validShop(p.Shop); err != nil {
-		return err
-	}
-	if err := validToken(p.Token); err != nil {
+	if err := validShopToken(p.Shop, p.Token); err != nil {
 		return err
 	}
 	if p.As != AsAuthority && p.As != AsShadow {
@@ -176,10 +177,7 @@ func (l Limits) ValidateRelease(p *ReleaseParams) error {
 	if p == nil {
 		return invalid("params", "missing")
 	}
-	if err := validShop(p.Shop); err != nil {
-		return err
-	}
-	return validToken(p.Token)
+	return validShopToken(p.Shop, p.Token)
 }
 
 // ValidateGet checks p.
@@ -187,10 +185,7 @@ func (l Limits) ValidateGet(p *GetParams) error {
 	if p == nil {
 		return invalid("params", "missing")
 	}
-	if err := validShop(p.Shop); err != nil {
-		return err
-	}
-	return validToken(p.Token)
+	return validShopToken(p.Shop, p.Token)
 }
 
 // ValidateAdjust checks p.
@@ -243,10 +238,7 @@ func (l Limits) ValidateDeduct(p *DeductParams) error {
 	if p == nil {
 		return invalid("params", "missing")
 	}
-	if err := validShop(p.Shop); err != nil {
-		return err
-	}
-	if err := validToken(p.Token); err != nil {
+	if err := validShopToken(p.Shop, p.Token); err != nil {
 		return err
 	}
 	return l.validAllocations("allocations", p.Allocations, false)

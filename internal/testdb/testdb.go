@@ -75,41 +75,78 @@ type DB struct {
 // test ends (unless RESERVOIR_KEEP_DB=1).
 func New(t testing.TB) *DB {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	a := adminDB(t)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "rsv_test_" + hex.EncodeToString(b[:])
-	if _, err := a.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create database %s: %v", name, err)
+	d, drop, err := create(adminDB(t), ServerDSN(t))
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if os.Getenv(EnvKeep) == "1" {
-			t.Logf("kept database %s", name)
+			t.Logf("kept database %s", d.Name)
+			_ = d.Close()
 			return
 		}
-		_, _ = a.ExecContext(context.Background(), "DROP DATABASE IF EXISTS "+name)
+		drop()
 	})
-	cfg, err := mysql.ParseDSN(ServerDSN(t))
+	return d
+}
+
+// ForExample is New for runnable examples, which have no *testing.T: it
+// panics on failure and returns the cleanup to defer.
+func ForExample() (*DB, func()) {
+	server := os.Getenv(EnvDSN)
+	if server == "" {
+		panic(EnvDSN + " is not set: start the servers with `eval \"$(scripts/services start)\"`")
+	}
+	admin, err := sql.Open("mysql", server)
 	if err != nil {
-		t.Fatalf("parse %s: %v", EnvDSN, err)
+		panic(err)
+	}
+	d, drop, err := create(admin, server)
+	if err != nil {
+		panic(err)
+	}
+	return d, func() { drop(); _ = admin.Close() }
+}
+
+// create makes and migrates a database; drop closes and drops it.
+func create(admin *sql.DB, server string) (_ *DB, drop func(), err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "rsv_test_" + hex.EncodeToString(b[:])
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		return nil, nil, fmt.Errorf("create database %s: %w", name, err)
+	}
+	var db *sql.DB
+	drop = func() {
+		if db != nil {
+			_ = db.Close()
+		}
+		_, _ = admin.ExecContext(context.Background(), "DROP DATABASE IF EXISTS "+name)
+	}
+	defer func() {
+		if err != nil {
+			drop()
+		}
+	}()
+	cfg, err := mysql.ParseDSN(server)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse %s: %w", EnvDSN, err)
 	}
 	cfg.DBName = name
 	dsn, err := mysqlstore.DSN(cfg.FormatDSN())
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
-	db, err := mysqlstore.Open(dsn)
-	if err != nil {
-		t.Fatal(err)
+	if db, err = mysqlstore.Open(dsn); err != nil {
+		return nil, nil, err
 	}
 	db.SetMaxOpenConns(200)
-	t.Cleanup(func() { _ = db.Close() })
 	if _, err := migrations.Up(ctx, db); err != nil {
-		t.Fatalf("migrate %s: %v", name, err)
+		return nil, nil, fmt.Errorf("migrate %s: %w", name, err)
 	}
-	return &DB{Name: name, DSN: dsn, DB: db}
+	return &DB{Name: name, DSN: dsn, DB: db}, drop, nil
 }
 
 // Count returns SELECT COUNT(*) of a table (a constant name from the test).

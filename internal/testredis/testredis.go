@@ -114,11 +114,30 @@ func (s *shared) get(t testing.TB, build func() redis.UniversalClient, where str
 	return s.client
 }
 
-func newPrefix(t testing.TB, c redis.UniversalClient, isCluster bool) *Redis {
-	t.Helper()
+// ForExample is New for runnable examples, which have no *testing.T: it
+// panics on failure and returns the cleanup to defer (it deletes the keys
+// and closes the client).
+func ForExample() (*Redis, func()) {
+	addr := os.Getenv(EnvAddr)
+	if addr == "" {
+		panic(EnvAddr + " is not set: start the servers with `eval \"$(scripts/services start)\"`")
+	}
+	r := &Redis{Client: redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1}), Prefix: randomPrefix()}
+	return r, func() {
+		_ = r.deleteKeys(context.Background())
+		_ = r.Client.Close()
+	}
+}
+
+func randomPrefix() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	r := &Redis{Client: c, Prefix: "rsvtest:" + hex.EncodeToString(b[:]) + ":", Cluster: isCluster}
+	return "rsvtest:" + hex.EncodeToString(b[:]) + ":"
+}
+
+func newPrefix(t testing.TB, c redis.UniversalClient, isCluster bool) *Redis {
+	t.Helper()
+	r := &Redis{Client: c, Prefix: randomPrefix(), Cluster: isCluster}
 	t.Cleanup(func() {
 		if os.Getenv(EnvKeep) == "1" {
 			t.Logf("kept redis keys %s*", r.Prefix)
