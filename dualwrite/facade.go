@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -116,6 +117,9 @@ type Facade struct {
 	wg      sync.WaitGroup
 	metrics *metrics
 	order   tokenOrder
+	// lastFallbackLog rate-limits the fallback warning (unix nanoseconds):
+	// a broken flag file must not flood the logs on the hot path.
+	lastFallbackLog atomic.Int64
 }
 
 // New returns a facade.
@@ -155,7 +159,11 @@ func (f *Facade) decide(ctx context.Context, shop int64) (rollout.Decision, roll
 	d, err := f.cfg.Modes.Decide(ctx, f.cfg.Pod, shop)
 	if err != nil || !d.Mode.Valid() || !d.Kill.Valid() {
 		f.metrics.modeFallbacks.Inc()
-		f.cfg.Logger.Warn("dualwrite: mode source failed; using redis", "pod", f.cfg.Pod, "shop", shop, "decision", d, "err", err)
+		now, last := time.Now().UnixNano(), f.lastFallbackLog.Load()
+		if now-last >= int64(time.Second) && f.lastFallbackLog.CompareAndSwap(last, now) {
+			f.cfg.Logger.Warn("dualwrite: mode source failed; using redis (logged at most once a second; see reservoir_dualwrite_mode_fallbacks_total)",
+				"pod", f.cfg.Pod, "shop", shop, "decision", d, "err", err)
+		}
 		d = rollout.RedisSafe
 	}
 	return d, d.Route()
