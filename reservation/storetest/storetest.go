@@ -61,6 +61,7 @@ func Exercise(t *testing.T, newHarness NewHarness) {
 		{"ClaimExpiredHold", testClaimExpired},
 		{"ClaimWhenLedgerLowered", testClaimLedgerLowered},
 		{"SettleAsShadow", testSettleAsShadow},
+		{"SettleWithoutHoldFollowsDeduction", testSettleWithoutHold},
 		{"ReleaseReturnsUnits", testRelease},
 		{"ClaimedTokenIsFinal", testClaimedTokenIsFinal},
 		{"ReapReturnsExpiredHolds", testReap},
@@ -444,6 +445,24 @@ func testSettleAsShadow(t *testing.T, h Harness) {
 	}
 	if _, err := h.Store.Get(ctx(t), &reservation.GetParams{Shop: shop, Token: "cart-2"}); !errors.Is(err, reservation.ErrNotFound) {
 		t.Errorf("hold after settle: %v, want ErrNotFound", err)
+	}
+}
+
+// A shadow that never saw the reservation (its shadow reserve was skipped
+// or failed) still follows the authority's deduction when told to settle:
+// it answers ErrNotFound, and what a buyer can reserve matches the ledger.
+func testSettleWithoutHold(t *testing.T, h Harness) {
+	stock(t, h, 10, 1, 5)
+	d, err := h.Ledger.Deduct(ctx(t), &reservation.DeductParams{Shop: shop, Token: "elsewhere", Allocations: []reservation.Allocation{alloc(10, 1, 2)}})
+	if err != nil || !d.Applied {
+		t.Fatalf("deduct: %+v %v", d, err)
+	}
+	_, err = h.Store.Claim(ctx(t), &reservation.ClaimParams{Shop: shop, Token: "elsewhere", As: reservation.AsShadow, Deducted: d.Allocations})
+	if !errors.Is(err, reservation.ErrNotFound) {
+		t.Fatalf("settle without a hold: %v, want ErrNotFound", err)
+	}
+	if u, l := unheld(t, h, 10, 1), ledger(t, h, 10, 1); u != 3 || l != 3 {
+		t.Errorf("unheld %d, ledger %d; want both 3", u, l)
 	}
 }
 
