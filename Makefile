@@ -30,3 +30,27 @@ vet: ## gofmt check and go vet
 .PHONY: migrate
 migrate: build services ## apply migrations to the local server's "reservoir" database
 	eval "$$(scripts/services env)"; bin/reservoir migrate --dsn "$${RESERVOIR_MYSQL_DSN}reservoir" --create up
+
+DEMO_FLAGS ?=
+
+.PHONY: demo
+demo: build ## the one-command tour: three pods, traffic, a shadow rollout, the dashboard (Ctrl-C stops it)
+	scripts/services start mysql redis >/dev/null
+	eval "$$(scripts/services env)"; bin/reservoir demo $(DEMO_FLAGS)
+
+.PHONY: serve
+serve: build ## bin/reservoir serve on the topology file in RESERVOIR_TOPOLOGY (docs/api.md)
+	bin/reservoir serve --topology "$${RESERVOIR_TOPOLOGY:?set RESERVOIR_TOPOLOGY to a topology file}"
+
+.PHONY: screenshot
+screenshot: ## retake docs/dashboard.png from a live demo in headless Chromium
+	scripts/services start mysql redis >/dev/null
+	eval "$$(scripts/services env)"; RESERVOIR_SCREENSHOT=$(CURDIR)/docs/dashboard.png $(GO) test -count=1 -run TestDemoNewcomerPath ./internal/cli/
+
+BENCH_FLAGS ?= --quick
+BENCH_OUT ?= $(or $(TMPDIR),/tmp)/reservoir-bench
+
+.PHONY: bench
+bench: build ## benchmark (quick, ~2 min; BENCH_FLAGS= for the full ~10 min run); BENCHMARKS.md says more
+	scripts/services start mysql redis >/dev/null
+	eval "$$(scripts/services env)"; bin/reservoir bench $(BENCH_FLAGS) --out "$(BENCH_OUT)"

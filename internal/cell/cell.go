@@ -1,0 +1,411 @@
+// Package cell opens a topology: for every pod its MySQL database, unit-pool
+// store, Redis client, legacy Redis store and dual-write facade; one flag
+// source every facade asks; one comparer on the control database. It is
+// what `reservoir serve` and `reservoir demo` run on.
+//
+// A Cell owns everything it opens and closes it in the safe order: reapers
+// first, then the facades' shadow work (bounded), then the comparer (its
+// last flush), then the flag source, then the connections. It never decides
+// authority or compares outcomes itself: that stays with dualwrite,
+// rollout and compare.
+package cell
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seed31b0e981/reservoir/compare"
+	"github.com/seed31b0e981/reservoir/dualwrite"
+	"github.com/seed31b0e981/reservoir/internal/reconcile"
+	"github.com/seed31b0e981/reservoir/internal/topology"
+	"github.com/seed31b0e981/reservoir/mysqlstore"
+	"github.com/seed31b0e981/reservoir/redisstore"
+	"github.com/seed31b0e981/reservoir/reservation"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// Config configures Open. Open applies WithDefaults, then Validate.
+type Config struct {
+	// Topology is the deployment map. Required.
+	Topology *topology.Config
+	// Registerer receives every metric of the cell: the stores' (labelled
+	// with their pod), the facades', the comparer's and the cell's own.
+	// Default: a private registry (kept, not exported).
+	Registerer prometheus.Registerer
+	// Logger receives the cell's and its parts' logs. Default: slog.Default().
+	Logger *slog.Logger
+	// ShadowTimeout is each facade's shadow deadline (dualwrite.Config).
+	// Default: the facade's (250ms).
+	ShadowTimeout time.Duration
+	// ShadowSlots bounds each facade's concurrent shadow calls
+	// (dualwrite.Config). Default: the facade's (64).
+	ShadowSlots int
+	// MaxOpenConns caps each pod's MySQL connection pool. Default: 64.
+	MaxOpenConns int
+	// RedisPoolSize is each Redis client's connection pool size. Default:
+	// go-redis's (10 per CPU).
+	RedisPoolSize int
+	// ReapInterval is how often the cell's reaper returns expired holds in
+	// every pod's two stores. Negative: no reaper (another replica or a
+	// test reaps). Default: 1s.
+	ReapInterval time.Duration
+	// Compare tunes the comparer; its DB, Registerer and Logger are set by
+	// Open. Default: compare's defaults.
+	Compare compare.Config
+	// FlagPollInterval is the flag source's stat poll (see
+	// rollout.FlagSourceConfig). Default: the source's (1s).
+	FlagPollInterval time.Duration
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.MaxOpenConns == 0 {
+		c.MaxOpenConns = 64
+	}
+	if c.ReapInterval == 0 {
+		c.ReapInterval = time.Second
+	}
+	return c
+}
+
+// Validate reports a setting that cannot work, naming the field.
+func (c Config) Validate() error {
+	switch {
+	case c.Topology == nil:
+		return errors.New("cell: Config.Topology is required")
+	case c.MaxOpenConns < 1:
+		return fmt.Errorf("cell: Config.MaxOpenConns must be >= 1, got %d", c.MaxOpenConns)
+	case c.RedisPoolSize < 0:
+		return fmt.Errorf("cell: Config.RedisPoolSize must not be negative, got %d", c.RedisPoolSize)
+	case c.ShadowTimeout < 0:
+		return fmt.Errorf("cell: Config.ShadowTimeout must not be negative, got %s", c.ShadowTimeout)
+	}
+	return c.Topology.Validate()
+}
+
+// Pod is one opened pod: its stores and the facade in front of them.
+type Pod struct {
+	// Name is the pod's name in the topology.
+	Name string
+	// DB is the pod's MySQL pool (ledger and unit pool).
+	DB *sql.DB
+	// MySQL is the unit-pool store and the ledger.
+	MySQL *mysqlstore.Store
+	// Redis is the legacy store.
+	Redis *redisstore.Store
+	// RedisClient is the pod's Redis connection (possibly shared with
+	// other pods on the same server).
+	RedisClient redis.UniversalClient
+	// Facade is what checkout calls go through.
+	Facade *dualwrite.Facade
+	// Limits are the input limits both stores of the pod accept: the
+	// default limits with MaxQuantity lowered to the pool cap. Validate
+	// with them before calling the facade and an invalid call never
+	// reaches a store or the comparer.
+	Limits reservation.Limits
+}
+
+// Cell is an opened topology. Its methods are safe for concurrent use.
+type Cell struct {
+	// Topology is the map the cell was opened from.
+	Topology *topology.Config
+	// Control is the control database: compare stats and diffs, rollout
+	// state and audit.
+	Control *sql.DB
+	// Flags is the one flag source every facade asks.
+	Flags *rollout.FlagSource
+	// Comparer receives every facade's observations.
+	Comparer *compare.Comparer
+	// Reconciler compares each pod's two stores (reconcile.Reconciler,
+	// the authority of each shop from Flags). It implements
+	// rollout.Reconciler for the controller.
+	Reconciler *reconcile.Reconciler
+
+	cfg     Config
+	log     *slog.Logger
+	pods    []*Pod
+	byName  map[string]*Pod
+	clients []redis.UniversalClient
+	dbs     []*sql.DB
+	reaper  *reaper
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open connects to every database and Redis of the topology and builds the
+// stores, facades, flag source and comparer. It does not migrate; it pings
+// nothing (see Ping), so a server can start while a pod is down and report
+// it in its readiness. On error everything opened so far is closed.
+func Open(ctx context.Context, cfg Config) (_ *Cell, err error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Cell{Topology: cfg.Topology, cfg: cfg, log: cfg.Logger, byName: map[string]*Pod{}}
+	defer func() {
+		if err != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = c.Close(cctx)
+		}
+	}()
+
+	if c.Control, err = c.openDB(cfg.Topology.ControlDSN, "control"); err != nil {
+		return nil, err
+	}
+	c.Flags, err = rollout.NewFlagSource(ctx, rollout.FlagSourceConfig{
+		Path: cfg.Topology.FlagsFile, Logger: cfg.Logger, PollInterval: cfg.FlagPollInterval,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cell: %w", err)
+	}
+	cc := cfg.Compare
+	cc.DB, cc.Registerer, cc.Logger = c.Control, cfg.Registerer, cfg.Logger
+	if c.Comparer, err = compare.New(cc); err != nil {
+		return nil, fmt.Errorf("cell: %w", err)
+	}
+	timer, err := newStoreTimer(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("cell: register metrics: %w", err)
+	}
+	clients := map[string]redis.UniversalClient{}
+	for _, tp := range cfg.Topology.Pods {
+		p, err := c.openPod(tp, clients, timer)
+		if err != nil {
+			return nil, err
+		}
+		c.pods = append(c.pods, p)
+		c.byName[p.Name] = p
+	}
+	rp := make([]reconcile.Pod, len(c.pods))
+	for i, p := range c.pods {
+		rp[i] = reconcile.Pod{Name: p.Name, MySQL: p.MySQL, Redis: p.Redis}
+	}
+	c.Reconciler = reconcile.New(rp, c.Flags)
+	if cfg.ReapInterval > 0 {
+		c.reaper = startReaper(c, cfg.ReapInterval)
+	}
+	return c, nil
+}
+
+func (c *Cell) openDB(dsn, what string) (*sql.DB, error) {
+	db, err := mysqlstore.Open(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("cell: %s database: %w", what, err)
+	}
+	db.SetMaxOpenConns(c.cfg.MaxOpenConns)
+	c.dbs = append(c.dbs, db)
+	return db, nil
+}
+
+// redisKey identifies a Redis deployment, so pods on the same server (the
+// demo's, told apart by key prefix) share one client.
+func redisKey(p topology.Pod) string {
+	if p.RedisAddr != "" {
+		return "addr:" + p.RedisAddr
+	}
+	addrs := slices.Clone(p.RedisCluster)
+	slices.Sort(addrs)
+	return "cluster:" + strings.Join(addrs, ",")
+}
+
+func (c *Cell) openPod(tp topology.Pod, clients map[string]redis.UniversalClient, timer *storeTimer) (*Pod, error) {
+	db, err := c.openDB(tp.MySQLDSN, "pod "+tp.Name)
+	if err != nil {
+		return nil, err
+	}
+	// The stores' metric names carry no pod: the pod becomes a label, so
+	// every pod's stores share one registry.
+	reg := prometheus.WrapRegistererWith(prometheus.Labels{"pod": tp.Name}, c.cfg.Registerer)
+	limits := reservation.Limits{MaxQuantity: min(reservation.DefaultLimits.MaxQuantity, tp.PoolCap)}.WithDefaults()
+	my, err := mysqlstore.New(mysqlstore.Config{DB: db, PoolCap: tp.PoolCap, Limits: limits, Registerer: reg})
+	if err != nil {
+		return nil, fmt.Errorf("cell: pod %s: %w", tp.Name, err)
+	}
+	key := redisKey(tp)
+	client := clients[key]
+	if client == nil {
+		opts := &redis.UniversalOptions{PoolSize: c.cfg.RedisPoolSize}
+		if tp.RedisAddr != "" {
+			opts.Addrs = []string{tp.RedisAddr}
+		} else {
+			opts.Addrs, opts.IsClusterMode = tp.RedisCluster, true
+		}
+		client = redisstore.NewClient(opts)
+		clients[key] = client
+		c.clients = append(c.clients, client)
+	}
+	rd, err := redisstore.New(redisstore.Config{
+		Client: client, Prefix: tp.RedisPrefix, Ledger: my, Source: my, Limits: limits, Registerer: reg,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cell: pod %s: %w", tp.Name, err)
+	}
+	f, err := dualwrite.New(dualwrite.Config{
+		Pod:           tp.Name,
+		Redis:         timer.wrap(tp.Name, rd),
+		MySQL:         timer.wrap(tp.Name, my),
+		Modes:         c.Flags,
+		Observer:      c.Comparer,
+		ShadowTimeout: c.cfg.ShadowTimeout,
+		ShadowSlots:   c.cfg.ShadowSlots,
+		Registerer:    c.cfg.Registerer, // the facade labels its metrics with the pod itself
+		Logger:        c.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cell: pod %s: %w", tp.Name, err)
+	}
+	return &Pod{Name: tp.Name, DB: db, MySQL: my, Redis: rd, RedisClient: client, Facade: f, Limits: limits}, nil
+}
+
+// Pods returns the pods in topology order.
+func (c *Cell) Pods() []*Pod { return slices.Clone(c.pods) }
+
+// Pod returns the named pod, or nil.
+func (c *Cell) Pod(name string) *Pod { return c.byName[name] }
+
+// PodOf returns the pod that serves shop (topology.Config.PodOf).
+func (c *Cell) PodOf(shop int64) (*Pod, error) {
+	tp, err := c.Topology.PodOf(shop)
+	if err != nil {
+		return nil, err
+	}
+	return c.byName[tp.Name], nil
+}
+
+// Health is the reachability of one pod's stores (or of the control
+// database, as pod "control").
+type Health struct {
+	// Pod names the pod ("control" for the control database).
+	Pod string `json:"pod"`
+	// MySQL and Redis are "ok" or the error ("" when not applicable).
+	MySQL string `json:"mysql"`
+	// Redis is "ok" or the error ("" for the control database).
+	Redis string `json:"redis,omitempty"`
+	// OK is true when every store answered.
+	OK bool `json:"ok"`
+}
+
+// Ping checks, concurrently and within ctx, that the control database and
+// every pod's MySQL and Redis answer. It is readiness, not the flag SDK's
+// state: a replica whose flags file is broken still answers (Redis-safe).
+func (c *Cell) Ping(ctx context.Context) []Health {
+	out := make([]Health, len(c.pods)+1)
+	var wg sync.WaitGroup
+	status := func(err error) string {
+		if err != nil {
+			return err.Error()
+		}
+		return "ok"
+	}
+	wg.Go(func() {
+		err := c.Control.PingContext(ctx)
+		out[0] = Health{Pod: "control", MySQL: status(err), OK: err == nil}
+	})
+	for i, p := range c.pods {
+		wg.Go(func() {
+			var myErr, rdErr error
+			var inner sync.WaitGroup
+			inner.Go(func() { myErr = p.DB.PingContext(ctx) })
+			inner.Go(func() { rdErr = pingRedis(ctx, p.RedisClient) })
+			inner.Wait()
+			out[i+1] = Health{Pod: p.Name, MySQL: status(myErr), Redis: status(rdErr), OK: myErr == nil && rdErr == nil}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func pingRedis(ctx context.Context, c redis.UniversalClient) error {
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return n.Ping(ctx).Err() })
+	}
+	return c.Ping(ctx).Err()
+}
+
+// DriftReport is one reconciliation of a pod, for the admin API and the
+// dashboard.
+type DriftReport struct {
+	// Clean is true when nothing but empty-pool notes was found.
+	Clean bool `json:"clean"`
+	// Summary is the report in one line.
+	Summary string `json:"summary"`
+	// Report is the full report, findings included.
+	Report reconcile.Report `json:"report"`
+}
+
+// Reconcile compares a pod's stores now, each shop against its current
+// authority, and repairs nothing. Reservations in flight while it runs can
+// show up as findings that the next run no longer has.
+func (c *Cell) Reconcile(ctx context.Context, pod string) (DriftReport, error) {
+	rep, err := c.Reconciler.Run(ctx, pod, reconcile.Options{})
+	if err != nil {
+		return DriftReport{}, err
+	}
+	clean := true
+	for _, f := range rep.Findings {
+		if f.Kind != string(mysqlstore.DriftEmptyPool) {
+			clean = false
+		}
+	}
+	return DriftReport{Clean: clean, Summary: rep.Summary(), Report: rep}, nil
+}
+
+// Close stops the reaper, waits (within ctx) for every facade's shadow
+// calls, closes the comparer (its last flush of stats and diffs, within
+// ctx), the flag source and every connection. It returns every problem
+// met, joined; calling it again returns the first result.
+func (c *Cell) Close(ctx context.Context) error {
+	c.closeOnce.Do(func() {
+		var errs []error
+		if c.reaper != nil {
+			c.reaper.stop()
+		}
+		for _, p := range c.pods {
+			if err := p.Facade.Close(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("pod %s: %w", p.Name, err))
+			}
+		}
+		if c.Comparer != nil {
+			if err := c.Comparer.Close(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if c.Flags != nil {
+			if err := c.Flags.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		for _, cl := range c.clients {
+			if err := cl.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("redis: %w", err))
+			}
+		}
+		for _, db := range c.dbs {
+			if err := db.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("mysql: %w", err))
+			}
+		}
+		if len(errs) > 0 {
+			c.closeErr = fmt.Errorf("cell: close: %w", errors.Join(errs...))
+		}
+	})
+	return c.closeErr
+}

@@ -1,0 +1,125 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/internal/cell"
+	"github.com/seed31b0e981/reservoir/internal/server"
+	"github.com/seed31b0e981/reservoir/internal/topology"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// newLogger builds the process logger on w: JSON (for log pipelines) or
+// text (for people).
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format must be json or text, got %q", format)
+}
+
+// adminToken reads the admin token: --admin-token-file, else
+// $RESERVOIR_ADMIN_TOKEN. A token is never taken from the command line,
+// where any user of the host could read it in the process list.
+func adminToken(file string) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("--admin-token-file: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	return os.Getenv("RESERVOIR_ADMIN_TOKEN"), nil
+}
+
+func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
+	fs := newFlags("serve", "serve [--topology FILE] [--addr HOST:PORT] [--admin-token-file FILE] [flags]", errOut)
+	topoPath := fs.String("topology", os.Getenv("RESERVOIR_TOPOLOGY"), "topology file (default $RESERVOIR_TOPOLOGY)")
+	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	tokenFile := fs.String("admin-token-file", "", "file holding the admin API's bearer token (default $RESERVOIR_ADMIN_TOKEN; none: admin API disabled)")
+	shutdown := fs.Duration("shutdown-timeout", 15*time.Second, "on SIGTERM/Ctrl-C, how long requests in flight may take to finish")
+	drain := fs.Duration("drain-timeout", 10*time.Second, "then, how long shadow calls and the comparer's last flush may take")
+	logFormat := fs.String("log-format", "json", "log format: json or text")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return errUsage
+	}
+	if *topoPath == "" {
+		return errors.New("--topology is required (or set RESERVOIR_TOPOLOGY)")
+	}
+	log, err := newLogger(errOut, *logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	token, err := adminToken(*tokenFile)
+	if err != nil {
+		return err
+	}
+	topo, err := topology.Load(*topoPath)
+	if err != nil {
+		return err
+	}
+	reg := server.NewRegistry()
+	c, err := cell.Open(ctx, cell.Config{Topology: topo, Registerer: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	closeCell := func() error {
+		dctx, cancel := context.WithTimeout(context.Background(), *drain)
+		defer cancel()
+		return c.Close(dctx)
+	}
+	var ctl *rollout.Controller
+	if topo.PlanFile != "" {
+		plan, err := rollout.LoadPlan(topo.PlanFile)
+		if err == nil {
+			ctl, err = rollout.NewController(rollout.ControllerConfig{DB: c.Control, Flags: rollout.FlagsFile{Path: topo.FlagsFile}, Plan: plan, Stats: c.Comparer, Reconciler: c.Reconciler})
+		}
+		if err != nil {
+			return errors.Join(err, closeCell())
+		}
+	}
+	srv, err := server.New(server.Config{Cell: c, Controller: ctl, Reconciler: server.ReportFunc(func(ctx context.Context, pod string) (any, error) {
+		return c.Reconcile(ctx, pod)
+	}), AdminToken: token, Registry: reg, Logger: log, ShutdownTimeout: *shutdown})
+	if err != nil {
+		return errors.Join(err, closeCell())
+	}
+	defer srv.Close()
+	if token == "" {
+		log.Warn("serve: no admin token ($RESERVOIR_ADMIN_TOKEN or --admin-token-file): the admin API and the dashboard's data are disabled")
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return errors.Join(fmt.Errorf("listen: %w", err), closeCell())
+	}
+	fmt.Fprintf(out, "reservoir serve: listening on http://%s (pods %s; dashboard http://%s/dashboard)\n",
+		ln.Addr(), strings.Join(topo.PodNames(), ", "), ln.Addr())
+	log.Info("serve: listening", "addr", ln.Addr().String(), "pods", topo.PodNames(), "plan", topo.PlanFile != "", "admin", token != "")
+	serr := srv.Serve(ctx, ln)
+	cerr := closeCell()
+	if cerr == nil {
+		log.Info("serve: stopped cleanly")
+	}
+	return errors.Join(serr, cerr)
+}

@@ -1,0 +1,250 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/internal/testdb"
+	"github.com/seed31b0e981/reservoir/internal/testredis"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// serveOutput is a goroutine-safe writer a running command prints to.
+type serveOutput struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (o *serveOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.Write(p)
+}
+
+func (o *serveOutput) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+// waitFor polls out until re matches, and returns the first submatch.
+func (o *serveOutput) waitFor(t *testing.T, re *regexp.Regexp, within time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if m := re.FindStringSubmatch(o.String()); m != nil {
+			return m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s in the output after %s:\n%s", re, within, o.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// apiCall sends a JSON request and decodes the JSON answer.
+func apiCall(t *testing.T, method, url, token string, body any) (int, map[string]any) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer res.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(res.Body).Decode(&out)
+	return res.StatusCode, out
+}
+
+// podDecisions is what a replica's /admin/rollout/status says each pod's
+// shops get, as "pod=mode/kill/authority".
+func podDecisions(t *testing.T, base, token string) string {
+	t.Helper()
+	code, st := apiCall(t, "GET", base+"/admin/rollout/status", token, nil)
+	if code != 200 {
+		t.Fatalf("status: %d %v", code, st)
+	}
+	var parts []string
+	for _, p := range st["pods"].([]any) {
+		pm := p.(map[string]any)
+		e := pm["effective"].(map[string]any)
+		parts = append(parts, fmt.Sprintf("%s=%s/%s/%s", pm["pod"], e["mode"], e["kill"], e["authority"]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// Acceptance (e): two `reservoir serve` replicas on one topology and one
+// flags file agree on every pod's mode, and both obey a kill switch
+// engaged through one of them (the time until the other obeys is
+// measured); released through the other, both follow again. Both stop
+// cleanly on their context (SIGTERM in main).
+func TestServeReplicasShareFlags(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	control, podA, podB := testdb.New(t), testdb.New(t), testdb.New(t)
+	ra, rb := testredis.New(t), testredis.New(t)
+	flags := rollout.FlagsFile{Path: filepath.Join(dir, "flags.json")}
+	if _, _, err := flags.Update(func(f *rollout.Flags) error {
+		if err := f.SetMode(rollout.PodScope("pod-a"), rollout.ModeMySQL); err != nil {
+			return err
+		}
+		return f.SetMode(rollout.PodScope("pod-b"), rollout.ModeShadow)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	plan := filepath.Join(dir, "plan.toml")
+	writeServeFile(t, plan, `pods = ["pod-a", "pod-b"]
+[[stages]]
+name = "shadow on pod-b"
+mode = "shadow"
+pods = ["pod-b"]
+`)
+	topo := filepath.Join(dir, "topology.toml")
+	writeServeFile(t, topo, fmt.Sprintf(`control_dsn = %q
+flags_file = %q
+plan_file = %q
+[[pods]]
+name = "pod-a"
+mysql_dsn = %q
+redis_addr = %q
+redis_prefix = %q
+shops = [1001]
+[[pods]]
+name = "pod-b"
+mysql_dsn = %q
+redis_addr = %q
+redis_prefix = %q
+shops = [2001]
+`, control.DSN, flags.Path, plan, podA.DSN, testredis.Addr(t), ra.Prefix, podB.DSN, testredis.Addr(t), rb.Prefix))
+	const token = "replicas-test-token-0123456789"
+	tokenFile := filepath.Join(dir, "token")
+	writeServeFile(t, tokenFile, token+"\n")
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	type replica struct {
+		base     string
+		out, err *serveOutput
+		done     chan int
+	}
+	listening := regexp.MustCompile(`listening on (http://[0-9.:]+)`)
+	var replicas []*replica
+	for range 2 {
+		r := &replica{out: &serveOutput{}, err: &serveOutput{}, done: make(chan int, 1)}
+		go func() {
+			r.done <- Main(ctx, []string{"serve", "--topology", topo, "--addr", "127.0.0.1:0", "--admin-token-file", tokenFile,
+				"--log-level", "warn", "--shutdown-timeout", "5s"}, r.out, r.err)
+		}()
+		r.base = r.out.waitFor(t, listening, 30*time.Second)
+		replicas = append(replicas, r)
+	}
+	a, b := replicas[0], replicas[1]
+	for _, r := range replicas {
+		if code, body := apiCall(t, "GET", r.base+"/readyz", "", nil); code != 200 {
+			t.Fatalf("readyz %s: %d %v", r.base, code, body)
+		}
+	}
+
+	// They agree on every pod's decision, and act on it.
+	da, db := podDecisions(t, a.base, token), podDecisions(t, b.base, token)
+	if da != db || da != "pod-a=mysql/off/mysql pod-b=shadow/off/redis" {
+		t.Fatalf("the replicas disagree or are wrong:\n  A: %s\n  B: %s", da, db)
+	}
+	if code, body := apiCall(t, "POST", a.base+"/v1/shops/1001/items/7/locations/1/adjust", "", map[string]any{"available": 100}); code != 200 {
+		t.Fatalf("adjust: %d %v", code, body)
+	}
+	reserve := func(r *replica, tok string) string {
+		t.Helper()
+		code, body := apiCall(t, "POST", r.base+"/v1/shops/1001/reservations", "", map[string]any{
+			"token": tok, "lines": []map[string]any{{"item": 7, "quantity": 1, "locations": []int64{1}}}})
+		if code != 201 {
+			t.Fatalf("reserve %s via %s: %d %v", tok, r.base, code, body)
+		}
+		return body["authority"].(string)
+	}
+	if ga, gb := reserve(a, "a1"), reserve(b, "b1"); ga != "mysql" || gb != "mysql" {
+		t.Fatalf("authority before the kill switch: A %s, B %s", ga, gb)
+	}
+
+	// The kill switch through A; B obeys.
+	start := time.Now()
+	code, body := apiCall(t, "POST", a.base+"/admin/killswitch", token, map[string]any{"scope": "pod:pod-a", "reason": "replica test"})
+	if code != 200 || body["audited"] != true {
+		t.Fatalf("kill via A: %d %v", code, body)
+	}
+	viaA := time.Since(start)
+	for podDecisions(t, b.base, token) != "pod-a=mysql/redis/redis pod-b=shadow/off/redis" {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("B never obeyed the kill switch: %s", podDecisions(t, b.base, token))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Logf("kill switch engaged via A: A obeyed %.1f ms after the flags file was written (answer after %s); B obeyed within %s of the request",
+		body["obeyed_after_ms"], viaA.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	if ga, gb := reserve(a, "a2"), reserve(b, "b2"); ga != "redis" || gb != "redis" {
+		t.Fatalf("authority with the kill switch engaged: A %s, B %s", ga, gb)
+	}
+	// Made under MySQL, claimed under Redis authority through the other
+	// replica: once.
+	if code, body := apiCall(t, "POST", b.base+"/v1/shops/1001/reservations/a1/claim", "", nil); code != 200 {
+		t.Fatalf("claim a1 via B: %d %v", code, body)
+	}
+
+	// Released through B; A follows.
+	start = time.Now()
+	if code, body := apiCall(t, "DELETE", b.base+"/admin/killswitch", token, map[string]any{"scope": "pod:pod-a", "reason": "over"}); code != 200 {
+		t.Fatalf("release via B: %d %v", code, body)
+	}
+	for podDecisions(t, a.base, token) != "pod-a=mysql/off/mysql pod-b=shadow/off/redis" {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("A never obeyed the release: %s", podDecisions(t, a.base, token))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Logf("released via B: A followed within %s", time.Since(start).Round(time.Millisecond))
+	if ga := reserve(a, "a3"); ga != "mysql" {
+		t.Fatalf("authority after the release: %s", ga)
+	}
+
+	// SIGTERM: both stop cleanly.
+	stop()
+	for i, r := range replicas {
+		select {
+		case code := <-r.done:
+			if code != 0 {
+				t.Errorf("replica %d exited %d:\n%s", i, code, r.err.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("replica %d did not stop", i)
+		}
+	}
+}
+
+func writeServeFile(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,370 @@
+// Package demo is `reservoir demo`: the one-command tour. It brings up
+// three pods on the throwaway MariaDB and Redis that scripts/services runs
+// (three databases and three Redis key prefixes), migrates them, writes a
+// topology, a flags file and a rollout plan, seeds shops and stock, serves
+// the API and the dashboard in process, runs a traffic generator (many
+// items, a few hot ones, flash sales that drain stock, reserve then claim
+// or release), walks the rollout through the controller (shadow on the
+// lowest-traffic pod, then mysql on it), prints progress, and on Ctrl-C
+// (or after a duration) stops everything it started and drops what it
+// created. The database and Redis servers stay up for the next run.
+//
+// It owns orchestration only: the stores, facades and comparer come from
+// package cell, the HTTP layer from package server, the rollout from
+// package rollout; the traffic goes through the public HTTP API like a
+// checkout service's would.
+package demo
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/compare"
+	"github.com/seed31b0e981/reservoir/internal/cell"
+	"github.com/seed31b0e981/reservoir/internal/server"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// Config configures Run. Run applies WithDefaults, then Validate.
+type Config struct {
+	// Out receives the progress, for a person. Required.
+	Out io.Writer
+	// Addr is where the API and the dashboard listen. When it is taken,
+	// the demo listens on a free port instead and says so. Default:
+	// 127.0.0.1:8088.
+	Addr string
+	// Duration stops the demo after that long; 0 runs until ctx ends
+	// (Ctrl-C).
+	Duration time.Duration
+	// Name starts every database (<Name>_control, <Name>_pod_a, ...) and
+	// Redis key prefix (<Name>:pod-a:, ...) the demo creates; whatever
+	// exists under it is dropped first. Default: reservoir_demo.
+	Name string
+	// Dir holds the topology, flags file, plan and server log. Default: a
+	// new temporary directory, removed at the end unless Keep.
+	Dir string
+	// Keep leaves the databases, keys and Dir in place at the end.
+	Keep bool
+	// MySQLDSN is the MariaDB/MySQL server's DSN without a database, e.g.
+	// root@tcp(127.0.0.1:33306)/. RedisAddr is the Redis server. Default:
+	// $RESERVOIR_MYSQL_DSN and $RESERVOIR_REDIS_ADDR, else what
+	// `Services start mysql redis` prints (starting them if needed).
+	MySQLDSN, RedisAddr string
+	// Services is the path of scripts/services. Default: scripts/services.
+	Services string
+	// Rate is the traffic's target of HTTP requests per second. Default: 150.
+	Rate int
+	// Workers is how many concurrent callers make the traffic. Default: 12.
+	Workers int
+	// GateDuration and MinObservations are the demo plan's gates for each
+	// stage. Defaults: 30s and 200.
+	GateDuration time.Duration
+	// MinObservations: see GateDuration.
+	MinObservations int64
+	// FlashEvery is how often a flash sale starts (the first after a third
+	// of it). Default: 90s.
+	FlashEvery time.Duration
+	// ShadowTimeout is each facade's shadow deadline. Default: 1s, four
+	// times production's default: a laptop that also runs a browser and a
+	// build has pauses a production host has not, and a demo whose gates
+	// trip on them teaches nothing.
+	ShadowTimeout time.Duration
+	// ProgressEvery is how often a progress line is printed. Default: 5s.
+	ProgressEvery time.Duration
+	// AdminToken is the admin API's token. Default: a random one (the demo
+	// prints it: it is a throwaway server on loopback).
+	AdminToken string
+	// Logger receives the server's log. Default: warnings and errors, as
+	// text, to server.log in Dir.
+	Logger *slog.Logger
+	// Ready, when set, is called once the dashboard is up.
+	Ready func(Info)
+}
+
+// Info is what a running demo tells.
+type Info struct {
+	// URL is the API's base URL; Dashboard opens the dashboard with the
+	// token in the URL fragment.
+	URL, Dashboard string
+	// Token is the admin token.
+	Token string
+	// Dir holds the demo's files.
+	Dir string
+	// Topology is the topology file.
+	Topology string
+}
+
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,40}$`)
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Addr == "" {
+		c.Addr = "127.0.0.1:8088"
+	}
+	if c.Name == "" {
+		c.Name = "reservoir_demo"
+	}
+	if c.Services == "" {
+		c.Services = filepath.Join("scripts", "services")
+	}
+	if c.Rate == 0 {
+		c.Rate = 150
+	}
+	if c.Workers == 0 {
+		c.Workers = 12
+	}
+	if c.GateDuration == 0 {
+		c.GateDuration = 30 * time.Second
+	}
+	if c.MinObservations == 0 {
+		c.MinObservations = 200
+	}
+	if c.FlashEvery == 0 {
+		c.FlashEvery = 90 * time.Second
+	}
+	if c.ShadowTimeout == 0 {
+		c.ShadowTimeout = time.Second
+	}
+	if c.ProgressEvery == 0 {
+		c.ProgressEvery = 5 * time.Second
+	}
+	if c.AdminToken == "" {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		c.AdminToken = hex.EncodeToString(b[:])
+	}
+	return c
+}
+
+// Validate reports a setting that cannot work, naming it.
+func (c Config) Validate() error {
+	switch {
+	case c.Out == nil:
+		return errors.New("demo: Config.Out is required")
+	case !nameRE.MatchString(c.Name):
+		return fmt.Errorf("demo: name %q must match %s (it names databases)", c.Name, nameRE)
+	case c.Duration < 0:
+		return fmt.Errorf("demo: duration must not be negative, got %s", c.Duration)
+	case c.Rate < 1 || c.Rate > 5000:
+		return fmt.Errorf("demo: rate must be between 1 and 5000 requests per second, got %d", c.Rate)
+	case c.Workers < 1 || c.Workers > 256:
+		return fmt.Errorf("demo: workers must be between 1 and 256, got %d", c.Workers)
+	case c.GateDuration < time.Second:
+		return fmt.Errorf("demo: gate duration must be at least 1s, got %s", c.GateDuration)
+	case c.MinObservations < 1:
+		return fmt.Errorf("demo: min observations must be at least 1, got %d", c.MinObservations)
+	case len(c.AdminToken) < 16:
+		return errors.New("demo: the admin token must be at least 16 bytes")
+	}
+	return nil
+}
+
+// podSpec is one demo pod: its shops and its share of the traffic.
+type podSpec struct {
+	name   string
+	shops  []int64
+	weight int
+}
+
+// pods are the demo's cells, lowest traffic first.
+var pods = []podSpec{
+	{"pod-a", []int64{1001, 1002}, 1},
+	{"pod-b", []int64{2001, 2002, 2003, 2004}, 3},
+	{"pod-c", []int64{3001, 3002, 3003, 3004, 3005, 3006}, 6},
+}
+
+// walkTo is the last stage the demo applies by itself (mysql on pod-a):
+// the rest is the operator's to try.
+const walkTo = 1
+
+// printer serialises progress lines.
+type printer struct {
+	mu  sync.Mutex
+	out io.Writer
+}
+
+func (p *printer) say(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.out, format+"\n", args...)
+}
+
+// Run runs the demo until ctx ends or Duration passes, then stops and
+// cleans up. It returns nil after a clean stop.
+func Run(ctx context.Context, cfg Config) (err error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	p := &printer{out: cfg.Out}
+	started := time.Now()
+	p.say("reservoir demo: three pods, traffic, a shadow rollout and a kill switch (Ctrl-C stops it)")
+
+	env, err := newEnvironment(ctx, cfg, p)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := env.cleanup(err != nil); cerr != nil {
+			p.say("cleanup: %v", cerr)
+			err = errors.Join(err, cerr)
+		}
+	}()
+	if err := env.create(ctx); err != nil {
+		return err
+	}
+
+	logger := cfg.Logger
+	if logger == nil {
+		f, err := os.Create(filepath.Join(env.dir, "server.log"))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		logger = slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	reg := server.NewRegistry()
+	c, err := cell.Open(ctx, cell.Config{
+		Topology: env.topo, Registerer: reg, Logger: logger, FlagPollInterval: 200 * time.Millisecond, ShadowTimeout: cfg.ShadowTimeout,
+		Compare: compare.Config{FlushInterval: time.Second},
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if cerr := c.Close(cctx); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+	p.say("  seeding %d shops x %d items x %d locations of stock ...", env.shopCount(), items, len(locations))
+	if err := seed(ctx, c); err != nil {
+		return err
+	}
+	plan, err := rollout.LoadPlan(env.topo.PlanFile)
+	if err != nil {
+		return err
+	}
+	ctl, err := rollout.NewController(rollout.ControllerConfig{
+		DB: c.Control, Flags: rollout.FlagsFile{Path: env.topo.FlagsFile}, Plan: plan, Stats: c.Comparer, Reconciler: c.Reconciler,
+	})
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Config{
+		Cell: c, Controller: ctl, AdminToken: cfg.AdminToken, Registry: reg, Logger: logger,
+		Reconciler: server.ReportFunc(func(ctx context.Context, pod string) (any, error) { return c.Reconcile(ctx, pod) }),
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		p.say("  %s is taken (%v); using a free port", cfg.Addr, err)
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return err
+		}
+	}
+	serveCtx, stopServe := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(serveCtx, ln) }()
+	defer func() {
+		stopServe()
+		if serr := <-served; serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}()
+
+	base := "http://" + ln.Addr().String()
+	info := Info{URL: base, Dashboard: base + "/dashboard#token=" + cfg.AdminToken, Token: cfg.AdminToken, Dir: env.dir,
+		Topology: filepath.Join(env.dir, "topology.toml")}
+	if err := waitReady(ctx, base); err != nil {
+		return err
+	}
+	if _, err := ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "demo", Reason: "demo: start with shadow on the lowest-traffic pod"}); err != nil {
+		return err
+	}
+	p.say("  rollout stage 0 applied: %q (Redis answers; MySQL is written and compared)", plan.Stages[0].Name)
+	printWelcome(p, info, cfg)
+	if cfg.Ready != nil {
+		cfg.Ready(info)
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	if cfg.Duration > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithTimeout(runCtx, cfg.Duration)
+		defer cancel()
+	}
+	gen := newTraffic(base, cfg, p)
+	var wg sync.WaitGroup
+	wg.Go(func() { gen.run(runCtx) })
+	w := &walker{ctl: ctl, c: c, p: p, plan: plan, since: started}
+	w.loop(runCtx, gen, cfg.ProgressEvery)
+	wg.Wait()
+
+	reason := "the duration passed"
+	if ctx.Err() != nil {
+		reason = "interrupted"
+	}
+	p.say("stopping (%s) after %s: %s", reason, time.Since(started).Round(time.Second), gen.totals())
+	p.say("  stopping the server (requests in flight finish), draining shadow writes, flushing the comparer ...")
+	return nil
+}
+
+// waitReady polls /readyz until every store answers.
+func waitReady(ctx context.Context, base string) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, "GET", base+"/readyz", nil)
+		res, err := http.DefaultClient.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("%s: %s", res.Status, bytes.TrimSpace(body))
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("demo: the server never became ready: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func printWelcome(p *printer, info Info, cfg Config) {
+	host := strings.TrimPrefix(info.URL, "http://")
+	p.say("")
+	p.say("  dashboard:   %s", info.Dashboard)
+	p.say("  API:         %s   (docs/api.md)", info.URL)
+	p.say("  admin token: %s", info.Token)
+	p.say("  files:       %s (topology.toml, flags.json, plan.toml, server.log)", info.Dir)
+	p.say("")
+	p.say("  What to try:")
+	p.say("    - watch pod-a go from shadow to mysql once its gates pass (%s, %d observations)", cfg.GateDuration, cfg.MinObservations)
+	p.say("    - press \"Kill switch...\" on pod-a in the dashboard: Redis answers again within milliseconds")
+	p.say("    - or from a shell:")
+	p.say("        export TOKEN=%s", info.Token)
+	p.say(`        curl -s -X POST -H "Authorization: Bearer $TOKEN" -d '{"scope":"pod:pod-a","reason":"trying the demo"}' http://%s/admin/killswitch`, host)
+	p.say(`        curl -s -X POST -d '{"token":"my-cart","lines":[{"item":5,"quantity":1,"locations":[1,2]}]}' http://%s/v1/shops/1001/reservations`, host)
+	p.say(`        reservoir rollout --topology %s status`, info.Topology)
+	p.say("")
+}

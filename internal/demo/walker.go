@@ -1,0 +1,148 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/internal/cell"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// walker prints progress and walks the rollout up to walkTo, through the
+// controller: it advances only when the stage's gates pass and the
+// reconciler finds the pod clean, exactly as `reservoir rollout advance`
+// would.
+type walker struct {
+	ctl   *rollout.Controller
+	c     *cell.Cell
+	p     *printer
+	plan  *rollout.Plan
+	since time.Time
+
+	lastReq   int64
+	lastAt    time.Time
+	refusals  int
+	announced bool
+}
+
+// loop runs until ctx ends: a rollout step every 2 seconds, a progress
+// line every progress.
+func (w *walker) loop(ctx context.Context, gen *traffic, progress time.Duration) {
+	step := time.NewTicker(2 * time.Second)
+	defer step.Stop()
+	show := time.NewTicker(progress)
+	defer show.Stop()
+	w.lastAt = time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-step.C:
+			w.step(ctx)
+		case <-show.C:
+			w.progress(ctx, gen)
+		}
+	}
+}
+
+func (w *walker) step(ctx context.Context) {
+	st, err := w.ctl.Status(ctx)
+	if err != nil || st.Stage >= walkTo || !st.Ready {
+		return
+	}
+	next, err := w.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "demo", Reason: "demo: the stage's gates pass"})
+	switch {
+	case err == nil:
+		w.p.say("rollout: the gates of %q pass (%d observations, every ceiling held): applied %q", st.StageName, st.Evidence.Observations, next.Name)
+		if next.Mode == rollout.ModeMySQL {
+			w.p.say("rollout: MySQL now answers for %s; Redis is still written and waited for, so the kill switch is lossless. Try it.",
+				strings.Join(next.Pods, ", "))
+		}
+	case errors.Is(err, rollout.ErrGatesFail):
+		// A gate broke between the status and the advance: the next step tells.
+	default:
+		// The reconciler refuses while holds are in flight between the
+		// stores; it usually passes on a later try.
+		w.refusals++
+		if w.refusals == 1 || w.refusals%10 == 0 {
+			w.p.say("rollout: %v (will retry)", err)
+		}
+	}
+}
+
+func (w *walker) progress(ctx context.Context, gen *traffic) {
+	now := time.Now()
+	req := gen.requests.Load()
+	rps := float64(req-w.lastReq) / now.Sub(w.lastAt).Seconds()
+	w.lastReq, w.lastAt = req, now
+	var b strings.Builder
+	fmt.Fprintf(&b, "[%5s] %3.0f req/s, %d reserved (%d insufficient), %d claimed, %d released, %d failed |",
+		now.Sub(w.since).Round(time.Second), rps, gen.reserved.Load(), gen.insufficient.Load(), gen.claimed.Load(), gen.released.Load(), gen.failed.Load())
+	for _, p := range w.c.Pods() {
+		d, _ := w.c.Flags.Decide(ctx, p.Name, 0)
+		rt := d.Route()
+		fmt.Fprintf(&b, " %s %s", p.Name, rt.Effective)
+		if d.Kill != rollout.KillOff {
+			fmt.Fprintf(&b, " (KILL %s)", d.Kill)
+		}
+		if rt.Shadow {
+			if t, err := w.c.Comparer.Totals(ctx, p.Name, w.since); err == nil {
+				live := t.Live()
+				fmt.Fprintf(&b, " [%d compared, mismatch %.2f%%]", live.Observations, 100*live.MismatchRate)
+			}
+		}
+		b.WriteString(";")
+	}
+	if st, err := w.ctl.Status(ctx); err == nil {
+		switch {
+		case st.Next == nil:
+			fmt.Fprintf(&b, " | stage %q, the last", st.StageName)
+		case st.Ready:
+			fmt.Fprintf(&b, " | stage %q: gates pass for %q", st.StageName, st.Next.Name)
+		default:
+			fmt.Fprintf(&b, " | stage %q, next %q waits on: %s", st.StageName, st.Next.Name, waiting(st.Gates))
+		}
+		if st.Stage >= walkTo && !w.announced {
+			w.announced = true
+			defer w.p.say("the demo walked as far as it goes by itself; the next stages are yours: `reservoir rollout --topology %s/topology.toml advance`", dirOf(w.c))
+		}
+	}
+	w.p.say("%s", b.String())
+}
+
+// waiting names the gates that do not pass yet, briefly.
+func waiting(gs []rollout.GateResult) string {
+	var parts []string
+	for _, g := range gs {
+		if g.Pass {
+			continue
+		}
+		switch g.Gate {
+		case "min_observations":
+			parts = append(parts, fmt.Sprintf("observations %.0f/%.0f", g.Value, g.Limit))
+		case "min_duration":
+			parts = append(parts, fmt.Sprintf("time %.0fs/%.0fs", g.Value, g.Limit))
+		default:
+			// A ceiling within its limit fails only for want of data,
+			// which min_observations already says.
+			if g.Breaking {
+				parts = append(parts, fmt.Sprintf("%s %.4f > %.4f", g.Gate, g.Value, g.Limit))
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return "nothing"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func dirOf(c *cell.Cell) string {
+	f := c.Topology.FlagsFile
+	if i := strings.LastIndexByte(f, '/'); i > 0 {
+		return f[:i]
+	}
+	return "."
+}

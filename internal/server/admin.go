@@ -1,0 +1,573 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/compare"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// admin puts h behind the bearer token. The token is compared as a
+// SHA-256 digest in constant time, so neither its bytes nor its length
+// leak through timing; it is never logged.
+func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		deny := func(code, msg string) {
+			s.metrics.authFailures.WithLabelValues(code).Inc()
+			w.Header().Set("WWW-Authenticate", `Bearer realm="reservoir admin"`)
+			writeProblem(w, r, problem{Status: http.StatusUnauthorized, Code: code, Message: msg})
+		}
+		if s.tokenHash == nil {
+			deny("admin_disabled", "the admin API is disabled: start serve with an admin token ($RESERVOIR_ADMIN_TOKEN or --admin-token-file)")
+			return
+		}
+		scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+			deny("unauthorized", "the admin API needs an Authorization: Bearer <token> header")
+			return
+		}
+		sum := sha256.Sum256([]byte(token))
+		if subtle.ConstantTimeCompare(sum[:], s.tokenHash[:]) != 1 {
+			deny("unauthorized", "wrong admin token")
+			return
+		}
+		h(w, r)
+	}
+}
+
+// actor is who makes an admin change: ActorHeader when it is a short
+// printable name, else "admin-api".
+func actor(r *http.Request) string {
+	a := strings.TrimSpace(r.Header.Get(ActorHeader))
+	if a == "" || len(a) > 64 {
+		return "admin-api"
+	}
+	for i := 0; i < len(a); i++ {
+		if a[i] < 0x20 || a[i] > 0x7e {
+			return "admin-api"
+		}
+	}
+	return a
+}
+
+// KillView is a kill switch as the admin API shows it.
+type KillView struct {
+	// State is "off", "redis" or "redis_only".
+	State rollout.Kill `json:"state"`
+	// Reason, Actor and Since say why, who and when (set while engaged).
+	Reason string     `json:"reason,omitempty"`
+	Actor  string     `json:"actor,omitempty"`
+	Since  *time.Time `json:"since,omitempty"`
+}
+
+func killView(k rollout.KillSwitch) KillView {
+	v := KillView{State: k.State, Reason: k.Reason, Actor: k.Actor}
+	if v.State == "" {
+		v.State = rollout.KillOff
+	}
+	if !k.Since.IsZero() {
+		t := k.Since.UTC()
+		v.Since = &t
+	}
+	return v
+}
+
+// DecisionView is what this replica's flag source answers for a scope,
+// and the route it implies.
+type DecisionView struct {
+	// Mode and Kill are the flag values.
+	Mode rollout.Mode `json:"mode"`
+	Kill rollout.Kill `json:"kill"`
+	// Authority is the store that answers.
+	Authority string `json:"authority"`
+	// Effective is the mode applied after the kill switch.
+	Effective rollout.Mode `json:"effective"`
+	// Error is set when the flag source failed and answered Redis-safe.
+	Error string `json:"error,omitempty"`
+}
+
+func (s *Server) decide(ctx context.Context, pod string, shop int64) DecisionView {
+	d, err := s.cfg.Cell.Flags.Decide(ctx, pod, shop)
+	rt := d.Route()
+	v := DecisionView{Mode: d.Mode, Kill: d.Kill, Authority: string(rt.Authority), Effective: rt.Effective}
+	if err != nil {
+		v.Error = err.Error()
+	}
+	return v
+}
+
+// PodView is one pod's flags and what this replica does with them.
+type PodView struct {
+	// Pod names the pod.
+	Pod string `json:"pod"`
+	// Mode is the pod's own mode in the flags file ("" follows the global
+	// mode).
+	Mode rollout.Mode `json:"mode"`
+	// Ramp is the pod's percentage stage, if any.
+	Ramp *rollout.Ramp `json:"ramp,omitempty"`
+	// Kill is the kill switch set on the pod itself.
+	Kill KillView `json:"kill"`
+	// File is what the flags file resolves to for a shop of the pod without
+	// an override.
+	File DecisionView `json:"file"`
+	// Effective is what this replica's flag source answers for such a
+	// shop. It differs from File only while a change propagates (or when
+	// the file is invalid and the last valid version stays in force).
+	Effective DecisionView `json:"effective"`
+	// Shops are the shops the topology routes to the pod explicitly.
+	Shops []int64 `json:"shops"`
+}
+
+// ShopView is a shop with its own flags.
+type ShopView struct {
+	// Shop is the shop; Pod the pod that serves it.
+	Shop int64  `json:"shop"`
+	Pod  string `json:"pod"`
+	// Mode is the shop's own mode ("" follows its pod).
+	Mode rollout.Mode `json:"mode,omitempty"`
+	// Kill is the kill switch set on the shop itself.
+	Kill KillView `json:"kill"`
+	// Effective is what this replica's flag source answers for the shop.
+	Effective DecisionView `json:"effective"`
+}
+
+// RolloutView is the answer of GET /admin/rollout/status.
+type RolloutView struct {
+	// FlagsFile is the flags file every replica watches.
+	FlagsFile string `json:"flags_file"`
+	// FlagsLoaded is this replica's flag source's own state (not the
+	// OpenFeature SDK's): false while the file is invalid since start.
+	FlagsLoaded bool `json:"flags_loaded"`
+	// FlagsError is set when the file cannot be read or parsed now.
+	FlagsError string `json:"flags_error,omitempty"`
+	// GlobalMode and GlobalKill are the global scope.
+	GlobalMode rollout.Mode `json:"global_mode"`
+	// GlobalKill is the global kill switch.
+	GlobalKill KillView `json:"global_kill"`
+	// Pods are in topology order.
+	Pods []PodView `json:"pods"`
+	// Shops are the shops with their own mode or kill switch.
+	Shops []ShopView `json:"shops"`
+	// Plan is the controller's status (stage, next stage, gates with their
+	// numbers); null without a plan file.
+	Plan *rollout.Status `json:"plan"`
+	// PlanMessage explains a null Plan or a failed status.
+	PlanMessage string `json:"plan_message,omitempty"`
+	// At is when this answer was made.
+	At time.Time `json:"at"`
+}
+
+func (s *Server) rolloutStatus(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	c := s.cfg.Cell
+	v := RolloutView{FlagsFile: c.Topology.FlagsFile, FlagsLoaded: c.Flags.Loaded(), At: time.Now().UTC(), Pods: []PodView{}, Shops: []ShopView{}}
+	flags, err := rollout.FlagsFile{Path: c.Topology.FlagsFile}.Read()
+	if err != nil {
+		v.FlagsError = err.Error()
+		flags = rollout.NewFlags()
+	}
+	v.GlobalMode, v.GlobalKill = flags.Mode, killView(flags.Kill)
+	for _, tp := range c.Topology.Pods {
+		pf := flags.Pods[tp.Name]
+		d := flags.Resolve(tp.Name, 0)
+		rt := d.Route()
+		v.Pods = append(v.Pods, PodView{
+			Pod: tp.Name, Mode: pf.Mode, Ramp: pf.Ramp, Kill: killView(pf.Kill),
+			File:      DecisionView{Mode: d.Mode, Kill: d.Kill, Authority: string(rt.Authority), Effective: rt.Effective},
+			Effective: s.decide(ctx, tp.Name, 0),
+			Shops:     append([]int64{}, tp.Shops...),
+		})
+	}
+	shops := make([]int64, 0, len(flags.Shops))
+	for id := range flags.Shops {
+		shops = append(shops, id)
+	}
+	slices.Sort(shops)
+	for _, id := range shops {
+		sf := flags.Shops[id]
+		sv := ShopView{Shop: id, Mode: sf.Mode, Kill: killView(sf.Kill)}
+		if pod, err := c.PodOf(id); err == nil && pod != nil {
+			sv.Pod = pod.Name
+			sv.Effective = s.decide(ctx, pod.Name, id)
+		}
+		v.Shops = append(v.Shops, sv)
+	}
+	switch {
+	case s.cfg.Controller == nil:
+		v.PlanMessage = "no rollout plan is configured (the topology's plan_file): stages and gates are not available"
+	default:
+		st, err := s.cfg.Controller.Status(ctx)
+		if err != nil {
+			v.PlanMessage = "rollout status failed: " + err.Error()
+		} else {
+			v.Plan = &st
+		}
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) rolloutHistory(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Controller == nil {
+		writeProblem(w, r, problem{Status: http.StatusNotImplemented, Code: "no_plan",
+			Message: "no rollout plan is configured (the topology's plan_file), so there is no controller and no audit to read"})
+		return
+	}
+	limit, p := intParam(r, "limit", 20, 1, 500)
+	if p != nil {
+		writeProblem(w, r, *p)
+		return
+	}
+	h, err := s.cfg.Controller.History(r.Context(), limit)
+	if err != nil {
+		s.internal(w, r, "rollout history", err)
+		return
+	}
+	if h == nil {
+		h = []rollout.AuditEntry{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"entries": h})
+}
+
+func (s *Server) internal(w http.ResponseWriter, r *http.Request, what string, err error) {
+	s.log.Error("server: "+what+" failed", "request_id", RequestID(r.Context()), "err", err)
+	status, code := http.StatusInternalServerError, "internal"
+	if errors.Is(err, context.DeadlineExceeded) {
+		status, code = http.StatusServiceUnavailable, "unavailable"
+	}
+	writeProblem(w, r, problem{Status: status, Code: code, Message: what + " failed: " + err.Error()})
+}
+
+// KillRequest is the body of POST and DELETE /admin/killswitch.
+type KillRequest struct {
+	// Scope is "global", "pod:<name>" or "shop:<id>". Required.
+	Scope string `json:"scope"`
+	// State is "redis" (default: Redis answers, dual writes go on) or
+	// "redis_only" (MySQL is not touched at all). Engage only.
+	State rollout.Kill `json:"state"`
+	// Reason says why, for the on-call engineer who reads the flags file
+	// or the audit. Required.
+	Reason string `json:"reason"`
+	// Resynced confirms Redis was rebuilt from MySQL for a scope that runs
+	// mysql_only; without it such a kill is refused (409). Engage only.
+	Resynced bool `json:"resynced"`
+}
+
+// KillResponse is the answer of a kill switch change.
+type KillResponse struct {
+	// Scope is the scope changed, in its text form.
+	Scope string `json:"scope"`
+	// Kill is the switch now set on the scope in the flags file.
+	Kill KillView `json:"kill"`
+	// Actor made the change.
+	Actor string `json:"actor"`
+	// Audited is true when the change went through the rollout controller
+	// and was recorded in the audit table (a plan is configured).
+	Audited bool `json:"audited"`
+	// ObeyedAfterMs is how long after the file was written this replica's
+	// flag source answered accordingly; null if not within KillWait.
+	ObeyedAfterMs *float64 `json:"obeyed_after_ms"`
+	// Effective is this replica's decision for the scope now.
+	Effective DecisionView `json:"effective"`
+}
+
+// readKill reads a kill request from the JSON body, or (DELETE only, for
+// curl) from the query parameters scope and reason when there is no body.
+func (s *Server) readKill(w http.ResponseWriter, r *http.Request) (KillRequest, rollout.Scope, *problem) {
+	var req KillRequest
+	if r.Method == http.MethodDelete && r.ContentLength <= 0 && r.URL.Query().Get("scope") != "" {
+		req.Scope, req.Reason = r.URL.Query().Get("scope"), r.URL.Query().Get("reason")
+		_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, 1024))
+	} else if p := s.decodeBody(w, r, &req); p != nil {
+		return req, rollout.Scope{}, p
+	}
+	if strings.TrimSpace(req.Scope) == "" {
+		return req, rollout.Scope{}, badInput("scope", `scope: required: "global", "pod:<name>" or "shop:<id>"`)
+	}
+	scope, err := rollout.ParseScope(req.Scope)
+	if err != nil {
+		return req, rollout.Scope{}, badInput("scope", "scope: %v", err)
+	}
+	if scope.Kind == rollout.ScopePod && s.cfg.Cell.Pod(scope.Pod) == nil {
+		return req, rollout.Scope{}, badInput("scope", "scope: no pod %q in the topology (pods: %s)", scope.Pod, strings.Join(s.cfg.Cell.Topology.PodNames(), ", "))
+	}
+	if strings.TrimSpace(req.Reason) == "" {
+		return req, rollout.Scope{}, badInput("reason", "reason: required: say why, for whoever reads the flags file in an incident")
+	}
+	if len(req.Reason) > 500 {
+		return req, rollout.Scope{}, badInput("reason", "reason: at most 500 bytes, got %d", len(req.Reason))
+	}
+	return req, scope, nil
+}
+
+// representative is the (pod, shop) whose decision shows whether this
+// replica obeys a change of scope.
+func (s *Server) representative(scope rollout.Scope) (string, int64) {
+	switch scope.Kind {
+	case rollout.ScopePod:
+		return scope.Pod, 0
+	case rollout.ScopeShop:
+		if pod, err := s.cfg.Cell.PodOf(scope.Shop); err == nil && pod != nil {
+			return pod.Name, scope.Shop
+		}
+	}
+	return s.cfg.Cell.Topology.Pods[0].Name, scope.Shop
+}
+
+// waitObeyed polls this replica's flag source until it answers what the
+// flags file now says for scope, up to KillWait, and returns how long
+// that took after start (nil if it did not).
+func (s *Server) waitObeyed(ctx context.Context, scope rollout.Scope, start time.Time) (*float64, DecisionView) {
+	pod, shop := s.representative(scope)
+	flags, err := rollout.FlagsFile{Path: s.cfg.Cell.Topology.FlagsFile}.Read()
+	if err != nil {
+		return nil, s.decide(ctx, pod, shop)
+	}
+	want := flags.Resolve(pod, shop)
+	deadline := time.Now().Add(s.cfg.KillWait)
+	for {
+		d, err := s.cfg.Cell.Flags.Decide(ctx, pod, shop)
+		if err == nil && d == want {
+			ms := float64(time.Since(start).Microseconds()) / 1000
+			s.metrics.killObeyed.Observe(ms / 1000)
+			return &ms, s.decide(ctx, pod, shop)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, s.decide(ctx, pod, shop)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (s *Server) engageKill(w http.ResponseWriter, r *http.Request) {
+	req, scope, p := s.readKill(w, r)
+	if p != nil {
+		writeProblem(w, r, *p)
+		return
+	}
+	if req.State == "" {
+		req.State = rollout.KillRedis
+	}
+	if req.State != rollout.KillRedis && req.State != rollout.KillRedisOnly {
+		writeProblem(w, r, *badInput("state", `state: want "redis" (dual writes go on) or "redis_only" (MySQL untouched), got %q`, req.State))
+		return
+	}
+	who := actor(r)
+	ff := rollout.FlagsFile{Path: s.cfg.Cell.Topology.FlagsFile}
+	cur, err := ff.Read()
+	if err != nil {
+		s.internal(w, r, "read the flags file", err)
+		return
+	}
+	if pods := s.mysqlOnlyUnder(cur, scope); len(pods) > 0 && !req.Resynced {
+		writeProblem(w, r, problem{Status: http.StatusConflict, Code: "refused", Field: "resynced",
+			Message: fmt.Sprintf("%s runs mysql_only: Redis has no current view, so the kill switch would lose reservations; "+
+				"rebuild Redis from MySQL first (reservoir reconcile --pod %s --repair --from mysql), then send resynced: true", strings.Join(pods, ", "), pods[0])})
+		return
+	}
+	start := time.Now()
+	audited := s.cfg.Controller != nil
+	if audited {
+		err = s.cfg.Controller.Kill(r.Context(), scope, req.State, rollout.KillOptions{Actor: who, Reason: req.Reason, Resynced: req.Resynced})
+	} else {
+		_, _, err = ff.Update(func(f *rollout.Flags) error {
+			return f.EngageKill(scope, req.State, rollout.Attribution{Actor: who, Reason: req.Reason})
+		})
+	}
+	if err != nil {
+		s.internal(w, r, "engage the kill switch", err)
+		return
+	}
+	s.log.Warn("server: kill switch engaged", "request_id", RequestID(r.Context()), "scope", scope.String(), "state", req.State,
+		"actor", who, "reason", req.Reason, "audited", audited)
+	s.killAnswer(w, r, ff, scope, who, audited, start)
+}
+
+func (s *Server) releaseKill(w http.ResponseWriter, r *http.Request) {
+	req, scope, p := s.readKill(w, r)
+	if p != nil {
+		writeProblem(w, r, *p)
+		return
+	}
+	if req.State != "" || req.Resynced {
+		writeProblem(w, r, *badInput("state", "state and resynced are for engaging; releasing takes scope and reason"))
+		return
+	}
+	who := actor(r)
+	ff := rollout.FlagsFile{Path: s.cfg.Cell.Topology.FlagsFile}
+	start := time.Now()
+	audited := s.cfg.Controller != nil
+	var err error
+	if audited {
+		err = s.cfg.Controller.Release(r.Context(), scope, rollout.KillOptions{Actor: who, Reason: req.Reason})
+	} else {
+		_, _, err = ff.Update(func(f *rollout.Flags) error {
+			return f.ReleaseKill(scope, rollout.Attribution{Actor: who, Reason: req.Reason})
+		})
+	}
+	if err != nil {
+		s.internal(w, r, "release the kill switch", err)
+		return
+	}
+	s.log.Warn("server: kill switch released", "request_id", RequestID(r.Context()), "scope", scope.String(),
+		"actor", who, "reason", req.Reason, "audited", audited)
+	s.killAnswer(w, r, ff, scope, who, audited, start)
+}
+
+func (s *Server) killAnswer(w http.ResponseWriter, r *http.Request, ff rollout.FlagsFile, scope rollout.Scope, who string, audited bool, start time.Time) {
+	obeyed, eff := s.waitObeyed(r.Context(), scope, start)
+	resp := KillResponse{Scope: scope.String(), Actor: who, Audited: audited, ObeyedAfterMs: obeyed, Effective: eff}
+	if f, err := ff.Read(); err == nil {
+		resp.Kill = killView(f.KillAt(scope))
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// mysqlOnlyUnder lists the topology's pods within scope that run
+// mysql_only (for a shop scope: the shop's own decision).
+func (s *Server) mysqlOnlyUnder(f *rollout.Flags, scope rollout.Scope) []string {
+	var out []string
+	for _, name := range s.cfg.Cell.Topology.PodNames() {
+		if scope.Kind == rollout.ScopePod && scope.Pod != name {
+			continue
+		}
+		if scope.Kind == rollout.ScopeShop {
+			if pod, _ := s.representative(scope); pod != name {
+				continue
+			}
+		}
+		if f.Resolve(name, scope.Shop).Mode == rollout.ModeMySQLOnly {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// intParam reads an optional integer query parameter within [lo, hi].
+func intParam(r *http.Request, name string, def, lo, hi int) (int, *problem) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return 0, badInput(name, "%s: want an integer between %d and %d, got %q", name, lo, hi, v)
+	}
+	return n, nil
+}
+
+// podParam reads the optional pod query parameter ("" is every pod).
+func (s *Server) podParam(r *http.Request, required bool) (string, *problem) {
+	pod := r.URL.Query().Get("pod")
+	if pod == "" {
+		if required {
+			return "", badInput("pod", "pod: required (pods: %s)", strings.Join(s.cfg.Cell.Topology.PodNames(), ", "))
+		}
+		return "", nil
+	}
+	if s.cfg.Cell.Pod(pod) == nil {
+		return "", badInput("pod", "pod: no pod %q in the topology (pods: %s)", pod, strings.Join(s.cfg.Cell.Topology.PodNames(), ", "))
+	}
+	return pod, nil
+}
+
+// DiffsResponse is the answer of GET /admin/diffs.
+type DiffsResponse struct {
+	// Pod is the pod asked for ("" for every pod).
+	Pod string `json:"pod"`
+	// Diffs are the records, newest first.
+	Diffs []compare.DiffRecord `json:"diffs"`
+}
+
+func (s *Server) diffs(w http.ResponseWriter, r *http.Request) {
+	pod, p := s.podParam(r, false)
+	if p == nil {
+		var limit int
+		if limit, p = intParam(r, "limit", 20, 1, 1000); p == nil {
+			ds, err := s.cfg.Cell.Comparer.RecentDiffs(r.Context(), pod, limit)
+			if err != nil {
+				s.internal(w, r, "read diff records", err)
+				return
+			}
+			if ds == nil {
+				ds = []compare.DiffRecord{}
+			}
+			writeJSON(w, http.StatusOK, DiffsResponse{Pod: pod, Diffs: ds})
+			return
+		}
+	}
+	writeProblem(w, r, *p)
+}
+
+// StatsResponse is the answer of GET /admin/stats: the comparer's stats
+// summed over every replica (each flushes every few seconds), plus the
+// live (non-calibration) and calibration summaries.
+type StatsResponse struct {
+	compare.Totals
+	// Live merges every non-calibration mode: what the gates judge.
+	Live compare.Summary `json:"live"`
+	// Calibration merges the calibration modes: the noise floor.
+	Calibration compare.Summary `json:"calibration"`
+}
+
+// sinceParam reads since: an RFC 3339 time, or a duration meaning that long
+// ago ("15m"). Default: 1h ago.
+func sinceParam(r *http.Request, now time.Time) (time.Time, *problem) {
+	v := r.URL.Query().Get("since")
+	if v == "" {
+		return now.Add(-time.Hour), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, badInput("since", `since: want an RFC 3339 time ("2025-03-04T05:06:07Z") or a positive duration ("15m"), got %q`, v)
+}
+
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
+	pod, p := s.podParam(r, false)
+	if p != nil {
+		writeProblem(w, r, *p)
+		return
+	}
+	since, p := sinceParam(r, time.Now())
+	if p != nil {
+		writeProblem(w, r, *p)
+		return
+	}
+	t, err := s.cfg.Cell.Comparer.Totals(r.Context(), pod, since)
+	if err != nil {
+		s.internal(w, r, "read compare stats", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, StatsResponse{Totals: t, Live: t.Live(), Calibration: t.Calibration()})
+}
+
+func (s *Server) series(w http.ResponseWriter, r *http.Request) {
+	pod, p := s.podParam(r, false)
+	if p != nil {
+		writeProblem(w, r, *p)
+		return
+	}
+	points, p := intParam(r, "points", 60, 1, maxSamples)
+	if p != nil {
+		writeProblem(w, r, *p)
+		return
+	}
+	pods := s.cfg.Cell.Topology.PodNames()
+	if pod != "" {
+		pods = []string{pod}
+	}
+	writeJSON(w, http.StatusOK, s.sampler.series(pods, points))
+}

@@ -1,0 +1,312 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// adminCalls is every admin endpoint with a request that works when
+// authorised.
+var adminCalls = []struct {
+	method, path string
+	body         any
+	want         int
+}{
+	{"GET", "/admin/rollout/status", nil, 200},
+	{"GET", "/admin/rollout/history", nil, 501}, // no plan in this harness
+	{"GET", "/admin/diffs?pod=pod-a&limit=5", nil, 200},
+	{"GET", "/admin/stats?pod=pod-a&since=15m", nil, 200},
+	{"GET", "/admin/series?pod=pod-a", nil, 200},
+	{"POST", "/admin/reconcile?pod=pod-a", nil, 200},
+	{"GET", "/admin/reconcile?pod=pod-a", nil, 200},
+	{"POST", "/admin/killswitch", map[string]any{"scope": "shop:1002", "reason": "auth test"}, 200},
+	{"DELETE", "/admin/killswitch", map[string]any{"scope": "shop:1002", "reason": "auth test over"}, 200},
+}
+
+// Acceptance (c): without a token or with a wrong one every admin endpoint
+// answers 401 (and changes nothing); with the token it works. The token
+// never appears in the logs.
+func TestAdminNeedsTheToken(t *testing.T) {
+	t.Parallel()
+	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeShadow}})
+	before, err := h.flags.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range adminCalls {
+		for _, auth := range []struct{ name, header string }{
+			{"no token", ""},
+			{"wrong token", "Bearer " + adminToken + "x"},
+			{"wrong scheme", "Basic " + adminToken},
+			{"empty bearer", "Bearer "},
+			{"prefix of the token", "Bearer " + adminToken[:10]},
+		} {
+			r := h.do(c.method, c.path, c.body, "", "Authorization", auth.header)
+			if r.status != http.StatusUnauthorized || !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Bearer") || str(r.body["error"]) != "unauthorized" {
+				t.Errorf("%s %s with %s: %d %s", c.method, c.path, auth.name, r.status, trim(r.raw))
+			}
+		}
+	}
+	if after, _ := h.flags.Read(); after.KillAt(rollout.ShopScope(1002)).Engaged() || len(after.Shops) != len(before.Shops) {
+		t.Fatal("an unauthorised call changed the flags file")
+	}
+	for _, c := range adminCalls {
+		if r := h.admin(c.method, c.path, c.body); r.status != c.want {
+			t.Errorf("%s %s with the token: %d %s", c.method, c.path, r.status, trim(r.raw))
+		}
+	}
+	if strings.Contains(h.logBuf.String(), adminToken[:12]) {
+		t.Error("the admin token appears in the log")
+	}
+	if !strings.Contains(h.logBuf.String(), `"route":"GET /admin/rollout/status"`) {
+		t.Error("no access log line for the admin calls")
+	}
+}
+
+// A server without a token has no admin API at all.
+func TestAdminDisabledWithoutToken(t *testing.T) {
+	t.Parallel()
+	h := setup(t, options{noToken: true})
+	for _, tok := range []string{"", adminToken} {
+		r := h.do("GET", "/admin/rollout/status", nil, tok)
+		if r.status != http.StatusUnauthorized || str(r.body["error"]) != "admin_disabled" {
+			t.Errorf("token %q: %d %s", tok, r.status, r.raw)
+		}
+	}
+}
+
+// The kill switch through the admin API: a pod in mysql mode answers with
+// MySQL authority; engaged, the next reserve is answered by Redis (the
+// flags file records who and why, and this replica reports how fast it
+// obeyed); released, MySQL answers again. Bad requests name the field.
+func TestAdminKillSwitch(t *testing.T) {
+	t.Parallel()
+	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeMySQL}})
+	h.stock(1001, 7, 1, 100)
+	if r := h.reserve(1001, "before", 7, 1); r.status != 201 || str(r.body["authority"]) != "mysql" {
+		t.Fatalf("reserve in mysql mode: %d %s", r.status, r.raw)
+	}
+	for _, c := range []struct {
+		body  any
+		field string
+	}{
+		{map[string]any{"reason": "x"}, "scope"},
+		{map[string]any{"scope": "pod:nope", "reason": "x"}, "scope"},
+		{map[string]any{"scope": "planet:mars", "reason": "x"}, "scope"},
+		{map[string]any{"scope": "pod:pod-a"}, "reason"},
+		{map[string]any{"scope": "pod:pod-a", "reason": "x", "state": "off"}, "state"},
+		{map[string]any{"scope": "pod:pod-a", "reason": "x", "why": "y"}, "why"},
+	} {
+		if r := h.admin("POST", "/admin/killswitch", c.body); r.status != 400 || str(r.body["field"]) != c.field {
+			t.Errorf("engage %v: %d %s", c.body, r.status, r.raw)
+		}
+	}
+
+	r := h.do("POST", "/admin/killswitch", map[string]any{"scope": "pod:pod-a", "reason": "p99 over 2s"}, adminToken, "X-Reservoir-Actor", "alice")
+	if r.status != 200 || r.body["audited"] != false || r.body["obeyed_after_ms"] == nil {
+		t.Fatalf("engage: %d %s", r.status, r.raw)
+	}
+	t.Logf("this replica obeyed the kill switch %.1f ms after the flags file was written", num(r.body["obeyed_after_ms"]))
+	f, err := h.flags.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := f.KillAt(rollout.PodScope("pod-a")); k.State != rollout.KillRedis || k.Actor != "alice" || k.Reason != "p99 over 2s" {
+		t.Fatalf("flags file: %+v", k)
+	}
+	if r := h.reserve(1001, "after", 7, 1); r.status != 201 || str(r.body["authority"]) != "redis" {
+		t.Fatalf("reserve with the kill switch engaged: %d %s", r.status, r.raw)
+	}
+	// A reservation made under MySQL authority is still claimed once.
+	if r := h.do("POST", "/v1/shops/1001/reservations/before/claim", nil, ""); r.status != 200 {
+		t.Fatalf("claim across the flip: %d %s", r.status, r.raw)
+	}
+	st := h.admin("GET", "/admin/rollout/status", nil)
+	if !strings.Contains(st.raw, `"kill":{"state":"redis","reason":"p99 over 2s","actor":"alice"`) {
+		t.Errorf("status does not show the switch: %s", st.raw)
+	}
+
+	// Release, with scope and reason as query parameters (for curl).
+	if r := h.admin("DELETE", "/admin/killswitch?scope=pod:pod-a&reason=fixed", nil); r.status != 200 || str(mapOf(r.body["kill"])["state"]) != "off" {
+		t.Fatalf("release: %d %s", r.status, r.raw)
+	}
+	if r := h.reserve(1001, "released", 7, 1); r.status != 201 || str(r.body["authority"]) != "mysql" {
+		t.Fatalf("reserve after release: %d %s", r.status, r.raw)
+	}
+}
+
+func mapOf(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
+}
+
+// /healthz, /readyz and /metrics: the stores answer, and one scrape has
+// the API's, the stores', the facade's, the comparer's and the Go
+// runtime's metrics, plus the flags this replica obeys.
+func TestHealthAndMetrics(t *testing.T) {
+	t.Parallel()
+	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeShadow}})
+	if r := h.do("GET", "/healthz", nil, ""); r.status != 200 {
+		t.Fatalf("healthz: %d", r.status)
+	}
+	r := h.do("GET", "/readyz", nil, "")
+	if r.status != 200 || r.body["ready"] != true || strings.Count(r.raw, `"ok":true`) != 3 {
+		t.Fatalf("readyz: %d %s", r.status, r.raw)
+	}
+	h.stock(1001, 7, 1, 10)
+	h.reserve(1001, "m1", 7, 1)
+	h.flush()
+	m := h.do("GET", "/metrics", nil, "")
+	for _, want := range []string{
+		`reservoir_api_operations_total{code="201",op="reserve",pod="pod-a"} 1`,
+		`reservoir_compare_observations_total{class="match",mode="shadow",op="reserve",pod="pod-a"} 1`,
+		`reservoir_store_call_seconds_count{op="reserve",pod="pod-a",result="ok",store="mysql"} 1`,
+		`reservoir_mysql_conn_hold_seconds_count{caller="reserve",pod="pod-a"}`,
+		`reservoir_redis_script_seconds_count{pod="pod-a",script="reserve"}`,
+		`reservoir_dualwrite_shadow_skipped_total{pod="pod-a"} 0`,
+		`reservoir_rollout_mode{mode="shadow",pod="pod-a"} 1`,
+		`reservoir_rollout_kill_switch{pod="pod-a",state="off"} 1`,
+		`reservoir_http_requests_total{code="201",route="POST /v1/shops/{shop}/reservations"} 1`,
+		`go_goroutines`,
+		`process_open_fds`,
+	} {
+		if !strings.Contains(m.raw, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// The series behind the dashboard's rates and latency: after traffic,
+// pod-a shows operations per second, compared calls, and per-store reserve
+// latency.
+func TestAdminSeries(t *testing.T) {
+	t.Parallel()
+	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeShadow}})
+	h.stock(1001, 7, 1, 1000)
+	for i := range 20 {
+		h.reserve(1001, "s"+string(rune('a'+i)), 7, 1)
+	}
+	h.flush()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r := h.admin("GET", "/admin/series?pod=pod-a&points=1", nil)
+		pts, _ := mapOf(r.body["pods"])["pod-a"].([]any)
+		if len(pts) == 1 {
+			p := mapOf(pts[0])
+			lat := mapOf(p["latency"])
+			if num(p["ops_per_sec"]) > 0 && num(p["observations_per_sec"]) > 0 && mapOf(lat["redis"])["reserve"] != nil && mapOf(lat["mysql"])["reserve"] != nil {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("series never showed the traffic: %s", r.raw)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Graceful shutdown: a request in flight when the server is told to stop
+// finishes with its answer, new connections are refused, and Serve returns
+// nil. Then closing the cell drains the facade and flushes the comparer.
+func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
+	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeMySQL}, noHTTP: true})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- h.srv.Serve(ctx, ln) }()
+	base := "http://" + ln.Addr().String()
+	client := &http.Client{Timeout: 10 * time.Second}
+	post := func(path, body string) (int, error) {
+		res, err := client.Post(base+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		res.Body.Close()
+		return res.StatusCode, nil
+	}
+	if code, err := post("/v1/shops/1001/items/7/locations/1/adjust", `{"available": 10}`); err != nil || code != 200 {
+		t.Fatalf("adjust: %d %v", code, err)
+	}
+	// Hold the ledger row so the next adjust waits inside the server.
+	tx, err := h.pods["pod-a"].db.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec("SELECT available FROM inventory_ledger WHERE shop_id = 1001 FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var code int
+	var reqErr error
+	wg.Go(func() { code, reqErr = post("/v1/shops/1001/items/7/locations/1/adjust", `{"delta": 5}`) })
+	time.Sleep(300 * time.Millisecond) // the adjust is now waiting on the row lock
+	stop()
+	time.Sleep(100 * time.Millisecond)
+	if _, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil {
+		t.Error("a new connection was accepted after shutdown began")
+	}
+	select {
+	case err := <-served:
+		t.Fatalf("Serve returned %v while a request was in flight", err)
+	default:
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if reqErr != nil || code != 200 {
+		t.Fatalf("the request in flight got %d %v", code, reqErr)
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return after the last request")
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.cell.Close(cctx); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("close cell: %v", err)
+	}
+}
+
+// A pod whose Redis is down: /readyz says which store of which pod, and
+// the pod's calls answer 503 with Retry-After (the authority did not
+// answer), while the other pod keeps working.
+func TestAuthorityDown(t *testing.T) {
+	t.Parallel()
+	h := setup(t, options{deadRedis: "pod-b"})
+	r := h.do("GET", "/readyz", nil, "")
+	if r.status != http.StatusServiceUnavailable || r.body["ready"] != false ||
+		!strings.Contains(r.raw, `"pod":"pod-b","mysql":"ok","redis":"dial tcp 127.0.0.1:1`) || !strings.Contains(r.raw, `"pod":"pod-a","mysql":"ok","redis":"ok","ok":true`) {
+		t.Fatalf("readyz: %d %s", r.status, r.raw)
+	}
+	r = h.reserve(2001, "down", 7, 1)
+	if r.status != http.StatusServiceUnavailable || str(r.body["error"]) != "unavailable" || r.header.Get("Retry-After") == "" {
+		t.Fatalf("reserve on a pod whose authority is down: %d %s %v", r.status, r.raw, r.header)
+	}
+	if strings.Contains(r.raw, "127.0.0.1:1") {
+		t.Errorf("the answer leaks the store's error: %s", r.raw)
+	}
+	if !strings.Contains(h.logBuf.String(), "authority store failed") {
+		t.Error("the store's error is not logged")
+	}
+	h.stock(1001, 7, 1, 5)
+	if r := h.reserve(1001, "up", 7, 1); r.status != http.StatusCreated {
+		t.Fatalf("the other pod: %d %s", r.status, r.raw)
+	}
+}

@@ -1,0 +1,397 @@
+package server
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/internal/cell"
+	"github.com/seed31b0e981/reservoir/reservation"
+)
+
+// routes builds the mux. Patterns use Go's method and wildcard routing;
+// a path that matches with another method answers 405 with Allow.
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	// Checkout API.
+	s.route(mux, "POST /v1/shops/{shop}/reservations", true, s.reserve)
+	s.route(mux, "GET /v1/shops/{shop}/reservations/{token}", true, s.get)
+	s.route(mux, "POST /v1/shops/{shop}/reservations/{token}/claim", true, s.claim)
+	s.route(mux, "POST /v1/shops/{shop}/reservations/{token}/release", true, s.release)
+	s.route(mux, "GET /v1/shops/{shop}/items/{item}/availability", true, s.availability)
+	s.route(mux, "POST /v1/shops/{shop}/items/{item}/locations/{location}/adjust", true, s.adjust)
+	// Admin API (bearer token).
+	s.route(mux, "GET /admin/rollout/status", true, s.admin(s.rolloutStatus))
+	s.route(mux, "GET /admin/rollout/history", true, s.admin(s.rolloutHistory))
+	s.route(mux, "POST /admin/killswitch", true, s.admin(s.engageKill))
+	s.route(mux, "DELETE /admin/killswitch", true, s.admin(s.releaseKill))
+	s.route(mux, "GET /admin/diffs", true, s.admin(s.diffs))
+	s.route(mux, "GET /admin/stats", true, s.admin(s.stats))
+	s.route(mux, "GET /admin/series", true, s.admin(s.series))
+	s.route(mux, "GET /admin/reconcile", true, s.admin(s.lastReconcile))
+	s.route(mux, "POST /admin/reconcile", false, s.admin(s.reconcile))
+	// Operations.
+	s.route(mux, "GET /metrics", false, s.metricsHandler())
+	s.route(mux, "GET /healthz", false, s.healthz)
+	s.route(mux, "GET /readyz", false, s.readyz)
+	// The dashboard: a static page; its data comes from the admin API.
+	s.route(mux, "GET /dashboard", false, s.dashboard)
+	s.route(mux, "GET /dashboard/{file}", false, s.dashboardAsset)
+	s.route(mux, "GET /{$}", false, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/dashboard", http.StatusFound)
+	})
+	return s.outer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" {
+			noRoute(w, r, mux)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
+}
+
+// noRoute answers a request no pattern matches the way every other error
+// is answered (JSON), keeping the mux's verdict: 405 with Allow when the
+// path exists for another method, else 404.
+func noRoute(w http.ResponseWriter, r *http.Request, mux *http.ServeMux) {
+	h, _ := mux.Handler(r)
+	c := &capture{header: http.Header{}}
+	h.ServeHTTP(c, r)
+	if allow := c.header.Get("Allow"); allow != "" {
+		w.Header().Set("Allow", allow)
+	}
+	if c.status == http.StatusMethodNotAllowed {
+		writeProblem(w, r, problem{Status: c.status, Code: "method_not_allowed", Message: r.Method + " is not allowed here; allowed: " + c.header.Get("Allow")})
+		return
+	}
+	writeProblem(w, r, problem{Status: http.StatusNotFound, Code: "no_route", Message: "no such endpoint: see docs/api.md"})
+}
+
+// capture keeps a handler's status and headers and drops its body.
+type capture struct {
+	header http.Header
+	status int
+}
+
+// Header implements http.ResponseWriter.
+func (c *capture) Header() http.Header { return c.header }
+
+// Write implements http.ResponseWriter: the body is dropped.
+func (c *capture) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	return len(b), nil
+}
+
+// WriteHeader implements http.ResponseWriter.
+func (c *capture) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+}
+
+// pathID reads a positive int64 path parameter.
+func pathID(r *http.Request, name string) (int64, *problem) {
+	v := r.PathValue(name)
+	id, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, badInput(name, "%s: must be a positive integer id, got %q", name, v)
+	}
+	return id, nil
+}
+
+// podOf reads the {shop} path parameter and finds its pod.
+func (s *Server) podOf(r *http.Request) (int64, *cell.Pod, *problem) {
+	shop, p := pathID(r, "shop")
+	if p != nil {
+		return 0, nil, p
+	}
+	pod, err := s.cfg.Cell.PodOf(shop)
+	if err != nil || pod == nil {
+		return 0, nil, badInput("shop", "shop %d: no pod serves it: %v", shop, err)
+	}
+	return shop, pod, nil
+}
+
+// op counts one API operation of a pod, by status code.
+func (s *Server) op(pod *cell.Pod, op string, status int) {
+	s.metrics.operations.WithLabelValues(pod.Name, op, strconv.Itoa(status)).Inc()
+}
+
+// fail writes p and counts the operation.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, pod *cell.Pod, op string, p *problem) {
+	if pod != nil {
+		s.op(pod, op, p.Status)
+	}
+	writeProblem(w, r, *p)
+}
+
+// ReserveRequest is the body of POST /v1/shops/{shop}/reservations.
+type ReserveRequest struct {
+	// Token is the checkout token: the idempotency key (1..64 printable
+	// ASCII bytes). Required.
+	Token string `json:"token"`
+	// Lines are the cart's items. Required.
+	Lines []reservation.Line `json:"lines"`
+	// TTLMs is the hold's lifetime in milliseconds (1s..1h). Default:
+	// Config.DefaultTTL.
+	TTLMs int64 `json:"ttl_ms"`
+}
+
+// Reservation is the answer about one reservation (reserve, get).
+type Reservation struct {
+	// Shop and Token identify the reservation.
+	Shop  int64  `json:"shop"`
+	Token string `json:"token"`
+	// Pod is the pod that serves the shop.
+	Pod string `json:"pod"`
+	// Status is "reserved" or "insufficient" (reserve); "held" (get).
+	Status string `json:"status"`
+	// Authority is the store that is the source of truth for the hold.
+	Authority reservation.Authority `json:"authority,omitempty"`
+	// Allocations say which location serves how many units of each item.
+	Allocations []reservation.Allocation `json:"allocations,omitempty"`
+	// ExpiresAt is the hold's expiry on the store's clock.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// Replayed is true when a repeated reserve returned the first hold.
+	Replayed bool `json:"replayed,omitempty"`
+}
+
+func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
+	const op = "reserve"
+	shop, pod, p := s.podOf(r)
+	if p != nil {
+		s.fail(w, r, pod, op, p)
+		return
+	}
+	var req ReserveRequest
+	if p := s.decodeBody(w, r, &req); p != nil {
+		s.fail(w, r, pod, op, p)
+		return
+	}
+	ttl := s.cfg.DefaultTTL
+	switch {
+	case req.TTLMs < 0:
+		s.fail(w, r, pod, op, badInput("ttl_ms", "ttl_ms: must be positive, got %d", req.TTLMs))
+		return
+	case req.TTLMs > 0:
+		ttl = time.Duration(req.TTLMs) * time.Millisecond
+	}
+	params := reservation.ReserveParams{Shop: shop, Token: req.Token, Lines: req.Lines, TTL: ttl}
+	if err := pod.Limits.ValidateReserve(&params); err != nil {
+		s.fail(w, r, pod, op, validation(err, map[string]string{"ttl": "ttl_ms"}))
+		return
+	}
+	res, err := pod.Facade.Reserve(r.Context(), &params)
+	if err != nil {
+		s.fail(w, r, pod, op, s.storeProblem(r, pod.Name, err))
+		return
+	}
+	if res.Status != reservation.StatusReserved {
+		s.fail(w, r, pod, op, &problem{Status: http.StatusConflict, Code: "insufficient",
+			Message: strconv.Itoa(len(res.Short)) + " line(s) cannot be served from their eligible locations; nothing is held",
+			Extra:   map[string]any{"status": string(reservation.StatusInsufficient), "short": res.Short, "pod": pod.Name}})
+		return
+	}
+	status := http.StatusCreated
+	if res.Replayed {
+		status = http.StatusOK
+	}
+	exp := res.ExpiresAt.UTC()
+	s.op(pod, op, status)
+	writeJSON(w, status, Reservation{Shop: shop, Token: req.Token, Pod: pod.Name, Status: string(res.Status),
+		Authority: res.Authority, Allocations: res.Allocations, ExpiresAt: &exp, Replayed: res.Replayed})
+}
+
+// tokenParams reads {shop} and {token} and validates them.
+func (s *Server) tokenParams(r *http.Request) (int64, string, *cell.Pod, *problem) {
+	shop, pod, p := s.podOf(r)
+	if p != nil {
+		return 0, "", pod, p
+	}
+	token := r.PathValue("token")
+	if err := pod.Limits.ValidateGet(&reservation.GetParams{Shop: shop, Token: token}); err != nil {
+		return 0, "", pod, validation(err, nil)
+	}
+	return shop, token, pod, nil
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	const op = "get"
+	shop, token, pod, p := s.tokenParams(r)
+	if p != nil {
+		s.fail(w, r, pod, op, p)
+		return
+	}
+	h, err := pod.Facade.Get(r.Context(), &reservation.GetParams{Shop: shop, Token: token})
+	if err != nil {
+		s.fail(w, r, pod, op, s.storeProblem(r, pod.Name, err))
+		return
+	}
+	exp := h.ExpiresAt.UTC()
+	s.op(pod, op, http.StatusOK)
+	writeJSON(w, http.StatusOK, Reservation{Shop: shop, Token: token, Pod: pod.Name, Status: "held",
+		Authority: h.Authority, Allocations: h.Allocations, ExpiresAt: &exp})
+}
+
+// ClaimResponse is the answer of a claim.
+type ClaimResponse struct {
+	// Shop, Token and Pod identify the reservation and its pod.
+	Shop  int64  `json:"shop"`
+	Token string `json:"token"`
+	Pod   string `json:"pod"`
+	// Outcome is "claimed": the ledger was deducted (now, or before when
+	// Replayed).
+	Outcome reservation.ClaimOutcome `json:"outcome"`
+	// Allocations are what the ledger was deducted by.
+	Allocations []reservation.Allocation `json:"allocations"`
+	// Replayed is true when the token had been claimed before: nothing
+	// changed this time.
+	Replayed bool `json:"replayed,omitempty"`
+}
+
+func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
+	const op = "claim"
+	shop, token, pod, p := s.tokenParams(r)
+	if p != nil {
+		s.fail(w, r, pod, op, p)
+		return
+	}
+	res, err := pod.Facade.Claim(r.Context(), &reservation.ClaimParams{Shop: shop, Token: token})
+	if err != nil {
+		s.fail(w, r, pod, op, s.storeProblem(r, pod.Name, err))
+		return
+	}
+	s.op(pod, op, http.StatusOK)
+	writeJSON(w, http.StatusOK, ClaimResponse{Shop: shop, Token: token, Pod: pod.Name, Outcome: res.Outcome,
+		Allocations: res.Allocations, Replayed: res.Replayed})
+}
+
+// ReleaseResponse is the answer of a release.
+type ReleaseResponse struct {
+	// Shop, Token and Pod identify the reservation and its pod.
+	Shop  int64  `json:"shop"`
+	Token string `json:"token"`
+	Pod   string `json:"pod"`
+	// Released is false when there was nothing to release (released
+	// before, or expired): release is idempotent.
+	Released bool `json:"released"`
+	// Allocations are the units given back.
+	Allocations []reservation.Allocation `json:"allocations,omitempty"`
+}
+
+func (s *Server) release(w http.ResponseWriter, r *http.Request) {
+	const op = "release"
+	shop, token, pod, p := s.tokenParams(r)
+	if p != nil {
+		s.fail(w, r, pod, op, p)
+		return
+	}
+	res, err := pod.Facade.Release(r.Context(), &reservation.ReleaseParams{Shop: shop, Token: token})
+	if err != nil {
+		s.fail(w, r, pod, op, s.storeProblem(r, pod.Name, err))
+		return
+	}
+	s.op(pod, op, http.StatusOK)
+	writeJSON(w, http.StatusOK, ReleaseResponse{Shop: shop, Token: token, Pod: pod.Name, Released: res.Released, Allocations: res.Allocations})
+}
+
+// AvailabilityResponse is the answer of an availability read.
+type AvailabilityResponse struct {
+	// Shop and Pod say whose stock this is.
+	Shop int64  `json:"shop"`
+	Pod  string `json:"pod"`
+	reservation.AvailabilityResult
+}
+
+func (s *Server) availability(w http.ResponseWriter, r *http.Request) {
+	const op = "availability"
+	shop, pod, p := s.podOf(r)
+	if p != nil {
+		s.fail(w, r, pod, op, p)
+		return
+	}
+	item, p := pathID(r, "item")
+	if p != nil {
+		s.fail(w, r, pod, op, p)
+		return
+	}
+	res, err := pod.Facade.Availability(r.Context(), &reservation.AvailabilityParams{Shop: shop, Item: item})
+	if err != nil {
+		s.fail(w, r, pod, op, s.storeProblem(r, pod.Name, err))
+		return
+	}
+	if res.Locations == nil {
+		res.Locations = []reservation.LocationAvailability{}
+	}
+	s.op(pod, op, http.StatusOK)
+	writeJSON(w, http.StatusOK, AvailabilityResponse{Shop: shop, Pod: pod.Name, AvailabilityResult: res})
+}
+
+// AdjustRequest is the body of an adjust: exactly one of Available and
+// Delta.
+type AdjustRequest struct {
+	// Available sets the sellable quantity (>= 0).
+	Available *int64 `json:"available"`
+	// Delta moves it (non-zero).
+	Delta *int64 `json:"delta"`
+}
+
+// AdjustResponse is the answer of an adjust.
+type AdjustResponse struct {
+	// Shop, Item, Location and Pod say which stock changed.
+	Shop     int64  `json:"shop"`
+	Item     int64  `json:"item"`
+	Location int64  `json:"location"`
+	Pod      string `json:"pod"`
+	// Available is the ledger's sellable quantity after the change.
+	Available int64 `json:"available"`
+	// Delta is the change applied.
+	Delta int64 `json:"delta"`
+}
+
+func (s *Server) adjust(w http.ResponseWriter, r *http.Request) {
+	const op = "adjust"
+	shop, pod, p := s.podOf(r)
+	if p != nil {
+		s.fail(w, r, pod, op, p)
+		return
+	}
+	item, p := pathID(r, "item")
+	if p != nil {
+		s.fail(w, r, pod, op, p)
+		return
+	}
+	loc, p := pathID(r, "location")
+	if p != nil {
+		s.fail(w, r, pod, op, p)
+		return
+	}
+	var req AdjustRequest
+	if p := s.decodeBody(w, r, &req); p != nil {
+		s.fail(w, r, pod, op, p)
+		return
+	}
+	params := reservation.AdjustParams{Shop: shop, Item: item, Location: loc, Available: req.Available}
+	switch {
+	case req.Available != nil && req.Delta != nil:
+		s.fail(w, r, pod, op, badInput("available", "give either available or delta, not both"))
+		return
+	case req.Available == nil && req.Delta == nil:
+		s.fail(w, r, pod, op, badInput("delta", "give available (the new quantity) or delta (a non-zero change)"))
+		return
+	case req.Delta != nil:
+		params.Delta = *req.Delta
+	}
+	if err := pod.Limits.ValidateAdjust(&params); err != nil {
+		s.fail(w, r, pod, op, validation(err, nil))
+		return
+	}
+	res, err := pod.Facade.Adjust(r.Context(), &params)
+	if err != nil {
+		s.fail(w, r, pod, op, s.storeProblem(r, pod.Name, err))
+		return
+	}
+	s.op(pod, op, http.StatusOK)
+	writeJSON(w, http.StatusOK, AdjustResponse{Shop: shop, Item: item, Location: loc, Pod: pod.Name, Available: res.Available, Delta: res.Delta})
+}

@@ -1,0 +1,528 @@
+// reservoir dashboard: reads the admin API every 2 s and draws it. No
+// framework, no build step. Every value from the API goes into the page as
+// text (textContent), never as HTML.
+"use strict";
+
+const REFRESH_MS = 2000;
+const CLASS_COLORS = {
+  outcome_mismatch: "#d62728", allocation_mismatch: "#ff7f0e", shadow_missing: "#9467bd",
+  stockout_race: "#8c8c8c", shadow_error: "#e377c2", shadow_timeout: "#bcbd22",
+  shadow_panic: "#17becf", shadow_skipped: "#7f7f7f", authority_error: "#8c564b",
+};
+const STORE_COLORS = { redis: "#d62728", mysql: "#1f77b4" };
+const MISMATCH = ["outcome_mismatch", "allocation_mismatch", "shadow_missing"];
+
+const state = {
+  token: "",
+  // Compare totals are read since one fixed time, so the numbers only grow
+  // and anyone can ask the API for the same ones.
+  since: new Date(Math.floor((Date.now() - 3600e3) / 60e3) * 60e3).toISOString(),
+  series: {},      // pod -> points, oldest first
+  status: null,
+  busy: false,
+  refreshes: 0,
+  reconciler: true,
+};
+
+// ---------------------------------------------------------------- helpers
+
+function $(sel, root) { return (root || document).querySelector(sel); }
+
+// el builds an element: attributes (data-*, class, title, ...) and
+// children (strings become text nodes).
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") e.className = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+function svgEl(tag, attrs) {
+  const e = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+  return e;
+}
+
+function pct(x) {
+  if (x === undefined || x === null || isNaN(x)) return "–";
+  if (x === 0) return "0%";
+  if (x < 0.0001) return "<0.01%";
+  return (100 * x).toFixed(x < 0.01 ? 2 : 1) + "%";
+}
+function ms(x) { return x === undefined || x === null ? "–" : (x < 1 ? x.toFixed(2) : x < 10 ? x.toFixed(1) : x.toFixed(0)) + " ms"; }
+function nsToMs(ns) { return ns ? ms(ns / 1e6) : "–"; }
+function rate(x) { return x === undefined ? "–" : x.toFixed(x < 10 ? 1 : 0); }
+function time(t) { return t ? new Date(t).toLocaleTimeString() : "–"; }
+
+async function api(method, path, body) {
+  const opts = { method, headers: { "Authorization": "Bearer " + state.token, "X-Reservoir-Actor": "dashboard" } };
+  if (body !== undefined) {
+    opts.headers["Content-Type"] = "application/json";
+    opts.body = JSON.stringify(body);
+  }
+  const res = await fetch(path, opts);
+  let data = null;
+  try { data = await res.json(); } catch (e) { data = null; }
+  if (res.status === 401) {
+    showToken(data && data.message);
+    throw new Error("unauthorized");
+  }
+  return { status: res.status, data };
+}
+
+function toast(msg, bad) {
+  const t = $("#toast");
+  t.textContent = msg;
+  t.className = bad ? "show bad" : "show";
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => { t.className = ""; }, 8000);
+}
+
+// ------------------------------------------------------------------ token
+
+function showToken(msg) {
+  $("#token-box").hidden = false;
+  $("#token-error").textContent = msg || "";
+}
+
+function initToken() {
+  const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+  if (m) {
+    state.token = decodeURIComponent(m[1]);
+    sessionStorage.setItem("reservoir-admin-token", state.token);
+    // Keep the token off the screen and out of the history.
+    history.replaceState(null, "", location.pathname + location.search);
+  } else {
+    state.token = sessionStorage.getItem("reservoir-admin-token") || "";
+  }
+  if (!state.token) showToken("");
+  $("#token-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    state.token = $("#token").value.trim();
+    sessionStorage.setItem("reservoir-admin-token", state.token);
+    $("#token-box").hidden = true;
+    refresh();
+  });
+}
+
+// ------------------------------------------------------------------ pods
+
+function killText(k) {
+  if (!k || k.state === "off") return "off";
+  return k.state + (k.actor ? " by " + k.actor : "") + (k.reason ? ": " + k.reason : "");
+}
+
+function last(points) { return points && points.length ? points[points.length - 1] : null; }
+
+function mismatchRate(p) {
+  if (!p || !p.observations_per_sec) return undefined;
+  return MISMATCH.reduce((s, c) => s + (p.class_rates[c] || 0), 0);
+}
+
+function latencyCell(p, store) {
+  const q = p && p.latency[store] && p.latency[store].reserve;
+  return q ? ms(q.p50_ms) + " / " + ms(q.p99_ms) : "–";
+}
+
+function renderPods(st) {
+  const tbody = $("#pods tbody");
+  tbody.replaceChildren();
+  for (const pod of st.pods) {
+    const p = last(state.series[pod.pod]);
+    const eff = pod.effective;
+    const propagating = eff.mode !== pod.file.mode || eff.kill !== pod.file.kill;
+    const killed = eff.kill !== "off";
+    const ramp = pod.ramp ? " (" + pod.ramp.Percent + "% " + pod.ramp.Mode + ")" : "";
+    tbody.append(el("tr", { "data-pod": pod.pod, class: killed ? "killed" : "" },
+      el("td", { "data-field": "pod" }, el("b", {}, pod.pod), el("div", { class: "sub" }, pod.shops.length + " listed shops")),
+      el("td", { "data-field": "mode", title: pod.mode ? "set on the pod" : "follows the global mode" },
+        eff.mode + ramp, propagating ? el("span", { class: "warn" }, " (file: " + pod.file.mode + ", propagating)") : ""),
+      el("td", { "data-field": "kill", class: killed ? "bad" : "" }, killText(pod.kill.state !== "off" ? pod.kill : { state: eff.kill })),
+      el("td", { "data-field": "authority" }, el("span", { class: "badge " + eff.authority }, eff.authority),
+        eff.effective !== eff.mode ? el("div", { class: "sub" }, "applied: " + eff.effective) : ""),
+      el("td", { "data-field": "ops", class: "num" }, rate(p && p.ops_per_sec)),
+      el("td", { "data-field": "compared", class: "num" }, rate(p && p.observations_per_sec)),
+      el("td", { "data-field": "mismatch", class: "num" }, pct(mismatchRate(p))),
+      el("td", { "data-field": "latency-redis", class: "num" }, latencyCell(p, "redis")),
+      el("td", { "data-field": "latency-mysql", class: "num" }, latencyCell(p, "mysql")),
+      el("td", {},
+        el("button", { type: "button", class: "danger small", "data-kill": "pod:" + pod.pod, onclick: () => openKill("pod:" + pod.pod, "engage") }, "Kill switch…"),
+        pod.kill.state !== "off" ? el("button", { type: "button", class: "small", "data-release": "pod:" + pod.pod, onclick: () => openKill("pod:" + pod.pod, "release") }, "Release…") : ""),
+    ));
+  }
+  const g = st.global_kill;
+  $("#pods-note").textContent = "global mode " + st.global_mode + ", global kill switch " + killText(g) +
+    (st.flags_loaded ? "" : " — flags file NOT loaded at this replica: answering redis") +
+    (st.flags_error ? " — flags file: " + st.flags_error : "");
+  const rel = $("#release-global");
+  if (g.state !== "off" && !rel) {
+    $("#kill-global").after(el("button", { id: "release-global", type: "button", "data-release": "global", onclick: () => openKill("global", "release") }, "Release global"));
+  } else if (g.state === "off" && rel) {
+    rel.remove();
+  }
+  $("#shops-box").hidden = st.shops.length === 0;
+  const sb = $("#shops tbody");
+  sb.replaceChildren();
+  for (const s of st.shops) {
+    sb.append(el("tr", { "data-shop": s.shop },
+      el("td", {}, String(s.shop)), el("td", {}, s.pod), el("td", {}, s.mode || "(pod's)"),
+      el("td", { class: s.kill.state !== "off" ? "bad" : "" }, killText(s.kill)),
+      el("td", {}, s.effective ? s.effective.authority : "–"),
+      el("td", {}, s.kill.state !== "off" ? el("button", { type: "button", class: "small", "data-release": "shop:" + s.shop, onclick: () => openKill("shop:" + s.shop, "release") }, "Release…") : "")));
+  }
+}
+
+// --------------------------------------------------------------- rollout
+
+function renderPlan(st) {
+  const box = $("#plan");
+  const gates = $("#gates");
+  box.replaceChildren();
+  if (!st.plan) {
+    box.append(el("p", { class: "warn", id: "no-plan" }, st.plan_message || "no rollout plan is configured"));
+    gates.hidden = true;
+    $("#stage-note").textContent = "";
+    return;
+  }
+  const plan = st.plan;
+  const next = plan.next;
+  $("#stage-note").textContent = plan.stage < 0 ? "no stage applied yet" : "stage " + plan.stage + " “" + plan.stage_name + "” since " + time(plan.since);
+  box.append(el("p", {},
+    next ? ["next stage: ", el("b", { id: "next-stage" }, next.Name), " — ", next.Mode, " on ", next.Pods.join(", "),
+      next.Percent ? " (" + next.Percent + "% of shops)" : ""] : "the plan is complete",
+    " — ", el("span", { id: "ready", class: plan.ready ? "good" : "warn" }, plan.ready ? "gates pass: ready to advance" : "not ready")));
+  if (plan.evidence && plan.evidence.pods) {
+    box.append(el("p", { class: "sub" }, "evidence on " + plan.evidence.pods.join(", ") + ": " + plan.evidence.observations +
+      " observations since " + time(plan.evidence.since) + "; mean latency authority " + nsToMs(plan.evidence.authority_mean) +
+      ", shadow " + nsToMs(plan.evidence.shadow_mean)));
+  }
+  const tb = $("#gates tbody");
+  tb.replaceChildren();
+  for (const g of plan.gates || []) {
+    tb.append(el("tr", { "data-gate": g.gate },
+      el("td", {}, g.gate),
+      el("td", { class: g.pass ? "good" : (g.breaking ? "bad" : "warn") }, g.pass ? "pass" : (g.breaking ? "BREAKING" : "not yet")),
+      el("td", { "data-field": "value", class: "num" }, fmtGate(g.gate, g.value)),
+      el("td", { "data-field": "limit", class: "num" }, fmtGate(g.gate, g.limit)),
+      el("td", { class: "sub" }, g.why)));
+  }
+  gates.hidden = !(plan.gates && plan.gates.length);
+  if (!gates.hidden) return;
+  if (plan.stage < 0) box.append(el("p", { class: "sub" }, "the first stage needs no evidence"));
+}
+
+function fmtGate(name, v) {
+  if (name.startsWith("max_rate") || name === "max_shadow_error_rate") return pct(v);
+  if (name === "min_duration") return Math.round(v) + " s";
+  if (name === "max_latency_ratio") return v.toFixed(2);
+  return String(v);
+}
+
+// ---------------------------------------------------------------- charts
+
+const W = 420, H = 120, PAD = 28;
+
+function chart(title, series, opts) {
+  // series: [{name, color, points: [[t, v], ...]}]
+  const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": title });
+  let tmin = Infinity, tmax = -Infinity, vmax = opts.min || 0;
+  for (const s of series) for (const [t, v] of s.points) {
+    tmin = Math.min(tmin, t); tmax = Math.max(tmax, t); vmax = Math.max(vmax, v);
+  }
+  const fmt = opts.fmt;
+  svg.append(svgEl("line", { x1: PAD, y1: H - 14, x2: W, y2: H - 14, class: "axis" }));
+  svg.append(svgEl("line", { x1: PAD, y1: 4, x2: PAD, y2: H - 14, class: "axis" }));
+  const top = svgEl("text", { x: PAD - 3, y: 12, class: "tick", "text-anchor": "end" });
+  top.textContent = fmt(vmax);
+  svg.append(top);
+  const zero = svgEl("text", { x: PAD - 3, y: H - 14, class: "tick", "text-anchor": "end" });
+  zero.textContent = fmt(0);
+  svg.append(zero);
+  if (isFinite(tmin) && tmax > tmin) {
+    const x = (t) => PAD + (W - PAD - 4) * (t - tmin) / (tmax - tmin);
+    const y = (v) => (H - 14) - (H - 22) * (vmax ? v / vmax : 0);
+    for (const s of series) {
+      if (!s.points.length) continue;
+      svg.append(svgEl("polyline", { points: s.points.map(([t, v]) => x(t).toFixed(1) + "," + y(v).toFixed(1)).join(" "),
+        fill: "none", stroke: s.color, "stroke-width": 1.6 }));
+    }
+    const span = svgEl("text", { x: W - 2, y: H - 2, class: "tick", "text-anchor": "end" });
+    span.textContent = "last " + Math.round((tmax - tmin) / 1000) + " s";
+    svg.append(span);
+  } else {
+    const none = svgEl("text", { x: W / 2, y: H / 2, class: "tick", "text-anchor": "middle" });
+    none.textContent = opts.empty || "no data yet";
+    svg.append(none);
+  }
+  const legend = el("div", { class: "legend" }, series.filter((s) => s.points.length).map((s) =>
+    el("span", {}, el("i", { class: "swatch", "data-color": s.color }), s.name)));
+  for (const i of legend.querySelectorAll(".swatch")) i.style.background = i.dataset.color;
+  return el("figure", {}, el("figcaption", {}, title), svg, legend);
+}
+
+function renderCharts(st) {
+  const cc = $("#class-charts");
+  const lc = $("#latency");
+  cc.replaceChildren();
+  lc.replaceChildren();
+  for (const pod of st.pods) {
+    const pts = state.series[pod.pod] || [];
+    const classes = new Set();
+    for (const p of pts) for (const c of Object.keys(p.class_rates)) classes.add(c);
+    const cs = [...classes].sort().map((c) => ({ name: c, color: CLASS_COLORS[c] || "#333",
+      points: pts.filter((p) => p.observations_per_sec > 0).map((p) => [Date.parse(p.at), p.class_rates[c] || 0]) }));
+    const anyObs = pts.some((p) => p.observations_per_sec > 0);
+    cc.append(chart(pod.pod + (anyObs ? "" : " (not compared in mode " + pod.effective.effective + ")"), cs,
+      { fmt: pct, min: 0.001, empty: anyObs ? "no mismatches" : "no compared calls" }));
+
+    const ls = [];
+    for (const store of ["redis", "mysql"]) {
+      for (const [qname, dash] of [["p99_ms", "p99"], ["p50_ms", "p50"]]) {
+        ls.push({ name: store + " reserve " + dash, color: STORE_COLORS[store] + (dash === "p50" ? "88" : ""),
+          points: pts.filter((p) => p.latency[store] && p.latency[store].reserve).map((p) => [Date.parse(p.at), p.latency[store].reserve[qname]]) });
+      }
+    }
+    const p = last(pts);
+    const table = el("table", { class: "small", "data-pod": pod.pod },
+      el("thead", {}, el("tr", {}, el("th", {}, "op"), el("th", {}, "redis p50"), el("th", {}, "redis p99"), el("th", {}, "mysql p50"), el("th", {}, "mysql p99"))),
+      el("tbody", {}, ["reserve", "claim", "release"].map((op) => {
+        const r = p && p.latency.redis && p.latency.redis[op];
+        const m = p && p.latency.mysql && p.latency.mysql[op];
+        return el("tr", { "data-op": op }, el("td", {}, op), el("td", { class: "num" }, r ? ms(r.p50_ms) : "–"), el("td", { class: "num" }, r ? ms(r.p99_ms) : "–"),
+          el("td", { class: "num" }, m ? ms(m.p50_ms) : "–"), el("td", { class: "num" }, m ? ms(m.p99_ms) : "–"));
+      })));
+    const fig = chart(pod.pod + " reserve latency", ls, { fmt: (v) => ms(v), min: 1 });
+    fig.append(table);
+    lc.append(fig);
+  }
+}
+
+// ----------------------------------------------------------------- stats
+
+function renderStats(st, stats) {
+  $("#stats-section").dataset.since = state.since;
+  $("#stats-note").textContent = "every replica, since " + new Date(state.since).toLocaleString() + " (flushed every few seconds)";
+  const tb = $("#stats tbody");
+  tb.replaceChildren();
+  st.pods.forEach((pod, i) => {
+    const s = stats[i];
+    if (!s) {
+      tb.append(el("tr", { "data-pod": pod.pod }, el("td", {}, pod.pod), el("td", { colspan: 6, class: "bad" }, "stats unavailable")));
+      return;
+    }
+    const live = s.live || {};
+    const byClass = live.by_class || {};
+    const lat = live.latency || {};
+    tb.append(el("tr", { "data-pod": pod.pod },
+      el("td", {}, pod.pod),
+      el("td", { class: "num", "data-stat": "observations", "data-pod": pod.pod }, String(s.observations)),
+      el("td", { class: "num", "data-stat": "match", "data-pod": pod.pod }, String(byClass.match || 0)),
+      el("td", { class: "num", "data-stat": "mismatch_rate", "data-pod": pod.pod }, pct(live.mismatch_rate || 0)),
+      el("td", { class: "num", "data-stat": "shadow_error_rate", "data-pod": pod.pod }, pct(live.shadow_error_rate || 0)),
+      el("td", { class: "sub" }, Object.keys(byClass).filter((c) => c !== "match").sort().map((c) =>
+        el("span", { class: "pill", "data-class": c }, c + " " + byClass[c]))),
+      el("td", { class: "num" }, nsToMs(lat.authority && lat.authority.mean) + " / " + nsToMs(lat.shadow && lat.shadow.mean))));
+  });
+}
+
+// ------------------------------------------------------------- reconcile
+
+function renderReconcile(st, recs) {
+  const box = $("#reconcile");
+  box.replaceChildren();
+  if (!state.reconciler) {
+    box.append(el("p", { class: "warn", id: "no-reconciler" }, "no reconciler is wired into this server: cross-store drift is not reported here yet"));
+    return;
+  }
+  const table = el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "pod"), el("th", {}, "last run"), el("th", {}, "result"), el("th", {}, ""))));
+  const tb = el("tbody");
+  st.pods.forEach((pod, i) => {
+    const r = recs[i];
+    let result = "not run by this replica yet";
+    let cls = "sub";
+    if (r && r.error) { result = r.error; cls = "bad"; }
+    else if (r && r.report) {
+      const rep = r.report;
+      result = rep.summary !== undefined ? (rep.clean ? "clean: " : "DRIFT: ") + rep.summary : JSON.stringify(rep);
+      cls = rep.clean === false ? "bad" : rep.clean === true ? "good" : "";
+    }
+    tb.append(el("tr", { "data-pod": pod.pod }, el("td", {}, pod.pod), el("td", {}, r ? time(r.at) + " (" + r.took_ms.toFixed(0) + " ms)" : "–"),
+      el("td", { class: cls }, result),
+      el("td", {}, el("button", { type: "button", class: "small", onclick: () => runReconcile(pod.pod) }, "Reconcile now"))));
+  });
+  table.append(tb);
+  box.append(table);
+}
+
+async function runReconcile(pod) {
+  toast("reconciling " + pod + "…");
+  try {
+    const r = await api("POST", "/admin/reconcile?pod=" + encodeURIComponent(pod));
+    toast(r.status === 200 ? "reconciled " + pod : (r.data && r.data.message) || "reconcile failed", r.status !== 200);
+  } catch (e) { toast(String(e), true); }
+  refresh();
+}
+
+// ----------------------------------------------------------------- diffs
+
+function side(o) {
+  if (!o) return "";
+  const parts = [o.store + ": " + (o.result || (o.skipped ? "skipped" : "error"))];
+  if (o.allocations) parts.push(o.allocations.map((a) => a.item + "@" + a.location + "×" + a.quantity).join(" "));
+  if (o.short) parts.push("short " + o.short.map((s) => s.item + " (" + s.unheld + "/" + s.requested + ")").join(" "));
+  if (o.error) parts.push(o.error);
+  if (o.timed_out) parts.push("timed out");
+  if (o.panicked) parts.push("panicked");
+  parts.push(ms((o.latency_ns || 0) / 1e6));
+  return parts.map((p, i) => el("div", { class: i ? "sub" : "" }, p));
+}
+
+function renderDiffs(diffs) {
+  const tb = $("#diffs tbody");
+  tb.replaceChildren();
+  if (!diffs.length) {
+    tb.append(el("tr", {}, el("td", { colspan: 8, class: "sub" }, "no diff records")));
+    return;
+  }
+  for (const d of diffs) {
+    tb.append(el("tr", { "data-diff-id": d.id, class: MISMATCH.includes(d.class) ? "mismatch" : "" },
+      el("td", {}, time(d.at)), el("td", {}, d.pod), el("td", {}, d.mode), el("td", {}, d.op),
+      el("td", { class: MISMATCH.includes(d.class) ? "bad" : "" }, d.class),
+      el("td", {}, String(d.shop), el("div", { class: "sub" }, d.token)),
+      el("td", {}, side(d.authority)), el("td", {}, side(d.shadow))));
+  }
+}
+
+// ------------------------------------------------------------ kill switch
+
+const kill = { scope: "", action: "engage" };
+
+function openKill(scope, action) {
+  kill.action = action;
+  const sel = $("#kill-scope");
+  sel.replaceChildren(el("option", { value: "global" }, "global (every pod and shop)"));
+  for (const p of (state.status ? state.status.pods : [])) sel.append(el("option", { value: "pod:" + p.pod }, "pod " + p.pod));
+  sel.append(el("option", { value: "shop" }, "one shop…"));
+  if (scope.startsWith("shop:")) { sel.value = "shop"; $("#kill-shop").value = scope.slice(5); }
+  else sel.value = scope;
+  $("#kill-shop-label").hidden = sel.value !== "shop";
+  $("#kill-state-label").hidden = action !== "engage";
+  $("#kill-title").textContent = action === "engage" ? "Engage the kill switch" : "Release the kill switch";
+  $("#kill-reason").value = "";
+  $("#kill-error").textContent = "";
+  $("#kill-step1").hidden = false;
+  $("#kill-step2").hidden = true;
+  $("#kill-dialog").showModal();
+  $("#kill-reason").focus();
+}
+
+function killScope() {
+  const v = $("#kill-scope").value;
+  return v === "shop" ? "shop:" + $("#kill-shop").value.trim() : v;
+}
+
+function initKill() {
+  $("#kill-global").addEventListener("click", () => openKill("global", "engage"));
+  $("#kill-scope").addEventListener("change", () => { $("#kill-shop-label").hidden = $("#kill-scope").value !== "shop"; });
+  $("#kill-cancel").addEventListener("click", () => $("#kill-dialog").close());
+  $("#kill-back").addEventListener("click", () => { $("#kill-step1").hidden = false; $("#kill-step2").hidden = true; });
+  $("#kill-continue").addEventListener("click", () => {
+    const reason = $("#kill-reason").value.trim();
+    const scope = killScope();
+    if (!reason) { $("#kill-error").textContent = "A reason is required."; return; }
+    if (scope === "shop:" || !/^(global|pod:.+|shop:\d+)$/.test(scope)) { $("#kill-error").textContent = "Choose a scope (a shop id is a number)."; return; }
+    kill.scope = scope;
+    kill.reason = reason;
+    const state2 = $("#kill-state").value;
+    $("#kill-summary").textContent = kill.action === "engage"
+      ? "Engage the kill switch (" + state2 + ") for " + scope + "? Redis becomes the authority at once for every shop in the scope. Reason: “" + reason + "”"
+      : "Release the kill switch of " + scope + "? The mode in the flags file applies again. Reason: “" + reason + "”";
+    $("#kill-step1").hidden = true;
+    $("#kill-step2").hidden = false;
+    $("#kill-confirm").focus();
+  });
+  $("#kill-confirm").addEventListener("click", async () => {
+    const body = { scope: kill.scope, reason: kill.reason };
+    if (kill.action === "engage") body.state = $("#kill-state").value;
+    $("#kill-confirm").disabled = true;
+    try {
+      const r = await api(kill.action === "engage" ? "POST" : "DELETE", "/admin/killswitch", body);
+      if (r.status === 200) {
+        $("#kill-dialog").close();
+        const obeyed = r.data.obeyed_after_ms === null ? "not yet obeyed by this replica" : "this replica obeyed after " + r.data.obeyed_after_ms.toFixed(1) + " ms";
+        toast((kill.action === "engage" ? "kill switch engaged for " : "kill switch released for ") + r.data.scope + ": " + obeyed +
+          (r.data.audited ? " (audited)" : " (not audited: no plan configured)"));
+        document.body.dataset.lastKill = JSON.stringify(r.data);
+      } else {
+        $("#kill-step1").hidden = false;
+        $("#kill-step2").hidden = true;
+        $("#kill-error").textContent = (r.data && r.data.message) || ("failed: HTTP " + r.status);
+      }
+    } catch (e) {
+      $("#kill-error").textContent = String(e);
+    } finally {
+      $("#kill-confirm").disabled = false;
+    }
+    refresh();
+  });
+}
+
+// --------------------------------------------------------------- refresh
+
+async function refresh() {
+  if (state.busy || !state.token) return;
+  state.busy = true;
+  try {
+    const st = await api("GET", "/admin/rollout/status");
+    if (st.status !== 200) throw new Error((st.data && st.data.message) || "status: HTTP " + st.status);
+    state.status = st.data;
+    const pods = st.data.pods.map((p) => p.pod);
+    const have = Object.keys(state.series).length > 0;
+    const [series, diffs, ...rest] = await Promise.all([
+      api("GET", "/admin/series?points=" + (have ? 3 : 90)),
+      api("GET", "/admin/diffs?limit=20"),
+      ...pods.map((p) => api("GET", "/admin/stats?pod=" + encodeURIComponent(p) + "&since=" + encodeURIComponent(state.since))),
+      ...pods.map((p) => api("GET", "/admin/reconcile?pod=" + encodeURIComponent(p))),
+    ]);
+    const stats = rest.slice(0, pods.length).map((r) => r.status === 200 ? r.data : null);
+    const recs = rest.slice(pods.length);
+    state.reconciler = !recs.some((r) => r.status === 501);
+    for (const pod of pods) {
+      const cur = state.series[pod] || [];
+      const seen = new Set(cur.map((p) => p.at));
+      for (const p of (series.data.pods[pod] || [])) if (!seen.has(p.at)) cur.push(p);
+      state.series[pod] = cur.slice(-150);
+    }
+    renderPods(st.data);
+    renderPlan(st.data);
+    renderCharts(st.data);
+    renderStats(st.data, stats);
+    renderReconcile(st.data, recs.map((r) => r.status === 200 ? r.data : null));
+    renderDiffs(diffs.status === 200 ? diffs.data.diffs : []);
+    state.refreshes++;
+    document.body.dataset.ready = "1";
+    document.body.dataset.refreshes = String(state.refreshes);
+    $("#dot").className = "dot ok";
+    $("#updated").textContent = "updated " + new Date().toLocaleTimeString();
+  } catch (e) {
+    $("#dot").className = "dot bad";
+    $("#updated").textContent = "refresh failed: " + e.message;
+  } finally {
+    state.busy = false;
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  initToken();
+  initKill();
+  refresh();
+  setInterval(refresh, REFRESH_MS);
+});

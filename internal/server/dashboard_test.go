@@ -1,0 +1,285 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/seed31b0e981/reservoir/internal/server/servertest"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+const dashboardPlan = `
+pods = ["pod-a", "pod-b"]
+
+[[stages]]
+name = "shadow on pod-a"
+mode = "shadow"
+pods = ["pod-a"]
+[stages.gates]
+min_observations = 5
+min_duration = "1s"
+
+[[stages]]
+name = "mysql on pod-a"
+mode = "mysql"
+pods = ["pod-a"]
+[stages.gates]
+min_observations = 50
+min_duration = "1m"
+
+[[stages]]
+name = "shadow on pod-b"
+mode = "shadow"
+pods = ["pod-b"]
+`
+
+// waitDecision waits until the cell's flag source answers mode and kill
+// for pod.
+func (h *harness) waitDecision(pod string, mode rollout.Mode, kill rollout.Kill) {
+	h.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		d, _ := h.cell.Flags.Decide(context.Background(), pod, 0)
+		if d.Mode == mode && d.Kill == kill {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("pod %s never reached mode %s kill %s (at %+v)", pod, mode, kill, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Acceptance (d): the dashboard in headless Chromium (Debian's chromium,
+// installed by scripts/chromium). It renders every section, its numbers
+// are the API's, and its kill switch button engages the switch: the flags
+// file changes and the next reserve is answered with Redis authority.
+func TestDashboardInChromium(t *testing.T) {
+	t.Parallel()
+	h := setup(t, options{plan: dashboardPlan})
+	bctx := servertest.Browser(t, 1400, 1800)
+	ctx := context.Background()
+
+	// Traffic: a reservation made under Redis alone, then shadow mode, in
+	// which releasing it finds MySQL without it (a shadow_missing diff),
+	// then mysql mode with a few carts.
+	h.stock(1001, 7, 1, 100)
+	h.reserve(1001, "legacy", 7, 2)
+	if _, err := h.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitDecision("pod-a", rollout.ModeShadow, rollout.KillOff)
+	if r := h.do("POST", "/v1/shops/1001/reservations/legacy/release", nil, ""); r.status != 200 {
+		t.Fatalf("release: %d %s", r.status, r.raw)
+	}
+	for i := range 4 {
+		h.reserve(1001, fmt.Sprintf("s%d", i), 7, 1)
+		h.do("POST", fmt.Sprintf("/v1/shops/1001/reservations/s%d/claim", i), nil, "")
+	}
+	h.flush()
+	if _, err := h.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "test", Override: true, Reason: "dashboard test"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitDecision("pod-a", rollout.ModeMySQL, rollout.KillOff)
+	for i := range 6 {
+		if r := h.reserve(1001, fmt.Sprintf("m%d", i), 7, 1); str(r.body["authority"]) != "mysql" {
+			t.Fatalf("reserve in mysql mode: %d %s", r.status, r.raw)
+		}
+		h.do("POST", fmt.Sprintf("/v1/shops/1001/reservations/m%d/claim", i), nil, "")
+	}
+	h.flush()
+
+	step := func(a chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(bctx, 20*time.Second)
+		defer cancel()
+		if err := chromedp.Do(sctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(bctx, 10*time.Second)
+		defer cancel()
+		s, err := chromedp.Run(sctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return strings.TrimSpace(s)
+	}
+	eval := func(expr string) string {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(bctx, 10*time.Second)
+		defer cancel()
+		s, err := chromedp.Run(sctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		return s
+	}
+	// waitRefresh waits for n more completed refreshes of the page.
+	waitRefresh := func(n int) {
+		t.Helper()
+		cur, _ := strconv.Atoi(eval(`document.body.dataset.refreshes || "0"`))
+		sctx, cancel := context.WithTimeout(bctx, 20*time.Second)
+		defer cancel()
+		if _, err := chromedp.Run(sctx, chromedp.Poll[bool](fmt.Sprintf(`+(document.body.dataset.refreshes || 0) >= %d`, cur+n),
+			chromedp.WithPollingTimeout(15*time.Second))); err != nil {
+			t.Fatalf("waiting for the page to refresh: %v (status line: %s)", err, eval(`document.querySelector("#updated").textContent`))
+		}
+	}
+
+	start := time.Now()
+	step(chromedp.Navigate(h.http.URL + "/dashboard#token=" + adminToken))
+	waitRefresh(1)
+	t.Logf("dashboard rendered in %s", time.Since(start).Round(time.Millisecond))
+	if title, err := chromedp.Run(bctx, chromedp.Title()); err != nil || !strings.Contains(title, "reservoir") {
+		t.Fatalf("title %q, %v", title, err)
+	}
+	if u := eval(`location.href`); strings.Contains(u, "token") {
+		t.Errorf("the token stays in the address bar: %s", u)
+	}
+
+	// Mode, kill switch and authority per pod are the API's.
+	st := h.admin("GET", "/admin/rollout/status", nil)
+	for _, p := range st.body["pods"].([]any) {
+		pv := mapOf(p)
+		pod, eff := str(pv["pod"]), mapOf(pv["effective"])
+		if got := text(`#pods tr[data-pod="` + pod + `"] [data-field="mode"]`); !strings.HasPrefix(got, str(eff["mode"])) {
+			t.Errorf("pod %s mode: page %q, API %q", pod, got, eff["mode"])
+		}
+		if got := text(`#pods tr[data-pod="` + pod + `"] [data-field="authority"]`); !strings.HasPrefix(got, str(eff["authority"])) {
+			t.Errorf("pod %s authority: page %q, API %q", pod, got, eff["authority"])
+		}
+		if got := text(`#pods tr[data-pod="` + pod + `"] [data-field="kill"]`); got != str(eff["kill"]) {
+			t.Errorf("pod %s kill switch: page %q, API %q", pod, got, eff["kill"])
+		}
+	}
+
+	// The compare totals are the API's, read since the page's own start.
+	since := eval(`document.querySelector("#stats-section").dataset.since`)
+	for _, pod := range []string{"pod-a", "pod-b"} {
+		s := h.admin("GET", "/admin/stats?pod="+pod+"&since="+url.QueryEscape(since), nil)
+		want := strconv.Itoa(int(num(s.body["observations"])))
+		if got := text(`[data-stat="observations"][data-pod="` + pod + `"]`); got != want {
+			t.Errorf("pod %s observations: page %s, API %s", pod, got, want)
+		}
+		wantMatch := strconv.Itoa(int(num(mapOf(mapOf(s.body["live"])["by_class"])["match"])))
+		if got := text(`[data-stat="match"][data-pod="` + pod + `"]`); got != wantMatch {
+			t.Errorf("pod %s matches: page %s, API %s", pod, got, wantMatch)
+		}
+	}
+	if got := text(`[data-stat="observations"][data-pod="pod-a"]`); got == "0" {
+		t.Error("pod-a shows no observations")
+	}
+
+	// The next stage's gates with the numbers the controller computed.
+	plan := mapOf(st.body["plan"])
+	if got := text("#next-stage"); got != str(mapOf(plan["next"])["Name"]) {
+		t.Errorf("next stage: page %q, API %v", got, plan["next"])
+	}
+	for _, g := range plan["gates"].([]any) {
+		gv := mapOf(g)
+		if str(gv["gate"]) != "min_observations" {
+			continue
+		}
+		want := strconv.Itoa(int(num(gv["value"])))
+		if got := text(`#gates tr[data-gate="min_observations"] [data-field="value"]`); got != want {
+			t.Errorf("min_observations: page %s, API %s", got, want)
+		}
+	}
+
+	// The recent diffs are the API's, newest first, both sides shown.
+	d := h.admin("GET", "/admin/diffs?limit=20", nil)
+	var wantIDs []string
+	for _, x := range d.body["diffs"].([]any) {
+		wantIDs = append(wantIDs, strconv.Itoa(int(num(mapOf(x)["id"]))))
+	}
+	gotIDs := strings.Fields(eval(`[...document.querySelectorAll("#diffs tr[data-diff-id]")].map(r => r.dataset.diffId).join(" ")`))
+	if len(wantIDs) == 0 || !slices.Equal(gotIDs, wantIDs) {
+		t.Errorf("diff rows: page %v, API %v", gotIDs, wantIDs)
+	}
+	if got := text("#diffs tbody"); !strings.Contains(got, "shadow_missing") || !strings.Contains(got, "legacy") || !strings.Contains(got, "not_released") {
+		t.Errorf("the release MySQL never saw is not in the diffs: %q", got)
+	}
+	// Charts for each pod, latency per store, the reconciler's buttons.
+	if n := eval(`String(document.querySelectorAll("#class-charts figure").length) + "/" + document.querySelectorAll("#latency figure").length`); n != "2/2" {
+		t.Errorf("chart figures: %s", n)
+	}
+	if got := text(`#latency table[data-pod="pod-a"] tr[data-op="reserve"]`); !strings.Contains(got, "ms") {
+		t.Errorf("no reserve latency for pod-a: %q", got)
+	}
+	// Reconciliation from the page: pod-b has no drift.
+	step(chromedp.Click(chromedp.CSS(`#reconcile tr[data-pod="pod-b"] button`)))
+	sctx, cancel := context.WithTimeout(bctx, 20*time.Second)
+	if _, err := chromedp.Run(sctx, chromedp.Poll[bool](`document.querySelector('#reconcile tr[data-pod="pod-b"]').textContent.includes("clean: pod pod-b")`,
+		chromedp.WithPollingTimeout(15*time.Second))); err != nil {
+		t.Errorf("reconcile from the page: %v (%q)", err, text("#reconcile"))
+	}
+	cancel()
+	if os.Getenv("RESERVOIR_SCREENSHOT_TEST") != "" {
+		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+		if err == nil {
+			err = os.WriteFile(os.Getenv("RESERVOIR_SCREENSHOT_TEST"), png, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The kill switch button: a reason, then a confirmation.
+	step(chromedp.Click(chromedp.CSS(`button[data-kill="pod:pod-a"]`)))
+	step(chromedp.WaitVisible(chromedp.CSS("#kill-reason")))
+	step(chromedp.Click(chromedp.CSS("#kill-continue")))
+	if got := text("#kill-error"); !strings.Contains(got, "reason is required") {
+		t.Errorf("continuing without a reason: %q", got)
+	}
+	step(chromedp.SendKeys(chromedp.CSS("#kill-reason"), "mismatch spike seen on the dashboard"))
+	step(chromedp.Click(chromedp.CSS("#kill-continue")))
+	step(chromedp.WaitVisible(chromedp.CSS("#kill-confirm")))
+	if got := text("#kill-summary"); !strings.Contains(got, "pod:pod-a") || !strings.Contains(got, "mismatch spike") {
+		t.Errorf("confirmation: %q", got)
+	}
+	if f, _ := h.flags.Read(); f.KillAt(rollout.PodScope("pod-a")).Engaged() {
+		t.Fatal("the switch was engaged before the confirmation")
+	}
+	clicked := time.Now()
+	step(chromedp.Click(chromedp.CSS("#kill-confirm")))
+	// The API answers once this replica obeys; the page keeps the answer.
+	sctx, cancel = context.WithTimeout(bctx, 10*time.Second)
+	answer, err := chromedp.Run(sctx, chromedp.Poll[string](`document.body.dataset.lastKill`, chromedp.WithPollingTimeout(10*time.Second)))
+	cancel()
+	if err != nil {
+		t.Fatalf("no answer to the kill switch on the page: %v (dialog error: %q)", err, text("#kill-error"))
+	}
+	t.Logf("kill switch engaged and obeyed %s after the click: %s", time.Since(clicked).Round(time.Millisecond), answer)
+	if !strings.Contains(answer, `"audited":true`) || strings.Contains(answer, `"obeyed_after_ms":null`) {
+		t.Errorf("kill answer on the page: %s", answer)
+	}
+	f, err := h.flags.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := f.KillAt(rollout.PodScope("pod-a")); k.State != rollout.KillRedis || k.Reason != "mismatch spike seen on the dashboard" || k.Actor != "dashboard" {
+		t.Errorf("flags file kill switch: %+v", k)
+	}
+	if r := h.reserve(1001, "after-kill", 7, 1); r.status != 201 || str(r.body["authority"]) != "redis" {
+		t.Fatalf("reserve after the dashboard's kill switch: %d %s", r.status, r.raw)
+	}
+	waitRefresh(1)
+	if got := text(`#pods tr[data-pod="pod-a"] [data-field="kill"]`); !strings.HasPrefix(got, "redis by dashboard") {
+		t.Errorf("pod-a kill switch on the page after engaging: %q", got)
+	}
+	if hist, err := h.ctl.History(ctx, 1); err != nil || len(hist) != 1 || hist[0].Action != "kill" || hist[0].Actor != "dashboard" {
+		t.Errorf("audit: %+v %v", hist, err)
+	}
+}

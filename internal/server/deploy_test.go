@@ -1,0 +1,59 @@
+package server_test
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// Every metric the Grafana board and the alert rules use is one the code
+// defines: a renamed metric must not leave a blank panel or an alert that
+// can never fire. (promtool checks the PromQL itself; see the rules file.)
+func TestDeployFilesUseRealMetrics(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..")
+	defined := map[string]bool{}
+	literal := regexp.MustCompile(`"(reservoir_[a-z0-9_]+)"`)
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range literal.FindAllStringSubmatch(string(b), -1) {
+			defined[m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := regexp.MustCompile(`reservoir_[a-z0-9_]+`)
+	for _, f := range []string{"deploy/grafana/reservoir.json", "deploy/prometheus/alerts.yml"} {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := 0
+		for _, name := range used.FindAllString(string(b), -1) {
+			base := name
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if defined[strings.TrimSuffix(name, suffix)] {
+					base = strings.TrimSuffix(name, suffix)
+				}
+			}
+			if !defined[base] {
+				t.Errorf("%s uses %s, which no code defines", f, name)
+			}
+			seen++
+		}
+		if seen < 10 {
+			t.Errorf("%s: only %d metric references found", f, seen)
+		}
+	}
+}

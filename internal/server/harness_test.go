@@ -1,0 +1,275 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/compare"
+	"github.com/seed31b0e981/reservoir/internal/cell"
+	"github.com/seed31b0e981/reservoir/internal/server"
+	"github.com/seed31b0e981/reservoir/internal/testdb"
+	"github.com/seed31b0e981/reservoir/internal/testredis"
+	"github.com/seed31b0e981/reservoir/internal/topology"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+const adminToken = "test-admin-token-0123456789"
+
+// podBundle is one test pod's servers.
+type podBundle struct {
+	db    *testdb.DB
+	redis *testredis.Redis
+}
+
+// harness is a server on fresh databases and key prefixes: pod-a (shops
+// 1001, 1002) and pod-b (shop 2001), a control database, a flags file.
+type harness struct {
+	t      *testing.T
+	cell   *cell.Cell
+	srv    *server.Server
+	http   *httptest.Server
+	flags  rollout.FlagsFile
+	topo   *topology.Config
+	pods   map[string]*podBundle
+	ctl    *rollout.Controller
+	logBuf *syncBuffer
+}
+
+type options struct {
+	// modes per pod, written to the flags file before the server starts.
+	modes map[string]rollout.Mode
+	// plan is a plan file's TOML; "" means no plan (no controller).
+	plan string
+	// noToken starts the server with the admin API disabled.
+	noToken bool
+	// noHTTP leaves the handler out of an httptest server.
+	noHTTP bool
+	// deadRedis names a pod whose Redis address answers nothing.
+	deadRedis string
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// topologyFor builds a two-pod topology on fresh databases and prefixes.
+func topologyFor(t *testing.T, dir string) (*topology.Config, map[string]*podBundle) {
+	t.Helper()
+	control := testdb.New(t)
+	pods := map[string]*podBundle{}
+	topo := &topology.Config{ControlDSN: control.DSN, FlagsFile: filepath.Join(dir, "flags.json"), DefaultRule: "pod:pod-a"}
+	for _, p := range []struct {
+		name  string
+		shops []int64
+	}{{"pod-a", []int64{1001, 1002}}, {"pod-b", []int64{2001}}} {
+		b := &podBundle{db: testdb.New(t), redis: testredis.New(t)}
+		pods[p.name] = b
+		topo.Pods = append(topo.Pods, topology.Pod{Name: p.name, MySQLDSN: b.db.DSN, RedisAddr: testredis.Addr(t),
+			RedisPrefix: b.redis.Prefix, Shops: p.shops})
+	}
+	*topo = topo.WithDefaults()
+	if err := topo.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return topo, pods
+}
+
+func writeFlags(t *testing.T, path string, modes map[string]rollout.Mode) {
+	t.Helper()
+	f := rollout.NewFlags()
+	for pod, m := range modes {
+		if err := f.SetMode(rollout.PodScope(pod), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := (rollout.FlagsFile{Path: path}).Write(f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func setup(t *testing.T, o options) *harness {
+	t.Helper()
+	dir := t.TempDir()
+	topo, pods := topologyFor(t, dir)
+	for i := range topo.Pods {
+		if topo.Pods[i].Name == o.deadRedis {
+			topo.Pods[i].RedisAddr = "127.0.0.1:1" // nothing listens on port 1
+		}
+	}
+	writeFlags(t, topo.FlagsFile, o.modes)
+	logBuf := &syncBuffer{}
+	log := slog.New(slog.NewJSONHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	reg := server.NewRegistry()
+	c, err := cell.Open(context.Background(), cell.Config{
+		Topology: topo, Registerer: reg, Logger: log, ReapInterval: -1, FlagPollInterval: 20 * time.Millisecond,
+		Compare: compare.Config{FlushInterval: 100 * time.Millisecond, CleanupInterval: -1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Close(ctx); err != nil {
+			t.Errorf("close cell: %v", err)
+		}
+	})
+	h := &harness{t: t, cell: c, flags: rollout.FlagsFile{Path: topo.FlagsFile}, topo: topo, pods: pods, logBuf: logBuf}
+	if o.plan != "" {
+		path := filepath.Join(dir, "plan.toml")
+		if err := os.WriteFile(path, []byte(o.plan), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		plan, err := rollout.LoadPlan(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.ctl, err = rollout.NewController(rollout.ControllerConfig{DB: c.Control, Flags: h.flags, Plan: plan, Stats: c.Comparer, Reconciler: c.Reconciler})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	token := adminToken
+	if o.noToken {
+		token = ""
+	}
+	h.srv, err = server.New(server.Config{
+		Cell: c, Controller: h.ctl, AdminToken: token, Registry: reg, Logger: log,
+		Reconciler:     server.ReportFunc(func(ctx context.Context, pod string) (any, error) { return c.Reconcile(ctx, pod) }),
+		SampleInterval: 100 * time.Millisecond, SeriesWindow: time.Second, RequestTimeout: 10 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.srv.Close)
+	if !o.noHTTP {
+		h.http = httptest.NewServer(h.srv.Handler())
+		t.Cleanup(h.http.Close)
+	}
+	return h
+}
+
+// response is an HTTP answer with its JSON body decoded.
+type response struct {
+	status int
+	header http.Header
+	body   map[string]any
+	raw    string
+}
+
+// do sends a request; body may be a string (sent as is) or a value
+// (encoded as JSON). token "" sends no Authorization header.
+func (h *harness) do(method, path string, body any, token string, headers ...string) response {
+	h.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, h.http.URL+path, rd)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	r := response{status: res.StatusCode, header: res.Header, raw: string(raw)}
+	if strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
+		_ = json.Unmarshal(raw, &r.body)
+	}
+	return r
+}
+
+func (h *harness) admin(method, path string, body any) response {
+	h.t.Helper()
+	return h.do(method, path, body, adminToken)
+}
+
+// stock sets available stock for item x location of a shop through the API.
+func (h *harness) stock(shop, item, loc, available int64) {
+	h.t.Helper()
+	r := h.do("POST", pathf("/v1/shops/%d/items/%d/locations/%d/adjust", shop, item, loc), map[string]any{"available": available}, "")
+	if r.status != 200 {
+		h.t.Fatalf("adjust: %d %s", r.status, r.raw)
+	}
+}
+
+// reserve places a one-line hold.
+func (h *harness) reserve(shop int64, token string, item, qty int64) response {
+	h.t.Helper()
+	return h.do("POST", pathf("/v1/shops/%d/reservations", shop), map[string]any{
+		"token": token, "ttl_ms": 60000,
+		"lines": []map[string]any{{"item": item, "quantity": qty, "locations": []int64{1}}},
+	}, "")
+}
+
+// flush writes this replica's compare stats, so /admin/stats has them.
+func (h *harness) flush() {
+	h.t.Helper()
+	for _, p := range h.cell.Pods() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = p.Facade.Close(ctx) // waits for shadow calls in flight; the facade stays usable
+		cancel()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.cell.Comparer.Flush(ctx); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+func num(v any) float64 {
+	f, _ := v.(float64)
+	return f
+}
+
+func pathf(format string, args ...any) string { return fmt.Sprintf(format, args...) }

@@ -1,0 +1,123 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seed31b0e981/reservoir/internal/cell"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// OperationsMetric is the counter of checkout API operations by pod, op
+// and status code; the dashboard's operations per second come from it.
+const OperationsMetric = "reservoir_api_operations_total"
+
+type metrics struct {
+	requests     *prometheus.CounterVec
+	seconds      *prometheus.HistogramVec
+	operations   *prometheus.CounterVec
+	authFailures *prometheus.CounterVec
+	killObeyed   prometheus.Histogram
+}
+
+var httpBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+func newMetrics(reg prometheus.Registerer, c *cell.Cell) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reservoir_http_requests_total",
+			Help: "HTTP requests by route pattern and status code.",
+		}, []string{"route", "code"}),
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "reservoir_http_request_seconds",
+			Help:    "HTTP request handling time by route pattern.",
+			Buckets: httpBuckets,
+		}, []string{"route"}),
+		operations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: OperationsMetric,
+			Help: "Checkout API operations by pod, operation (reserve, claim, release, get, availability, adjust) " +
+				"and status code (201 reserved, 409 insufficient or conflict, 503 authority unavailable, ...).",
+		}, []string{"pod", "op", "code"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reservoir_admin_auth_failures_total",
+			Help: "Admin API calls refused for a missing or wrong bearer token, by reason.",
+		}, []string{"reason"}),
+		killObeyed: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "reservoir_killswitch_obeyed_seconds",
+			Help:    "Time from writing a kill switch change (admin API) to this replica's flag source answering it.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
+	}
+	for _, col := range []prometheus.Collector{m.requests, m.seconds, m.operations, m.authFailures, m.killObeyed, &rolloutCollector{c: c}} {
+		if err := reg.Register(col); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// rolloutCollector exports, at scrape time, what this replica's flag
+// source answers per pod: the mode and the kill switch, one series per
+// value so that alerts can say `reservoir_rollout_kill_switch{state!="off"} == 1`.
+type rolloutCollector struct {
+	c *cell.Cell
+}
+
+var (
+	descMode = prometheus.NewDesc("reservoir_rollout_mode",
+		"1 for the mode this replica's flag source answers for a shop of the pod without an override, 0 for the others.",
+		[]string{"pod", "mode"}, nil)
+	descKill = prometheus.NewDesc("reservoir_rollout_kill_switch",
+		"1 for the kill switch state this replica's flag source answers for a shop of the pod, 0 for the others.",
+		[]string{"pod", "state"}, nil)
+	descAuthority = prometheus.NewDesc("reservoir_rollout_mysql_authority",
+		"1 when MySQL is the authority for a shop of the pod without an override (after the kill switch).",
+		[]string{"pod"}, nil)
+	descLoaded = prometheus.NewDesc("reservoir_rollout_flags_loaded",
+		"1 when this replica's flag source has a valid flags file in force; 0 means it answers Redis-safe.",
+		nil, nil)
+	descShopKills = prometheus.NewDesc("reservoir_rollout_shop_kill_switches",
+		"Shops whose own kill switch is engaged in the flags file (shops are never a label).",
+		nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (rc *rolloutCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descMode, descKill, descAuthority, descLoaded, descShopKills} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (rc *rolloutCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	for _, pod := range rc.c.Topology.PodNames() {
+		d, _ := rc.c.Flags.Decide(ctx, pod, 0) // an error answers RedisSafe, which is what the facade uses too
+		for _, m := range rollout.Modes {
+			ch <- prometheus.MustNewConstMetric(descMode, prometheus.GaugeValue, b(d.Mode == m), pod, string(m))
+		}
+		for _, k := range rollout.Kills {
+			ch <- prometheus.MustNewConstMetric(descKill, prometheus.GaugeValue, b(d.Kill == k), pod, string(k))
+		}
+		ch <- prometheus.MustNewConstMetric(descAuthority, prometheus.GaugeValue, b(d.Route().Authority == "mysql"), pod)
+	}
+	ch <- prometheus.MustNewConstMetric(descLoaded, prometheus.GaugeValue, b(rc.c.Flags.Loaded()))
+	n := 0
+	if f, err := (rollout.FlagsFile{Path: rc.c.Topology.FlagsFile}).Read(); err == nil {
+		for _, s := range f.Shops {
+			if s.Kill.Engaged() {
+				n++
+			}
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descShopKills, prometheus.GaugeValue, float64(n))
+}

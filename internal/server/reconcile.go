@@ -1,0 +1,118 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// Reconciler reports the drift between a pod's two stores (a full-state
+// comparison: ledger, MySQL pool and holds, Redis quantities and holds).
+// The report is any JSON-encodable value; the dashboard shows it as is,
+// and reads a top-level "clean" boolean and "summary" string when present.
+type Reconciler interface {
+	// Report compares the pod's stores now. It may take a while; it runs
+	// under Config.ReconcileTimeout instead of the request timeout.
+	Report(ctx context.Context, pod string) (any, error)
+}
+
+// ReportFunc adapts a function to a Reconciler.
+type ReportFunc func(ctx context.Context, pod string) (any, error)
+
+// Report implements Reconciler.
+func (f ReportFunc) Report(ctx context.Context, pod string) (any, error) { return f(ctx, pod) }
+
+// CleanReconciler adapts a rollout.Reconciler (the check the controller
+// runs before giving MySQL authority) to a Reconciler: its report is
+// {"clean": bool, "summary": string}.
+type CleanReconciler struct {
+	// R answers whether a pod is clean.
+	R rollout.Reconciler
+}
+
+// CleanReport is CleanReconciler's report.
+type CleanReport struct {
+	// Clean is true when the pod has no drift.
+	Clean bool `json:"clean"`
+	// Summary is the reconciler's one-line account.
+	Summary string `json:"summary"`
+}
+
+// Report implements Reconciler.
+func (c CleanReconciler) Report(ctx context.Context, pod string) (any, error) {
+	clean, summary, err := c.R.Clean(ctx, pod)
+	if err != nil {
+		return nil, err
+	}
+	return CleanReport{Clean: clean, Summary: summary}, nil
+}
+
+// reconcileView is one pod's last reconciliation, kept by this replica.
+type reconcileView struct {
+	Pod    string    `json:"pod"`
+	At     time.Time `json:"at"`
+	Took   float64   `json:"took_ms"`
+	Report any       `json:"report,omitempty"`
+	Error  string    `json:"error,omitempty"`
+}
+
+func (s *Server) noReconciler(w http.ResponseWriter, r *http.Request) bool {
+	if s.cfg.Reconciler != nil {
+		return false
+	}
+	writeProblem(w, r, problem{Status: http.StatusNotImplemented, Code: "no_reconciler",
+		Message: "no reconciler is wired into this server: cross-store drift cannot be reported here yet"})
+	return true
+}
+
+func (s *Server) reconcile(w http.ResponseWriter, r *http.Request) {
+	if s.noReconciler(w, r) {
+		return
+	}
+	pod, p := s.podParam(r, true)
+	if p != nil {
+		writeProblem(w, r, *p)
+		return
+	}
+	// A large pod takes longer than the write timeout allows an answer:
+	// this call gets its own deadline.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.ReconcileTimeout + 5*time.Second))
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReconcileTimeout)
+	defer cancel()
+	start := time.Now()
+	report, err := s.cfg.Reconciler.Report(ctx, pod)
+	v := reconcileView{Pod: pod, At: start.UTC(), Took: float64(time.Since(start).Microseconds()) / 1000, Report: report}
+	if err != nil {
+		v.Error = err.Error()
+	}
+	s.reconcileMu.Lock()
+	s.reconciled[pod] = v
+	s.reconcileMu.Unlock()
+	if err != nil {
+		s.internal(w, r, "reconcile pod "+pod, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) lastReconcile(w http.ResponseWriter, r *http.Request) {
+	if s.noReconciler(w, r) {
+		return
+	}
+	pod, p := s.podParam(r, true)
+	if p != nil {
+		writeProblem(w, r, *p)
+		return
+	}
+	s.reconcileMu.Lock()
+	v, ok := s.reconciled[pod]
+	s.reconcileMu.Unlock()
+	if !ok {
+		writeProblem(w, r, problem{Status: http.StatusNotFound, Code: "not_run",
+			Message: "this replica has not reconciled pod " + pod + " yet: POST /admin/reconcile?pod=" + pod})
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
