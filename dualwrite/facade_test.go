@@ -543,3 +543,45 @@ func TestDiffsPersistedThroughTheFacade(t *testing.T) {
 		t.Errorf("shadow_panic counter = %v, want every one of the 20 reserves", panics)
 	}
 }
+
+// Invariant 3 at a stock-out: in mysql mode MySQL accepts a reservation
+// Redis refused (its view was short); after the kill switch puts Redis in
+// charge, the reservation is still claimed, once, through the store that
+// holds it, and Redis follows the deduction.
+func TestKillSwitchHonoursAReservationOnlyMySQLHolds(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{mode: rollout.ModeMySQL})
+	b.stock(t, 1, 1, 5)
+	// Redis believes there is nothing left (drift, or a lost race).
+	key := fmt.Sprintf("%s{shop:%d}:qty:1", b.r.Prefix, shop)
+	if err := b.r.Client.HIncrBy(context.Background(), key, "1", -5).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.reserve(context.Background(), "only-mysql", time.Minute, line(1, 2))
+	if err != nil || res.Status != reservation.StatusReserved {
+		t.Fatalf("reserve in mysql mode: %+v %v", res, err)
+	}
+	b.drain(t)
+	if _, err := b.rd.Get(context.Background(), &reservation.GetParams{Shop: shop, Token: "only-mysql"}); !errors.Is(err, reservation.ErrNotFound) {
+		t.Fatalf("precondition: Redis must not hold it: %v", err)
+	}
+	for _, kill := range []rollout.Kill{rollout.KillRedis} {
+		_ = b.modes.SetKill(kill)
+		c, err := b.f.Claim(context.Background(), &reservation.ClaimParams{Shop: shop, Token: "only-mysql"})
+		if err != nil || c.Outcome != reservation.OutcomeClaimed {
+			t.Fatalf("claim under kill switch %s: %+v %v", kill, c, err)
+		}
+	}
+	b.drain(t)
+	if l := b.ledger(t, 1, 1); l != 3 {
+		t.Errorf("ledger %d, want 3", l)
+	}
+	// Redis followed the deduction: 0 - 2 after the drift (its own view is
+	// short by the injected 5; reconcile repairs that).
+	if u := b.unheld(t, b.rd, 1, 1); u != 0 {
+		t.Errorf("Redis unheld %d, want 0 (clamped): it must not offer the claimed units", u)
+	}
+	if n := b.db.Count(t, "reservation_claims"); n != 1 {
+		t.Errorf("%d claim rows, want 1", n)
+	}
+}

@@ -124,21 +124,41 @@ func reserveOutcome(res reservation.ReserveResult, err error) compare.Outcome {
 	return compare.Outcome{Result: string(res.Status), Allocations: res.Allocations, Short: res.Short}
 }
 
-// owner is the store that answers for an existing reservation: the
-// authority recorded on its hold, when that store is written in this mode.
-// The kill switch overrides it: then Redis answers. Looking the hold up
-// costs a read; a failing lookup falls back to the mode's authority.
-func (f *Facade) owner(ctx context.Context, d rollout.Decision, plan rollout.Route, shop int64, token string) reservation.Authority {
-	if d.Kill != rollout.KillOff || !plan.Shadow {
-		return plan.Authority
+// owner is the store that answers for an existing reservation.
+//
+//   - Kill switch redis_only: Redis, and MySQL is not even read.
+//   - Otherwise the preferred store is Redis under a kill switch, else the
+//     mode's authority. If it holds the reservation: with both stores
+//     written and no kill switch, the authority recorded on the hold
+//     answers (a reservation made before a flip stays with its maker);
+//     otherwise the preferred store does.
+//   - If the preferred store does not hold it but the other does, the other
+//     answers. This is what keeps an acknowledged reservation claimable
+//     across a flip or a kill switch when one store never got it: in mysql
+//     mode at a stock-out Redis may have refused the shadow reserve MySQL
+//     accepted, and after the kill switch Redis alone would say "not
+//     found". The claims row still makes the ledger deduction happen once.
+//
+// Looking the hold up costs a read (two on the miss path).
+func (f *Facade) owner(ctx context.Context, d rollout.Decision, route rollout.Route, shop int64, token string) reservation.Authority {
+	if d.Kill == rollout.KillRedisOnly {
+		return reservation.AuthorityRedis
 	}
-	for _, a := range []reservation.Authority{plan.Authority, other(plan.Authority)} {
-		h, err := f.store(a).Get(ctx, &reservation.GetParams{Shop: shop, Token: token})
-		if err == nil && h.Authority.Valid() {
+	first := route.Authority
+	if d.Kill == rollout.KillRedis {
+		first = reservation.AuthorityRedis
+	}
+	get := &reservation.GetParams{Shop: shop, Token: token}
+	if h, err := f.store(first).Get(ctx, get); err == nil {
+		if d.Kill == rollout.KillOff && route.Shadow && h.Authority.Valid() {
 			return h.Authority
 		}
+		return first
 	}
-	return plan.Authority
+	if _, err := f.store(other(first)).Get(ctx, get); err == nil {
+		return other(first)
+	}
+	return first
 }
 
 // Claim makes a reservation permanent. The reservation's owner claims as
@@ -157,7 +177,14 @@ func (f *Facade) Claim(ctx context.Context, p *reservation.ClaimParams) (reserva
 	owner := f.owner(ctx, d, plan, p.Shop, p.Token)
 	q := reservation.ClaimParams{Shop: p.Shop, Token: p.Token, As: reservation.AsAuthority}
 	if !plan.Shadow {
-		return f.store(owner).Claim(ctx, &q)
+		res, err := f.store(owner).Claim(ctx, &q)
+		if err == nil && owner != plan.Authority {
+			// Only the other store held it. The store in use must still
+			// follow the ledger deduction, or it would offer those units
+			// again (a settle without a hold does exactly that).
+			_, _ = f.store(plan.Authority).Claim(ctx, &reservation.ClaimParams{Shop: p.Shop, Token: p.Token, As: reservation.AsShadow, Deducted: res.Allocations})
+		}
+		return res, err
 	}
 	var res reservation.ClaimResult
 	var err error
