@@ -268,7 +268,9 @@ func (e *environment) cleanup(failed bool) error {
 		e.p.say("  kept (--keep): databases %s, Redis keys %s*, files in %s", strings.Join(e.dbs, ", "), e.cfg.Name, e.dir)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Each step gets its own deadline: on a loaded machine dropping four
+	// databases can take most of a shared one, and the keys would stay.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var errs []error
 	if len(e.dbs) > 0 {
@@ -285,7 +287,9 @@ func (e *environment) cleanup(failed bool) error {
 		}
 	}
 	if len(e.prefixes) > 0 {
-		errs = append(errs, e.clearRedis(ctx))
+		rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
+		errs = append(errs, e.clearRedis(rctx))
+		rcancel()
 	}
 	if e.ownDir && !failed {
 		errs = append(errs, os.RemoveAll(e.dir))
