@@ -41,6 +41,21 @@ type Config struct {
 	ReserveAttempts int
 	// ReapBatch is the default number of holds one Reap returns. Default: 500.
 	ReapBatch int
+	// ScanFromHead makes every reserve scan its pool from the lowest unit
+	// id, as the store did before reserves started at a random point of the
+	// pool. It is slower under concurrency (every scan walks over the units
+	// other reservers hold and over those deleted and not yet purged) and
+	// is kept to measure the difference (reservoir bench, variant
+	// pool-headscan). Default: false.
+	ScanFromHead bool
+	// SeparateRefills makes every reserver that finds a pool short run its
+	// own replenish, queueing on the pool's replenish lock row with a
+	// connection, even while another reserver of this store is refilling
+	// that pool, as the store did before such reservers waited for the
+	// refill in flight. Under concurrency it turns each refill into a herd
+	// on the lock row; it is kept to measure the difference (reservoir
+	// bench, variant pool-before). Default: false.
+	SeparateRefills bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

@@ -43,6 +43,20 @@ SELECT 'claim', 0, 0, 0, claimed_at, via FROM reservation_claims WHERE shop_id =
   WHERE shop_id = ? AND inventory_item_id = ? AND location_id = ?
   ORDER BY shop_id, inventory_item_id, location_id, unit_id LIMIT ? FOR UPDATE SKIP LOCKED)`
 
+	// The same select over a range of unit ids [from, below): the scan
+	// starts at a random point of the pool instead of its head (see
+	// takeUnits for why), and a second pass over [0, from) covers the rest
+	// when the first comes up short.
+	sqlReserveUnitsRangeBranch = `(SELECT ? AS line_no, unit_id, NOW(3) AS now FROM available_units
+  WHERE shop_id = ? AND inventory_item_id = ? AND location_id = ? AND unit_id >= ? AND unit_id < ?
+  ORDER BY shop_id, inventory_item_id, location_id, unit_id LIMIT ? FOR UPDATE SKIP LOCKED)`
+	// The top of a pool's unit ids, read along with its units (a plain
+	// read: no lock, no wait on a refill holding the row), where the next
+	// reserve of the pool picks its starting point. line_no is negative:
+	// -1 - the line's index.
+	sqlReserveNextUnitBranch = `(SELECT ? AS line_no, next_unit_id, NOW(3) AS now FROM pool_replenish_locks
+  WHERE shop_id = ? AND inventory_item_id = ? AND location_id = ?)`
+
 	// Deletes are spelled as ORs of primary-key conditions, not as a
 	// row-constructor IN: MariaDB 10.11 plans "(a,b,c,d) IN ((1,2,3,4))"
 	// with a single tuple as a full scan, and a locking full scan waits on
@@ -62,6 +76,18 @@ SELECT 'claim', 0, 0, 0, claimed_at, via FROM reservation_claims WHERE shop_id =
 
 func reserveUnitsQuery(branches int) string {
 	return tag(callerReserve) + repeatJoin(sqlReserveUnitsBranch, " UNION ALL ", branches)
+}
+
+// reserveUnitsRangeQuery selects units of several lines over unit id
+// ranges, and, with next, each line's pool top after them. Arguments: per
+// line, line_no, shop, item, location, from, below, limit; then, with next,
+// per line, -1-line_no, shop, item, location.
+func reserveUnitsRangeQuery(branches int, next bool) string {
+	q := tag(callerReserve) + repeatJoin(sqlReserveUnitsRangeBranch, " UNION ALL ", branches)
+	if next {
+		q += " UNION ALL " + repeatJoin(sqlReserveNextUnitBranch, " UNION ALL ", branches)
+	}
+	return q
 }
 
 // reserveDeleteQuery deletes units of several lines; units[i] is how many

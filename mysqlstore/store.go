@@ -44,6 +44,8 @@ type Store struct {
 	cfg     Config
 	metrics *metrics
 	stats   stats
+	pivots  pivots  // where reserves start scanning each pool
+	refills refills // refills in flight, joined by other reservers
 
 	// Test knobs, set only by this package's tests.
 	//

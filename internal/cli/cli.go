@@ -23,6 +23,7 @@ var commands = map[string]command{
 	"migrate":   {"apply or inspect the MySQL schema migrations", runMigrate},
 	"reconcile": {"compare each pod's stores item by item; --repair fixes the non-authoritative side", runReconcile},
 	"rollout":   {"status, advance, kill switch, history and the automatic controller", runRollout},
+	"bench":     {"benchmark the stores and the facade under load, with network latency", runBench},
 	"serve":     {"run the HTTP API, the admin API, /metrics and the diff dashboard", runServe},
 	"demo":      {"the one-command tour: three pods, traffic, a shadow rollout, the dashboard", runDemo},
 }

@@ -1,0 +1,98 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/internal/testdb"
+	"github.com/seed31b0e981/reservoir/internal/testredis"
+)
+
+// A tiny run end to end: the unit pool on the hot item straight to the
+// servers, and the claim storm through the latency proxy. Each point must
+// answer calls and pass its invariant check, and the run must leave neither
+// its database nor its Redis keys behind.
+func TestRunTiny(t *testing.T) {
+	opts := Options{
+		MySQLDSN:  testdb.ServerDSN(t),
+		RedisAddr: testredis.Addr(t),
+		Sweeps: []Sweep{
+			{Scenario: ScenarioHot, Variants: []string{VariantPool}, Concurrency: []int{2}, Latencies: []time.Duration{0}},
+			{Scenario: ScenarioClaim, Variants: []string{VariantPool}, Concurrency: []int{2}, Latencies: []time.Duration{time.Millisecond}},
+		},
+		Duration: time.Second,
+		Warmup:   100 * time.Millisecond,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var progress bytes.Buffer
+	opts.Progress = &progress
+	rep, err := Run(ctx, opts)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, progress.String())
+	}
+	if len(rep.Results) != 3 {
+		t.Fatalf("%d results, want 3 (hot reserve, claim reserve, claim claim)", len(rep.Results))
+	}
+	for _, r := range rep.Results {
+		if r.Error != "" || r.OK == 0 || r.OpsPerSec <= 0 || r.Invariant != "ok" {
+			t.Errorf("%s %s: ok %d, %.0f/s, invariant %q, error %q, errors %v", r.Point, r.Op, r.OK, r.OpsPerSec, r.Invariant, r.Error, r.ErrorSamples)
+		}
+		if r.MySQLRoundTripsPerOp < 5 || r.ConnMsPerOp <= 0 {
+			t.Errorf("%s %s: %.1f round trips and %.2f conn-ms per call: the counters did not count", r.Point, r.Op, r.MySQLRoundTripsPerOp, r.ConnMsPerOp)
+		}
+	}
+	if claim := rep.Results[2]; claim.AddedRTTms != 1 || claim.MySQLRTTms < 1 {
+		t.Errorf("claim window: added %dms, measured RTT %.2fms: the proxy added no latency", claim.AddedRTTms, claim.MySQLRTTms)
+	}
+	if !slices.ContainsFunc(rep.Targets, func(t Target) bool { return strings.Contains(t.Name, "claims vs reserves") }) {
+		t.Errorf("targets %v: the claim ratio is missing", rep.Targets)
+	}
+	var md, js, svg bytes.Buffer
+	if err := rep.WriteMarkdown(&md); err != nil || !strings.Contains(md.String(), "| pool | 2 | 0 | reserve |") {
+		t.Errorf("markdown (%v):\n%s", err, md.String())
+	}
+	if err := rep.WriteJSON(&js); err != nil || !strings.Contains(js.String(), `"ops_per_sec"`) {
+		t.Errorf("json (%v)", err)
+	}
+	if err := rep.WriteSVG(&svg, ScenarioHot); err != nil || !strings.HasPrefix(svg.String(), "<svg") {
+		t.Errorf("svg (%v)", err)
+	}
+
+	// Cleaned up: the run's database and keys are gone.
+	db := testdb.New(t)
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", rep.Env.Database).Scan(&n); err != nil || n != 0 {
+		t.Errorf("database %s: %d left (%v)", rep.Env.Database, n, err)
+	}
+	r := testredis.New(t)
+	if keys, err := r.Client.Keys(ctx, rep.Env.RedisPrefix+"*").Result(); err != nil || len(keys) != 0 {
+		t.Errorf("redis prefix %s: %d keys left (%v)", rep.Env.RedisPrefix, len(keys), err)
+	}
+	if strings.Contains(progress.String(), "FAILED") {
+		t.Errorf("progress:\n%s", progress.String())
+	}
+}
+
+func TestPlanAndNarrow(t *testing.T) {
+	t.Parallel()
+	full := Plan(DefaultSweeps())
+	if len(full) < 80 || len(full) > 110 {
+		t.Errorf("the full plan has %d points; keep it near 100 (about ten minutes)", len(full))
+	}
+	quick := Plan(QuickSweeps())
+	if len(quick) > 40 {
+		t.Errorf("the quick plan has %d points; keep it near 30 (about two minutes)", len(quick))
+	}
+	got := Plan(Narrow(DefaultSweeps(), []string{ScenarioClaim}, []string{VariantPool, VariantRow}, []int{8}, []time.Duration{0}))
+	if len(got) != 1 || got[0] != (Point{Scenario: ScenarioClaim, Variant: VariantPool, Concurrency: 8}) {
+		t.Errorf("narrowed claim plan = %v, want one pool point at c=8 (the row has no ledger to claim)", got)
+	}
+	if err := (Options{MySQLDSN: "x", RedisAddr: "y", Sweeps: []Sweep{{Scenario: "nope"}}}).WithDefaults().Validate(); err == nil || !strings.Contains(err.Error(), `unknown scenario "nope"`) {
+		t.Errorf("validate unknown scenario: %v", err)
+	}
+}

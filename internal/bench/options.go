@@ -1,0 +1,246 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Variant names. VariantPoolBefore is the unit pool as it was before this
+// benchmark's fixes (mysqlstore.Config.ScanFromHead and SeparateRefills);
+// VariantPoolHeadScan has only the first, to tell the two apart.
+const (
+	VariantRedis        = "redis"
+	VariantPool         = "pool"
+	VariantPoolBefore   = "pool-before"
+	VariantPoolHeadScan = "pool-headscan"
+	VariantRow          = "row"
+	VariantBuckets      = "buckets"
+	VariantFacadeRedis  = "facade-redis"
+	VariantFacadeShadow = "facade-shadow"
+	VariantFacadeMySQL  = "facade-mysql"
+)
+
+// Variants lists every variant.
+var Variants = []string{VariantRedis, VariantPool, VariantPoolBefore, VariantPoolHeadScan, VariantRow, VariantBuckets,
+	VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL}
+
+// Sweep is one scenario's part of a run: every variant at every concurrency
+// at every added latency.
+type Sweep struct {
+	Scenario    string
+	Variants    []string
+	Concurrency []int
+	Latencies   []time.Duration
+}
+
+var bothLatencies = []time.Duration{0, time.Millisecond}
+
+// DefaultSweeps is the full run: about 100 points, under ten minutes on two
+// cores with the default duration.
+func DefaultSweeps() []Sweep {
+	stores := []string{VariantRedis, VariantPool, VariantRow, VariantBuckets}
+	return []Sweep{
+		{ScenarioHot, append(slices.Clone(stores), VariantPoolBefore), []int{1, 4, 16, 64, 128}, bothLatencies},
+		{ScenarioUniform, append(slices.Clone(stores), VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL), []int{16, 64}, bothLatencies},
+		{ScenarioDrain, stores, []int{64}, bothLatencies},
+		{ScenarioCarts, stores, []int{64}, bothLatencies},
+		{ScenarioClaim, []string{VariantPool, VariantRedis}, []int{64}, bothLatencies},
+	}
+}
+
+// QuickSweeps is `make bench`: every scenario and every ratio of the issue's
+// targets, with fewer points, in about two minutes.
+func QuickSweeps() []Sweep {
+	ms := []time.Duration{time.Millisecond}
+	return []Sweep{
+		{ScenarioHot, []string{VariantRedis, VariantPool, VariantRow, VariantBuckets}, []int{1, 16, 64}, bothLatencies},
+		{ScenarioUniform, []string{VariantRedis, VariantPool, VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL}, []int{16}, ms},
+		{ScenarioDrain, []string{VariantPool, VariantRow}, []int{64}, ms},
+		{ScenarioCarts, []string{VariantPool, VariantRow}, []int{16}, ms},
+		{ScenarioClaim, []string{VariantPool}, []int{64}, ms},
+	}
+}
+
+// Options configure a run. Run applies WithDefaults, then Validate.
+type Options struct {
+	// MySQLDSN is the server's DSN without a database, over TCP (the added
+	// latency is a TCP proxy), e.g. root@tcp(127.0.0.1:33306)/. Required.
+	MySQLDSN string
+	// RedisAddr is the standalone Redis server, host:port. Required.
+	RedisAddr string
+	// Sweeps are the points to run, in order. Default: DefaultSweeps().
+	Sweeps []Sweep
+	// Duration is each point's measured window. A drain point ends when the
+	// stock is gone; a claim point has a reserve window and a claim window.
+	// Default: 3s.
+	Duration time.Duration
+	// Warmup runs before each window, unmeasured: connections open, pools
+	// and caches settle. Default: 500ms.
+	Warmup time.Duration
+	// Flush, when set ("0", "1" or "2"), is the server's
+	// innodb_flush_log_at_trx_commit for the run; the old value is put back
+	// at the end. Default: "" (leave it).
+	Flush string
+	// Buckets is the number of rows per item of the buckets baseline.
+	// Default: 16.
+	Buckets int
+	// PoolCap is the unit pool's cap (mysqlstore.Config.PoolCap) where the
+	// scenario does not set its own. Default: 1000.
+	PoolCap int64
+	// Progress receives a line as each point starts and ends. Default: none.
+	Progress io.Writer
+	// Keep leaves the database and the Redis keys in place for inspection.
+	Keep bool
+}
+
+// WithDefaults returns o with zero fields set to their defaults.
+func (o Options) WithDefaults() Options {
+	if o.Sweeps == nil {
+		o.Sweeps = DefaultSweeps()
+	}
+	if o.Duration == 0 {
+		o.Duration = 3 * time.Second
+	}
+	if o.Warmup == 0 {
+		o.Warmup = 500 * time.Millisecond
+	}
+	if o.Buckets == 0 {
+		o.Buckets = 16
+	}
+	if o.PoolCap == 0 {
+		o.PoolCap = 1000
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	return o
+}
+
+// Validate reports an option that cannot work, naming it.
+func (o Options) Validate() error {
+	var errs []error
+	if o.MySQLDSN == "" {
+		errs = append(errs, errors.New("bench: Options.MySQLDSN is required (the server, without a database)"))
+	}
+	if o.RedisAddr == "" {
+		errs = append(errs, errors.New("bench: Options.RedisAddr is required"))
+	}
+	if o.Duration < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("bench: Options.Duration must be at least 100ms, got %s", o.Duration))
+	}
+	if o.Warmup < 0 {
+		errs = append(errs, fmt.Errorf("bench: Options.Warmup must not be negative, got %s", o.Warmup))
+	}
+	if o.Flush != "" && o.Flush != "0" && o.Flush != "1" && o.Flush != "2" {
+		errs = append(errs, fmt.Errorf("bench: Options.Flush must be 0, 1, 2 or empty, got %q", o.Flush))
+	}
+	if o.Buckets < 1 || o.Buckets > 1024 {
+		errs = append(errs, fmt.Errorf("bench: Options.Buckets must be between 1 and 1024, got %d", o.Buckets))
+	}
+	if o.PoolCap < 1 || o.PoolCap > 100000 {
+		errs = append(errs, fmt.Errorf("bench: Options.PoolCap must be between 1 and 100000, got %d", o.PoolCap))
+	}
+	if len(o.Sweeps) == 0 {
+		errs = append(errs, errors.New("bench: Options.Sweeps is empty: nothing to run"))
+	}
+	for i, s := range o.Sweeps {
+		if _, ok := scenarios[s.Scenario]; !ok {
+			errs = append(errs, fmt.Errorf("bench: Options.Sweeps[%d]: unknown scenario %q (known: %s)", i, s.Scenario, strings.Join(ScenarioNames(), ", ")))
+		}
+		for _, v := range s.Variants {
+			if !slices.Contains(Variants, v) {
+				errs = append(errs, fmt.Errorf("bench: Options.Sweeps[%d]: unknown variant %q (known: %s)", i, v, strings.Join(Variants, ", ")))
+			}
+			if s.Scenario == ScenarioClaim && (v == VariantRow || v == VariantBuckets) {
+				errs = append(errs, fmt.Errorf("bench: Options.Sweeps[%d]: the %s baseline has no ledger to claim against", i, v))
+			}
+		}
+		for _, c := range s.Concurrency {
+			if c < 1 || c > 1024 {
+				errs = append(errs, fmt.Errorf("bench: Options.Sweeps[%d]: concurrency must be between 1 and 1024, got %d", i, c))
+			}
+		}
+		for _, l := range s.Latencies {
+			if l < 0 || l%time.Millisecond != 0 || l > time.Second {
+				errs = append(errs, fmt.Errorf("bench: Options.Sweeps[%d]: added latency must be whole milliseconds up to 1s (toxiproxy's unit), got %s", i, l))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Point is one measurement.
+type Point struct {
+	Scenario    string        `json:"scenario"`
+	Variant     string        `json:"variant"`
+	Concurrency int           `json:"concurrency"`
+	Latency     time.Duration `json:"-"`
+}
+
+func (p Point) String() string {
+	return fmt.Sprintf("%s %s c=%d +%s", p.Scenario, p.Variant, p.Concurrency, latencyLabel(p.Latency))
+}
+
+func latencyLabel(l time.Duration) string {
+	return strconv.FormatInt(l.Milliseconds(), 10) + "ms"
+}
+
+// Plan lists the points of the sweeps in the order they run: per sweep, per
+// latency, per concurrency, every variant in turn, so that variants compared
+// with each other run next to each other in time (the machine is shared).
+func Plan(sweeps []Sweep) []Point {
+	var out []Point
+	for _, s := range sweeps {
+		for _, l := range s.Latencies {
+			for _, c := range s.Concurrency {
+				for _, v := range s.Variants {
+					out = append(out, Point{Scenario: s.Scenario, Variant: v, Concurrency: c, Latency: l})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Narrow returns sweeps restricted to the given scenarios and with the
+// variants, concurrency and latencies replaced where given: the command
+// line's way to run part of a preset.
+func Narrow(sweeps []Sweep, scenarioNames, variants []string, concurrency []int, latencies []time.Duration) []Sweep {
+	var out []Sweep
+	for _, s := range sweeps {
+		if len(scenarioNames) > 0 && !slices.Contains(scenarioNames, s.Scenario) {
+			continue
+		}
+		if len(variants) > 0 {
+			s.Variants = slices.DeleteFunc(slices.Clone(variants), func(v string) bool {
+				return s.Scenario == ScenarioClaim && (v == VariantRow || v == VariantBuckets)
+			})
+		}
+		if len(concurrency) > 0 {
+			s.Concurrency = concurrency
+		}
+		if len(latencies) > 0 {
+			s.Latencies = latencies
+		}
+		if len(s.Variants) > 0 {
+			out = append(out, s)
+		}
+	}
+	// A scenario asked for that no preset sweep has runs with the defaults
+	// of the full run.
+	for _, name := range scenarioNames {
+		if !slices.ContainsFunc(out, func(s Sweep) bool { return s.Scenario == name }) {
+			for _, d := range DefaultSweeps() {
+				if d.Scenario == name {
+					out = append(out, Narrow([]Sweep{d}, nil, variants, concurrency, latencies)...)
+				}
+			}
+		}
+	}
+	return out
+}

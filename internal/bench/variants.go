@@ -1,0 +1,500 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seed31b0e981/reservoir/compare"
+	"github.com/seed31b0e981/reservoir/dualwrite"
+	"github.com/seed31b0e981/reservoir/mysqlstore"
+	"github.com/seed31b0e981/reservoir/redisstore"
+	"github.com/seed31b0e981/reservoir/reservation"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// target is a variant under test, built fresh for each point on the
+// point's path.
+type target interface {
+	// setup stocks the scenario's catalog for shop (and primes unit pools
+	// where the scenario says).
+	setup(ctx context.Context, shop int64, sc *scenario) error
+	// reserve places a hold; reserved is false for an insufficient answer.
+	reserve(ctx context.Context, shop int64, token string, lines []reservation.Line) (reserved bool, err error)
+	// claim claims a hold as authority.
+	claim(ctx context.Context, shop int64, token string) error
+	// counters are the target's own counts since it was built.
+	counters() counters
+	// check verifies, once the callers have stopped, that the stores hold
+	// exactly what the acknowledged calls of b say. It returns nil or the
+	// first violation.
+	check(ctx context.Context, shop int64, b *book) error
+	close(ctx context.Context) error
+}
+
+// counters are a target's cumulative counts.
+type counters struct {
+	deadlocks, lockWaits, retries, refills, refillUnits, shadowSkipped int64
+	// hold is connection hold time per caller (mysqlstore's histogram, or
+	// the baselines' own measure of the same span).
+	hold map[string]holdSum
+}
+
+type holdSum struct {
+	seconds float64
+	count   uint64
+}
+
+// book is what the calls of a point did to each item: the expectation the
+// invariant check holds the stores to. A call that failed without a clean
+// answer (a timeout, a cut connection, Ctrl-C) may or may not have been
+// applied: its units are counted as in doubt, and the check accepts either.
+type book struct {
+	stock                  []int64
+	reserved, reserveDoubt []atomic.Int64
+	claimed, claimDoubt    []atomic.Int64
+}
+
+func newBook(sc *scenario) *book {
+	n := sc.items
+	b := &book{stock: make([]int64, n), reserved: make([]atomic.Int64, n), reserveDoubt: make([]atomic.Int64, n),
+		claimed: make([]atomic.Int64, n), claimDoubt: make([]atomic.Int64, n)}
+	for i := range b.stock {
+		b.stock[i] = sc.stock(i)
+	}
+	return b
+}
+
+func (b *book) add(to []atomic.Int64, lines []reservation.Line) {
+	for _, ln := range lines {
+		to[ln.Item-1].Add(ln.Quantity)
+	}
+}
+
+// unsold is the stock no acknowledged or in-doubt reserve took, over every
+// item.
+func (b *book) unsold() int64 {
+	var n int64
+	for i, s := range b.stock {
+		n += s - b.reserved[i].Load() - b.reserveDoubt[i].Load()
+	}
+	return n
+}
+
+// span is what item i's acknowledged and in-doubt calls allow: between lo
+// and hi units (reserved, or claimed) were applied.
+func span(done, doubt []atomic.Int64, i int) (lo, hi int64) {
+	lo = done[i].Load()
+	return lo, lo + doubt[i].Load()
+}
+
+func within(v, lo, hi int64) bool { return lo <= v && v <= hi }
+
+func rangeText(lo, hi int64) string {
+	if lo == hi {
+		return fmt.Sprint(lo)
+	}
+	return fmt.Sprintf("%d..%d", lo, hi)
+}
+
+// pointEnv is what a target is built from.
+type pointEnv struct {
+	path        *path
+	prefix      string
+	poolCap     int64
+	buckets     int
+	concurrency int
+}
+
+func newTarget(variant string, env *pointEnv) (target, error) {
+	switch variant {
+	case VariantPool:
+		return newPoolTarget(env, mysqlstore.Config{})
+	case VariantPoolBefore:
+		return newPoolTarget(env, mysqlstore.Config{ScanFromHead: true, SeparateRefills: true})
+	case VariantPoolHeadScan:
+		return newPoolTarget(env, mysqlstore.Config{ScanFromHead: true})
+	case VariantRedis:
+		return newRedisTarget(env)
+	case VariantRow:
+		return newBaseline(env, 1), nil
+	case VariantBuckets:
+		return newBaseline(env, env.buckets), nil
+	case VariantFacadeRedis:
+		return newFacadeTarget(env, rollout.ModeRedis)
+	case VariantFacadeShadow:
+		return newFacadeTarget(env, rollout.ModeShadow)
+	case VariantFacadeMySQL:
+		return newFacadeTarget(env, rollout.ModeMySQL)
+	}
+	return nil, fmt.Errorf("bench: unknown variant %q", variant)
+}
+
+// holdTTL outlives any point: nothing expires while it is measured.
+const holdTTL = 30 * time.Minute
+
+func reserveParams(shop int64, token string, lines []reservation.Line) *reservation.ReserveParams {
+	return &reservation.ReserveParams{Shop: shop, Token: token, Lines: lines, TTL: holdTTL}
+}
+
+// forEach runs fn for 0..n-1 on up to 16 goroutines and returns the first
+// error.
+func forEach(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(n, 16) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := fn(ctx, i); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+// ---------------------------------------------------------------- unit pool
+
+type poolTarget struct {
+	store *mysqlstore.Store
+	reg   *prometheus.Registry
+	db    *path
+}
+
+// newMySQLStore builds a unit-pool store on the point's path with cfg's
+// knobs.
+func newMySQLStore(env *pointEnv, cfg mysqlstore.Config) (*mysqlstore.Store, *prometheus.Registry, error) {
+	cfg.DB, cfg.PoolCap, cfg.Registerer = env.path.db, env.poolCap, prometheus.NewRegistry()
+	s, err := mysqlstore.New(cfg)
+	return s, cfg.Registerer.(*prometheus.Registry), err
+}
+
+func newPoolTarget(env *pointEnv, cfg mysqlstore.Config) (*poolTarget, error) {
+	s, reg, err := newMySQLStore(env, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &poolTarget{store: s, reg: reg, db: env.path}, nil
+}
+
+// stockPools sets the ledger of every item and primes the pools the
+// scenario asks for: a reserve of one unit makes the replenisher fill the
+// pool; its release leaves the pool full less that unit.
+func stockPools(ctx context.Context, my *mysqlstore.Store, shop int64, sc *scenario) error {
+	return forEach(ctx, sc.items, func(ctx context.Context, i int) error {
+		item := int64(i + 1)
+		avail := sc.stock(i)
+		if _, err := my.AdjustStock(ctx, &reservation.AdjustParams{Shop: shop, Item: item, Location: location, Available: &avail}); err != nil {
+			return err
+		}
+		return primePool(ctx, my, shop, sc, i)
+	})
+}
+
+func primePool(ctx context.Context, my *mysqlstore.Store, shop int64, sc *scenario, i int) error {
+	if !sc.prime(i) {
+		return nil
+	}
+	token := fmt.Sprintf("prime-%d", i+1)
+	res, err := my.Reserve(ctx, reserveParams(shop, token, []reservation.Line{line(int64(i + 1))}))
+	if err != nil {
+		return fmt.Errorf("prime item %d: %w", i+1, err)
+	}
+	if res.Status != reservation.StatusReserved {
+		return fmt.Errorf("prime item %d: %s", i+1, res.Status)
+	}
+	_, err = my.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: token})
+	return err
+}
+
+func (t *poolTarget) setup(ctx context.Context, shop int64, sc *scenario) error {
+	return stockPools(ctx, t.store, shop, sc)
+}
+
+func (t *poolTarget) reserve(ctx context.Context, shop int64, token string, lines []reservation.Line) (bool, error) {
+	res, err := t.store.Reserve(ctx, reserveParams(shop, token, lines))
+	return res.Status == reservation.StatusReserved, err
+}
+
+func (t *poolTarget) claim(ctx context.Context, shop int64, token string) error {
+	_, err := t.store.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: token})
+	return err
+}
+
+func (t *poolTarget) counters() counters {
+	return mysqlCounters(t.store, t.reg)
+}
+
+func mysqlCounters(s *mysqlstore.Store, reg *prometheus.Registry) counters {
+	st := s.Stats()
+	return counters{
+		deadlocks:   st.Deadlocks,
+		lockWaits:   st.LockWaitTimeouts,
+		retries:     st.Deadlocks + st.LockWaitTimeouts + st.ReserveRetries,
+		refills:     st.Refills,
+		refillUnits: st.RefillUnits,
+		hold:        gatherHold(reg),
+	}
+}
+
+// gatherHold reads mysqlstore's connection hold histogram per caller.
+func gatherHold(reg *prometheus.Registry) map[string]holdSum {
+	out := map[string]holdSum{}
+	fams, err := reg.Gather()
+	if err != nil {
+		return out
+	}
+	for _, f := range fams {
+		if f.GetName() != "reservoir_mysql_conn_hold_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			caller := ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "caller" {
+					caller = l.GetValue()
+				}
+			}
+			h := m.GetHistogram()
+			out[caller] = holdSum{seconds: h.GetSampleSum(), count: h.GetSampleCount()}
+		}
+	}
+	return out
+}
+
+func gatherCounter(reg *prometheus.Registry, name string) int64 {
+	fams, err := reg.Gather()
+	if err != nil {
+		return 0
+	}
+	var n float64
+	for _, f := range fams {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return int64(n)
+}
+
+func (t *poolTarget) check(ctx context.Context, shop int64, b *book) error {
+	return checkPool(ctx, t.db.db, shop, b, t.store.PoolCap(), true)
+}
+
+// checkPool holds the unit pool to the book: per item, the ledger lost
+// exactly the claimed units, the holds are exactly the acknowledged
+// reserves not yet claimed (when exact), and the projection holds:
+// pool + held <= available, pool <= cap.
+func checkPool(ctx context.Context, q querier, shop int64, b *book, poolCap int64, exact bool) error {
+	rows, err := q.QueryContext(ctx, sqlCheckPool, shop)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	seen := 0
+	for rows.Next() {
+		var item, avail, held, pool int64
+		if err := rows.Scan(&item, &avail, &held, &pool); err != nil {
+			return err
+		}
+		seen++
+		i := item - 1
+		if i < 0 || int(i) >= len(b.stock) {
+			return fmt.Errorf("unexpected item %d in the ledger", item)
+		}
+		rlo, rhi := span(b.reserved, b.reserveDoubt, int(i))
+		clo, chi := span(b.claimed, b.claimDoubt, int(i))
+		claimed := b.stock[i] - avail // the ledger says exactly what was claimed
+		switch {
+		case !within(claimed, clo, chi):
+			return fmt.Errorf("item %d: the ledger lost %d units, but %s were claimed", item, claimed, rangeText(clo, chi))
+		case exact && !within(held+claimed, rlo, rhi):
+			return fmt.Errorf("item %d: %d units held + %d claimed, but %s were reserved", item, held, claimed, rangeText(rlo, rhi))
+		case pool+held > avail:
+			return fmt.Errorf("item %d: pool %d + held %d > available %d: the projection is broken", item, pool, held, avail)
+		case pool > poolCap:
+			return fmt.Errorf("item %d: pool %d above its cap %d", item, pool, poolCap)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if seen != len(b.stock) {
+		return fmt.Errorf("%d ledger rows, want %d", seen, len(b.stock))
+	}
+	return nil
+}
+
+func (t *poolTarget) close(context.Context) error { return nil }
+
+// -------------------------------------------------------------------- redis
+
+type redisTarget struct {
+	ledger *mysqlstore.Store
+	reg    *prometheus.Registry
+	store  *redisstore.Store
+	path   *path
+}
+
+func newRedisTarget(env *pointEnv) (*redisTarget, error) {
+	my, reg, err := newMySQLStore(env, mysqlstore.Config{})
+	if err != nil {
+		return nil, err
+	}
+	rd, err := redisstore.New(redisstore.Config{Client: env.path.redis, Ledger: my, Source: my, Prefix: env.prefix})
+	if err != nil {
+		return nil, err
+	}
+	return &redisTarget{ledger: my, reg: reg, store: rd, path: env.path}, nil
+}
+
+// stockRedis sets the ledger and the Redis quantities of every item: an
+// authority Adjust sets the ledger, then moves Redis by what it changed.
+func stockRedis(ctx context.Context, rd *redisstore.Store, shop int64, sc *scenario) error {
+	return forEach(ctx, sc.items, func(ctx context.Context, i int) error {
+		avail := sc.stock(i)
+		_, err := rd.Adjust(ctx, &reservation.AdjustParams{Shop: shop, Item: int64(i + 1), Location: location, Available: &avail})
+		return err
+	})
+}
+
+func (t *redisTarget) setup(ctx context.Context, shop int64, sc *scenario) error {
+	return stockRedis(ctx, t.store, shop, sc)
+}
+
+func (t *redisTarget) reserve(ctx context.Context, shop int64, token string, lines []reservation.Line) (bool, error) {
+	res, err := t.store.Reserve(ctx, reserveParams(shop, token, lines))
+	return res.Status == reservation.StatusReserved, err
+}
+
+func (t *redisTarget) claim(ctx context.Context, shop int64, token string) error {
+	_, err := t.store.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: token})
+	return err
+}
+
+func (t *redisTarget) counters() counters { return mysqlCounters(t.ledger, t.reg) }
+
+func (t *redisTarget) check(ctx context.Context, shop int64, b *book) error {
+	if err := checkPool(ctx, t.path.db, shop, b, t.ledger.PoolCap(), false); err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	return checkRedis(ctx, t.store, shop, b)
+}
+
+// checkRedis holds the Redis quantities to the book: a reserve takes units
+// out, a legacy claim leaves the quantity alone (the ledger and the hold go
+// down together).
+func checkRedis(ctx context.Context, rd *redisstore.Store, shop int64, b *book) error {
+	return forEach(ctx, len(b.stock), func(ctx context.Context, i int) error {
+		a, err := rd.Availability(ctx, &reservation.AvailabilityParams{Shop: shop, Item: int64(i + 1)})
+		if err != nil {
+			return err
+		}
+		lo, hi := span(b.reserved, b.reserveDoubt, i)
+		if taken := b.stock[i] - a.At(location); !within(taken, lo, hi) {
+			return fmt.Errorf("item %d: Redis quantity %d (%d taken from %d), but %s were reserved", i+1, a.At(location), taken, b.stock[i], rangeText(lo, hi))
+		}
+		return nil
+	})
+}
+
+func (t *redisTarget) close(context.Context) error { return nil }
+
+// ------------------------------------------------------------------- facade
+
+type facadeTarget struct {
+	mode   rollout.Mode
+	my     *mysqlstore.Store
+	myReg  *prometheus.Registry
+	rd     *redisstore.Store
+	cmp    *compare.Comparer
+	f      *dualwrite.Facade
+	fReg   *prometheus.Registry
+	path   *path
+	closed bool
+}
+
+func newFacadeTarget(env *pointEnv, mode rollout.Mode) (*facadeTarget, error) {
+	my, myReg, err := newMySQLStore(env, mysqlstore.Config{})
+	if err != nil {
+		return nil, err
+	}
+	rd, err := redisstore.New(redisstore.Config{Client: env.path.redis, Ledger: my, Source: my, Prefix: env.prefix})
+	if err != nil {
+		return nil, err
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cmp, err := compare.New(compare.Config{DB: env.path.db, Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	fReg := prometheus.NewRegistry()
+	f, err := dualwrite.New(dualwrite.Config{Pod: "bench", Redis: rd, MySQL: my, Modes: rollout.NewStatic(mode),
+		Observer: cmp, Registerer: fReg, Logger: quiet})
+	if err != nil {
+		_ = cmp.Close(context.Background())
+		return nil, err
+	}
+	return &facadeTarget{mode: mode, my: my, myReg: myReg, rd: rd, cmp: cmp, f: f, fReg: fReg, path: env.path}, nil
+}
+
+func (t *facadeTarget) setup(ctx context.Context, shop int64, sc *scenario) error {
+	if err := stockRedis(ctx, t.rd, shop, sc); err != nil {
+		return err
+	}
+	return forEach(ctx, sc.items, func(ctx context.Context, i int) error { return primePool(ctx, t.my, shop, sc, i) })
+}
+
+func (t *facadeTarget) reserve(ctx context.Context, shop int64, token string, lines []reservation.Line) (bool, error) {
+	res, err := t.f.Reserve(ctx, reserveParams(shop, token, lines))
+	return res.Status == reservation.StatusReserved, err
+}
+
+func (t *facadeTarget) claim(ctx context.Context, shop int64, token string) error {
+	_, err := t.f.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: token})
+	return err
+}
+
+func (t *facadeTarget) counters() counters {
+	c := mysqlCounters(t.my, t.myReg)
+	c.shadowSkipped = gatherCounter(t.fReg, "reservoir_dualwrite_shadow_skipped_total")
+	return c
+}
+
+// check waits for the shadow calls in flight, then holds the authority to
+// the book exactly; the shadow side may miss calls (skipped when its slots
+// were full, timed out), so of MySQL as shadow only the projection is
+// checked.
+func (t *facadeTarget) check(ctx context.Context, shop int64, b *book) error {
+	if err := t.f.Close(ctx); err != nil {
+		return err
+	}
+	if t.mode == rollout.ModeMySQL {
+		return checkPool(ctx, t.path.db, shop, b, t.my.PoolCap(), true)
+	}
+	if err := checkPool(ctx, t.path.db, shop, b, t.my.PoolCap(), false); err != nil {
+		return fmt.Errorf("MySQL: %w", err)
+	}
+	return checkRedis(ctx, t.rd, shop, b)
+}
+
+func (t *facadeTarget) close(ctx context.Context) error {
+	return errors.Join(t.f.Close(ctx), t.cmp.Close(ctx))
+}

@@ -1,0 +1,162 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/internal/bench"
+)
+
+func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
+	fs := newFlags("bench", "bench [--quick] [--scenarios LIST] [--variants LIST] [--concurrency LIST] [--latency LIST] [--duration D] [--flush 0|1|2|keep] [--out DIR] [--plan]", errOut)
+	mysqlDSN := fs.String("mysql-dsn", os.Getenv("RESERVOIR_MYSQL_DSN"),
+		"the MySQL server, without a database (default $RESERVOIR_MYSQL_DSN); the run creates and drops its own database")
+	redisAddr := fs.String("redis-addr", os.Getenv("RESERVOIR_REDIS_ADDR"),
+		"the standalone Redis server, host:port (default $RESERVOIR_REDIS_ADDR); the run uses and deletes its own key prefix")
+	quick := fs.Bool("quick", false, "the quick preset (about two minutes): fewer points, 1.5s windows")
+	scenarioList := fs.String("scenarios", "", "run only these scenarios: "+strings.Join(bench.ScenarioNames(), ","))
+	variantList := fs.String("variants", "", "run these variants in every scenario: "+strings.Join(bench.Variants, ","))
+	concurrencyList := fs.String("concurrency", "", "callers per point, replacing each scenario's sweep, e.g. 1,4,16,64,128")
+	latencyList := fs.String("latency", "", "round trip added between the load generator and each server, whole ms, e.g. 0,1ms")
+	duration := fs.Duration("duration", 0, "measured window per point (default 3s; 1.5s with --quick)")
+	warmup := fs.Duration("warmup", 0, "unmeasured warmup before each window (default 500ms; 300ms with --quick)")
+	flush := fs.String("flush", "1", "innodb_flush_log_at_trx_commit for the run (0, 1 or 2; restored afterwards), or keep")
+	buckets := fs.Int("buckets", 16, "rows per item of the buckets baseline")
+	poolCap := fs.Int64("pool-cap", 1000, "the unit pool's cap (scenarios may set their own)")
+	outDir := fs.String("out", "docs/bench", "directory for bench.json, bench.md and the charts (empty: none)")
+	keep := fs.Bool("keep", false, "keep the run's database and Redis keys")
+	planOnly := fs.Bool("plan", false, "print the points that would run, and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return errUsage
+	}
+	opts := bench.Options{MySQLDSN: *mysqlDSN, RedisAddr: *redisAddr, Buckets: *buckets, PoolCap: *poolCap,
+		Keep: *keep, Progress: errOut, Duration: *duration, Warmup: *warmup}
+	sweeps := bench.DefaultSweeps()
+	if *quick {
+		sweeps = bench.QuickSweeps()
+		if opts.Duration == 0 {
+			opts.Duration = 1500 * time.Millisecond
+		}
+		if opts.Warmup == 0 {
+			opts.Warmup = 300 * time.Millisecond
+		}
+	}
+	cs, err := parseInts(*concurrencyList)
+	if err != nil {
+		return fmt.Errorf("--concurrency: %w", err)
+	}
+	ls, err := parseLatencies(*latencyList)
+	if err != nil {
+		return fmt.Errorf("--latency: %w", err)
+	}
+	opts.Sweeps = bench.Narrow(sweeps, splitList(*scenarioList), splitList(*variantList), cs, ls)
+	switch *flush {
+	case "keep":
+	case "0", "1", "2":
+		opts.Flush = *flush
+	default:
+		return fmt.Errorf("--flush must be 0, 1, 2 or keep, got %q", *flush)
+	}
+	if *planOnly {
+		for i, p := range bench.Plan(opts.Sweeps) {
+			fmt.Fprintf(out, "%3d  %s\n", i+1, p)
+		}
+		return nil
+	}
+	if opts.MySQLDSN == "" || opts.RedisAddr == "" {
+		return errors.New(`--mysql-dsn and --redis-addr are required (or eval "$(scripts/services env)")`)
+	}
+	rep, runErr := bench.Run(ctx, opts)
+	if rep == nil {
+		return runErr
+	}
+	if err := rep.WriteMarkdown(out); err != nil {
+		return err
+	}
+	if *outDir != "" {
+		if err := writeBenchFiles(*outDir, rep); err != nil {
+			return errors.Join(runErr, err)
+		}
+		fmt.Fprintf(errOut, "bench: wrote %s\n", *outDir)
+	}
+	return runErr
+}
+
+func writeBenchFiles(dir string, rep *bench.Report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	write := func(name string, fn func(io.Writer) error) error {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		if err := fn(f); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	if err := write("bench.json", rep.WriteJSON); err != nil {
+		return err
+	}
+	if err := write("bench.md", rep.WriteMarkdown); err != nil {
+		return err
+	}
+	for _, sc := range rep.ChartScenarios() {
+		if err := write("chart-"+sc+".svg", func(w io.Writer) error { return rep.WriteSVG(w, sc) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// parseLatencies reads "0,1ms" or "0,1": a bare number is milliseconds.
+func parseLatencies(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range splitList(s) {
+		if n, err := strconv.Atoi(f); err == nil {
+			out = append(out, time.Duration(n)*time.Millisecond)
+			continue
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
