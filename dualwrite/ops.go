@@ -149,13 +149,25 @@ func (f *Facade) owner(ctx context.Context, d rollout.Decision, route rollout.Ro
 		first = reservation.AuthorityRedis
 	}
 	get := &reservation.GetParams{Shop: shop, Token: token}
-	if h, err := f.store(first).Get(ctx, get); err == nil {
+	h, err := f.store(first).Get(ctx, get)
+	if err == nil {
 		if d.Kill == rollout.KillOff && route.Shadow && h.Authority.Valid() {
 			return h.Authority
 		}
 		return first
 	}
-	if _, err := f.store(other(first)).Get(ctx, get); err == nil {
+	if !errors.Is(err, reservation.ErrNotFound) {
+		// The preferred store is unreachable, not empty: it answers (with
+		// its error). The other store must never act for an authority it
+		// cannot see: it would claim a reservation the authority still
+		// holds.
+		return first
+	}
+	// The other store is asked within the shadow deadline: a retried claim
+	// (the preferred store already claimed it) must not hang on it.
+	octx, cancel := context.WithTimeout(ctx, f.cfg.ShadowTimeout)
+	defer cancel()
+	if _, err := f.store(other(first)).Get(octx, get); err == nil {
 		return other(first)
 	}
 	return first

@@ -67,7 +67,11 @@ func (s *Store) inTx(ctx context.Context, caller string, fn func(tx *sql.Tx) err
 	if err != nil {
 		return err
 	}
-	defer func() { c.release() }()
+	defer func() {
+		if c != nil { // nil when the re-acquire below failed
+			c.release()
+		}
+	}()
 	return s.retry(ctx, caller, func() error {
 		tx, err := c.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 		if errors.Is(err, driver.ErrBadConn) {

@@ -1,0 +1,262 @@
+package faulttest
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seed31b0e981/reservoir/compare"
+	"github.com/seed31b0e981/reservoir/dualwrite"
+	"github.com/seed31b0e981/reservoir/internal/faults"
+	"github.com/seed31b0e981/reservoir/internal/testdb"
+	"github.com/seed31b0e981/reservoir/internal/testredis"
+	"github.com/seed31b0e981/reservoir/mysqlstore"
+	"github.com/seed31b0e981/reservoir/redisstore"
+	"github.com/seed31b0e981/reservoir/reservation"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+const (
+	pod     = "pod-f"
+	shop    = 7
+	poolCap = 100
+)
+
+// items are the items carts pick from, each stocked at location 1 only.
+const items = 3
+
+// timings are a cell's phases. The fault window sits inside the traffic;
+// after the traffic every caller finishes what it started (settle), then
+// the cell waits for every hold to expire before reaping and checking.
+type timings struct {
+	// traffic is how long callers start new carts.
+	traffic time.Duration
+	// faultAt and healAt bound the fault window, from the traffic's start.
+	faultAt, healAt time.Duration
+	// settle bounds how long after the traffic callers may take to get an
+	// answer for the cart they are on.
+	settle time.Duration
+	// ttl is every hold's TTL: longer than traffic + settle, so every
+	// acknowledged reservation is still valid when its claim is retried.
+	ttl time.Duration
+	// op is each call's deadline; shadow is the facade's shadow deadline.
+	op, shadow time.Duration
+	// workers is the number of concurrent callers; think is each one's
+	// pause between carts.
+	workers int
+	think   time.Duration
+	// stock is each item's starting stock at location 1. Item 1 is hot:
+	// it sells out during the traffic, so refusals at the boundary (the
+	// no oversell and no undersell rules) are exercised in every cell; the
+	// others outgrow the pool cap, so the MySQL pools are refilled, and
+	// last the whole traffic, so the fault always meets claims.
+	stock map[int64]int64
+}
+
+func cellTimings() timings {
+	if longRun() {
+		return timings{traffic: 30 * time.Second, faultAt: 5 * time.Second, healAt: 20 * time.Second, settle: 15 * time.Second,
+			ttl: 60 * time.Second, op: 2 * time.Second, shadow: 500 * time.Millisecond, workers: 8, think: 5 * time.Millisecond,
+			stock: map[int64]int64{1: 600, 2: 12000, 3: 12000}}
+	}
+	// A call's deadline is generous for a loaded 2-core CI machine (the
+	// race detector, other packages' tests): a timeout must come from the
+	// fault, not from the machine.
+	return timings{traffic: 2 * time.Second, faultAt: 400 * time.Millisecond, healAt: 1500 * time.Millisecond, settle: 3 * time.Second,
+		ttl: 8 * time.Second, op: 2 * time.Second, shadow: 400 * time.Millisecond, workers: 5, think: 10 * time.Millisecond,
+		stock: map[int64]int64{1: 30, 2: 250, 3: 250}}
+}
+
+// mode is a column of the matrix: a rollout decision.
+type mode struct {
+	name string
+	mode rollout.Mode
+	kill rollout.Kill
+}
+
+var modes = []mode{
+	{"redis", rollout.ModeRedis, rollout.KillOff},
+	{"shadow", rollout.ModeShadow, rollout.KillOff},
+	{"mysql", rollout.ModeMySQL, rollout.KillOff},
+	{"kill", rollout.ModeMySQL, rollout.KillRedis},
+}
+
+// server is which proxy the fault is injected on.
+type server string
+
+const (
+	serverMySQL server = "mysql"
+	serverRedis server = "redis"
+)
+
+// cell is one pod wired for a matrix cell: both stores reach their servers
+// through proxies; direct stores (no proxy) read the truth for the checks.
+type cell struct {
+	t     timings
+	mode  mode
+	db    *testdb.DB
+	r     *testredis.Redis
+	proxy map[server]*faults.Proxy
+
+	my, myDirect *mysqlstore.Store
+	rd, rdDirect *redisstore.Store
+	modes        *rollout.Static
+	facade       *dualwrite.Facade
+	obs          *observations
+}
+
+// wrapper replaces the MySQL store the facade calls, to show that the
+// checks catch a broken store.
+type wrapper func(*mysqlstore.Store) reservation.Store
+
+// setup builds a cell: a fresh database and Redis prefix, a proxy in front
+// of each server, the stores on the proxies, the facade in mode m (its
+// MySQL store wrapped by wrap, when given), and the stock set through the
+// facade.
+func setup(t *testing.T, m mode, tm timings, wrap wrapper) *cell {
+	t.Helper()
+	c := &cell{t: tm, mode: m, db: testdb.New(t), r: testredis.New(t), obs: &observations{}, proxy: map[server]*faults.Proxy{}}
+	cfg, err := mysql.ParseDSN(c.db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Net != "tcp" {
+		t.Fatalf("%s uses %s: the fault matrix needs MySQL over TCP, or the proxy is bypassed", testdb.EnvDSN, cfg.Net)
+	}
+	c.proxy[serverMySQL] = faults.Start(t, "mysql", cfg.Addr)
+	c.proxy[serverRedis] = faults.Start(t, "redis", testredis.Addr(t))
+
+	// The proxied pool: a short dial timeout, so a "down" server fails a
+	// call fast instead of eating its whole deadline; the calls' contexts
+	// bound everything else (the driver closes a connection whose call is
+	// cancelled).
+	cfg.Addr = c.proxy[serverMySQL].Addr()
+	cfg.Timeout = 300 * time.Millisecond
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxied := sql.OpenDB(connector)
+	proxied.SetMaxOpenConns(64)
+	proxied.SetMaxIdleConns(64)
+	t.Cleanup(func() { proxied.Close() })
+	if c.my, err = mysqlstore.New(mysqlstore.Config{DB: proxied, PoolCap: poolCap}); err != nil {
+		t.Fatal(err)
+	}
+	if c.myDirect, err = mysqlstore.New(mysqlstore.Config{DB: c.db.DB, PoolCap: poolCap}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A client that never resends (NewClient), honours the call's
+	// deadline instead of its own 3s read timeout, and dials once.
+	client := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{c.proxy[serverRedis].Addr()},
+		ContextTimeoutEnabled: true, DialTimeout: 300 * time.Millisecond, DialerRetries: 1, PoolSize: 64})
+	t.Cleanup(func() { client.Close() })
+	limits := reservation.Limits{MaxQuantity: poolCap}
+	if c.rd, err = redisstore.New(redisstore.Config{Client: client, Prefix: c.r.Prefix, Ledger: c.my, Source: c.my, Limits: limits}); err != nil {
+		t.Fatal(err)
+	}
+	if c.rdDirect, err = redisstore.New(redisstore.Config{Client: c.r.Client, Prefix: c.r.Prefix, Ledger: c.myDirect, Source: c.myDirect, Limits: limits}); err != nil {
+		t.Fatal(err)
+	}
+
+	c.modes = rollout.NewStatic(m.mode)
+	if err := c.modes.SetKill(m.kill); err != nil {
+		t.Fatal(err)
+	}
+	var my reservation.Store = c.my
+	if wrap != nil {
+		my = wrap(c.my)
+	}
+	if c.facade, err = dualwrite.New(dualwrite.Config{Pod: pod, Redis: c.rd, MySQL: my, Modes: c.modes, Observer: c.obs,
+		ShadowTimeout: tm.shadow, Registerer: prometheus.NewRegistry()}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.drain(t) })
+
+	ctx := context.Background()
+	for item, n := range tm.stock {
+		if _, err := c.facade.Adjust(ctx, &reservation.AdjustParams{Shop: shop, Item: item, Location: 1, Available: &n}); err != nil {
+			t.Fatalf("stock item %d: %v", item, err)
+		}
+	}
+	c.drain(t)
+	c.obs.reset() // the stock's observations are setup, not traffic
+	return c
+}
+
+// drain waits for the facade's shadow calls in flight.
+func (c *cell) drain(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := c.facade.Close(ctx); err != nil {
+		t.Errorf("drain the facade: %v", err)
+	}
+}
+
+// observations keeps every observation the facade reports, classified.
+type observations struct {
+	mu      sync.Mutex
+	classes map[compare.Class]int
+	samples map[compare.Class]string
+}
+
+// Observe implements dualwrite.Observer.
+func (o *observations) Observe(ob compare.Observation) {
+	c := compare.Classify(ob, compare.DefaultRules)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.classes == nil {
+		o.classes, o.samples = map[compare.Class]int{}, map[compare.Class]string{}
+	}
+	o.classes[c]++
+	if _, ok := o.samples[c]; !ok && c != compare.ClassMatch {
+		o.samples[c] = fmt.Sprintf("%s %s: authority %s; shadow %s", ob.Op, ob.Token, outcome(ob.Authority), outcome(ob.Shadow))
+	}
+}
+
+func outcome(o compare.Outcome) string {
+	switch {
+	case o.Skipped:
+		return "skipped"
+	case o.Panicked:
+		return fmt.Sprintf("panicked: %v", o.Err)
+	case o.Err != nil:
+		s := o.Err.Error()
+		if o.TimedOut {
+			s = "timed out: " + s
+		}
+		return s
+	case o.TimedOut:
+		return "timed out"
+	}
+	return fmt.Sprint(o.Result, " ", o.Allocations)
+}
+
+func (o *observations) reset() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.classes, o.samples = nil, nil
+}
+
+func (o *observations) snapshot() (map[compare.Class]int, map[compare.Class]string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	classes := map[compare.Class]int{}
+	samples := map[compare.Class]string{}
+	for k, v := range o.classes {
+		classes[k] = v
+	}
+	for k, v := range o.samples {
+		samples[k] = v
+	}
+	return classes, samples
+}
