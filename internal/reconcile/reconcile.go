@@ -107,21 +107,32 @@ func (r *Reconciler) Clean(ctx context.Context, pod string) (bool, string, error
 	return n == 0, rep.Summary(), nil
 }
 
-// Summary is the report in one line.
+// Summary is the report in one line. Empty pools are notes, not drift:
+// the next reserve refills them from the ledger.
 func (rep Report) Summary() string {
-	if len(rep.Findings) == 0 {
-		return fmt.Sprintf("pod %s: %d shops, no drift", rep.Pod, rep.Shops)
-	}
+	drift, notes := 0, 0
 	kinds := make([]string, 0, len(rep.Counts))
-	for k := range rep.Counts {
+	for k, n := range rep.Counts {
+		if k == "mysql:"+string(mysqlstore.DriftEmptyPool) {
+			notes += n
+			continue
+		}
+		drift += n
 		kinds = append(kinds, k)
+	}
+	note := ""
+	if notes > 0 {
+		note = fmt.Sprintf("; %d empty pool(s) noted", notes)
+	}
+	if drift == 0 {
+		return fmt.Sprintf("pod %s: %d shops, no drift%s", rep.Pod, rep.Shops, note)
 	}
 	slices.Sort(kinds)
 	parts := make([]string, len(kinds))
 	for i, k := range kinds {
 		parts[i] = fmt.Sprintf("%s %d", k, rep.Counts[k])
 	}
-	return fmt.Sprintf("pod %s: %d shops, %d findings (%s), %d repaired", rep.Pod, rep.Shops, len(rep.Findings), strings.Join(parts, ", "), rep.Repaired)
+	return fmt.Sprintf("pod %s: %d shops, %d drift finding(s) (%s), %d repaired%s", rep.Pod, rep.Shops, drift, strings.Join(parts, ", "), rep.Repaired, note)
 }
 
 // Run reconciles a pod.
