@@ -214,34 +214,12 @@ func notRun(s Outcome) bool {
 	return s.Result == "" && s.Err == nil && !s.Skipped && !s.TimedOut && !s.Panicked
 }
 
-// answers are the domain errors, by the name an answer carries.
-var answers = []struct {
-	err  error
-	name string
-}{
-	{reservation.ErrNotFound, "not_found"},
-	{reservation.ErrExpired, "expired"},
-	{reservation.ErrAlreadyClaimed, "already_claimed"},
-	{reservation.ErrTokenConflict, "token_conflict"},
-	{reservation.ErrInsufficientStock, "insufficient_stock"},
-	{reservation.ErrInvalidInput, "invalid_input"},
-}
-
-func answerName(err error) string {
-	for _, a := range answers {
-		if errors.Is(err, a.err) {
-			return a.name
-		}
-	}
-	return ""
-}
-
-func isAnswer(err error) bool { return answerName(err) != "" }
+func isAnswer(err error) bool { return reservation.AnswerName(err) != "" }
 
 // answer is what an outcome said, comparable across the two sides.
 func answer(o Outcome) string {
 	if o.Err != nil {
-		return "error:" + answerName(o.Err)
+		return "error:" + reservation.AnswerName(o.Err)
 	}
 	if o.Result == ResultSettled {
 		return ResultClaimed

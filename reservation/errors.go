@@ -46,3 +46,31 @@ func (e *ValidationError) Is(target error) bool { return target == ErrInvalidInp
 func invalid(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
+
+// answers are the sentinel errors that say something definite about a
+// reservation's state, by the name an answer carries in comparisons,
+// histories and logs.
+var answers = []struct {
+	err  error
+	name string
+}{
+	{ErrNotFound, "not_found"},
+	{ErrExpired, "expired"},
+	{ErrAlreadyClaimed, "already_claimed"},
+	{ErrTokenConflict, "token_conflict"},
+	{ErrInsufficientStock, "insufficient_stock"},
+	{ErrInvalidInput, "invalid_input"},
+}
+
+// AnswerName names err when it is a domain answer (not found, expired,
+// already claimed, token conflict, insufficient stock, invalid input) and
+// returns "" for a failure (a timeout, a lost connection, contention,
+// anything else): a call that failed that way has an unknown outcome.
+func AnswerName(err error) string {
+	for _, a := range answers {
+		if errors.Is(err, a.err) {
+			return a.name
+		}
+	}
+	return ""
+}

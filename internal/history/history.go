@@ -26,7 +26,6 @@ package history
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -115,31 +114,10 @@ type Entry struct {
 	Output Output `json:"output"`
 }
 
-// domainErrors are the reservation package's answers: errors that say
-// something definite about the state, as opposed to "could not decide".
-var domainErrors = []struct {
-	err  error
-	name string
-}{
-	{reservation.ErrNotFound, "not_found"},
-	{reservation.ErrExpired, "expired"},
-	{reservation.ErrAlreadyClaimed, "already_claimed"},
-	{reservation.ErrTokenConflict, "token_conflict"},
-	{reservation.ErrInsufficientStock, "insufficient_stock"},
-	{reservation.ErrInvalidInput, "invalid_input"},
-}
-
-// Answer names err when it is a domain answer, and returns "" for a
-// failure (timeout, connection, contention, anything else): a call that
-// failed that way has an unknown outcome.
-func Answer(err error) string {
-	for _, d := range domainErrors {
-		if errors.Is(err, d.err) {
-			return d.name
-		}
-	}
-	return ""
-}
+// Answer names err when it is a domain answer and returns "" for a
+// failure: a call that failed that way has an unknown outcome. See
+// reservation.AnswerName.
+func Answer(err error) string { return reservation.AnswerName(err) }
 
 // Recorder records the operations of many concurrent callers. Safe for
 // concurrent use.
