@@ -174,6 +174,11 @@ func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
 	case req.TTLMs < 0:
 		s.fail(w, r, pod, op, badInput("ttl_ms", "ttl_ms: must be positive, got %d", req.TTLMs))
 		return
+	case req.TTLMs > pod.Limits.MaxTTL.Milliseconds():
+		// Checked before converting: a huge value would overflow the
+		// Duration and wrap to something that looks valid.
+		s.fail(w, r, pod, op, badInput("ttl_ms", "ttl_ms: must be between %d and %d, got %d", pod.Limits.MinTTL.Milliseconds(), pod.Limits.MaxTTL.Milliseconds(), req.TTLMs))
+		return
 	case req.TTLMs > 0:
 		ttl = time.Duration(req.TTLMs) * time.Millisecond
 	}
