@@ -143,6 +143,17 @@ func (s *Server) route(mux *http.ServeMux, pattern string, timeout bool, h http.
 		if !ok {
 			rec = &recorder{ResponseWriter: w}
 		}
+		if timeout {
+			select {
+			case s.inflight <- struct{}{}:
+				defer func() { <-s.inflight }()
+			default:
+				writeProblem(rec, r, problem{Status: http.StatusServiceUnavailable, Code: "overloaded",
+					Message: fmt.Sprintf("the server is serving its maximum of %d calls; retry shortly", cap(s.inflight)), RetryAfter: time.Second})
+				s.metrics.requests.WithLabelValues(pattern, fmt.Sprint(http.StatusServiceUnavailable)).Inc()
+				return
+			}
+		}
 		h(rec, r)
 		code := rec.status
 		if code == 0 {

@@ -562,3 +562,23 @@ func TestFloodKeepsMemoryBounded(t *testing.T) {
 		t.Fatalf("reserve after the flood: %d", res.StatusCode)
 	}
 }
+
+// Load shedding: with every in-flight slot taken, an API call answers 503
+// "overloaded" with Retry-After at once, and health still answers; once a
+// slot frees, calls are served again.
+func TestOverloadSheds(t *testing.T) {
+	t.Parallel()
+	h := setup(t, options{})
+	release := server.OccupySlots(h.srv, 1024)
+	r := h.do("POST", "/v1/shops/1001/reservations", `{"token":"t","lines":[{"item":7,"quantity":1,"locations":[1]}]}`, "")
+	if r.status != http.StatusServiceUnavailable || str(r.body["error"]) != "overloaded" || r.header.Get("Retry-After") == "" {
+		t.Errorf("reserve with every slot taken: %d %v %v", r.status, r.body, r.header)
+	}
+	if r := h.do("GET", "/healthz", "", ""); r.status != http.StatusOK {
+		t.Errorf("healthz while overloaded: %d", r.status)
+	}
+	release()
+	if r := h.do("POST", "/v1/shops/1001/reservations", `{"token":"t","lines":[{"item":7,"quantity":1,"locations":[1]}]}`, ""); r.status == http.StatusServiceUnavailable {
+		t.Errorf("reserve after the slots freed: %d %v", r.status, r.body)
+	}
+}

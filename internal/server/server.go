@@ -82,6 +82,12 @@ type Config struct {
 	// KillWait is how long a kill switch change waits for this replica's
 	// flag source to obey, to report the propagation time. Default: 3s.
 	KillWait time.Duration
+	// MaxInFlight caps the API and admin calls served at once; beyond it a
+	// call answers 503 "overloaded" with Retry-After at once instead of
+	// queueing (load shedding: a flood costs a goroutine and a small
+	// answer each, not a store connection). Health, metrics and the
+	// dashboard are not counted. Default: 1024.
+	MaxInFlight int
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -111,6 +117,9 @@ func (c Config) WithDefaults() Config {
 	def(&c.SeriesWindow, 10*time.Second)
 	def(&c.KillWait, 3*time.Second)
 	def(&c.ReconcileTimeout, 5*time.Minute)
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 1024
+	}
 	return c
 }
 
@@ -127,6 +136,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("server: Config.SampleInterval must be >= 10ms, got %s", c.SampleInterval)
 	case c.SeriesWindow < c.SampleInterval:
 		return fmt.Errorf("server: Config.SeriesWindow %s is shorter than SampleInterval %s", c.SeriesWindow, c.SampleInterval)
+	case c.MaxInFlight < 1:
+		return fmt.Errorf("server: Config.MaxInFlight must be >= 1, got %d", c.MaxInFlight)
 	case c.AdminToken != "" && len(c.AdminToken) < 16:
 		return errors.New("server: Config.AdminToken must be at least 16 bytes (or empty to disable the admin API)")
 	}
@@ -151,6 +162,7 @@ type Server struct {
 	metrics   *metrics
 	sampler   *sampler
 	draining  atomic.Bool
+	inflight  chan struct{} // one slot per API or admin call being served
 
 	reconcileMu sync.Mutex
 	reconciled  map[string]reconcileView // last report per pod
@@ -164,7 +176,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, reconciled: map[string]reconcileView{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, reconciled: map[string]reconcileView{}, inflight: make(chan struct{}, cfg.MaxInFlight)}
 	if cfg.AdminToken != "" {
 		h := sha256.Sum256([]byte(cfg.AdminToken))
 		s.tokenHash = &h
