@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/seed31b0e981/reservoir/reservation"
 )
 
 // traffic is the demo's checkout load, sent through the HTTP API like a
@@ -106,10 +108,27 @@ func (g *traffic) send(ctx context.Context, tick <-chan time.Time, method, path 
 	return res.StatusCode, b
 }
 
-type line struct {
-	Item      int64   `json:"item"`
-	Quantity  int64   `json:"quantity"`
-	Locations []int64 `json:"locations"`
+// RandomCart draws a checkout-like cart: 1 to 3 distinct items out of
+// items, a line landing on one of the first hot items 35% of the time, 1 to
+// 3 units each, locations 1 and 2 in a random preference order (or just
+// one). The demo's traffic and the soak test share it.
+func RandomCart(rnd *rand.Rand, items, hot int) []reservation.Line {
+	n := 1 + rnd.IntN(3)
+	seen := map[int64]bool{}
+	var lines []reservation.Line
+	for len(lines) < n {
+		item := int64(hot + 1 + rnd.IntN(items-hot))
+		if rnd.Float64() < 0.35 {
+			item = int64(1 + rnd.IntN(hot))
+		}
+		if seen[item] {
+			continue
+		}
+		seen[item] = true
+		locs := [][]int64{{1, 2}, {2, 1}, {1}, {2}}[rnd.IntN(4)]
+		lines = append(lines, reservation.Line{Item: item, Quantity: int64(1 + rnd.IntN(3)), Locations: locs})
+	}
+	return lines
 }
 
 // flow is one buyer: mostly a cart that is reserved, then claimed or
@@ -133,27 +152,13 @@ func (g *traffic) flow(ctx context.Context, rnd *rand.Rand, tick <-chan time.Tim
 		}
 		return
 	}
-	n := 1 + rnd.IntN(3)
-	seen := map[int64]bool{}
-	var lines []line
-	for len(lines) < n {
-		item := int64(hotItems + 1 + rnd.IntN(items-hotItems))
-		if rnd.Float64() < 0.35 {
-			item = int64(1 + rnd.IntN(hotItems))
-		}
-		if seen[item] {
-			continue
-		}
-		seen[item] = true
-		locs := [][]int64{{1, 2}, {2, 1}, {1}, {2}}[rnd.IntN(4)]
-		lines = append(lines, line{Item: item, Quantity: int64(1 + rnd.IntN(3)), Locations: locs})
-	}
+	lines := RandomCart(rnd, items, hotItems)
 	g.cart(ctx, rnd, tick, shop, lines)
 }
 
 // cart reserves lines, then claims (72%), releases (23%) or abandons the
 // hold to expire (5%, with a short TTL).
-func (g *traffic) cart(ctx context.Context, rnd *rand.Rand, tick <-chan time.Time, shop int64, lines []line) bool {
+func (g *traffic) cart(ctx context.Context, rnd *rand.Rand, tick <-chan time.Time, shop int64, lines []reservation.Line) bool {
 	token := fmt.Sprintf("demo-%d", g.seq.Add(1))
 	fate := rnd.Float64()
 	ttl := 30000
@@ -187,7 +192,7 @@ func (g *traffic) cart(ctx context.Context, rnd *rand.Rand, tick <-chan time.Tim
 
 // flashBuyer goes for the flash sale item.
 func (g *traffic) flashBuyer(ctx context.Context, rnd *rand.Rand, tick <-chan time.Time) {
-	if g.cart(ctx, rnd, tick, flashShop, []line{{Item: flashItem, Quantity: int64(1 + rnd.IntN(2)), Locations: []int64{1}}}) {
+	if g.cart(ctx, rnd, tick, flashShop, []reservation.Line{{Item: flashItem, Quantity: int64(1 + rnd.IntN(2)), Locations: []int64{1}}}) {
 		g.flashSold.Add(1)
 	} else {
 		g.flashRefused.Add(1)

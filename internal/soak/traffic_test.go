@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/seed31b0e981/reservoir/internal/demo"
 )
 
 // Stock: every shop has items 1..items at each location; the first hotItems
@@ -25,12 +27,6 @@ const (
 )
 
 var locations = []int64{1, 2}
-
-type line struct {
-	Item      int64   `json:"item"`
-	Quantity  int64   `json:"quantity"`
-	Locations []int64 `json:"locations"`
-}
 
 type allocation struct {
 	Item     int64 `json:"item"`
@@ -141,21 +137,7 @@ func (g *traffic) run(ctx context.Context, workers int) {
 
 func (g *traffic) cart(rnd *rand.Rand, base string) {
 	shop := g.shops[rnd.IntN(len(g.shops))]
-	n := 1 + rnd.IntN(3)
-	seen := map[int64]bool{}
-	var lines []line
-	for len(lines) < n {
-		item := int64(hotItems + 1 + rnd.IntN(items-hotItems))
-		if rnd.Float64() < 0.35 {
-			item = int64(1 + rnd.IntN(hotItems))
-		}
-		if seen[item] {
-			continue
-		}
-		seen[item] = true
-		locs := [][]int64{{1, 2}, {2, 1}, {1}, {2}}[rnd.IntN(4)]
-		lines = append(lines, line{Item: item, Quantity: int64(1 + rnd.IntN(3)), Locations: locs})
-	}
+	lines := demo.RandomCart(rnd, items, hotItems)
 	token := fmt.Sprintf("soak-%d", g.seq.Add(1))
 	f := &fate{shop: shop}
 	g.mu.Lock()
