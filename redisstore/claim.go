@@ -162,8 +162,14 @@ func claimedBefore(marker any) (reservation.ClaimResult, error) {
 
 // settle is Claim as shadow.
 func (s *Store) settle(ctx context.Context, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
+	return s.settleAs(ctx, "settle", p)
+}
+
+// settleAs runs the settle script for caller (settle, or reap_settle: the
+// reaper settling a claim whose Redis half was lost).
+func (s *Store) settleAs(ctx context.Context, caller string, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
 	k := s.shopKeys(p.Shop)
-	reply, err := s.run(ctx, "settle", scriptSettle, []string{k.expiry(), k.hold(p.Token), k.claimed(p.Token)},
+	reply, err := s.run(ctx, caller, scriptSettle, []string{k.expiry(), k.hold(p.Token), k.claimed(p.Token)},
 		k.base, p.Token, s.cfg.ClaimedTTL.Milliseconds(), encodeAllocs(sorted(p.Deducted)))
 	if err != nil {
 		return reservation.ClaimResult{}, err

@@ -57,10 +57,12 @@
 //     leftover (below).
 //   - after_deduct_before_cleanup: the ledger was deducted, the cleanup
 //     failed (the caller gets a *PartialClaimError). The hold stays: its
-//     units are held for nobody (an undersell) and, once it expires, the
-//     reaper gives Redis units back that the ledger no longer has (an
-//     oversell risk). Retrying the claim completes it without a second
-//     deduction. Drift reports the hold as DriftLeftoverHold; Resync
+//     units are held for nobody (an undersell) until it expires. Then the
+//     reaper, which asks the ledger (Config.Source) which expired tokens
+//     it deducted, settles it as claimed rather than giving back units the
+//     ledger no longer has (counted in reservoir_redis_reap_settled_total;
+//     a store without a Source gives them back: an oversell risk). Retrying
+//     the claim completes it without a second deduction. Drift reports the hold as DriftLeftoverHold; Resync
 //     removes it. A process that dies inside this window is not counted
 //     (it cannot be): Drift is how it is found.
 //   - hold_gone_before_cleanup: the ledger was deducted, and by the
@@ -75,7 +77,8 @@
 //
 // Claim as shadow (settle) removes the Redis hold, gives its units back and
 // takes out what the authority deducted: Redis follows the ledger without
-// touching it.
+// touching it. A settle that never arrives (Redis unreachable at that
+// moment) is the same leftover hold, settled by the reaper the same way.
 //
 // # Drift and Resync
 //

@@ -35,6 +35,7 @@ type metrics struct {
 	scriptErrors   *prometheus.CounterVec
 	reapedHolds    prometheus.Counter
 	reapedUnits    prometheus.Counter
+	reapSettled    prometheus.Counter
 }
 
 // Scripts take tens of microseconds on an idle server; the buckets still
@@ -71,12 +72,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "reservoir_redis_reaped_units_total",
 			Help: "Units the reaper gave back.",
 		}),
+		reapSettled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "reservoir_redis_reap_settled_total",
+			Help: "Expired holds whose tokens the ledger had deducted: the reaper settled them as claimed instead of giving their units back (a claim's Redis half had been lost).",
+		}),
 	}
 	// Pre-create every window so a dashboard shows 0, not "no data".
 	for _, w := range claimWindows {
 		m.claimFailures.WithLabelValues(string(w))
 	}
-	for _, c := range []prometheus.Collector{m.claimFailures, m.adjustFailures, m.scriptSeconds, m.scriptErrors, m.reapedHolds, m.reapedUnits} {
+	for _, c := range []prometheus.Collector{m.claimFailures, m.adjustFailures, m.scriptSeconds, m.scriptErrors, m.reapedHolds, m.reapedUnits, m.reapSettled} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -183,18 +183,20 @@ return {'hold', now_ms(), h}
 // It then sets the claimed marker. When there is no hold (and no marker),
 // the deduction still goes out: the ledger went down whether or not Redis
 // held the units (a hold released or reaped after the deduction, or one
-// Redis never saw). Two callers:
+// Redis never saw). Three callers:
 //
 //   - Claim as authority, after Ledger.Deduct (claim_cleanup): the second
 //     half of the legacy two-system claim.
 //   - Claim as shadow (settle), with what the authority deducted.
+//   - Reap (reap_settle), for an expired hold whose token the ledger
+//     deducted: the claim's own settle or cleanup was lost.
 //
 // KEYS: expiry, hold, claimed.
 // ARGV: base, token, marker ttl ms, deducted allocations
 // ("item:location:quantity,...").
 // Replies: {"done", marker} (claimed before: nothing changed);
 // {"removed", HGETALL of the hold}; {"gone"} (no hold).
-var scriptSettle = newScript("claim_cleanup,settle", luaPrelude+`
+var scriptSettle = newScript("claim_cleanup,settle,reap_settle", luaPrelude+`
 local expiry, hold, claimed = KEYS[1], KEYS[2], KEYS[3]
 local base, token = ARGV[1], ARGV[2]
 local marker = redis.call('GET', claimed)
@@ -227,32 +229,37 @@ end
 return {0, tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')}
 `)
 
-// scriptReap (caller: Reap) returns a shop's expired holds, oldest first,
-// up to a number of hold records (one per allocation, as in mysqlstore). A
+// scriptReap (caller: Reap) returns the expired holds of a shop among
+// the tokens the reaper checked against the ledger, in the order given, up
+// to a number of hold records (one per allocation, as in mysqlstore). A
 // hold is taken whole; the first one is taken even if it alone exceeds the
-// limit, so a large cart cannot block the reaper.
+// limit, so a large cart cannot block the reaper. A token whose hold is
+// gone, or not expired, by the time the script runs (released, or released
+// and reserved again, after the reaper listed it) is skipped.
 //
-// KEYS: expiry. ARGV: base, record limit.
+// KEYS: expiry. ARGV: base, record limit, tokens....
 // Reply: {records, units}.
 var scriptReap = newScript("reap", luaPrelude+`
 local expiry, base, limit = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local now = now_ms()
 local records, units = 0, 0
-while records < limit do
-  local first = redis.call('ZRANGEBYSCORE', expiry, '-inf', now, 'LIMIT', 0, 1)
-  if #first == 0 then
+for i = 3, #ARGV do
+  if records >= limit then
     break
   end
-  local token = first[1]
-  local allocs = hold_allocs(redis.call('HGETALL', base .. 'hold:' .. token))
-  if records > 0 and records + #allocs > limit then
-    break
-  end
-  move(base, allocs, 1)
-  drop(base, expiry, token)
-  records = records + #allocs
-  for _, a in ipairs(allocs) do
-    units = units + a[3]
+  local token = ARGV[i]
+  local score = redis.call('ZSCORE', expiry, token)
+  if score and tonumber(score) <= now then
+    local allocs = hold_allocs(redis.call('HGETALL', base .. 'hold:' .. token))
+    if records > 0 and records + #allocs > limit then
+      break
+    end
+    move(base, allocs, 1)
+    drop(base, expiry, token)
+    records = records + #allocs
+    for _, a in ipairs(allocs) do
+      units = units + a[3]
+    end
   end
 end
 return {records, units}

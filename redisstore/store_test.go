@@ -152,14 +152,36 @@ func TestLegacyClaimFailureAfterDeduct(t *testing.T) {
 		wantRepaired(t, b)
 	})
 
-	// Left alone, the leftover hold expires and the reaper gives back units
-	// the ledger no longer has: Redis now oversells by 3, which Drift shows.
-	// The retried claim takes them out again.
-	t.Run("ReapedThenRetried", func(t *testing.T) {
+	// Left alone, the leftover hold expires. The reaper asks the ledger
+	// (Config.Source) before giving units back: cart-1 was deducted, so it
+	// settles the hold as claimed instead of offering 3 units the ledger no
+	// longer has. Without that check (the protection removed, below) Redis
+	// would offer 8 where 5 is right.
+	t.Run("ReapSettlesTheClaim", func(t *testing.T) {
 		t.Parallel()
 		b := failing(t, time.Second)
 		time.Sleep(1300 * time.Millisecond)
-		if r, err := b.s.Reap(ctx, &reservation.ReapParams{}); err != nil || r.Holds != 1 || r.Units != 3 {
+		if r, err := b.s.Reap(ctx, &reservation.ReapParams{}); err != nil || r.Holds != 0 || r.Units != 0 {
+			t.Fatalf("reap: %+v %v, want nothing given back", r, err)
+		}
+		if n := b.counter(t, "reservoir_redis_reap_settled_total"); n != 1 {
+			t.Errorf("reap_settled = %v, want 1", n)
+		}
+		wantRepaired(t, b)
+	})
+
+	// A store without a Source cannot ask the ledger: the reaper gives the
+	// units back, Redis oversells by 3 (Drift shows it), and only the
+	// retried claim takes them out again.
+	t.Run("ReapedWithoutSourceThenRetried", func(t *testing.T) {
+		t.Parallel()
+		b := failing(t, time.Second)
+		blind, err := redisstore.New(redisstore.Config{Client: b.r.Client, Ledger: b.ledger, Prefix: b.r.Prefix, Registerer: prometheus.NewRegistry(), Limits: limits()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1300 * time.Millisecond)
+		if r, err := blind.Reap(ctx, &reservation.ReapParams{}); err != nil || r.Holds != 1 || r.Units != 3 {
 			t.Fatalf("reap: %+v %v, want the leftover hold of 3", r, err)
 		}
 		d := b.drift(t, reservation.AuthorityRedis)
@@ -175,6 +197,41 @@ func TestLegacyClaimFailureAfterDeduct(t *testing.T) {
 		}
 		wantRepaired(t, b)
 	})
+
+	// The ledger cannot be read when the hold is due: nothing is given
+	// back (an unchecked give-back could be the oversell above) and Reap
+	// says why; the next pass, with the ledger back, settles it.
+	t.Run("ReapWaitsForTheLedger", func(t *testing.T) {
+		t.Parallel()
+		b := failing(t, time.Second)
+		cut, err := redisstore.New(redisstore.Config{Client: b.r.Client, Ledger: b.ledger, Source: failingSource{}, Prefix: b.r.Prefix, Registerer: prometheus.NewRegistry(), Limits: limits()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1300 * time.Millisecond)
+		r, err := cut.Reap(ctx, &reservation.ReapParams{})
+		if err == nil || !strings.Contains(err.Error(), "no hold was given back") || r.Holds != 0 {
+			t.Fatalf("reap with the ledger unreadable: %+v %v, want an error and nothing given back", r, err)
+		}
+		if q := b.qty(t, 1, 1); q != 5 {
+			t.Fatalf("quantity = %d after the refused reap, want 5 (the hold kept)", q)
+		}
+		if r, err := b.s.Reap(ctx, &reservation.ReapParams{}); err != nil || r.Holds != 0 {
+			t.Fatalf("reap with the ledger back: %+v %v", r, err)
+		}
+		wantRepaired(t, b)
+	})
+}
+
+// failingSource is a ledger whose claims cannot be read.
+type failingSource struct{}
+
+func (failingSource) Holds(context.Context, int64) ([]reservation.Hold, error) {
+	return nil, errors.New("ledger connection refused")
+}
+
+func (failingSource) Claims(context.Context, int64, []string) (map[string][]reservation.Allocation, error) {
+	return nil, errors.New("ledger connection refused")
 }
 
 // The ledger's own failure: Deduct errors with something other than a

@@ -31,19 +31,21 @@ func knownBug(t *testing.T, bug string) {
 	}
 }
 
-// Regression case "kill switch after a lost Redis settle".
+// Regression case "kill switch after a lost Redis settle" (fixed: the
+// Redis reaper settles an expired hold whose token the ledger deducted
+// instead of giving its units back).
 //
 // In mysql mode a claim's Redis settle is attempted once. When Redis cannot
 // be reached at that moment, MySQL has claimed (the ledger is deducted),
-// the caller is told "claimed", and the Redis hold stays. When it expires,
-// the Redis reaper gives its units back to a quantity the ledger no longer
-// backs: Redis now offers more than the ledger has. Engage the kill switch
-// before a reconcile repairs it, and Redis acknowledges reservations that
-// the ledger then refuses to claim (ErrInsufficientStock): invariant 3 (an
-// acknowledged reservation is honoured across the kill switch) is broken,
-// and the kill switch was not lossless.
+// the caller is told "claimed", and the Redis hold stays. When it expired,
+// the Redis reaper used to give its units back to a quantity the ledger no
+// longer backs: Redis then offered more than the ledger has. Engaging the
+// kill switch before a reconcile repaired it made Redis acknowledge
+// reservations that the ledger then refused to claim
+// (ErrInsufficientStock): invariant 3 (an acknowledged reservation is
+// honoured across the kill switch) was broken, and the kill switch was not
+// lossless.
 func TestKillSwitchAfterLostRedisSettle(t *testing.T) {
-	knownBug(t, "a Redis settle lost in mysql mode leaves a hold whose expiry overstates Redis stock; the kill switch then acknowledges reservations the ledger cannot honour")
 	t.Parallel()
 	tm := cellTimings()
 	tm.ttl = 2 * time.Second
