@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -77,36 +80,37 @@ func badInput(field, format string, args ...any) *problem {
 
 // decodeBody reads a JSON object into v: at most MaxBodyBytes, no unknown
 // fields, nothing after the object. Its problems name what is wrong: the
-// byte offset of a syntax error, the unknown field, the field of a wrong
-// type.
+// byte offset of a syntax error, the unknown field by its full path, the
+// field of a wrong type.
+//
+// The body is read whole (at most MaxBodyBytes) before it is decoded.
+// json.Decoder buffers a whole value before decoding it anyway, so this
+// costs about the same memory, and it keeps the transport's failures
+// apart from the JSON's: a client that stalls or drops mid-body gets an
+// answer about that, never a "malformed JSON" quoting the connection's
+// error (and with it the socket addresses). It also leaves the bytes at
+// hand to find where an unknown field is.
 func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) *problem {
-	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-	dec := json.NewDecoder(body)
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		return s.bodyReadProblem(r, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	err = dec.Decode(v)
 	if err == nil {
 		// One object only: anything after it makes the request malformed.
-		_, terr := dec.Token()
-		var mbe *http.MaxBytesError
-		switch {
-		case terr == io.EOF:
+		if _, terr := dec.Token(); terr == io.EOF {
 			return nil
-		case errors.As(terr, &mbe):
-			err = terr
-		default:
-			return &problem{Status: http.StatusBadRequest, Code: "malformed_json", Message: "malformed JSON: unexpected data after the JSON object"}
 		}
+		return &problem{Status: http.StatusBadRequest, Code: "malformed_json", Message: "malformed JSON: unexpected data after the JSON object"}
 	}
 	var (
 		syntax  *json.SyntaxError
 		typ     *json.UnmarshalTypeError
-		tooBig  *http.MaxBytesError
 		unknown = "json: unknown field "
 	)
 	switch {
-	case errors.As(err, &tooBig):
-		return &problem{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
-			Message: fmt.Sprintf("the request body exceeds %d bytes", tooBig.Limit)}
 	case errors.Is(err, io.EOF):
 		return &problem{Status: http.StatusBadRequest, Code: "malformed_json", Message: "the request body is empty: want a JSON object"}
 	case errors.Is(err, io.ErrUnexpectedEOF):
@@ -123,12 +127,189 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) *prob
 		return &problem{Status: http.StatusBadRequest, Code: "invalid_input", Field: field,
 			Message: fmt.Sprintf("%s: want %s, got %s", field, jsonKind(typ.Type.Kind().String()), typ.Value)}
 	case strings.HasPrefix(err.Error(), unknown):
-		name := strings.Trim(strings.TrimPrefix(err.Error(), unknown), `"`)
-		return &problem{Status: http.StatusBadRequest, Code: "unknown_field", Field: name,
-			Message: fmt.Sprintf("unknown field %q (see docs/api.md for the request's fields)", name)}
+		// encoding/json names the key only ("bogus", quoted with %q), not
+		// where it is.
+		name := strings.TrimPrefix(err.Error(), unknown)
+		if n, uerr := strconv.Unquote(name); uerr == nil {
+			name = n
+		}
+		field := unknownFieldPath(data, reflect.TypeOf(v))
+		if field == "" || !strings.HasSuffix(field, name) {
+			field = name // the walk disagrees with encoding/json: trust json's word
+		}
+		return &problem{Status: http.StatusBadRequest, Code: "unknown_field", Field: field,
+			Message: fmt.Sprintf("unknown field %q (see docs/api.md for the request's fields)", field)}
 	default:
+		// Decoding from memory: the error is about the JSON, not the
+		// connection.
 		return &problem{Status: http.StatusBadRequest, Code: "malformed_json", Message: "malformed JSON: " + err.Error()}
 	}
+}
+
+// bodyReadProblem answers a failure reading the body (not parsing it).
+// The error's text is logged, never returned: a network error names both
+// socket addresses ("read tcp 10.0.0.5:8080->10.0.0.9:51234: i/o
+// timeout").
+func (s *Server) bodyReadProblem(r *http.Request, err error) *problem {
+	var (
+		tooBig *http.MaxBytesError
+		ne     net.Error
+	)
+	switch {
+	case errors.As(err, &tooBig):
+		return &problem{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
+			Message: fmt.Sprintf("the request body exceeds %d bytes", tooBig.Limit)}
+	case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		// The connection's read deadline (the http.Server's ReadTimeout)
+		// passed before the body's last byte arrived: the client stalled.
+		// The connection can still be written (WriteTimeout is a
+		// separate deadline), so the client gets this answer; net/http
+		// then closes the connection, whose unread rest cannot be
+		// skipped.
+		s.log.Info("server: request body timed out", "request_id", RequestID(r.Context()), "err", err)
+		return &problem{Status: http.StatusRequestTimeout, Code: "request_timeout",
+			Message: fmt.Sprintf("the request body did not arrive within the server's read timeout (%s); send it whole and promptly", s.cfg.ReadTimeout)}
+	default:
+		// The client closed or reset the connection mid-body (or sent less
+		// than its Content-Length): it will most likely never read this.
+		s.log.Info("server: request body unreadable", "request_id", RequestID(r.Context()), "err", err)
+		return &problem{Status: http.StatusBadRequest, Code: "body_unreadable",
+			Message: "the request body could not be read whole: the connection failed or ended before its end"}
+	}
+}
+
+// unknownFieldPath finds, in data (a JSON value encoding/json refused
+// with an unknown-field error when decoding it into a t), the full path
+// of the first key that t has no field for: "colour", "lines[0].bogus".
+// encoding/json's error names the key only. It walks the value's tokens
+// in document order, the order encoding/json decodes in, so the key it
+// finds is the one json reported. It returns "" if it finds none.
+func unknownFieldPath(data []byte, t reflect.Type) string {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	path, _ := walkUnknown(dec, t, "")
+	return path
+}
+
+// walkUnknown consumes one JSON value from dec, decoded as a t would be,
+// and returns the path of the first key no field of t takes (path is the
+// value's own path). An object or array t does not describe (t is an
+// interface, or wants something else) is skipped whole: encoding/json
+// does not look inside it for unknown fields either.
+func walkUnknown(dec *json.Decoder, t reflect.Type, path string) (string, error) {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return "", err
+	}
+	delim, ok := tok.(json.Delim)
+	if !ok {
+		return "", nil // a scalar
+	}
+	switch {
+	case delim == '{' && t != nil && t.Kind() == reflect.Struct:
+		for dec.More() {
+			key, err := dec.Token()
+			if err != nil {
+				return "", err
+			}
+			name, _ := key.(string)
+			sub := childPath(path, name)
+			f, ok := jsonField(t, name)
+			if !ok {
+				return sub, nil
+			}
+			if p, err := walkUnknown(dec, f.Type, sub); p != "" || err != nil {
+				return p, err
+			}
+		}
+	case delim == '{' && t != nil && t.Kind() == reflect.Map:
+		for dec.More() {
+			key, err := dec.Token()
+			if err != nil {
+				return "", err
+			}
+			name, _ := key.(string)
+			if p, err := walkUnknown(dec, t.Elem(), childPath(path, name)); p != "" || err != nil {
+				return p, err
+			}
+		}
+	case delim == '[' && t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array):
+		for i := 0; dec.More(); i++ {
+			if p, err := walkUnknown(dec, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); p != "" || err != nil {
+				return p, err
+			}
+		}
+	default:
+		// Skip the rest of this object or array, nested values included.
+		for depth := 1; depth > 0; {
+			tok, err := dec.Token()
+			if err != nil {
+				return "", err
+			}
+			switch tok {
+			case json.Delim('{'), json.Delim('['):
+				depth++
+			case json.Delim('}'), json.Delim(']'):
+				depth--
+			}
+		}
+		return "", nil
+	}
+	_, err = dec.Token() // the closing '}' or ']'
+	return "", err
+}
+
+// childPath is the path of key name inside the object at path.
+func childPath(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+// jsonField finds the field of struct type t that encoding/json decodes
+// key into: the exported field whose JSON name (its tag's, else its Go
+// name) is key, or failing that equals it case-insensitively, as
+// encoding/json matches. Fields of embedded structs without a tag are
+// searched as if they were t's own; a field tagged "-" takes nothing.
+func jsonField(t reflect.Type, key string) (reflect.StructField, bool) {
+	var fold *reflect.StructField
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		ft := f.Type
+		for ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if f.Anonymous && name == "" && ft.Kind() == reflect.Struct {
+			if ef, ok := jsonField(ft, key); ok {
+				return ef, true
+			}
+			continue
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		if name == key {
+			return f, true
+		}
+		if fold == nil && strings.EqualFold(name, key) {
+			fold = &f
+		}
+	}
+	if fold != nil {
+		return *fold, true
+	}
+	return reflect.StructField{}, false
 }
 
 // jsonKind says a Go kind the way a JSON caller thinks of it.
