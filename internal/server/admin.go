@@ -17,32 +17,36 @@ import (
 	"github.com/seed31b0e981/reservoir/rollout"
 )
 
-// admin puts h behind the bearer token. The token is compared as a
-// SHA-256 digest in constant time, so neither its bytes nor its length
-// leak through timing; it is never logged.
+// admin puts h behind the bearer token (see authorize).
 func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		deny := func(code, msg string) {
+		if code, msg := s.authorize(r); code != "" {
 			s.metrics.authFailures.WithLabelValues(code).Inc()
 			w.Header().Set("WWW-Authenticate", `Bearer realm="reservoir admin"`)
 			writeProblem(w, r, problem{Status: http.StatusUnauthorized, Code: code, Message: msg})
-		}
-		if s.tokenHash == nil {
-			deny("admin_disabled", "the admin API is disabled: start serve with an admin token ($RESERVOIR_ADMIN_TOKEN or --admin-token-file)")
-			return
-		}
-		scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-			deny("unauthorized", "the admin API needs an Authorization: Bearer <token> header")
-			return
-		}
-		sum := sha256.Sum256([]byte(token))
-		if subtle.ConstantTimeCompare(sum[:], s.tokenHash[:]) != 1 {
-			deny("unauthorized", "wrong admin token")
 			return
 		}
 		h(w, r)
 	}
+}
+
+// authorize checks r's bearer token against the admin token: it returns
+// "" when they match, else the code and message of the 401 answer. The
+// token is compared as a SHA-256 digest in constant time, so neither its
+// bytes nor its length leak through timing; it is never logged.
+func (s *Server) authorize(r *http.Request) (code, msg string) {
+	if s.tokenHash == nil {
+		return "admin_disabled", "the admin API is disabled: start serve with an admin token ($RESERVOIR_ADMIN_TOKEN or --admin-token-file)"
+	}
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return "unauthorized", "the admin API needs an Authorization: Bearer <token> header"
+	}
+	sum := sha256.Sum256([]byte(token))
+	if subtle.ConstantTimeCompare(sum[:], s.tokenHash[:]) != 1 {
+		return "unauthorized", "wrong admin token"
+	}
+	return "", ""
 }
 
 // actor is who makes an admin change: ActorHeader when it is a short

@@ -2,12 +2,15 @@ package server
 
 import (
 	"context"
+	"errors"
+	"net"
 	"net/http"
+	"sync"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/seed31b0e981/reservoir/internal/cell"
+	"github.com/redis/go-redis/v9"
 )
 
 // healthz says the process is up and serving HTTP. It checks nothing
@@ -25,19 +28,65 @@ type ReadyView struct {
 	// Draining is true once shutdown began.
 	Draining bool `json:"draining,omitempty"`
 	// Stores is each pod's (and the control database's) reachability.
-	Stores []cell.Health `json:"stores"`
+	Stores []StoreHealth `json:"stores"`
 	// FlagsLoaded is informational: a replica whose flags file is broken
 	// answers Redis-safe and stays ready.
 	FlagsLoaded bool `json:"flags_loaded"`
 }
 
+// The states of a store in /readyz: "ok", or why its ping failed, as a
+// class that names no user, host or address.
+const (
+	// storeOK: the store answered its ping.
+	storeOK = "ok"
+	// storeUnreachable: no connection (refused, reset, unresolvable name).
+	storeUnreachable = "unreachable"
+	// storeTimeout: no answer within /readyz's budget (1s).
+	storeTimeout = "timeout"
+	// storeAuthFailed: the store refused the configured credentials.
+	storeAuthFailed = "auth_failed"
+	// storeError: any other failure.
+	storeError = "error"
+)
+
+// StoreHealth is the reachability of one pod's stores (or of the control
+// database, as pod "control"), as /readyz shows it.
+type StoreHealth struct {
+	// Pod names the pod ("control" for the control database).
+	Pod string `json:"pod"`
+	// MySQL is "ok" or why the ping failed: "unreachable", "timeout",
+	// "auth_failed" or "error".
+	MySQL string `json:"mysql"`
+	// Redis is the same for the pod's Redis ("" for the control
+	// database).
+	Redis string `json:"redis,omitempty"`
+	// OK is true when every store answered.
+	OK bool `json:"ok"`
+	// MySQLError and RedisError are the drivers' own errors. They can
+	// name database users, hosts and addresses, so only a caller with the
+	// admin token sees them; the server logs them for everyone else.
+	MySQLError string `json:"mysql_error,omitempty"`
+	RedisError string `json:"redis_error,omitempty"`
+}
+
 // readyz pings every store (1s budget). It does not look at the flag
 // SDK's state: flagd's provider can stay in ERROR after one bad file while
 // the source keeps answering from the last valid version.
+//
+// It needs no token (probes have none), so a failed store is shown as its
+// pod, its kind and a class of failure only; the driver's error is logged,
+// and shown to a caller that presents the admin token.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
-	v := ReadyView{Ready: true, Draining: s.draining.Load(), Stores: s.cfg.Cell.Ping(ctx), FlagsLoaded: s.cfg.Cell.Flags.Loaded()}
+	detail := false
+	if code, _ := s.authorize(r); code == "" {
+		detail = true
+	} else if r.Header.Get("Authorization") != "" {
+		// A wrong token is worth counting wherever it is tried.
+		s.metrics.authFailures.WithLabelValues(code).Inc()
+	}
+	v := ReadyView{Ready: true, Draining: s.draining.Load(), Stores: s.pingStores(ctx, r, detail), FlagsLoaded: s.cfg.Cell.Flags.Loaded()}
 	for _, h := range v.Stores {
 		v.Ready = v.Ready && h.OK
 	}
@@ -47,6 +96,101 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusServiceUnavailable
 	}
 	writeJSON(w, status, v)
+}
+
+// pingStores checks, concurrently and within ctx, that the control
+// database and every pod's MySQL and Redis answer, and logs each failure
+// with the driver's error (which /readyz shows only when detail is set).
+//
+// It pings the cell's pools itself rather than calling cell.Ping, which
+// flattens each error to its text: the class of a failure comes from the
+// error's type (a *mysql.MySQLError's number, a net.Error), not from
+// matching words in a message.
+func (s *Server) pingStores(ctx context.Context, r *http.Request, detail bool) []StoreHealth {
+	c := s.cfg.Cell
+	pods := c.Pods()
+	out := make([]StoreHealth, len(pods)+1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		err := c.Control.PingContext(ctx)
+		out[0] = StoreHealth{Pod: "control", MySQL: s.storeState(r, "control", "mysql", err), OK: err == nil}
+		if detail && err != nil {
+			out[0].MySQLError = err.Error()
+		}
+	})
+	for i, p := range pods {
+		wg.Go(func() {
+			var myErr, rdErr error
+			var inner sync.WaitGroup
+			inner.Go(func() { myErr = p.DB.PingContext(ctx) })
+			inner.Go(func() { rdErr = pingRedis(ctx, p.RedisClient) })
+			inner.Wait()
+			h := StoreHealth{Pod: p.Name, MySQL: s.storeState(r, p.Name, "mysql", myErr), Redis: s.storeState(r, p.Name, "redis", rdErr),
+				OK: myErr == nil && rdErr == nil}
+			if detail && myErr != nil {
+				h.MySQLError = myErr.Error()
+			}
+			if detail && rdErr != nil {
+				h.RedisError = rdErr.Error()
+			}
+			out[i+1] = h
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func pingRedis(ctx context.Context, c redis.UniversalClient) error {
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return n.Ping(ctx).Err() })
+	}
+	return c.Ping(ctx).Err()
+}
+
+// storeState classifies a ping's error (nil is "ok") and logs a failure
+// in full. The drivers' errors carry users and hosts but never a
+// password: go-sql-driver/mysql and go-redis do not put the DSN's or the
+// client's password in their errors.
+func (s *Server) storeState(r *http.Request, pod, store string, err error) string {
+	if err == nil {
+		return storeOK
+	}
+	class := failureClass(err)
+	s.log.Warn("server: readiness: store failed its ping", "request_id", RequestID(r.Context()),
+		"pod", pod, "store", store, "reason", class, "err", err)
+	return class
+}
+
+// failureClass says why a store's ping failed, as one of the store*
+// constants, from the error's type.
+func failureClass(err error) string {
+	var (
+		my  *mysql.MySQLError
+		rd  redis.Error
+		ne  net.Error
+		op  *net.OpError
+		dns *net.DNSError
+	)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return storeTimeout
+	case errors.As(err, &my):
+		switch my.Number {
+		case 1044, 1045, 1130, 1698: // database access denied, access denied for user, host not allowed, no password
+			return storeAuthFailed
+		}
+		return storeError
+	case errors.As(err, &rd):
+		for _, prefix := range []string{"WRONGPASS", "NOAUTH", "NOPERM"} {
+			if redis.HasErrorPrefix(err, prefix) {
+				return storeAuthFailed
+			}
+		}
+		return storeError
+	case errors.As(err, &dns), errors.As(err, &op):
+		return storeUnreachable
+	}
+	return storeError
 }
 
 func (s *Server) metricsHandler() http.HandlerFunc {

@@ -42,7 +42,7 @@ func newMetrics(reg prometheus.Registerer, c *cell.Cell) (*metrics, error) {
 		}, []string{"pod", "op", "code"}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reservoir_admin_auth_failures_total",
-			Help: "Admin API calls refused for a missing or wrong bearer token, by reason.",
+			Help: "Admin API calls refused for a missing or wrong bearer token, and /readyz calls with a wrong one, by reason.",
 		}, []string{"reason"}),
 		killObeyed: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "reservoir_killswitch_obeyed_seconds",

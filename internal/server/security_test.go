@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"go/ast"
@@ -35,7 +36,8 @@ import (
 // ---- (a) timing-probed tokens ----
 
 // TestAdminTokenComparedInConstantTime proves, from admin.go's syntax,
-// that the admin middleware compares the presented token with
+// that the admin token check ((*Server).authorize, which the admin
+// middleware and /readyz's detail use) compares the presented token with
 // subtle.ConstantTimeCompare on SHA-256 digests (so neither the token's
 // bytes nor its length can be probed through timing), and that no
 // non-test file of the package compares the token or its digest with ==,
@@ -111,7 +113,7 @@ func TestAdminTokenComparedInConstantTime(t *testing.T) {
 					}
 				}
 			case *ast.FuncDecl:
-				if name != "admin.go" || n.Name.Name != "admin" || n.Recv == nil {
+				if name != "admin.go" || n.Name.Name != "authorize" || n.Recv == nil {
 					return true
 				}
 				sawAdmin = true
@@ -143,13 +145,13 @@ func TestAdminTokenComparedInConstantTime(t *testing.T) {
 		})
 	}
 	if !sawAdmin {
-		t.Fatal("admin.go has no (*Server).admin: the token check moved; update this test")
+		t.Fatal("admin.go has no (*Server).authorize: the token check moved; update this test")
 	}
 	if !sawCompare {
-		t.Error("(*Server).admin does not compare the token digest with subtle.ConstantTimeCompare")
+		t.Error("(*Server).authorize does not compare the token digest with subtle.ConstantTimeCompare")
 	}
 	if !sawDigest {
-		t.Error("(*Server).admin does not hash the presented token (sha256.Sum256): a length mismatch would return early")
+		t.Error("(*Server).authorize does not hash the presented token (sha256.Sum256): a length mismatch would return early")
 	}
 }
 
@@ -290,6 +292,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		{"POST", "/v1/shops/2001/items/7/locations/1/adjust", map[string]any{"available": 5}, "", 503},
 		{"GET", "/v1/shops/2001/items/7/availability", nil, "", 503},
 		{"GET", "/readyz", nil, "", 503},
+		{"GET", "/readyz", nil, adminToken, 503}, // with the drivers' errors
 		{"GET", "/healthz", nil, "", 200},
 		{"GET", "/metrics", nil, "", 200},
 		{"GET", "/dashboard", nil, "", 200},
@@ -322,15 +325,22 @@ func TestSecretsNeverLeak(t *testing.T) {
 			}
 		}
 	}
-	// /readyz failed for pod-b and pod-c: it must have said why without the DSN.
-	if r := h.do("GET", "/readyz", nil, ""); !strings.Contains(r.raw, "pod-b") || !strings.Contains(r.raw, "pod-c") {
-		t.Errorf("/readyz does not report the failing pods: %s", trim(r.raw))
+	// /readyz failed for pod-b and pod-c: it must have said which and why
+	// (as a class) without the DSN, and without the drivers' errors, which
+	// name the user and the address.
+	if r := h.do("GET", "/readyz", nil, ""); !strings.Contains(r.raw, `"pod":"pod-b","mysql":"auth_failed"`) || !strings.Contains(r.raw, `"pod":"pod-c","mysql":"unreachable"`) {
+		t.Errorf("/readyz does not report the failing pods and why: %s", trim(r.raw))
+	} else if strings.Contains(r.raw, user) || strings.Contains(r.raw, "127.0.0.1") {
+		t.Errorf("/readyz without the token names the user or an address: %s", r.raw)
 	} else {
 		t.Logf("/readyz: %s", r.raw)
 	}
 	logs := e.log.String()
 	if !strings.Contains(logs, "authority store failed") {
 		t.Error("the failing pod-b calls logged no store error: the log check would prove nothing")
+	}
+	if !strings.Contains(logs, "store failed its ping") || !strings.Contains(logs, "Access denied") {
+		t.Error("/readyz logged no driver error for pod-b: the log check would prove nothing")
 	}
 	for _, s := range secrets {
 		if strings.Contains(logs, s) {
@@ -347,6 +357,99 @@ func TestSecretsNeverLeak(t *testing.T) {
 		t.Error("cell.Open accepted a DSN without a database slash")
 	} else if strings.Contains(err.Error(), deadPW) {
 		t.Errorf("cell.Open's error contains the DSN password: %v", err)
+	}
+}
+
+// TestReadyzHidesDriverErrors proves that /readyz, which needs no token,
+// says which store of which pod failed and why as a class, but never the
+// driver's error: pod-b logs in to the real MariaDB as a user that does
+// not exist ("Error 1045 (28000): Access denied for user '...'@'...'"),
+// pod-c's MySQL and Redis are a refused port ("dial tcp 127.0.0.1:1:
+// connect: connection refused"). Without a token, and with a wrong one,
+// the answer names neither the user nor any host or address; with the
+// admin token it carries the drivers' errors. The server's log has them
+// in full, and not the password.
+func TestReadyzHidesDriverErrors(t *testing.T) {
+	t.Parallel()
+	user, password := "rsv_nouser_"+randHex(4), "s3cr3t-ready-"+randHex(6)
+	podB, podC := testdb.New(t), testdb.New(t)
+	mariadb, err := mysql.ParseDSN(testdb.ServerDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOptions{topo: func(c *topology.Config) {
+		c.Pods = append(c.Pods,
+			topology.Pod{Name: "pod-b", MySQLDSN: withUser(t, podB.DSN, user, password, ""), RedisAddr: c.Pods[0].RedisAddr,
+				RedisPrefix: c.Pods[0].RedisPrefix + "b:", Shops: []int64{2001}},
+			topology.Pod{Name: "pod-c", MySQLDSN: withUser(t, podC.DSN, user, password, "127.0.0.1:1"), RedisAddr: "127.0.0.1:1",
+				RedisPrefix: c.Pods[0].RedisPrefix + "c:", Shops: []int64{3001}})
+	}})
+	hs := httptest.NewServer(e.srv.Handler())
+	t.Cleanup(hs.Close)
+	h := &harness{t: t, http: hs, logBuf: e.log}
+
+	for _, token := range []string{"", adminToken + "x"} {
+		r := h.do("GET", "/readyz", nil, token)
+		var v server.ReadyView
+		if err := json.Unmarshal([]byte(r.raw), &v); err != nil || r.status != http.StatusServiceUnavailable || v.Ready {
+			t.Fatalf("readyz (token %t): %d %s", token != "", r.status, r.raw)
+		}
+		want := map[string]server.StoreHealth{
+			"control": {Pod: "control", MySQL: "ok", OK: true},
+			"pod-a":   {Pod: "pod-a", MySQL: "ok", Redis: "ok", OK: true},
+			"pod-b":   {Pod: "pod-b", MySQL: "auth_failed", Redis: "ok"},
+			"pod-c":   {Pod: "pod-c", MySQL: "unreachable", Redis: "unreachable"},
+		}
+		for _, got := range v.Stores {
+			if got.Pod == "pod-c" && got.Redis == "timeout" {
+				// go-redis retries a refused dial with 100ms pauses (about
+				// 400ms in all); on a loaded machine the 1s budget may run
+				// out first. Either class says the same to a prober.
+				got.Redis = "unreachable"
+			}
+			if got != want[got.Pod] {
+				t.Errorf("readyz (token %t): %+v, want %+v", token != "", got, want[got.Pod])
+			}
+			delete(want, got.Pod)
+		}
+		if len(want) != 0 {
+			t.Errorf("readyz (token %t) does not list %v: %s", token != "", want, r.raw)
+		}
+		for _, leak := range []string{user, mariadb.Addr, "127.0.0.1", "localhost", "Access denied", "1045", "dial tcp", "refused", password} {
+			if strings.Contains(r.raw, leak) {
+				t.Errorf("readyz (token %t) contains %q: %s", token != "", leak, r.raw)
+			}
+		}
+	}
+
+	r := h.admin("GET", "/readyz", nil)
+	var v server.ReadyView
+	if err := json.Unmarshal([]byte(r.raw), &v); err != nil || r.status != http.StatusServiceUnavailable {
+		t.Fatalf("readyz with the token: %d %s", r.status, r.raw)
+	}
+	for _, s := range v.Stores {
+		switch {
+		case s.Pod == "pod-b" && !strings.Contains(s.MySQLError, user):
+			t.Errorf("readyz with the token: pod-b's MySQL error does not name the user: %+v", s)
+		case s.Pod == "pod-c" && (!strings.Contains(s.MySQLError, "127.0.0.1:1") || s.RedisError == ""):
+			t.Errorf("readyz with the token: pod-c's errors are missing or do not name the address: %+v", s)
+		case s.OK && (s.MySQLError != "" || s.RedisError != ""):
+			t.Errorf("readyz with the token: a healthy store with an error: %+v", s)
+		}
+	}
+	if strings.Contains(r.raw, password) {
+		t.Errorf("readyz with the token contains the DSN password: %s", r.raw)
+	}
+
+	logs := e.log.String()
+	if !strings.Contains(logs, user) || !strings.Contains(logs, `"reason":"auth_failed"`) || !strings.Contains(logs, `"reason":"unreachable"`) {
+		t.Errorf("the server's log lacks the drivers' errors: %s", trim(logs))
+	}
+	if strings.Contains(logs, password) {
+		t.Error("the server's log contains the DSN password")
+	}
+	if m := h.do("GET", "/metrics", nil, ""); !strings.Contains(m.raw, `reservoir_admin_auth_failures_total{reason="unauthorized"} 1`) {
+		t.Error("the wrong token on /readyz was not counted as an auth failure")
 	}
 }
 
