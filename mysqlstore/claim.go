@@ -134,7 +134,17 @@ func (s *Store) settle(ctx context.Context, p *reservation.ClaimParams) (reserva
 			return err
 		}
 		if allocs == nil {
-			return fmt.Errorf("mysqlstore: settle shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
+			// No hold: Deduct settled it with the ledger (or this store
+			// never held the token). The claims row tells which.
+			claimed, found, err := readClaim(ctx, tx, callerSettle, p.Shop, p.Token)
+			if err != nil {
+				return err
+			}
+			if !found {
+				return fmt.Errorf("mysqlstore: settle shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
+			}
+			res = reservation.ClaimResult{Outcome: reservation.OutcomeSettled, Allocations: claimed, Replayed: true}
+			return nil
 		}
 		res = reservation.ClaimResult{Outcome: reservation.OutcomeSettled, Allocations: allocs}
 		return nil

@@ -9,5 +9,9 @@ func SetUnorderedLedger(s *Store, v bool) { s.unorderedLedger = v }
 // just before COMMIT.
 func SetBeforeReserveCommit(s *Store, f func()) { s.beforeReserveCommit = f }
 
+// SetBeforeHoldInsert installs a hook run inside the reserve transaction
+// once its units are taken, before its hold rows are inserted.
+func SetBeforeHoldInsert(s *Store, f func()) { s.beforeHoldInsert = f }
+
 // ReserveUnitsQuery is the reserve path's pool select for n lines.
 func ReserveUnitsQuery(n int) string { return reserveUnitsQuery(n) }

@@ -117,6 +117,16 @@ func (s *Store) Deduct(ctx context.Context, p *reservation.DeductParams) (reserv
 		if err := s.deductLedger(ctx, tx, callerDeduct, p.Shop, allocs); err != nil {
 			return err
 		}
+		// The claim is happening elsewhere (the legacy Redis claim): this
+		// store's own hold of the token, if it shadows one, is settled in
+		// the same transaction. Left for the shadow settle that follows,
+		// the hold and the deduction would both count until it lands, and
+		// a buyer could be refused units the ledger still has; if the
+		// settle were lost, until the hold expired. The settle then finds
+		// the claims row and answers as a replay.
+		if _, err := s.removeHold(ctx, tx, callerDeduct, p.Shop, p.Token); err != nil {
+			return err
+		}
 		for _, a := range allocs {
 			if err := trim(ctx, tx, callerDeduct, key{p.Shop, a.Item, a.Location}); err != nil {
 				return err

@@ -131,7 +131,13 @@ func (r *reserveCall) attempt(ctx context.Context, checkExisting bool) (res rese
 		// DATETIME(3) keeps milliseconds: truncate here so the answer
 		// equals what is stored.
 		expires := now.Add(r.p.TTL).Truncate(time.Millisecond)
+		if hook := r.s.beforeHoldInsert; hook != nil {
+			hook()
+		}
 		if err := r.insertHolds(ctx, tx, expires); err != nil {
+			return err
+		}
+		if err := r.claimedMeanwhile(ctx, tx); err != nil {
 			return err
 		}
 		if hook := r.s.beforeReserveCommit; hook != nil {
@@ -146,6 +152,37 @@ func (r *reserveCall) attempt(ctx context.Context, checkExisting bool) (res rese
 		return nil
 	})
 	return res, short, err
+}
+
+// claimedMeanwhile refuses the reserve (ErrAlreadyClaimed, rolling back)
+// when the token was claimed while it ran: a shadow reserve still in
+// flight when the authority's claim deducted the ledger (the legacy Redis
+// claim's Deduct). Committed, its hold would be a hold of a claimed cart:
+// units nobody can buy until it expires, were the shadow settle that
+// follows lost.
+//
+// It runs after the hold rows are inserted, as a locking read, so that
+// every order of the two transactions ends without the hold. If Deduct
+// inserted the claims row first, this read waits for its commit and sees
+// it (or, when Deduct is meanwhile waiting for this transaction's hold
+// rows, InnoDB breaks the deadlock and the victim's retry sees the
+// other's commit). If not, Deduct's own locking read of the token's hold
+// (removeHold, after its claims insert) comes after this one, so it waits
+// for this transaction's hold rows and removes them.
+func (r *reserveCall) claimedMeanwhile(ctx context.Context, tx *sql.Tx) error {
+	rows, err := tx.QueryContext(ctx, sqlReserveClaimedLock, r.p.Shop, r.p.Token)
+	if err != nil {
+		return fmt.Errorf("mysqlstore: reserve: claims row: %w", err)
+	}
+	claimed := rows.Next()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("mysqlstore: reserve: claims row: %w", err)
+	}
+	if claimed {
+		return fmt.Errorf("mysqlstore: reserve shop %d token %q: claimed while the reserve ran: %w", r.p.Shop, r.p.Token, reservation.ErrAlreadyClaimed)
+	}
+	return nil
 }
 
 // existing answers a repeated token: the first hold (Replayed), a conflict,

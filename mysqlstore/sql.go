@@ -36,6 +36,10 @@ const (
 UNION ALL
 SELECT 'claim', 0, 0, 0, claimed_at, via FROM reservation_claims WHERE shop_id = ? AND token = ?`
 
+	// A locking read of the token's claims row, after the hold rows are
+	// inserted: see reserveCall.claimedMeanwhile.
+	sqlReserveClaimedLock = `/*caller='reserve'*/ SELECT 1 FROM reservation_claims WHERE shop_id = ? AND token = ? FOR UPDATE`
+
 	// One branch per line; all lines go in one round trip. Each branch
 	// carries its own locking clause: a single one after the UNION is
 	// rejected (error 1221).

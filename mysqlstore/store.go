@@ -56,6 +56,9 @@ type Store struct {
 	// beforeReserveCommit, when set, runs inside the reserve transaction
 	// just before COMMIT, while its locks are held.
 	beforeReserveCommit func()
+	// beforeHoldInsert, when set, runs inside the reserve transaction once
+	// its units are taken, before its hold rows are inserted (tests).
+	beforeHoldInsert func()
 }
 
 var (
