@@ -24,10 +24,10 @@ type call struct {
 }
 
 // begin starts the shadow side. cleanup, when non-nil, runs in the shadow's
-// slot after both sides are known (e.g. release a hold only the shadow got).
-// report decides whether the pair is worth an observation.
+// slot after both sides are known (e.g. release a hold only the shadow
+// got), before the token's next shadow call may start.
 func (f *Facade) begin(ctx context.Context, plan rollout.Route, op compare.Op, shop int64, token string, shadowStore reservation.Authority,
-	shadowFn func(ctx context.Context) compare.Outcome, cleanup func(ctx context.Context, a, s compare.Outcome)) *call {
+	shadowFn func(ctx context.Context) compare.Outcome, cleanup func(a, s compare.Outcome)) *call {
 	c := &call{
 		f:        f,
 		plan:     plan,
@@ -38,9 +38,7 @@ func (f *Facade) begin(ctx context.Context, plan rollout.Route, op compare.Op, s
 	c.shadow = f.startShadow(ctx, tokenKey{shop, token}, shadowStore, shadowFn, func(s compare.Outcome) {
 		a := <-c.authDone
 		if cleanup != nil && !s.Skipped {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ShadowTimeout)
-			cleanup(cctx, a, s)
-			cancel()
+			cleanup(a, s)
 		}
 		c.observe(a, s)
 	})
@@ -101,11 +99,9 @@ func (f *Facade) Reserve(ctx context.Context, p *reservation.ReserveParams) (res
 	shadow := f.store(shadowName)
 	c := f.begin(ctx, plan, compare.OpReserve, p.Shop, p.Token, shadowName,
 		func(sctx context.Context) compare.Outcome { return reserveOutcome(shadow.Reserve(sctx, &q)) },
-		func(cctx context.Context, a, s compare.Outcome) {
-			if s.Result == string(reservation.StatusReserved) && a.Result != string(reservation.StatusReserved) && !errors.Is(a.Err, reservation.ErrAlreadyClaimed) {
-				if _, err := shadow.Release(cctx, &reservation.ReleaseParams{Shop: p.Shop, Token: p.Token}); err == nil {
-					f.metrics.shadowCleaned.Inc()
-				}
+		func(a, s compare.Outcome) {
+			if shadowMayHoldAlone(a, s) {
+				f.cleanShadow(ctx, shadow, &reservation.ReleaseParams{Shop: p.Shop, Token: p.Token})
 			}
 		})
 	var res reservation.ReserveResult
@@ -115,6 +111,87 @@ func (f *Facade) Reserve(ctx context.Context, p *reservation.ReserveParams) (res
 		return reserveOutcome(res, err)
 	}))
 	return res, err
+}
+
+// shadowMayHoldAlone says whether the shadow may hold a cart the authority
+// does not: the authority did not reserve it, and the shadow did, or may
+// have (its call failed without a domain answer, e.g. a deadline that
+// struck while its commit was on the wire). Such a hold is an orphan: it
+// holds no real buyer's stock, and after a flip to the shadow's authority
+// it would refuse buyers until it expired (an undersell, invariant 4).
+//
+// With the authority answering "insufficient" the token held nothing
+// there (a held token is answered from its hold), so the shadow's hold,
+// if any, is an orphan. With the authority failing, only a shadow that did
+// reserve is cleaned, as before: the authority's own outcome is unknown.
+// A domain refusal by the authority (token conflict, already claimed)
+// may mean the shadow rightly holds the token's first cart: left alone.
+func shadowMayHoldAlone(a, s compare.Outcome) bool {
+	shadowHeld := s.Err == nil && s.Result == string(reservation.StatusReserved)
+	switch {
+	case a.Err == nil && a.Result == string(reservation.StatusInsufficient):
+		return shadowHeld || failedWithoutAnswer(s)
+	case failedWithoutAnswer(a):
+		return shadowHeld
+	}
+	return false
+}
+
+// repairTimeout bounds the retries of one shadow repair. A repair holds
+// its shadow slot meanwhile, so during an outage of the shadow store the
+// slots fill and later shadow calls are skipped (and counted) rather than
+// queued.
+func (f *Facade) repairTimeout() time.Duration { return 4 * f.cfg.ShadowTimeout }
+
+// repairShadow retries a shadow write that must not be lost, for up to
+// repairTimeout: an orphaned hold to release (see shadowMayHoldAlone), or
+// a shadow release or settle that failed without an answer. Each leaves a
+// hold in the shadow that no buyer owns, which refuses buyers after a
+// flip until it expires. The writes are idempotent on the token, so a retry
+// after a lost reply, or of a hold the shadow never took, changes nothing.
+// It stops at the first answer, a domain refusal included (the hold was
+// gone, or claimed). It returns whether an answer came.
+func (f *Facade) repairShadow(ctx context.Context, write func(ctx context.Context) error) bool {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.repairTimeout())
+	defer cancel()
+	backoff := 10 * time.Millisecond
+	for {
+		actx, acancel := context.WithTimeout(rctx, f.cfg.ShadowTimeout)
+		out := runRecovered(actx, "", func(ctx context.Context) compare.Outcome { return compare.Outcome{Err: write(ctx)} })
+		acancel()
+		if out.Panicked {
+			f.metrics.shadowPanics.Inc()
+			return false
+		}
+		if out.Err == nil || reservation.AnswerName(out.Err) != "" {
+			return true
+		}
+		select {
+		case <-rctx.Done():
+			f.metrics.shadowRepairFailed.Inc()
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 200*time.Millisecond)
+	}
+}
+
+// cleanShadow releases a cart the shadow may hold alone.
+func (f *Facade) cleanShadow(ctx context.Context, shadow reservation.Store, p *reservation.ReleaseParams) {
+	f.repairShadow(ctx, func(ctx context.Context) error {
+		res, err := shadow.Release(ctx, p)
+		if err == nil && res.Released {
+			f.metrics.shadowCleaned.Inc()
+		}
+		return err
+	})
+}
+
+// failedWithoutAnswer says whether an outcome is a failure that says
+// nothing of the store's state (not a domain answer). A shadow that
+// panicked is a bug, not a failure to retry.
+func failedWithoutAnswer(o compare.Outcome) bool {
+	return o.Err != nil && !o.Panicked && reservation.AnswerName(o.Err) == ""
 }
 
 func reserveOutcome(res reservation.ReserveResult, err error) compare.Outcome {
@@ -225,7 +302,14 @@ func (f *Facade) Claim(ctx context.Context, p *reservation.ClaimParams) (reserva
 			return compare.Outcome{Err: err}
 		}
 		return compare.Outcome{Result: string(sr.Outcome), Allocations: sr.Allocations}
-	}, nil)
+	}, func(_, s compare.Outcome) {
+		if failedWithoutAnswer(s) {
+			f.repairShadow(ctx, func(ctx context.Context) error {
+				_, err := f.store(shadowName).Claim(ctx, &settle)
+				return err
+			})
+		}
+	})
 	c.finish(a)
 	return res, nil
 }
@@ -264,7 +348,14 @@ func (f *Facade) Release(ctx context.Context, p *reservation.ReleaseParams) (res
 	q := *p
 	c := f.begin(ctx, plan, compare.OpRelease, p.Shop, p.Token, shadowName, func(sctx context.Context) compare.Outcome {
 		return releaseOutcome(f.store(shadowName).Release(sctx, &q))
-	}, nil)
+	}, func(_, s compare.Outcome) {
+		if failedWithoutAnswer(s) {
+			f.repairShadow(ctx, func(ctx context.Context) error {
+				_, err := f.store(shadowName).Release(ctx, &q)
+				return err
+			})
+		}
+	})
 	c.finish(a)
 	return res, nil
 }
