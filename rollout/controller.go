@@ -8,14 +8,22 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/seed31b0e981/reservoir/reservation"
 )
 
-// Reconciler checks, before MySQL becomes the authority over a pod, that
-// Redis has a complete view of it (so the kill switch stays lossless).
+// Reconciler guards the changes of authority over a pod: before MySQL
+// becomes the authority it checks that Redis has a complete view (so the
+// kill switch stays lossless), and before a kill switch is released it
+// repairs MySQL from Redis.
 type Reconciler interface {
 	// Clean reports whether the pod has no drift between the stores, with
 	// a one-line summary for status and refusals.
 	Clean(ctx context.Context, pod string) (clean bool, summary string, err error)
+	// RepairFrom makes the pod's other store follow authority (its holds
+	// and pools; never the authority itself), with a one-line summary of
+	// what it found.
+	RepairFrom(ctx context.Context, pod string, authority reservation.Authority) (summary string, err error)
 }
 
 // ControllerConfig configures a Controller.
@@ -326,9 +334,41 @@ func (c *Controller) Kill(ctx context.Context, scope Scope, k Kill, o KillOption
 }
 
 // Release turns a scope's kill switch off.
+//
+// Where that gives the authority back to MySQL (a pod in mode mysql or
+// mysql_only), MySQL is first repaired from Redis, the authority while the
+// switch was engaged (Reconciler.RepairFrom): shadow writes MySQL lost
+// meanwhile (it was down, say, or the switch was redis_only and never
+// wrote it) would otherwise let MySQL sell stock Redis holds for
+// acknowledged carts (whose claims the ledger then refuses), and refuse
+// buyers for holds nobody owns. Without a reconciler such a release is
+// refused; a failed repair leaves the switch engaged.
 func (c *Controller) Release(ctx context.Context, scope Scope, o KillOptions) error {
 	if o.Actor == "" || strings.TrimSpace(o.Reason) == "" {
 		return errors.New("rollout: release: an actor and a reason are required")
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	cur, err := c.cfg.Flags.Read()
+	if err != nil {
+		return err
+	}
+	pods := c.handedBackToMySQL(cur, scope)
+	switch {
+	case len(pods) == 0:
+	case o.DryRun:
+		fmt.Fprintf(o.Out, "would repair MySQL from Redis first on %s\n", strings.Join(pods, ", "))
+	case c.cfg.Reconciler == nil:
+		return fmt.Errorf("rollout: release: MySQL would answer again on %s and no reconciler is configured to repair it from Redis first", strings.Join(pods, ", "))
+	default:
+		for _, pod := range pods {
+			summary, err := c.cfg.Reconciler.RepairFrom(ctx, pod, reservation.AuthorityRedis)
+			if err != nil {
+				return fmt.Errorf("rollout: release: repair pod %s from Redis before MySQL answers again: %w (the kill switch stays engaged)", pod, err)
+			}
+			fmt.Fprintf(o.Out, "pod %s: MySQL repaired from Redis: %s\n", pod, summary)
+		}
 	}
 	return c.kill(ctx, scope, "release", o, func(f *Flags) error {
 		return f.ReleaseKill(scope, Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()})
@@ -352,6 +392,23 @@ func (c *Controller) kill(ctx context.Context, scope Scope, action string, o Kil
 
 // mysqlOnlyUnder lists the plan's pods within scope whose mode is
 // mysql_only.
+// handedBackToMySQL lists the plan's pods within scope whose kill switch
+// is engaged in a mode where MySQL is the authority: releasing it hands
+// them back to MySQL.
+func (c *Controller) handedBackToMySQL(f *Flags, scope Scope) []string {
+	var out []string
+	for _, pod := range c.cfg.Plan.Pods {
+		if scope.Kind == ScopePod && scope.Pod != pod {
+			continue
+		}
+		d := f.Resolve(pod, scope.Shop)
+		if d.Kill != KillOff && (d.Mode == ModeMySQL || d.Mode == ModeMySQLOnly) {
+			out = append(out, pod)
+		}
+	}
+	return out
+}
+
 func (c *Controller) mysqlOnlyUnder(f *Flags, scope Scope) []string {
 	var out []string
 	for _, pod := range c.cfg.Plan.Pods {

@@ -58,13 +58,25 @@ func (c *clock) Add(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-type fakeReconciler struct{ clean bool }
+type fakeReconciler struct {
+	clean bool
+	// repairs records RepairFrom calls as "pod<-authority".
+	mu      sync.Mutex
+	repairs []string
+}
 
-func (f fakeReconciler) Clean(context.Context, string) (bool, string, error) {
+func (f *fakeReconciler) Clean(context.Context, string) (bool, string, error) {
 	if f.clean {
 		return true, "no drift", nil
 	}
 	return false, "redis:quantity 3", nil
+}
+
+func (f *fakeReconciler) RepairFrom(_ context.Context, pod string, a reservation.Authority) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.repairs = append(f.repairs, pod+"<-"+string(a))
+	return "no drift", nil
 }
 
 type ctlBundle struct {
@@ -72,6 +84,7 @@ type ctlBundle struct {
 	cmp   *compare.Comparer
 	flags rollout.FlagsFile
 	clk   *clock
+	rc    *fakeReconciler
 }
 
 func setupController(t *testing.T, clean bool) *ctlBundle {
@@ -91,12 +104,13 @@ func setupController(t *testing.T, clean bool) *ctlBundle {
 	}
 	t.Cleanup(func() { cmp.Close(context.Background()) })
 	clk := &clock{now: time.Now().UTC()}
+	rc := &fakeReconciler{clean: clean}
 	ctl, err := rollout.NewController(rollout.ControllerConfig{DB: db.DB, Flags: ff, Plan: plan, Stats: cmp,
-		Reconciler: fakeReconciler{clean: clean}, Now: clk.Now})
+		Reconciler: rc, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &ctlBundle{ctl: ctl, cmp: cmp, flags: ff, clk: clk}
+	return &ctlBundle{ctl: ctl, cmp: cmp, flags: ff, clk: clk, rc: rc}
 }
 
 // observe feeds n observations of pod, mismatches of them outcome
@@ -221,6 +235,10 @@ func TestAutoKillsOnBrokenGateAndHistoryRecordsIt(t *testing.T) {
 	if err := b.ctl.Release(ctx, rollout.PodScope("pod-a"), rollout.KillOptions{Actor: "ana", Reason: "fixed the pool cap"}); err != nil {
 		t.Fatal(err)
 	}
+	// pod-a runs mysql: the release repaired MySQL from Redis first.
+	if got := strings.Join(b.rc.repairs, ", "); got != "pod-a<-redis" {
+		t.Errorf("repairs before the release: %q, want pod-a<-redis", got)
+	}
 	hs, err := b.ctl.History(ctx, 10)
 	if err != nil {
 		t.Fatal(err)
@@ -272,5 +290,82 @@ func golden(t *testing.T, name, got string) {
 	}
 	if got != string(want) {
 		t.Errorf("%s differs:\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+// failingReconciler cannot repair.
+type failingReconciler struct{ fakeReconciler }
+
+func (*failingReconciler) RepairFrom(context.Context, string, reservation.Authority) (string, error) {
+	return "", errors.New("redis unreachable")
+}
+
+// A release that hands a pod back to MySQL repairs MySQL from Redis first;
+// if the repair fails, or nothing can repair, the switch stays engaged. A
+// release where Redis stays the authority repairs nothing.
+func TestReleaseRepairsMySQLFirst(t *testing.T) {
+	ctx := context.Background()
+	kill := rollout.KillOptions{Actor: "ana", Reason: "drill"}
+	engaged := func(t *testing.T, ff rollout.FlagsFile, pod string) bool {
+		t.Helper()
+		f, err := ff.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f.Resolve(pod, 1).Kill != rollout.KillOff
+	}
+	setMode := func(t *testing.T, ff rollout.FlagsFile, pod string, m rollout.Mode) {
+		t.Helper()
+		if _, _, err := ff.Update(func(f *rollout.Flags) error { return f.SetMode(rollout.PodScope(pod), m) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	b := setupController(t, true)
+	setMode(t, b.flags, "pod-a", rollout.ModeShadow)
+	if err := b.ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, kill); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ctl.Release(ctx, rollout.PodScope("pod-a"), kill); err != nil || len(b.rc.repairs) != 0 {
+		t.Fatalf("release in shadow mode: %v, repairs %q; want released without a repair (Redis stays the authority)", err, b.rc.repairs)
+	}
+
+	setMode(t, b.flags, "pod-a", rollout.ModeMySQL)
+	if err := b.ctl.Kill(ctx, rollout.Global(), rollout.KillRedisOnly, kill); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	dry := kill
+	dry.DryRun, dry.Out = true, &out
+	if err := b.ctl.Release(ctx, rollout.Global(), dry); err != nil || !strings.Contains(out.String(), "would repair MySQL from Redis first on pod-a") || len(b.rc.repairs) != 0 {
+		t.Fatalf("dry-run release: %v, %q, repairs %q", err, out.String(), b.rc.repairs)
+	}
+	if err := b.ctl.Release(ctx, rollout.Global(), kill); err != nil || strings.Join(b.rc.repairs, ",") != "pod-a<-redis" {
+		t.Fatalf("release in mysql mode: %v, repairs %q; want pod-a repaired from Redis (pod-b runs redis)", err, b.rc.repairs)
+	}
+
+	db := testdb.New(t)
+	plan, err := rollout.ParsePlan([]byte(planText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rc := range []rollout.Reconciler{&failingReconciler{}, nil} {
+		ctl, err := rollout.NewController(rollout.ControllerConfig{DB: db.DB, Flags: b.flags, Plan: plan, Stats: b.cmp, Reconciler: rc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, kill); err != nil {
+			t.Fatal(err)
+		}
+		err = ctl.Release(ctx, rollout.PodScope("pod-a"), kill)
+		if err == nil || !engaged(t, b.flags, "pod-a") {
+			t.Errorf("release with reconciler %T: %v; want refused, the switch still engaged", rc, err)
+		}
+		t.Logf("refused: %v", err)
+		if _, _, err := b.flags.Update(func(f *rollout.Flags) error {
+			return f.ReleaseKill(rollout.PodScope("pod-a"), rollout.Attribution{Actor: "test", Reason: "reset"})
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

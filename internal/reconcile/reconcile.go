@@ -6,6 +6,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -105,6 +106,17 @@ func (r *Reconciler) Clean(ctx context.Context, pod string) (bool, string, error
 		}
 	}
 	return n == 0, rep.Summary(), nil
+}
+
+// RepairFrom runs a repair of pod with authority as the truth and returns
+// the report's summary: rollout.Controller calls it before a released kill
+// switch hands a pod back to MySQL.
+func (r *Reconciler) RepairFrom(ctx context.Context, pod string, authority reservation.Authority) (string, error) {
+	rep, err := r.Run(ctx, pod, Options{Repair: true, Authority: authority})
+	if err != nil {
+		return "", err
+	}
+	return rep.Summary(), nil
 }
 
 // Summary is the report in one line. Empty pools are notes, not drift:
@@ -305,9 +317,78 @@ func (r *Reconciler) repair(ctx context.Context, p Pod, shop int64, auth reserva
 		if err := p.MySQL.RepairHolds(ctx, shop, put, drop); err != nil {
 			return err
 		}
+		if err := followRedis(ctx, p, shop, put, drop); err != nil {
+			return err
+		}
 	}
 	_, err = p.MySQL.TrimPools(ctx, shop)
 	return err
+}
+
+// followPasses bounds followRedis.
+const followPasses = 3
+
+// followRedis makes MySQL's holds of the tokens a repair touched agree
+// with Redis's once more, pass after pass until they do (at most
+// followPasses).
+//
+// A repair under live traffic races the facade: a hold copied from Redis
+// may have been released or claimed between the lookup and the copy (the
+// shadow's release found nothing to release in MySQL, and the copy then
+// left a hold nobody owns, refusing buyers after the flip until it
+// expired); a hold dropped as unknown to Redis may have been the shadow's
+// half of a reserve whose Redis half landed just after the snapshot. Each
+// touched token is looked up in both stores again after the repair: any
+// write the facade made before that lookup is seen, and one it makes
+// after it finds the repaired hold and applies to it.
+func followRedis(ctx context.Context, p Pod, shop int64, put []reservation.Hold, drop []string) error {
+	tokens := drop
+	for _, h := range put {
+		tokens = append(tokens, h.Token)
+	}
+	for pass := 0; pass < followPasses && len(tokens) > 0; pass++ {
+		var again []reservation.Hold
+		var gone, next []string
+		for _, token := range tokens {
+			get := &reservation.GetParams{Shop: shop, Token: token}
+			want, werr := p.Redis.Get(ctx, get)
+			if werr != nil && !errors.Is(werr, reservation.ErrNotFound) {
+				return werr
+			}
+			have, herr := p.MySQL.Get(ctx, get)
+			if herr != nil && !errors.Is(herr, reservation.ErrNotFound) {
+				return herr
+			}
+			switch {
+			case werr != nil && herr == nil:
+				gone = append(gone, token)
+			case werr == nil && (herr != nil || !sameHold(want, have)):
+				again = append(again, want)
+			default:
+				continue
+			}
+			next = append(next, token)
+		}
+		if len(next) == 0 {
+			return nil
+		}
+		if err := p.MySQL.RepairHolds(ctx, shop, again, gone); err != nil {
+			return err
+		}
+		tokens = next
+	}
+	return nil
+}
+
+// sameHold compares two stores' holds of a token: expiry and
+// allocations, in any order.
+func sameHold(a, b reservation.Hold) bool {
+	order := func(as []reservation.Allocation) []reservation.Allocation {
+		return slices.SortedFunc(slices.Values(as), func(x, y reservation.Allocation) int {
+			return cmp.Or(cmp.Compare(x.Item, y.Item), cmp.Compare(x.Location, y.Location))
+		})
+	}
+	return a.ExpiresAt.Equal(b.ExpiresAt) && slices.Equal(order(a.Allocations), order(b.Allocations))
 }
 
 func readCheckpoint(path string) int64 {
