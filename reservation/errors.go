@@ -74,3 +74,15 @@ func AnswerName(err error) string {
 	}
 	return ""
 }
+
+// AnswerError is the inverse of AnswerName: the sentinel error an answer
+// name stands for (as the API's error codes carry them), or nil for a name
+// that is not a domain answer.
+func AnswerError(name string) error {
+	for _, a := range answers {
+		if a.name == name {
+			return a.err
+		}
+	}
+	return nil
+}

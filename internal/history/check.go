@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -43,9 +42,9 @@ type CheckOptions struct {
 	Dir string
 	// Name starts the artifacts' file names. Default: "history".
 	Name string
-	// Timeout bounds the search of each key (linearizability checking is
-	// NP-hard): past it the key's result is porcupine.Unknown. Default:
-	// 60s.
+	// Timeout bounds the search of each item (linearizability checking
+	// is NP-hard): past it the item's result is porcupine.Unknown.
+	// Default: 60s.
 	Timeout time.Duration
 	// Always writes the artifacts even when the history is linearizable.
 	Always bool
@@ -56,13 +55,13 @@ type Result struct {
 	// Outcome is porcupine's verdict: Ok, Illegal (some key's history is
 	// not linearizable) or Unknown (a key's check timed out, none failed).
 	Outcome porcupine.CheckResult
-	// Ops is the number of operations checked (one per key of a call, the
-	// stock operations included); Unknown of them had no answer.
+	// Ops is the number of operations checked (one per item of a call,
+	// the stock operations included); Unknown of them had no answer.
 	Ops, Unknown int
-	// Partitions is the number of keys; Failed lists those whose history
+	// Partitions is the number of items; Failed lists those whose history
 	// is not linearizable.
 	Partitions int
-	Failed     []Key
+	Failed     []Part
 	// Took is how long the check ran.
 	Took time.Duration
 	// HTML and JSON are the artifacts' paths, when written: porcupine's
@@ -71,7 +70,7 @@ type Result struct {
 }
 
 func (r Result) String() string {
-	s := fmt.Sprintf("%s: %d ops (%d unknown) on %d keys, checked in %s", r.Outcome, r.Ops, r.Unknown, r.Partitions, r.Took.Round(time.Millisecond))
+	s := fmt.Sprintf("%s: %d ops (%d unknown) on %d items, checked in %s", r.Outcome, r.Ops, r.Unknown, r.Partitions, r.Took.Round(time.Millisecond))
 	for i, k := range r.Failed {
 		if i == 0 {
 			s += "; not linearizable: "
@@ -86,14 +85,15 @@ func (r Result) String() string {
 	return s
 }
 
-// Check checks entries against Model, key by key. It writes the
-// artifacts when a key's history is not linearizable or could not be
+// Check checks entries against Model, item by item. It writes the
+// artifacts when an item's history is not linearizable or could not be
 // checked in time, or when o.Always is set.
 //
-// Each key is first checked without porcupine's linearization details,
-// which stops at the first contradiction; only the failing keys are then
+// Each item is first checked without porcupine's linearization details,
+// which stops at the first contradiction; only the failing items are then
 // checked again with them, for the visualization. (Asking for details on
-// every key makes a failing check wait for the slowest key's full search.)
+// every item makes a failing check wait for the slowest item's full
+// search.)
 func Check(entries []Entry, o CheckOptions) (Result, error) {
 	if o.Name == "" {
 		o.Name = "history"
@@ -102,11 +102,11 @@ func Check(entries []Entry, o CheckOptions) (Result, error) {
 		o.Timeout = time.Minute
 	}
 	model := Model()
-	byKey := map[Key][]Entry{}
+	byPart := map[Part][]Entry{}
 	for _, e := range entries {
-		byKey[e.Input.Key] = append(byKey[e.Input.Key], e)
+		byPart[e.Input.Part] = append(byPart[e.Input.Part], e)
 	}
-	res := Result{Ops: len(entries), Partitions: len(byKey), Outcome: porcupine.Ok}
+	res := Result{Ops: len(entries), Partitions: len(byPart), Outcome: porcupine.Ok}
 	for _, e := range entries {
 		if e.Output.Unknown {
 			res.Unknown++
@@ -114,8 +114,8 @@ func Check(entries []Entry, o CheckOptions) (Result, error) {
 	}
 	start := time.Now()
 	var show []porcupine.Operation
-	for _, k := range slices.SortedFunc(maps.Keys(byKey), func(a, b Key) int { return strings.Compare(a.String(), b.String()) }) {
-		ops := Operations(byKey[k])
+	for _, k := range slices.SortedFunc(maps.Keys(byPart), comparePart) {
+		ops := Operations(byPart[k])
 		switch porcupine.CheckOperationsTimeout(model, ops, o.Timeout) {
 		case porcupine.Illegal:
 			res.Outcome = porcupine.Illegal
@@ -146,7 +146,7 @@ func Check(entries []Entry, o CheckOptions) (Result, error) {
 	}
 	doc, err := json.MarshalIndent(struct {
 		Outcome porcupine.CheckResult `json:"outcome"`
-		Failed  []Key                 `json:"failed,omitempty"`
+		Failed  []Part                `json:"failed,omitempty"`
 		Entries []Entry               `json:"entries"`
 	}{res.Outcome, res.Failed, entries}, "", " ")
 	if err != nil {

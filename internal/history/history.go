@@ -7,9 +7,12 @@
 // answer. A call that got no answer (a timeout, a cut connection, any error
 // that is not one of the reservation package's domain answers) is recorded
 // as unknown: it may or may not have taken effect, at any time after it
-// was called, and the model explores both. Calls are split by item x
-// location; a cart of several lines becomes one operation per line, each
-// checked in its own partition.
+// was called, and the model explores both. Calls are split by item: a cart
+// of several lines becomes one operation per line, each checked in its
+// item's partition, whose state holds every location of the item (a line
+// may name several eligible locations, and the answer says which served
+// it). A hold's TTL is recorded too: from its deadline on, the model lets
+// the hold expire and its units come back.
 //
 // It owns recording and checking only: it never calls a store on its own,
 // and it knows nothing of modes or faults. Its model is the authority's
@@ -44,7 +47,18 @@ type Reservations interface {
 	Release(ctx context.Context, p *reservation.ReleaseParams) (reservation.ReleaseResult, error)
 }
 
-// Key is one item x location of one shop: a partition of the history.
+// Retrier is implemented by a target that retries a call inside one
+// operation (an HTTP client resending after a 503 or a cut connection):
+// Retried reports whether the answer of its last call came on a retry. The
+// answer may then be a replay of the call's own first attempt ("already
+// claimed" by itself, "nothing to release" because it released), which the
+// model accepts as the call's effect.
+type Retrier interface {
+	Retried() bool
+}
+
+// Key is one item x location of one shop: one row of the ledger, stocked
+// with Recorder.Stock.
 type Key struct {
 	Shop     int64 `json:"shop"`
 	Item     int64 `json:"item"`
@@ -54,6 +68,18 @@ type Key struct {
 func (k Key) String() string {
 	return fmt.Sprintf("shop %d item %d location %d", k.Shop, k.Item, k.Location)
 }
+
+// Part is one item of one shop, every location included: a partition of
+// the history. Items are independent (a cart is all or nothing, but each
+// line's answer is recorded, so each item's history stands alone);
+// locations of one item are not, since a line may be served from any of
+// its eligible locations.
+type Part struct {
+	Shop int64 `json:"shop"`
+	Item int64 `json:"item"`
+}
+
+func (p Part) String() string { return fmt.Sprintf("shop %d item %d", p.Shop, p.Item) }
 
 // Op is the kind of a recorded operation.
 type Op string
@@ -68,13 +94,25 @@ const (
 	OpRelease Op = "release"
 )
 
-// Input is what a caller asked, as it concerns one key.
+// Input is what a caller asked, as it concerns one item.
 type Input struct {
 	Op    Op     `json:"op"`
-	Key   Key    `json:"key"`
+	Part  Part   `json:"part"`
 	Token string `json:"token,omitempty"`
+	// Location is the location stocked (stock).
+	Location int64 `json:"location,omitempty"`
+	// Locations are the line's eligible locations (reserve).
+	Locations []int64 `json:"locations,omitempty"`
 	// Quantity is the line's quantity (reserve) or the stock (stock).
 	Quantity int64 `json:"quantity,omitempty"`
+	// Deadline (reserve) is the call time plus the hold's TTL, on the
+	// recorder's clock: the store's expiry is no earlier, so from then on
+	// the hold may have expired and been reaped. 0: no TTL was given (the
+	// store's default applies) and the model never expires the hold.
+	Deadline int64 `json:"deadline,omitempty"`
+	// Return is the time of the answer (math.MaxInt64: none came). The
+	// model needs it to know which holds may have expired by then.
+	Return int64 `json:"return"`
 }
 
 // Results an Output may carry besides the domain errors' names.
@@ -86,7 +124,7 @@ const (
 	ResultNotReleased  = "not_released"
 )
 
-// Output is what the caller was told, as it concerns one key.
+// Output is what the caller was told, as it concerns one item.
 type Output struct {
 	// Result is the answer's kind, or the name of a domain error
 	// ("not_found", "expired", "already_claimed", "token_conflict",
@@ -94,17 +132,26 @@ type Output struct {
 	Result string `json:"result,omitempty"`
 	// Replayed is the answer's Replayed flag (reserve, claim).
 	Replayed bool `json:"replayed,omitempty"`
-	// Short: an insufficient reserve listed this key's line as short.
+	// Short: an insufficient reserve listed this item's line as short.
 	Short bool `json:"short,omitempty"`
-	// Quantity is what the answer's allocations put at this key.
+	// Unheld is what the short line's answer said the best eligible
+	// location could serve: evidence for a failing check, not checked.
+	Unheld int64 `json:"unheld,omitempty"`
+	// Location is where the answer's allocations put this item: 0 when
+	// none, -1 when at more than one location (a split line, which the
+	// model refuses).
+	Location int64 `json:"location,omitempty"`
+	// Quantity is what the answer's allocations put on this item.
 	Quantity int64 `json:"quantity,omitempty"`
 	// Unknown: no answer came; the call may have taken effect.
 	Unknown bool `json:"unknown,omitempty"`
+	// Retried: the answer came on a retry inside the call (see Retrier).
+	Retried bool `json:"retried,omitempty"`
 	// Err is the error's text, for the record.
 	Err string `json:"error,omitempty"`
 }
 
-// Entry is one recorded operation on one key. Return is math.MaxInt64 for
+// Entry is one recorded operation on one item. Return is math.MaxInt64 for
 // an unknown outcome: its effect may land any time after the call.
 type Entry struct {
 	Client int    `json:"client"`
@@ -166,7 +213,8 @@ func (r *Recorder) Stock(k Key, available int64) {
 	r.stocked[k] = true
 	id := r.clients
 	r.clients++
-	r.entries = append(r.entries, Entry{Client: id, Call: 0, Return: 0, Input: Input{Op: OpStock, Key: k, Quantity: available}})
+	r.entries = append(r.entries, Entry{Client: id, Call: 0, Return: 0,
+		Input: Input{Op: OpStock, Part: Part{k.Shop, k.Item}, Location: k.Location, Quantity: available}})
 }
 
 // Entries returns a copy of what was recorded.
@@ -176,18 +224,24 @@ func (r *Recorder) Entries() []Entry {
 	return slices.Clone(r.entries)
 }
 
-// add records one call, projected on each key it concerns. A call without
-// an answer gets a client of its own: it stays open for ever, and the
-// caller moved on to other calls.
-func (r *Recorder) add(client int, call, ret int64, ins []Input, outs []Output) {
+// add records one call, projected on each item it concerns. A call
+// without an answer gets a client of its own: it stays open for ever, and
+// the caller moved on to other calls.
+func (r *Recorder) add(client int, target Reservations, call, ret int64, ins []Input, outs []Output) {
+	retried := false
+	if rt, ok := target.(Retrier); ok {
+		retried = rt.Retried()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := range ins {
+		outs[i].Retried = retried
 		e := Entry{Client: client, Call: call, Return: ret, Input: ins[i], Output: outs[i]}
 		if outs[i].Unknown {
 			e.Client, e.Return = r.clients, math.MaxInt64
 			r.clients++
 		}
+		e.Input.Return = e.Return
 		r.entries = append(r.entries, e)
 	}
 }
@@ -199,7 +253,7 @@ func (r *Recorder) add(client int, call, ret int64, ins []Input, outs []Output) 
 //
 // A token must be reserved through the recorder (by any of its clients)
 // before it is claimed or released through it: those are recorded on the
-// keys of the token's cart.
+// items of the token's cart.
 type Client struct {
 	r      *Recorder
 	id     int
@@ -213,24 +267,24 @@ func (r *Recorder) Client(target Reservations) *Client {
 	return &Client{r: r, id: r.newClient(), target: target}
 }
 
-// lineKeys is the key of each line: lines recorded must name exactly one
-// location, so the partition a line falls in is known before the answer.
-func lineKeys(p *reservation.ReserveParams) ([]Key, error) {
-	keys := make([]Key, len(p.Lines))
+// lineParts is the item of each line. A recorded cart names each item
+// once: its lines are checked per item, and one token has one line there.
+func lineParts(p *reservation.ReserveParams) ([]Part, error) {
+	parts := make([]Part, len(p.Lines))
 	for i, ln := range p.Lines {
-		if len(ln.Locations) != 1 {
-			return nil, fmt.Errorf("history: line %d names %d locations; a recorded line must name exactly one", i, len(ln.Locations))
+		parts[i] = Part{p.Shop, ln.Item}
+		if slices.Contains(parts[:i], parts[i]) {
+			return nil, fmt.Errorf("history: line %d names item %d again; a recorded cart names each item once", i, ln.Item)
 		}
-		keys[i] = Key{p.Shop, ln.Item, ln.Locations[0]}
 	}
-	return keys, nil
+	return parts, nil
 }
 
-// Reserve calls target.Reserve and records one operation per line. Lines
-// must name exactly one location each (an error is returned otherwise and
+// Reserve calls target.Reserve and records one operation per line. A
+// recorded cart names each item once (an error is returned otherwise and
 // nothing is called).
 func (c *Client) Reserve(ctx context.Context, p *reservation.ReserveParams) (reservation.ReserveResult, error) {
-	keys, err := lineKeys(p)
+	parts, err := lineParts(p)
 	if err != nil {
 		return reservation.ReserveResult{}, err
 	}
@@ -240,95 +294,100 @@ func (c *Client) Reserve(ctx context.Context, p *reservation.ReserveParams) (res
 		c.r.carts[cartKey{p.Shop, p.Token}] = slices.Clone(p.Lines)
 	}
 	c.r.mu.Unlock()
-	if seen && !sameKeys(prev, p.Lines) {
+	if seen && !sameLines(prev, p.Lines) {
 		return reservation.ReserveResult{}, fmt.Errorf("history: token %q reserved again with other lines: the recorder keys claims by the first cart", p.Token)
 	}
 	call := c.r.now()
 	res, err := c.target.Reserve(ctx, p)
 	ret := c.r.now()
-	ins := make([]Input, len(keys))
-	outs := make([]Output, len(keys))
-	for i, k := range keys {
-		ins[i] = Input{Op: OpReserve, Key: k, Token: p.Token, Quantity: p.Lines[i].Quantity}
+	ins := make([]Input, len(parts))
+	outs := make([]Output, len(parts))
+	for i, pt := range parts {
+		ins[i] = Input{Op: OpReserve, Part: pt, Token: p.Token, Locations: p.Lines[i].Locations, Quantity: p.Lines[i].Quantity}
+		if p.TTL > 0 {
+			ins[i].Deadline = call + int64(p.TTL)
+		}
 		outs[i] = errOutput(err)
 		if err != nil {
 			continue
 		}
 		outs[i].Result, outs[i].Replayed = string(res.Status), res.Replayed
-		outs[i].Quantity = quantityAt(res.Allocations, k)
+		outs[i].Location, outs[i].Quantity = allocatedAt(res.Allocations, pt.Item)
 		for _, s := range res.Short {
-			outs[i].Short = outs[i].Short || s.Item == k.Item
+			if s.Item == pt.Item {
+				outs[i].Short, outs[i].Unheld = true, s.Unheld
+			}
 		}
 	}
-	c.r.add(c.id, call, ret, ins, outs)
+	c.r.add(c.id, c.target, call, ret, ins, outs)
 	return res, err
 }
 
-// cart returns the keys of a token's cart.
-func (c *Client) cart(shop int64, token string) ([]Key, error) {
+// cart returns the items of a token's cart.
+func (c *Client) cart(shop int64, token string) ([]Part, error) {
 	c.r.mu.Lock()
 	lines, ok := c.r.carts[cartKey{shop, token}]
 	c.r.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("history: token %q of shop %d was never reserved through the recorder", token, shop)
 	}
-	return lineKeys(&reservation.ReserveParams{Shop: shop, Lines: lines})
+	return lineParts(&reservation.ReserveParams{Shop: shop, Lines: lines})
 }
 
-func sameKeys(a, b []reservation.Line) bool {
+func sameLines(a, b []reservation.Line) bool {
 	return slices.EqualFunc(a, b, func(x, y reservation.Line) bool {
 		return x.Item == y.Item && x.Quantity == y.Quantity && slices.Equal(x.Locations, y.Locations)
 	})
 }
 
-// Claim calls target.Claim and records one operation per key of the
+// Claim calls target.Claim and records one operation per item of the
 // token's cart.
 func (c *Client) Claim(ctx context.Context, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
-	keys, err := c.cart(p.Shop, p.Token)
+	parts, err := c.cart(p.Shop, p.Token)
 	if err != nil {
 		return reservation.ClaimResult{}, err
 	}
 	call := c.r.now()
 	res, err := c.target.Claim(ctx, p)
 	ret := c.r.now()
-	ins := make([]Input, len(keys))
-	outs := make([]Output, len(keys))
-	for i, k := range keys {
-		ins[i] = Input{Op: OpClaim, Key: k, Token: p.Token}
+	ins := make([]Input, len(parts))
+	outs := make([]Output, len(parts))
+	for i, pt := range parts {
+		ins[i] = Input{Op: OpClaim, Part: pt, Token: p.Token}
 		outs[i] = errOutput(err)
 		if err == nil {
 			outs[i].Result, outs[i].Replayed = ResultClaimed, res.Replayed
-			outs[i].Quantity = quantityAt(res.Allocations, k)
+			outs[i].Location, outs[i].Quantity = allocatedAt(res.Allocations, pt.Item)
 		}
 	}
-	c.r.add(c.id, call, ret, ins, outs)
+	c.r.add(c.id, c.target, call, ret, ins, outs)
 	return res, err
 }
 
-// Release calls target.Release and records one operation per key of the
+// Release calls target.Release and records one operation per item of the
 // token's cart.
 func (c *Client) Release(ctx context.Context, p *reservation.ReleaseParams) (reservation.ReleaseResult, error) {
-	keys, err := c.cart(p.Shop, p.Token)
+	parts, err := c.cart(p.Shop, p.Token)
 	if err != nil {
 		return reservation.ReleaseResult{}, err
 	}
 	call := c.r.now()
 	res, err := c.target.Release(ctx, p)
 	ret := c.r.now()
-	ins := make([]Input, len(keys))
-	outs := make([]Output, len(keys))
-	for i, k := range keys {
-		ins[i] = Input{Op: OpRelease, Key: k, Token: p.Token}
+	ins := make([]Input, len(parts))
+	outs := make([]Output, len(parts))
+	for i, pt := range parts {
+		ins[i] = Input{Op: OpRelease, Part: pt, Token: p.Token}
 		outs[i] = errOutput(err)
 		if err == nil {
 			outs[i].Result = ResultNotReleased
 			if res.Released {
 				outs[i].Result = ResultReleased
 			}
-			outs[i].Quantity = quantityAt(res.Allocations, k)
+			outs[i].Location, outs[i].Quantity = allocatedAt(res.Allocations, pt.Item)
 		}
 	}
-	c.r.add(c.id, call, ret, ins, outs)
+	c.r.add(c.id, c.target, call, ret, ins, outs)
 	return res, err
 }
 
@@ -342,14 +401,21 @@ func errOutput(err error) Output {
 	return Output{Unknown: true, Err: err.Error()}
 }
 
-func quantityAt(as []reservation.Allocation, k Key) int64 {
-	var n int64
+// allocatedAt is where as put item and how much: location 0 when nowhere,
+// -1 when at several locations.
+func allocatedAt(as []reservation.Allocation, item int64) (loc, qty int64) {
 	for _, a := range as {
-		if a.Item == k.Item && a.Location == k.Location {
-			n += a.Quantity
+		if a.Item != item {
+			continue
 		}
+		if loc != 0 && loc != a.Location {
+			loc = -1
+		} else if loc == 0 {
+			loc = a.Location
+		}
+		qty += a.Quantity
 	}
-	return n
+	return loc, qty
 }
 
 // Operations converts entries to porcupine's form.

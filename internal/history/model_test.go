@@ -10,27 +10,50 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
-var k1 = Key{Shop: 1, Item: 1, Location: 1}
+var p1 = Part{Shop: 1, Item: 1}
 
-// h builds a history on k1: stock first, then operations with explicit
-// times (return -1: unknown outcome).
+// h builds a history on p1: stock first (location 1 unless stockedAt says
+// otherwise), then operations with explicit times (return -1: unknown
+// outcome). Reserves name location 1 unless reserveAt says otherwise, and
+// never expire unless reserveTTL says otherwise.
 type h struct{ entries []Entry }
 
-func stocked(n int64) *h {
-	return &h{entries: []Entry{{Client: 0, Input: Input{Op: OpStock, Key: k1, Quantity: n}}}}
+func stocked(n int64) *h { return (&h{}).stock(1, n) }
+
+func stockedAt(ns ...int64) *h {
+	b := &h{}
+	for i, n := range ns {
+		b.stock(int64(i+1), n)
+	}
+	return b
+}
+
+func (b *h) stock(loc, n int64) *h {
+	b.entries = append(b.entries, Entry{Client: 100 + int(loc), Input: Input{Op: OpStock, Part: p1, Location: loc, Quantity: n}})
+	return b
 }
 
 func (b *h) op(client int, call, ret int64, in Input, out Output) *h {
-	in.Key = k1
+	in.Part = p1
 	if ret < 0 {
 		ret, out.Unknown = math.MaxInt64, true
 	}
+	in.Return = ret
 	b.entries = append(b.entries, Entry{Client: client, Call: call, Return: ret, Input: in, Output: out})
 	return b
 }
 
 func (b *h) reserve(client int, call, ret int64, token string, qty int64, out Output) *h {
-	return b.op(client, call, ret, Input{Op: OpReserve, Token: token, Quantity: qty}, out)
+	return b.reserveAt(client, call, ret, token, qty, []int64{1}, out)
+}
+
+func (b *h) reserveAt(client int, call, ret int64, token string, qty int64, locs []int64, out Output) *h {
+	return b.op(client, call, ret, Input{Op: OpReserve, Token: token, Quantity: qty, Locations: locs}, out)
+}
+
+// reserveTTL reserves at location 1 a hold that may expire from call+ttl.
+func (b *h) reserveTTL(client int, call, ret int64, token string, qty, ttl int64, out Output) *h {
+	return b.op(client, call, ret, Input{Op: OpReserve, Token: token, Quantity: qty, Locations: []int64{1}, Deadline: call + ttl}, out)
 }
 
 func (b *h) claim(client int, call, ret int64, token string, out Output) *h {
@@ -41,12 +64,20 @@ func (b *h) release(client int, call, ret int64, token string, out Output) *h {
 	return b.op(client, call, ret, Input{Op: OpRelease, Token: token}, out)
 }
 
-func reserved(q int64) Output      { return Output{Result: ResultReserved, Quantity: q} }
-func replayed(q int64) Output      { return Output{Result: ResultReserved, Quantity: q, Replayed: true} }
-func short() Output                { return Output{Result: ResultInsufficient, Short: true} }
-func claimedOut(q int64) Output    { return Output{Result: ResultClaimed, Quantity: q} }
-func reclaimed(q int64) Output     { return Output{Result: ResultClaimed, Quantity: q, Replayed: true} }
-func releasedOut(q int64) Output   { return Output{Result: ResultReleased, Quantity: q} }
+func reserved(q int64) Output { return reservedAt(q, 1) }
+func reservedAt(q, loc int64) Output {
+	return Output{Result: ResultReserved, Quantity: q, Location: loc}
+}
+func replayed(q int64) Output {
+	return Output{Result: ResultReserved, Quantity: q, Location: 1, Replayed: true}
+}
+func short() Output                 { return Output{Result: ResultInsufficient, Short: true} }
+func claimedOut(q int64) Output     { return claimedAt(q, 1) }
+func claimedAt(q, loc int64) Output { return Output{Result: ResultClaimed, Quantity: q, Location: loc} }
+func reclaimed(q int64) Output {
+	return Output{Result: ResultClaimed, Quantity: q, Location: 1, Replayed: true}
+}
+func releasedOut(q int64) Output   { return Output{Result: ResultReleased, Quantity: q, Location: 1} }
 func answer(name string) Output    { return Output{Result: name} }
 func notReleased() Output          { return Output{Result: ResultNotReleased} }
 func unknownOut(err string) Output { return Output{Err: err} }
@@ -124,6 +155,80 @@ func TestModel(t *testing.T) {
 			reserve(1, 1, 2, "a", 1, reserved(1)).
 			release(1, 3, -1, "a", unknownOut("connection reset")).
 			reserve(2, 5, 6, "b", 1, reserved(1)), porcupine.Ok},
+
+		// Several eligible locations: the answer says which served the
+		// line, and the model holds each location's stock.
+		{"second location serves when the first is out", stockedAt(1, 1).
+			reserveAt(1, 1, 2, "a", 1, []int64{1, 2}, reservedAt(1, 1)).
+			reserveAt(1, 3, 4, "b", 1, []int64{1, 2}, reservedAt(1, 2)).
+			reserveAt(1, 5, 6, "c", 1, []int64{2, 1}, short()).
+			claim(1, 7, 8, "b", claimedAt(1, 2)), porcupine.Ok},
+		{"oversell at the second location", stockedAt(1, 1).
+			reserveAt(1, 1, 2, "a", 1, []int64{2}, reservedAt(1, 2)).
+			reserveAt(1, 3, 4, "b", 1, []int64{1, 2}, reservedAt(1, 2)), porcupine.Illegal},
+		{"served from a location the line did not name", stockedAt(5, 5).
+			reserveAt(1, 1, 2, "a", 1, []int64{1}, reservedAt(1, 2)), porcupine.Illegal},
+		{"a split line", stockedAt(5, 5).
+			reserveAt(1, 1, 2, "a", 2, []int64{1, 2}, reservedAt(2, -1)), porcupine.Illegal},
+		{"undersell: refused while another eligible location has stock", stockedAt(0, 3).
+			reserveAt(1, 1, 2, "a", 1, []int64{1, 2}, short()), porcupine.Illegal},
+		{"claim deducted from another location than the hold's", stockedAt(5, 5).
+			reserveAt(1, 1, 2, "a", 1, []int64{1, 2}, reservedAt(1, 1)).
+			claim(1, 3, 4, "a", claimedAt(1, 2)), porcupine.Illegal},
+
+		// Expiry: from its deadline on, a hold may be reaped and its
+		// units sold again; before it, they may not.
+		{"expired hold's units sold again", stocked(1).
+			reserveTTL(1, 1, 2, "a", 1, 10, reserved(1)).
+			reserve(2, 20, 21, "b", 1, reserved(1)).
+			claim(1, 30, 31, "a", answer("expired")), porcupine.Ok},
+		{"hold's units sold before its deadline", stocked(1).
+			reserveTTL(1, 1, 2, "a", 1, 100, reserved(1)).
+			reserve(2, 20, 21, "b", 1, reserved(1)), porcupine.Illegal},
+		{"expired but not reaped yet: refusal is no undersell", stocked(1).
+			reserveTTL(1, 1, 2, "a", 1, 10, reserved(1)).
+			reserve(2, 20, 21, "b", 1, short()).
+			reserve(2, 30, 31, "c", 1, reserved(1)), porcupine.Ok},
+		{"claim refused as not found before the deadline", stocked(1).
+			reserveTTL(1, 1, 2, "a", 1, 100, reserved(1)).
+			claim(1, 20, 21, "a", answer("not_found")), porcupine.Illegal},
+		{"a hold reaped for a reserve cannot be claimed after", stocked(1).
+			reserveTTL(1, 1, 2, "a", 1, 10, reserved(1)).
+			reserve(2, 20, 21, "b", 1, reserved(1)).
+			claim(1, 30, 31, "a", claimedOut(1)), porcupine.Illegal},
+		// Reaping frees only what a reserve needs, oldest deadline first:
+		// a refusal after it still sees the other expired hold as held.
+		{"reaped as needed, oldest first", stocked(2).
+			reserveTTL(1, 1, 2, "a", 1, 10, reserved(1)).
+			reserveTTL(2, 3, 4, "b", 1, 10, reserved(1)).
+			reserve(3, 20, 21, "c", 1, reserved(1)).
+			reserve(3, 22, 23, "d", 1, short()).
+			claim(2, 24, 25, "b", answer("expired")), porcupine.Ok},
+		{"reaped as needed, not more", stocked(2).
+			reserveTTL(1, 1, 2, "a", 1, 10, reserved(1)).
+			reserveTTL(2, 3, 4, "b", 1, 10, reserved(1)).
+			reserve(3, 20, 21, "c", 2, reserved(2)).
+			reserve(3, 22, 23, "d", 1, reserved(1)), porcupine.Illegal},
+		// A call retried inside one operation may be answered with a
+		// replay of its own first attempt.
+		{"retried claim answered as a replay", stocked(2).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			claim(1, 3, 4, "a", Output{Result: ResultClaimed, Quantity: 1, Location: 1, Replayed: true, Retried: true}).
+			reserve(2, 5, 6, "b", 1, reserved(1)).
+			reserve(2, 7, 8, "c", 1, short()), porcupine.Ok},
+		{"a replay without a retry is not a claim", stocked(2).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			claim(1, 3, 4, "a", reclaimed(1)), porcupine.Illegal},
+		{"retried release answered as nothing to release", stocked(1).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			release(1, 3, 4, "a", Output{Result: ResultNotReleased, Retried: true}).
+			reserve(2, 5, 6, "b", 1, reserved(1)), porcupine.Ok},
+		{"retried reserve answered as a replay", stocked(1).
+			reserve(1, 1, 2, "a", 1, Output{Result: ResultReserved, Quantity: 1, Location: 1, Replayed: true, Retried: true}).
+			reserve(2, 3, 4, "b", 1, short()), porcupine.Ok},
+		{"a hold without a TTL never expires", stocked(1).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			reserve(2, 1000, 1001, "b", 1, reserved(1)), porcupine.Illegal},
 	}
 	dir := t.TempDir()
 	for i, tc := range cases {

@@ -140,6 +140,17 @@ func (p *proc) stop(within time.Duration) (time.Duration, error) {
 type resources struct {
 	goroutines float64
 	rss        float64
+	// counters are the nonzero samples of the failure-window counters
+	// (see counterPrefixes), by sample name with labels.
+	counters map[string]float64
+}
+
+// counterPrefixes name the counters the summary reports: the windows
+// where the two stores may disagree, and what repaired them.
+var counterPrefixes = []string{
+	"reservoir_redis_legacy_claim_failures_total",
+	"reservoir_redis_reap_settled_total",
+	"reservoir_dualwrite_shadow_",
 }
 
 func scrape(client *http.Client, base string) (resources, error) {
@@ -151,12 +162,20 @@ func scrape(client *http.Client, base string) (resources, error) {
 	if res.StatusCode != 200 {
 		return resources{}, fmt.Errorf("/metrics: %d", res.StatusCode)
 	}
-	var r resources
+	r := resources{counters: map[string]float64{}}
 	var seen int
 	sc := bufio.NewScanner(res.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
+		for _, prefix := range counterPrefixes {
+			if strings.HasPrefix(line, prefix) {
+				name, v, _ := strings.Cut(line, " ")
+				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && f != 0 {
+					r.counters[name] = f
+				}
+			}
+		}
 		for name, dst := range map[string]*float64{"go_goroutines": &r.goroutines, "process_resident_memory_bytes": &r.rss} {
 			if v, ok := strings.CutPrefix(line, name+" "); ok {
 				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)

@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,16 +21,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/internal/faults"
+	"github.com/seed31b0e981/reservoir/internal/history"
 	"github.com/seed31b0e981/reservoir/internal/reconcile"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
+	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout"
 )
 
@@ -48,6 +53,22 @@ const (
 	rssSlack       = 1.5 // times the midpoint, plus rssExtra
 	rssExtra       = 64 << 20
 )
+
+// soakPlan is the rollout plan the controller is given: the soak flips
+// modes itself on its schedule, so the stages only name the pods.
+const soakPlan = `
+pods = ["pod-a", "pod-b"]
+
+[[stages]]
+name = "shadow"
+mode = "shadow"
+pods = ["pod-a", "pod-b"]
+
+[[stages]]
+name = "mysql"
+mode = "mysql"
+pods = ["pod-a", "pod-b"]
+`
 
 var (
 	podAShops = []int64{1001, 1002}
@@ -154,7 +175,7 @@ func TestSoak(t *testing.T) {
 		for range 8 {
 			wg.Go(func() {
 				for k := range keys {
-					code, body := g.call(bases[0], "POST", fmt.Sprintf("/v1/shops/%d/items/%d/locations/%d/adjust", k.shop, k.item, k.loc),
+					code, body, _ := g.call(bases[0], "POST", fmt.Sprintf("/v1/shops/%d/items/%d/locations/%d/adjust", k.shop, k.item, k.loc),
 						map[string]any{"available": initial[k]})
 					if code != 200 {
 						t.Errorf("seed %v: %d %s", k, code, body)
@@ -170,14 +191,64 @@ func TestSoak(t *testing.T) {
 		if t.Failed() {
 			t.FailNow()
 		}
+		for k, n := range initial {
+			g.rec.Stock(history.Key{Shop: k.shop, Item: k.item, Location: k.loc}, n)
+		}
 	}
 	setup := time.Since(began)
 
+	// The operator's tools, as `reservoir rollout` and `reservoir
+	// reconcile` build them: a reconciler over each pod's stores (straight
+	// to the servers, not through the proxies) and the rollout controller
+	// that engages and releases the kill switch.
+	modes, err := rollout.NewFlagSource(ctx, rollout.FlagSourceConfig{Path: flags.Path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer modes.Close()
+	var rpods []reconcile.Pod
+	stores := map[string]*mysqlstore.Store{}
+	for _, p := range pods {
+		reg := prometheus.NewRegistry()
+		db, err := mysqlstore.Open(p.db.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		my, err := mysqlstore.New(mysqlstore.Config{DB: db, Registerer: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{redisAddr}})
+		defer client.Close()
+		rd, err := redisstore.New(redisstore.Config{Client: client, Prefix: p.redis.Prefix, Ledger: my, Source: my, Registerer: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rpods = append(rpods, reconcile.Pod{Name: p.name, MySQL: my, Redis: rd})
+		stores[p.name] = my
+	}
+	rec := reconcile.New(rpods, modes)
+	plan, err := rollout.ParsePlan([]byte(soakPlan))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats, err := compare.New(compare.Config{DB: control.DB, Registerer: prometheus.NewRegistry(), FlushInterval: time.Hour, CleanupInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stats.Close(ctx)
+	ctl, err := rollout.NewController(rollout.ControllerConfig{DB: control.DB, Flags: flags, Plan: plan, Stats: stats, Reconciler: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var repairs []string
+
 	// The schedule, as fractions of the traffic's duration.
 	var flips, faultsInjected []string
-	flip := func(what, pod, want string, change func(*rollout.Flags) error) {
+	flip := func(what, pod, want string, apply func() error) {
 		t.Helper()
-		if _, _, err := flags.Update(change); err != nil {
+		if err := apply(); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
 		start := time.Now()
@@ -195,9 +266,24 @@ func TestSoak(t *testing.T) {
 		}
 		flips = append(flips, fmt.Sprintf("%s (all replicas obeyed within %s)", what, time.Since(start).Round(time.Millisecond)))
 	}
-	setMode := func(pod string, m rollout.Mode) func(*rollout.Flags) error {
-		return func(f *rollout.Flags) error { return f.SetMode(rollout.PodScope(pod), m) }
+	// A mode change is a flags edit, as a plan stage applies it. One that
+	// makes MySQL the authority follows the runbook: repair MySQL from
+	// Redis first (`reservoir reconcile --pod P --repair`), as the
+	// controller's advance demands a clean reconcile.
+	setMode := func(pod string, m rollout.Mode) func() error {
+		return func() error {
+			if m == rollout.ModeMySQL {
+				summary, err := rec.RepairFrom(ctx, pod, reservation.AuthorityRedis)
+				if err != nil {
+					return err
+				}
+				repairs = append(repairs, fmt.Sprintf("before %s -> %s: %s", pod, m, summary))
+			}
+			_, _, err := flags.Update(func(f *rollout.Flags) error { return f.SetMode(rollout.PodScope(pod), m) })
+			return err
+		}
 	}
+	soakKill := rollout.KillOptions{Actor: "soak", Reason: "soak schedule"}
 	restart := func(px *faults.Proxy, down time.Duration) {
 		t.Helper()
 		inj, err := px.Inject(faults.Fault{Kind: faults.Down})
@@ -253,8 +339,8 @@ func TestSoak(t *testing.T) {
 	at(0.30, start)
 	flip("pod-a shadow -> mysql", "pod-a", "mysql/off/mysql", setMode("pod-a", rollout.ModeMySQL))
 	at(0.40, start)
-	flip("pod-a kill switch engaged (redis)", "pod-a", "mysql/redis/redis", func(f *rollout.Flags) error {
-		return f.EngageKill(rollout.PodScope("pod-a"), rollout.KillRedis, rollout.Attribution{Actor: "soak", Reason: "soak schedule"})
+	flip("pod-a kill switch engaged (redis)", "pod-a", "mysql/redis/redis", func() error {
+		return ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, soakKill)
 	})
 	at(0.50, start)
 	restart(myProxy, 2*time.Second) // pod-a's MySQL: the ledger of every claim
@@ -266,8 +352,14 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	at(0.60, start)
-	flip("pod-a kill switch released", "pod-a", "mysql/off/mysql", func(f *rollout.Flags) error {
-		return f.ReleaseKill(rollout.PodScope("pod-a"), rollout.Attribution{Actor: "soak", Reason: "soak schedule"})
+	flip("pod-a kill switch released", "pod-a", "mysql/off/mysql", func() error {
+		// The controller repairs MySQL from Redis before MySQL answers.
+		var out strings.Builder
+		soakRelease := soakKill
+		soakRelease.Out = &out
+		err := ctl.Release(ctx, rollout.PodScope("pod-a"), soakRelease)
+		repairs = append(repairs, "release: "+strings.TrimSpace(out.String()))
+		return err
 	})
 	at(0.70, start)
 	restart(rdProxy, 2*time.Second) // pod-a's Redis, a shadow in mysql mode
@@ -423,34 +515,6 @@ func TestSoak(t *testing.T) {
 	}
 
 	// Reconcile every pod: with repair, then without; no drift remains.
-	modes, err := rollout.NewFlagSource(ctx, rollout.FlagSourceConfig{Path: flags.Path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer modes.Close()
-	var rpods []reconcile.Pod
-	stores := map[string]*mysqlstore.Store{}
-	for _, p := range pods {
-		reg := prometheus.NewRegistry()
-		db, err := mysqlstore.Open(p.db.DSN)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
-		my, err := mysqlstore.New(mysqlstore.Config{DB: db, Registerer: reg})
-		if err != nil {
-			t.Fatal(err)
-		}
-		client := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{redisAddr}})
-		defer client.Close()
-		rd, err := redisstore.New(redisstore.Config{Client: client, Prefix: p.redis.Prefix, Ledger: my, Source: my, Registerer: reg})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rpods = append(rpods, reconcile.Pod{Name: p.name, MySQL: my, Redis: rd})
-		stores[p.name] = my
-	}
-	rec := reconcile.New(rpods, modes)
 	var before, after []string
 	for _, p := range pods {
 		r1, err := rec.Run(ctx, p.name, reconcile.Options{Repair: true})
@@ -458,6 +522,13 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("reconcile %s with repair: %v", p.name, err)
 		}
 		before = append(before, r1.Summary())
+		for i, f := range r1.Findings {
+			if i == 10 {
+				t.Logf("drift before repair, %s: ... %d more", p.name, len(r1.Findings)-i)
+				break
+			}
+			t.Logf("drift before repair, %s: shop %d %s %s: %s", p.name, f.Shop, f.Side, f.Kind, f.Detail)
+		}
 		for _, f := range r1.Findings {
 			if f.Kind == string(mysqlstore.DriftOverProjected) {
 				t.Errorf("invariant 2 before repair: %s %s: %s", p.name, f.Kind, f.Detail)
@@ -485,6 +556,18 @@ func TestSoak(t *testing.T) {
 		}
 	}
 
+	// The failure-window counters, summed over the replicas.
+	counters := map[string]float64{}
+	for _, e := range end {
+		for k, v := range e.counters {
+			counters[k] += v
+		}
+	}
+	var windows []string
+	for _, k := range slices.Sorted(maps.Keys(counters)) {
+		windows = append(windows, fmt.Sprintf("%s %.0f", k, counters[k]))
+	}
+
 	// Resources: no growth beyond the bound from the midpoint to the end.
 	var res []string
 	for i, p := range procs {
@@ -508,10 +591,21 @@ func TestSoak(t *testing.T) {
 		stops = append(stops, fmt.Sprintf("%s %s", p.name, took.Round(time.Millisecond)))
 	}
 
-	t.Logf("soak summary:\n  setup %s, traffic %s (%d replicas, %d clients, %d shops on 2 pods), settle %s, total %s\n  ops: %s\n  ledger: %d units deducted = claims table (%d rows) = %d acknowledged claims + %d unanswered claims that took effect; %d lost, %d extra, %d mismatched\n  flips: %s\n  faults: %s\n  drift before repair: %s\n  drift after repair: %s\n  resources: %s\n  SIGTERM exits: %s",
+	// Every answer a client got, checked against the model of one
+	// authority (porcupine, per item): across the flips, the kill switch
+	// and the restarts, the pods behaved as one store that neither
+	// oversold nor undersold and settled each hold at most once.
+	checked, err := history.Check(g.rec.Entries(), history.CheckOptions{Dir: history.ArtifactDir(t), Name: "soak"})
+	if err != nil {
+		t.Errorf("history check: %v", err)
+	} else if checked.Outcome != porcupine.Ok {
+		t.Errorf("history check: %s", checked)
+	}
+
+	t.Logf("soak summary:\n  setup %s, traffic %s (%d replicas, %d clients, %d shops on 2 pods), settle %s, total %s\n  ops: %s\n  ledger: %d units deducted = claims table (%d rows) = %d acknowledged claims + %d unanswered claims that took effect; %d lost, %d extra, %d mismatched\n  history: %s\n  flips: %s\n  repairs before MySQL answered: %s\n  faults: %s\n  failure windows: %s\n  drift before repair: %s\n  drift after repair: %s\n  resources: %s\n  SIGTERM exits: %s",
 		setup.Round(time.Millisecond), trafficTook.Round(time.Millisecond), replicas, workers, len(shops), settle.Round(time.Millisecond), time.Since(began).Round(time.Millisecond),
-		g.summary(), units, len(claimsTable), acked, unknownClaims, lost, extra, mismatched,
-		strings.Join(flips, "; "), strings.Join(faultsInjected, "; "), strings.Join(before, "; "), strings.Join(after, "; "),
+		g.summary(), units, len(claimsTable), acked, unknownClaims, lost, extra, mismatched, checked,
+		strings.Join(flips, "; "), strings.Join(repairs, "; "), strings.Join(faultsInjected, "; "), strings.Join(windows, ", "), strings.Join(before, "; "), strings.Join(after, "; "),
 		strings.Join(res, "; "), strings.Join(stops, ", "))
 }
 
