@@ -36,6 +36,7 @@ type metrics struct {
 	reapedHolds    prometheus.Counter
 	reapedUnits    prometheus.Counter
 	reapSettled    prometheus.Counter
+	followSettled  prometheus.Counter
 }
 
 // Scripts take tens of microseconds on an idle server; the buckets still
@@ -72,6 +73,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "reservoir_redis_reaped_units_total",
 			Help: "Units the reaper gave back.",
 		}),
+		followSettled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "reservoir_redis_follow_settled_total",
+			Help: "Recent ledger claims without a claimed marker in Redis: the claim follower settled them (their Redis half had been lost).",
+		}),
 		reapSettled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "reservoir_redis_reap_settled_total",
 			Help: "Expired holds whose tokens the ledger had deducted: the reaper settled them as claimed instead of giving their units back (a claim's Redis half had been lost).",
@@ -81,7 +86,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, w := range claimWindows {
 		m.claimFailures.WithLabelValues(string(w))
 	}
-	for _, c := range []prometheus.Collector{m.claimFailures, m.adjustFailures, m.scriptSeconds, m.scriptErrors, m.reapedHolds, m.reapedUnits, m.reapSettled} {
+	for _, c := range []prometheus.Collector{m.claimFailures, m.adjustFailures, m.scriptSeconds, m.scriptErrors, m.reapedHolds, m.reapedUnits, m.reapSettled, m.followSettled} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -6,18 +6,23 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
-// ResyncSource is what Drift and Resync read from the MySQL store besides
-// the ledger. mysqlstore.Store implements it.
+// ResyncSource is what Drift, Resync, the reaper and the claim follower
+// read from the MySQL store besides the ledger. mysqlstore.Store
+// implements it.
 type ResyncSource interface {
 	// Holds lists a shop's holds, one per token, expired ones included.
 	Holds(ctx context.Context, shop int64) ([]reservation.Hold, error)
 	// Claims returns, for each of tokens that the ledger has deducted, the
 	// allocations it was deducted by; other tokens are absent.
 	Claims(ctx context.Context, shop int64, tokens []string) (map[string][]reservation.Allocation, error)
+	// ClaimsSince lists the claims recorded at or after since and at least
+	// lag ago (the ledger's clock), oldest first, at most limit of them.
+	ClaimsSince(ctx context.Context, since time.Time, lag time.Duration, limit int) ([]reservation.Claimed, error)
 }
 
 // ErrNoSource is returned by Drift and Resync when Config.Source is nil.

@@ -183,20 +183,21 @@ return {'hold', now_ms(), h}
 // It then sets the claimed marker. When there is no hold (and no marker),
 // the deduction still goes out: the ledger went down whether or not Redis
 // held the units (a hold released or reaped after the deduction, or one
-// Redis never saw). Three callers:
+// Redis never saw). Four callers:
 //
 //   - Claim as authority, after Ledger.Deduct (claim_cleanup): the second
 //     half of the legacy two-system claim.
 //   - Claim as shadow (settle), with what the authority deducted.
 //   - Reap (reap_settle), for an expired hold whose token the ledger
 //     deducted: the claim's own settle or cleanup was lost.
+//   - FollowClaims (follow_claims), for a recent claim without a marker.
 //
 // KEYS: expiry, hold, claimed.
 // ARGV: base, token, marker ttl ms, deducted allocations
 // ("item:location:quantity,...").
 // Replies: {"done", marker} (claimed before: nothing changed);
 // {"removed", HGETALL of the hold}; {"gone"} (no hold).
-var scriptSettle = newScript("claim_cleanup,settle,reap_settle", luaPrelude+`
+var scriptSettle = newScript("claim_cleanup,settle,reap_settle,follow_claims", luaPrelude+`
 local expiry, hold, claimed = KEYS[1], KEYS[2], KEYS[3]
 local base, token = ARGV[1], ARGV[2]
 local marker = redis.call('GET', claimed)

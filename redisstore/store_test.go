@@ -234,6 +234,10 @@ func (failingSource) Claims(context.Context, int64, []string) (map[string][]rese
 	return nil, errors.New("ledger connection refused")
 }
 
+func (failingSource) ClaimsSince(context.Context, time.Time, time.Duration, int) ([]reservation.Claimed, error) {
+	return nil, errors.New("ledger connection refused")
+}
+
 // The ledger's own failure: Deduct errors with something other than a
 // refusal (here: a reset connection), so whether it committed is unknown.
 // The hold stays, the window is counted, and the error says to retry.

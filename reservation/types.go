@@ -50,6 +50,15 @@ type Line struct {
 	Locations []int64 `json:"locations"`
 }
 
+// Claimed is a claim the ledger recorded: a token's deduction and when
+// (on the database's clock).
+type Claimed struct {
+	Shop        int64
+	Token       string
+	Allocations []Allocation
+	At          time.Time
+}
+
 // Allocation says how many units of an item a location serves for a
 // reservation. Stores return allocations sorted by (Item, Location).
 type Allocation struct {

@@ -122,6 +122,46 @@ func TestCell(t *testing.T) {
 	}
 }
 
+// The reaper also runs each pod's claim follower: a claim whose Redis half
+// was lost while Redis never held the cart is settled in Redis within a
+// few ticks, once (the cell's registry counts it).
+func TestCellFollowsLostClaims(t *testing.T) {
+	t.Parallel()
+	c, reg, _ := setup(t)
+	ctx := context.Background()
+	a := c.Pod("pod-a")
+	ten := int64(10)
+	if _, err := a.Facade.Adjust(ctx, &reservation.AdjustParams{Shop: 1, Item: 8, Location: 1, Available: &ten}); err != nil {
+		t.Fatal(err)
+	}
+	// The MySQL ledger deducts 4 for a cart Redis never saw, and no Redis
+	// settle follows.
+	if _, err := a.MySQL.Deduct(ctx, &reservation.DeductParams{Shop: 1, Token: "lost-half", Allocations: []reservation.Allocation{{Item: 8, Location: 1, Quantity: 4}}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		av, err := a.Redis.Availability(ctx, &reservation.AvailabilityParams{Shop: 1, Item: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if av.At(1) == 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis still offers %d, want 6: the follower did not settle the claim", av.At(1))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // a few more ticks: nothing more happens
+	if av, _ := a.Redis.Availability(ctx, &reservation.AvailabilityParams{Shop: 1, Item: 8}); av.At(1) != 6 {
+		t.Errorf("Redis offers %d after more ticks, want 6", av.At(1))
+	}
+	if n, err := testutil.GatherAndCount(reg, "reservoir_redis_follow_settled_total"); err != nil || n == 0 {
+		t.Errorf("follow_settled not exported: %d %v", n, err)
+	}
+}
+
 // Close is bounded and idempotent.
 func TestCellCloseTwice(t *testing.T) {
 	t.Parallel()

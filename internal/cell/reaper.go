@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout"
 )
@@ -14,14 +15,30 @@ import (
 // however many replicas reap at the same time, so every replica may run
 // one. A pod whose kill switch is redis_only is not reaped in MySQL:
 // that switch means MySQL reservation tables must not be touched.
+//
+// Each tick it also makes Redis follow the ledger's recent claims
+// (redisstore.Store.FollowClaims), except on a pod in mysql_only, where
+// Redis is not kept.
 type reaper struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	// warned is when a failure of each pod's store was last logged, so a
 	// pod that is down logs once a minute, not once a tick. Only the
-	// reaper's goroutine touches it.
+	// reaper's goroutine touches it (as followed).
 	warned map[string]time.Time
+	// followed is, per pod, the newest claim the follower has checked.
+	followed map[string]time.Time
 }
+
+const (
+	// followWindow is how far back a new replica's claim follower starts.
+	followWindow = 10 * time.Minute
+	// followOverlap is checked again on every tick: a claim's time is
+	// when its statement ran, and its transaction may commit later.
+	followOverlap = 5 * time.Second
+	// followRounds bounds the follow calls per pod per tick.
+	followRounds = 5
+)
 
 // reapRounds bounds the reap calls per store per tick, so that one tick
 // after a long pause cannot run for ever; the next tick goes on.
@@ -29,7 +46,7 @@ const reapRounds = 20
 
 func startReaper(c *Cell, every time.Duration) *reaper {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &reaper{cancel: cancel, warned: map[string]time.Time{}}
+	r := &reaper{cancel: cancel, warned: map[string]time.Time{}, followed: map[string]time.Time{}}
 	r.wg.Go(func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
@@ -40,6 +57,7 @@ func startReaper(c *Cell, every time.Duration) *reaper {
 			case <-t.C:
 				for _, p := range c.pods {
 					c.reapPod(ctx, r, p, every)
+					c.followClaims(ctx, r, p, every)
 				}
 			}
 		}
@@ -52,6 +70,48 @@ func (r *reaper) stop() {
 	r.wg.Wait()
 }
 
+// warn logs a failure of a pod's store at most once a minute.
+func (c *Cell) warn(ctx context.Context, r *reaper, key, msg string, args ...any) {
+	if ctx.Err() == nil && time.Since(r.warned[key]) > time.Minute {
+		r.warned[key] = time.Now()
+		c.log.Warn(msg, args...)
+	}
+}
+
+// followClaims runs a pod's claim follower from where it stopped.
+func (c *Cell) followClaims(ctx context.Context, r *reaper, p *Pod, budget time.Duration) {
+	if d, err := c.Flags.Decide(ctx, p.Name, 0); err == nil && d.Mode == rollout.ModeMySQLOnly {
+		return
+	}
+	since, ok := r.followed[p.Name]
+	if !ok {
+		since = time.Now().Add(-followWindow)
+	}
+	fctx, cancel := context.WithTimeout(ctx, max(budget, time.Second))
+	defer cancel()
+	// The overlap is read again once per tick; further rounds of the same
+	// tick go on from the newest claim seen.
+	from := since.Add(-followOverlap)
+	for range followRounds {
+		res, err := p.Redis.FollowClaims(fctx, &redisstore.FollowParams{Since: from})
+		if err != nil {
+			c.warn(ctx, r, p.Name+"/follow", "cell: claim follower failed; the next tick retries", "pod", p.Name, "err", err)
+			return
+		}
+		if res.Settled > 0 {
+			c.log.Warn("cell: settled claims whose Redis half was lost", "pod", p.Name, "claims", res.Settled)
+		}
+		if res.Last.After(since) {
+			since = res.Last
+		}
+		r.followed[p.Name] = since
+		if res.Checked < redisstore.DefaultFollowLimit || !res.Last.After(from) {
+			return
+		}
+		from = res.Last
+	}
+}
+
 func (c *Cell) reapPod(ctx context.Context, r *reaper, p *Pod, budget time.Duration) {
 	stores := []reservation.Store{p.Redis}
 	if d, err := c.Flags.Decide(ctx, p.Name, 0); err != nil || d.Kill != rollout.KillRedisOnly {
@@ -62,11 +122,7 @@ func (c *Cell) reapPod(ctx context.Context, r *reaper, p *Pod, budget time.Durat
 		for range reapRounds {
 			res, err := s.Reap(rctx, &reservation.ReapParams{})
 			if err != nil {
-				key := p.Name + "/" + string(s.Name())
-				if ctx.Err() == nil && time.Since(r.warned[key]) > time.Minute {
-					r.warned[key] = time.Now()
-					c.log.Warn("cell: reap failed; the next tick retries", "pod", p.Name, "store", s.Name(), "err", err)
-				}
+				c.warn(ctx, r, p.Name+"/"+string(s.Name()), "cell: reap failed; the next tick retries", "pod", p.Name, "store", s.Name(), "err", err)
 				break
 			}
 			if res.Holds == 0 {

@@ -150,6 +150,7 @@ type resources struct {
 var counterPrefixes = []string{
 	"reservoir_redis_legacy_claim_failures_total",
 	"reservoir_redis_reap_settled_total",
+	"reservoir_redis_follow_settled_total",
 	"reservoir_dualwrite_shadow_",
 }
 

@@ -2,7 +2,9 @@
 // OS processes on two pods under cart traffic, with the mode flipped, the
 // kill switch toggled and one server restarted on a schedule; then the
 // invariants of DESIGN section 4, the claims table against the ledger,
-// reconciliation, and the processes' resources are checked.
+// reconciliation, and the processes' resources are checked, and every
+// answer a client got is checked with porcupine against the model of one
+// authority (internal/history).
 //
 // It runs about a minute of traffic by default; RESERVOIR_SOAK=10m runs
 // longer.
