@@ -249,6 +249,12 @@ func FuzzDecodeAdjust(f *testing.F) {
 	// The seed corpus is testdata/fuzz/FuzzDecodeAdjust.
 	e := newEnv(f, envOptions{})
 	maxStock := reservation.DefaultLimits.MaxStock
+	// The row exists before any input: a delta on an unknown item x
+	// location answers 404, which would make an input's verdict depend on
+	// whether an "available" input ran before it.
+	if r := e.serve("POST", "/v1/shops/1001/items/7/locations/1/adjust", []byte(`{"available":10}`)); r.Code != http.StatusOK {
+		f.Fatalf("seed the ledger row: %d %s", r.Code, r.Body)
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rec := e.serve("POST", "/v1/shops/1001/items/7/locations/1/adjust", body)
 		var req server.AdjustRequest
