@@ -80,6 +80,17 @@
 // touching it. A settle that never arrives (Redis unreachable at that
 // moment) is the same leftover hold, settled by the reaper the same way.
 //
+// # Following the ledger's claims
+//
+// A claim's Redis half can be lost when Redis never held the cart at all
+// (its shadow reserve failed too): no hold is left for the reaper to find,
+// and the deduction never reaches Redis's quantities. FollowClaims reads the
+// ledger's recent claims (Config.Source) and settles every one without a
+// claimed marker here; the cell runs it on every reaper tick. Together the
+// reaper and the follower keep Redis's quantities at the ledger's after any
+// lost write, which is what keeps the kill switch lossless between
+// reconciles.
+//
 // # Drift and Resync
 //
 // Drift compares one shop's Redis state with the ledger, the ledger's
