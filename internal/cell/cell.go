@@ -294,13 +294,14 @@ func (c *Cell) PodOf(shop int64) (*Pod, error) {
 // database, as pod "control").
 type Health struct {
 	// Pod names the pod ("control" for the control database).
-	Pod string `json:"pod"`
-	// MySQL and Redis are "ok" or the error ("" when not applicable).
-	MySQL string `json:"mysql"`
-	// Redis is "ok" or the error ("" for the control database).
-	Redis string `json:"redis,omitempty"`
+	Pod string
+	// MySQLErr and RedisErr are the pings' errors, nil when the store
+	// answered (RedisErr is always nil for the control database). They
+	// are the drivers' own errors, so a caller can classify them by type;
+	// their text may name users and hosts (never a password).
+	MySQLErr, RedisErr error
 	// OK is true when every store answered.
-	OK bool `json:"ok"`
+	OK bool
 }
 
 // Ping checks, concurrently and within ctx, that the control database and
@@ -309,15 +310,9 @@ type Health struct {
 func (c *Cell) Ping(ctx context.Context) []Health {
 	out := make([]Health, len(c.pods)+1)
 	var wg sync.WaitGroup
-	status := func(err error) string {
-		if err != nil {
-			return err.Error()
-		}
-		return "ok"
-	}
 	wg.Go(func() {
 		err := c.Control.PingContext(ctx)
-		out[0] = Health{Pod: "control", MySQL: status(err), OK: err == nil}
+		out[0] = Health{Pod: "control", MySQLErr: err, OK: err == nil}
 	})
 	for i, p := range c.pods {
 		wg.Go(func() {
@@ -326,7 +321,7 @@ func (c *Cell) Ping(ctx context.Context) []Health {
 			inner.Go(func() { myErr = p.DB.PingContext(ctx) })
 			inner.Go(func() { rdErr = pingRedis(ctx, p.RedisClient) })
 			inner.Wait()
-			out[i+1] = Health{Pod: p.Name, MySQL: status(myErr), Redis: status(rdErr), OK: myErr == nil && rdErr == nil}
+			out[i+1] = Health{Pod: p.Name, MySQLErr: myErr, RedisErr: rdErr, OK: myErr == nil && rdErr == nil}
 		})
 	}
 	wg.Wait()

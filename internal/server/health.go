@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -98,53 +97,27 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, v)
 }
 
-// pingStores checks, concurrently and within ctx, that the control
-// database and every pod's MySQL and Redis answer, and logs each failure
-// with the driver's error (which /readyz shows only when detail is set).
-//
-// It pings the cell's pools itself rather than calling cell.Ping, which
-// flattens each error to its text: the class of a failure comes from the
-// error's type (a *mysql.MySQLError's number, a net.Error), not from
-// matching words in a message.
+// pingStores checks that the control database and every pod's MySQL and
+// Redis answer (cell.Ping, within ctx), and logs each failure with the
+// driver's error (which /readyz shows only when detail is set). The class
+// of a failure comes from the error's type (a *mysql.MySQLError's number,
+// a net.Error), not from matching words in a message.
 func (s *Server) pingStores(ctx context.Context, r *http.Request, detail bool) []StoreHealth {
-	c := s.cfg.Cell
-	pods := c.Pods()
-	out := make([]StoreHealth, len(pods)+1)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		err := c.Control.PingContext(ctx)
-		out[0] = StoreHealth{Pod: "control", MySQL: s.storeState(r, "control", "mysql", err), OK: err == nil}
-		if detail && err != nil {
-			out[0].MySQLError = err.Error()
+	hs := s.cfg.Cell.Ping(ctx)
+	out := make([]StoreHealth, len(hs))
+	for i, h := range hs {
+		out[i] = StoreHealth{Pod: h.Pod, MySQL: s.storeState(r, h.Pod, "mysql", h.MySQLErr), OK: h.OK}
+		if i > 0 { // index 0 is the control database: no Redis
+			out[i].Redis = s.storeState(r, h.Pod, "redis", h.RedisErr)
 		}
-	})
-	for i, p := range pods {
-		wg.Go(func() {
-			var myErr, rdErr error
-			var inner sync.WaitGroup
-			inner.Go(func() { myErr = p.DB.PingContext(ctx) })
-			inner.Go(func() { rdErr = pingRedis(ctx, p.RedisClient) })
-			inner.Wait()
-			h := StoreHealth{Pod: p.Name, MySQL: s.storeState(r, p.Name, "mysql", myErr), Redis: s.storeState(r, p.Name, "redis", rdErr),
-				OK: myErr == nil && rdErr == nil}
-			if detail && myErr != nil {
-				h.MySQLError = myErr.Error()
-			}
-			if detail && rdErr != nil {
-				h.RedisError = rdErr.Error()
-			}
-			out[i+1] = h
-		})
+		if detail && h.MySQLErr != nil {
+			out[i].MySQLError = h.MySQLErr.Error()
+		}
+		if detail && h.RedisErr != nil {
+			out[i].RedisError = h.RedisErr.Error()
+		}
 	}
-	wg.Wait()
 	return out
-}
-
-func pingRedis(ctx context.Context, c redis.UniversalClient) error {
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		return cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return n.Ping(ctx).Err() })
-	}
-	return c.Ping(ctx).Err()
 }
 
 // storeState classifies a ping's error (nil is "ok") and logs a failure
