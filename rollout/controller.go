@@ -390,37 +390,34 @@ func (c *Controller) kill(ctx context.Context, scope Scope, action string, o Kil
 	return c.audit(ctx, c.cfg.Now().UTC(), o.Actor, action, scope.String(), o.Reason, stage, before, after)
 }
 
-// mysqlOnlyUnder lists the plan's pods within scope whose mode is
-// mysql_only.
-// handedBackToMySQL lists the plan's pods within scope whose kill switch
-// is engaged in a mode where MySQL is the authority: releasing it hands
-// them back to MySQL.
-func (c *Controller) handedBackToMySQL(f *Flags, scope Scope) []string {
+// podsUnder lists the plan's pods within scope whose decision (for the
+// scope's shop, if any) satisfies match.
+func (c *Controller) podsUnder(f *Flags, scope Scope, match func(Decision) bool) []string {
 	var out []string
 	for _, pod := range c.cfg.Plan.Pods {
 		if scope.Kind == ScopePod && scope.Pod != pod {
 			continue
 		}
-		d := f.Resolve(pod, scope.Shop)
-		if d.Kill != KillOff && (d.Mode == ModeMySQL || d.Mode == ModeMySQLOnly) {
+		if match(f.Resolve(pod, scope.Shop)) {
 			out = append(out, pod)
 		}
 	}
 	return out
 }
 
+// mysqlOnlyUnder lists the plan's pods within scope whose mode is
+// mysql_only.
 func (c *Controller) mysqlOnlyUnder(f *Flags, scope Scope) []string {
-	var out []string
-	for _, pod := range c.cfg.Plan.Pods {
-		if scope.Kind == ScopePod && scope.Pod != pod {
-			continue
-		}
-		d := f.Resolve(pod, scope.Shop)
-		if d.Mode == ModeMySQLOnly {
-			out = append(out, pod)
-		}
-	}
-	return out
+	return c.podsUnder(f, scope, func(d Decision) bool { return d.Mode == ModeMySQLOnly })
+}
+
+// handedBackToMySQL lists the plan's pods within scope whose kill switch
+// is engaged in a mode where MySQL is the authority: releasing it hands
+// them back to MySQL.
+func (c *Controller) handedBackToMySQL(f *Flags, scope Scope) []string {
+	return c.podsUnder(f, scope, func(d Decision) bool {
+		return d.Kill != KillOff && (d.Mode == ModeMySQL || d.Mode == ModeMySQLOnly)
+	})
 }
 
 // AuditEntry is one recorded change.
