@@ -394,7 +394,9 @@ func (f *Facade) Adjust(ctx context.Context, p *reservation.AdjustParams) (reser
 		return res, err
 	}
 	shadowName := other(plan.Authority)
-	follow := reservation.AdjustParams{Shop: p.Shop, Item: p.Item, Location: p.Location, Delta: res.Delta, As: reservation.AsShadow}
+	// The key goes along: a replayed adjust is followed again, and the
+	// shadow applies its delta once per key.
+	follow := reservation.AdjustParams{Shop: p.Shop, Item: p.Item, Location: p.Location, Delta: res.Delta, As: reservation.AsShadow, Key: p.Key}
 	c := f.begin(ctx, plan, compare.OpAdjust, p.Shop, "", shadowName, func(sctx context.Context) compare.Outcome {
 		if _, err := f.store(shadowName).Adjust(sctx, &follow); err != nil {
 			return compare.Outcome{Err: err}

@@ -3,6 +3,7 @@ package mysqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -55,6 +56,14 @@ func (s *Store) adjustLedger(ctx context.Context, p *reservation.AdjustParams) (
 	k := key{p.Shop, p.Item, p.Location}
 	var res reservation.AdjustResult
 	err := s.inTx(ctx, callerAdjust, func(tx *sql.Tx) error {
+		if p.Key != "" {
+			if _, err := tx.ExecContext(ctx, sqlAdjustKeyInsert, p.Shop, p.Key, p.Item, p.Location, adjustRequest(p)); err != nil {
+				if mysqlErrno(err) == errDupEntry {
+					return errAdjustReplay
+				}
+				return fmt.Errorf("mysqlstore: adjust %s: record key: %w", k, err)
+			}
+		}
 		if _, err := tx.ExecContext(ctx, tag(callerAdjust)+sqlPoolLockEnsure, k.args()...); err != nil {
 			return fmt.Errorf("mysqlstore: adjust %s: lock pool: %w", k, err)
 		}
@@ -79,9 +88,49 @@ func (s *Store) adjustLedger(ctx context.Context, p *reservation.AdjustParams) (
 			return fmt.Errorf("mysqlstore: adjust %s: write ledger: %w", k, err)
 		}
 		res = reservation.AdjustResult{Available: next, Delta: next - cur}
+		if p.Key != "" {
+			if _, err := tx.ExecContext(ctx, sqlAdjustKeyResult, res.Delta, res.Available, p.Shop, p.Key); err != nil {
+				return fmt.Errorf("mysqlstore: adjust %s: record result: %w", k, err)
+			}
+		}
 		return trim(ctx, tx, callerAdjust, k)
 	})
+	if errors.Is(err, errAdjustReplay) {
+		return s.adjustReplay(ctx, p)
+	}
 	return res, err
+}
+
+// errAdjustReplay: the adjust's key was taken (rolls the transaction back).
+var errAdjustReplay = errors.New("mysqlstore: adjust key applied before")
+
+// adjustRequest is what an adjust asked, as its key's row records it.
+func adjustRequest(p *reservation.AdjustParams) string {
+	if p.Available != nil {
+		return fmt.Sprintf("available=%d", *p.Available)
+	}
+	return fmt.Sprintf("delta=%d", p.Delta)
+}
+
+// adjustReplay answers a repeated adjust key from its row: the first
+// call's result, or a conflict when the key was used for another change.
+func (s *Store) adjustReplay(ctx context.Context, p *reservation.AdjustParams) (reservation.AdjustResult, error) {
+	c, err := s.acquire(ctx, callerAdjust)
+	if err != nil {
+		return reservation.AdjustResult{}, err
+	}
+	defer c.release()
+	var item, loc int64
+	var request string
+	res := reservation.AdjustResult{Replayed: true}
+	if err := c.QueryRowContext(ctx, sqlAdjustKeyRead, p.Shop, p.Key).Scan(&item, &loc, &request, &res.Delta, &res.Available); err != nil {
+		return reservation.AdjustResult{}, fmt.Errorf("mysqlstore: adjust shop %d key %q: read its first result: %w", p.Shop, p.Key, err)
+	}
+	if item != p.Item || loc != p.Location || request != adjustRequest(p) {
+		return reservation.AdjustResult{}, fmt.Errorf("mysqlstore: adjust shop %d key %q was used for item %d location %d %s, not item %d location %d %s: %w",
+			p.Shop, p.Key, item, loc, request, p.Item, p.Location, adjustRequest(p), reservation.ErrTokenConflict)
+	}
+	return res, nil
 }
 
 // Deduct is the legacy claim's ledger step: it subtracts a reservation's

@@ -186,6 +186,13 @@ const (
   WHERE shop_id = ? AND inventory_item_id = ? AND location_id = ? FOR UPDATE`
 	sqlLedgerUpsert = `/*caller='adjust'*/ INSERT INTO inventory_ledger (shop_id, inventory_item_id, location_id, available)
   VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE available = VALUES(available), version = version + 1`
+	// An adjust's key: inserted first in its transaction, so a concurrent
+	// repeat waits on the primary key and then finds it taken.
+	sqlAdjustKeyInsert = `/*caller='adjust'*/ INSERT INTO stock_adjustments
+  (shop_id, adjust_key, inventory_item_id, location_id, request, delta, available) VALUES (?, ?, ?, ?, ?, 0, 0)`
+	sqlAdjustKeyResult = `/*caller='adjust'*/ UPDATE stock_adjustments SET delta = ?, available = ? WHERE shop_id = ? AND adjust_key = ?`
+	sqlAdjustKeyRead   = `/*caller='adjust'*/ SELECT inventory_item_id, location_id, request, delta, available
+  FROM stock_adjustments WHERE shop_id = ? AND adjust_key = ?`
 	sqlLedgerRead = `SELECT available FROM inventory_ledger
   WHERE shop_id = ? AND inventory_item_id = ? AND location_id = ?`
 	sqlLedgerStock = `/*caller='read'*/ SELECT inventory_item_id, location_id, available FROM inventory_ledger

@@ -16,8 +16,9 @@ import (
 // an item x location the store has not seen creates its quantity field,
 // even at 0. If the Redis step fails the ledger has still changed: the
 // error says so, reservoir_redis_adjust_follow_failures_total counts it,
-// Drift reports the quantity and Resync fixes it. Repeating the call would
-// apply a delta twice (an adjust has no token); repeating a set is safe.
+// Drift reports the quantity and Resync fixes it. Repeating the call with
+// the same p.Key completes it (the ledger answers Replayed and the quantity
+// follows once); repeating a delta without a key would apply it twice.
 //
 // As shadow it moves the Redis quantity by p.Delta, creating the field if
 // needed: the authority reports the delta it applied, also when it created
@@ -25,8 +26,9 @@ import (
 // the Redis quantity after the move (ledger minus held, as Redis sees it)
 // and Delta is p.Delta.
 //
-// Each call carries a random id that the script records, so a transport
-// that delivered the same script twice would still move the quantity once.
+// Each call carries an id that the script records (p.Key, or a random one),
+// so a transport that delivered the same script twice would still move the
+// quantity once.
 func (s *Store) Adjust(ctx context.Context, p *reservation.AdjustParams) (reservation.AdjustResult, error) {
 	if err := s.cfg.Limits.ValidateAdjust(p); err != nil {
 		return reservation.AdjustResult{}, err
@@ -38,13 +40,23 @@ func (s *Store) Adjust(ctx context.Context, p *reservation.AdjustParams) (reserv
 	}
 	res := reservation.AdjustResult{Delta: p.Delta}
 	if p.As == reservation.AsAuthority {
+		// A replayed key returns the first call's result, whose delta the
+		// quantity follows below (once per key).
 		var err error
 		if res, err = s.cfg.Ledger.AdjustStock(ctx, p); err != nil {
 			return reservation.AdjustResult{}, err
 		}
 	}
+	// The quantity follows once per call; with a key, once per key, for as
+	// long as a claimed marker lives: a retry after the ledger replayed the
+	// key still completes a follow that failed the first time, and never
+	// applies one twice.
 	k := s.shopKeys(p.Shop)
-	reply, err := s.run(ctx, "adjust", scriptAdjust, []string{k.qty(p.Item), k.op(newOpID())}, p.Location, res.Delta, opTTL.Milliseconds())
+	op, ttl := newOpID(), opTTL
+	if p.Key != "" {
+		op, ttl = "key:"+p.Key, s.cfg.ClaimedTTL
+	}
+	reply, err := s.run(ctx, "adjust", scriptAdjust, []string{k.qty(p.Item), k.op(op)}, p.Location, res.Delta, ttl.Milliseconds())
 	if err != nil {
 		if p.As == reservation.AsAuthority {
 			s.metrics.adjustFailures.Inc()

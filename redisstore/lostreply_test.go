@@ -305,3 +305,34 @@ func TestResendingClient(t *testing.T) {
 		t.Errorf("proxy dropped %d replies, want 3: the test did not exercise every resend", b.proxy.dropped.Load())
 	}
 }
+
+// An adjust whose reply was lost after the ledger changed and the Redis
+// quantity followed: the merchant's retry with the same key changes
+// neither again. The control, without a key, adds twice: why the API
+// takes an Idempotency-Key.
+func TestLostAdjustReplyWithKeyAppliesOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		key  string
+		want int64
+	}{{"restock-7", 13}, {"", 16}} {
+		t.Run("key="+tc.key, func(t *testing.T) {
+			t.Parallel()
+			b := setupLostReply(t, -1)
+			b.stock(t, 1, 1, 10)
+			plus3 := &reservation.AdjustParams{Shop: shop, Item: 1, Location: 1, Delta: 3, Key: tc.key}
+			b.proxy.arm(redisstore.ScriptHash("adjust"))
+			if _, err := b.via.Adjust(ctx, plus3); err == nil || !isConnErr(err) {
+				t.Fatalf("adjust with its reply dropped: %v, want a connection error", err)
+			}
+			res, err := b.via.Adjust(ctx, plus3)
+			if err != nil || res.Replayed != (tc.key != "") {
+				t.Fatalf("retry: %+v %v", res, err)
+			}
+			if l, q := b.ledgerAt(t, 1, 1), b.qty(t, 1, 1); l != tc.want || q != tc.want {
+				t.Errorf("ledger %d, quantity %d after the retry; want both %d", l, q, tc.want)
+			}
+		})
+	}
+}

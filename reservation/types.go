@@ -200,14 +200,25 @@ type AdjustParams struct {
 	// As: the authority changes the ledger; a shadow follows the Delta the
 	// authority reported (Available must be nil).
 	As Role
+	// Key, when set, makes the adjust idempotent: repeated with the same
+	// key (per shop), it changes nothing and answers the first result with
+	// Replayed set, so a merchant's retried "+5" after a lost reply adds 5
+	// once. A key reused for another item, location or change is refused
+	// (ErrTokenConflict). Like a token: 1..64 printable ASCII bytes. The
+	// ledger keeps keys for ever; Redis for ClaimedTTL (redisstore).
+	Key string
 }
 
 // AdjustResult is the answer of Store.Adjust.
 type AdjustResult struct {
-	// Available is the ledger's sellable quantity after the change.
+	// Available is the ledger's sellable quantity after the change (after
+	// the first call's change, when Replayed).
 	Available int64
 	// Delta is the change actually applied.
 	Delta int64
+	// Replayed is true when the adjust's Key had been applied before:
+	// nothing changed this time.
+	Replayed bool
 }
 
 // AvailabilityParams are the arguments of Store.Availability.

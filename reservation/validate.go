@@ -79,17 +79,20 @@ func validShop(shop int64) error {
 	return nil
 }
 
-func validToken(token string) error {
+func validToken(token string) error { return validKey("token", token) }
+
+// validKey checks an idempotency key (a token, an adjust's key) in field.
+func validKey(field, key string) error {
 	switch {
-	case token == "":
-		return invalid("token", "must not be empty")
-	case len(token) > MaxTokenBytes:
-		return invalid("token", "must be at most %d bytes, got %d", MaxTokenBytes, len(token))
+	case key == "":
+		return invalid(field, "must not be empty")
+	case len(key) > MaxTokenBytes:
+		return invalid(field, "must be at most %d bytes, got %d", MaxTokenBytes, len(key))
 	}
-	for i := 0; i < len(token); i++ {
-		// Printable ASCII only: tokens land in logs, keys and URLs.
-		if c := token[i]; c < 0x21 || c > 0x7e {
-			return invalid("token", "must be printable ASCII without spaces (byte %d is 0x%02x)", i, c)
+	for i := 0; i < len(key); i++ {
+		// Printable ASCII only: keys land in logs, store keys and URLs.
+		if c := key[i]; c < 0x21 || c > 0x7e {
+			return invalid(field, "must be printable ASCII without spaces (byte %d is 0x%02x)", i, c)
 		}
 	}
 	return nil
@@ -215,6 +218,9 @@ func (l Limits) ValidateAdjust(p *AdjustParams) error {
 		return invalid("delta", "give available, or a non-zero delta")
 	case p.Delta > l.MaxStock || p.Delta < -l.MaxStock:
 		return invalid("delta", "must be within ±%d, got %d", l.MaxStock, p.Delta)
+	}
+	if p.Key != "" {
+		return validKey("key", p.Key)
 	}
 	return nil
 }

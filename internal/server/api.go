@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -353,7 +354,15 @@ type AdjustResponse struct {
 	Available int64 `json:"available"`
 	// Delta is the change applied.
 	Delta int64 `json:"delta"`
+	// Replayed is true when the Idempotency-Key had been applied before:
+	// this is the first call's answer, and nothing changed this time.
+	Replayed bool `json:"replayed,omitempty"`
 }
+
+// IdempotencyKeyHeader names the header that makes an adjust idempotent
+// (reservation.AdjustParams.Key): a merchant retrying "+5" after a lost
+// reply adds 5 once.
+const IdempotencyKeyHeader = "Idempotency-Key"
 
 func (s *Server) adjust(w http.ResponseWriter, r *http.Request) {
 	const op = "adjust"
@@ -377,7 +386,7 @@ func (s *Server) adjust(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, pod, op, p)
 		return
 	}
-	params := reservation.AdjustParams{Shop: shop, Item: item, Location: loc, Available: req.Available}
+	params := reservation.AdjustParams{Shop: shop, Item: item, Location: loc, Available: req.Available, Key: r.Header.Get(IdempotencyKeyHeader)}
 	switch {
 	case req.Available != nil && req.Delta != nil:
 		s.fail(w, r, pod, op, badInput("available", "give either available or delta, not both"))
@@ -389,14 +398,19 @@ func (s *Server) adjust(w http.ResponseWriter, r *http.Request) {
 		params.Delta = *req.Delta
 	}
 	if err := pod.Limits.ValidateAdjust(&params); err != nil {
-		s.fail(w, r, pod, op, validation(err, nil))
+		s.fail(w, r, pod, op, validation(err, map[string]string{"key": IdempotencyKeyHeader}))
 		return
 	}
 	res, err := pod.Facade.Adjust(r.Context(), &params)
+	if errors.Is(err, reservation.ErrTokenConflict) {
+		s.fail(w, r, pod, op, &problem{Status: http.StatusConflict, Code: "key_conflict", Field: IdempotencyKeyHeader,
+			Message: "this Idempotency-Key was used for another change (item, location or quantity); use a new key per change"})
+		return
+	}
 	if err != nil {
 		s.fail(w, r, pod, op, s.storeProblem(r, pod.Name, err))
 		return
 	}
 	s.op(pod, op, http.StatusOK)
-	writeJSON(w, http.StatusOK, AdjustResponse{Shop: shop, Item: item, Location: loc, Pod: pod.Name, Available: res.Available, Delta: res.Delta})
+	writeJSON(w, http.StatusOK, AdjustResponse{Shop: shop, Item: item, Location: loc, Pod: pod.Name, Available: res.Available, Delta: res.Delta, Replayed: res.Replayed})
 }

@@ -66,6 +66,23 @@ func TestAPIReservationLifecycle(t *testing.T) {
 	if r = h.do("POST", "/v1/shops/1001/items/7/locations/1/adjust", map[string]any{"delta": 5}, ""); r.status != 200 || num(r.body["available"]) != 12 {
 		t.Fatalf("adjust delta: %d %s", r.status, r.raw)
 	}
+	// With an Idempotency-Key, a retried delta applies once, and the key
+	// cannot be reused for another change; a malformed key changes nothing.
+	for i := range 2 {
+		r = h.do("POST", "/v1/shops/1001/items/7/locations/1/adjust", map[string]any{"delta": 2}, "", "Idempotency-Key", "restock-9")
+		if r.status != 200 || num(r.body["available"]) != 14 || num(r.body["delta"]) != 2 || (r.body["replayed"] == true) != (i == 1) {
+			t.Fatalf("keyed adjust, call %d: %d %s", i+1, r.status, r.raw)
+		}
+	}
+	if r = h.do("POST", "/v1/shops/1001/items/7/locations/1/adjust", map[string]any{"delta": 3}, "", "Idempotency-Key", "restock-9"); r.status != http.StatusConflict || str(r.body["error"]) != "key_conflict" || str(r.body["field"]) != "Idempotency-Key" {
+		t.Fatalf("key reused for another delta: %d %s", r.status, r.raw)
+	}
+	if r = h.do("POST", "/v1/shops/1001/items/7/locations/1/adjust", map[string]any{"delta": 3}, "", "Idempotency-Key", strings.Repeat("k", 65)); r.status != http.StatusBadRequest || str(r.body["field"]) != "Idempotency-Key" {
+		t.Fatalf("key too long: %d %s", r.status, r.raw)
+	}
+	if r = h.do("GET", "/v1/shops/1001/items/7/availability", nil, ""); !strings.Contains(r.raw, `"unheld":14`) {
+		t.Fatalf("availability after the keyed adjusts: %d %s", r.status, r.raw)
+	}
 	if r = h.do("DELETE", "/v1/shops/1001/reservations", nil, ""); r.status != http.StatusMethodNotAllowed {
 		t.Fatalf("wrong method: %d %s", r.status, r.raw)
 	}

@@ -68,6 +68,7 @@ func Exercise(t *testing.T, newHarness NewHarness) {
 		{"ParallelReapersReturnOnce", testParallelReapers},
 		{"AdjustSetAndDelta", testAdjust},
 		{"AdjustAsShadowFollowsDelta", testAdjustShadow},
+		{"AdjustWithKeyAppliesOnce", testAdjustKey},
 		{"AvailabilityPerLocation", testAvailability},
 		{"BadInputChangesNothing", testBadInput},
 		{"ConcurrentReserversNeverOversell", testConcurrentReservers},
@@ -624,6 +625,51 @@ func testAdjust(t *testing.T, h Harness) {
 	}
 	if l := ledger(t, h, 10, 1); l != 1 {
 		t.Errorf("ledger = %d, want 1", l)
+	}
+}
+
+// A merchant's "+3" whose reply was lost, retried with its key, adds 3
+// once; the key cannot be reused for another change.
+func testAdjustKey(t *testing.T, h Harness) {
+	stock(t, h, 10, 1, 5)
+	stock(t, h, 11, 1, 5)
+	plus3 := &reservation.AdjustParams{Shop: shop, Item: 10, Location: 1, Delta: 3, Key: "restock-42"}
+	first, err := h.Store.Adjust(ctx(t), plus3)
+	if err != nil || first.Replayed || first.Delta != 3 || first.Available != 8 {
+		t.Fatalf("adjust +3: %+v %v, want delta 3, available 8", first, err)
+	}
+	again, err := h.Store.Adjust(ctx(t), plus3)
+	if err != nil || !again.Replayed || again.Delta != 3 || again.Available != 8 {
+		t.Fatalf("adjust +3 again with its key: %+v %v, want the first result, replayed", again, err)
+	}
+	if l, u := ledger(t, h, 10, 1), unheld(t, h, 10, 1); l != 8 || u != 8 {
+		t.Errorf("ledger %d, unheld %d after the repeat; want 8 and 8 (added once)", l, u)
+	}
+	for _, reuse := range []reservation.AdjustParams{
+		{Shop: shop, Item: 10, Location: 1, Delta: 4, Key: "restock-42"},
+		{Shop: shop, Item: 11, Location: 1, Delta: 3, Key: "restock-42"},
+	} {
+		if res, err := h.Store.Adjust(ctx(t), &reuse); !errors.Is(err, reservation.ErrTokenConflict) {
+			t.Errorf("key reused for item %d delta %d: %+v %v, want ErrTokenConflict", reuse.Item, reuse.Delta, res, err)
+		}
+	}
+	if l, l11 := ledger(t, h, 10, 1), ledger(t, h, 11, 1); l != 8 || l11 != 5 {
+		t.Errorf("ledger %d and %d after refused reuses, want 8 and 5", l, l11)
+	}
+	// Without a key, a repeat is a second change.
+	plain := &reservation.AdjustParams{Shop: shop, Item: 11, Location: 1, Delta: 1}
+	for range 2 {
+		if _, err := h.Store.Adjust(ctx(t), plain); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l := ledger(t, h, 11, 1); l != 7 {
+		t.Errorf("ledger %d after two unkeyed +1, want 7", l)
+	}
+	bad := &reservation.AdjustParams{Shop: shop, Item: 10, Location: 1, Delta: 1, Key: "has space"}
+	var ve *reservation.ValidationError
+	if _, err := h.Store.Adjust(ctx(t), bad); !errors.As(err, &ve) || ve.Field != "key" {
+		t.Errorf("adjust with key %q: %v, want invalid key", bad.Key, err)
 	}
 }
 
