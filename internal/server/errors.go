@@ -124,6 +124,12 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) *prob
 			return &problem{Status: http.StatusBadRequest, Code: "malformed_json",
 				Message: fmt.Sprintf("want a JSON object, got %s", typ.Value)}
 		}
+		// encoding/json names the field without array indexes
+		// ("lines.quantity"); the value's place in the document says which
+		// line it is.
+		if at := valuePathAt(data, typ.Offset); stripIndexes(at) == strings.ToLower(field) {
+			field = at
+		}
 		return &problem{Status: http.StatusBadRequest, Code: "invalid_input", Field: field,
 			Message: fmt.Sprintf("%s: want %s, got %s", field, jsonKind(typ.Type.Kind().String()), typ.Value)}
 	case strings.HasPrefix(err.Error(), unknown):
@@ -176,6 +182,78 @@ func (s *Server) bodyReadProblem(r *http.Request, err error) *problem {
 		return &problem{Status: http.StatusBadRequest, Code: "body_unreadable",
 			Message: "the request body could not be read whole: the connection failed or ended before its end"}
 	}
+}
+
+// valuePathAt returns the path ("lines[1].quantity") of the value in data
+// at which encoding/json reported a type error at byte offset off: a
+// scalar that ends there, or an object or array whose opening delimiter
+// does (json reports those just after it). It returns "" if no value
+// matches.
+func valuePathAt(data []byte, off int64) string {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	found := ""
+	var walk func(path string) error
+	walk = func(path string) error {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		if dec.InputOffset() == off {
+			found = path
+			return nil
+		}
+		delim, ok := tok.(json.Delim)
+		if !ok {
+			return nil
+		}
+		for i := 0; dec.More() && found == ""; i++ {
+			if delim == '[' {
+				err = walk(fmt.Sprintf("%s[%d]", path, i))
+			} else {
+				key, kerr := dec.Token()
+				if kerr != nil {
+					return kerr
+				}
+				err = walk(joinPath(path, fmt.Sprint(key)))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if found != "" {
+			return nil
+		}
+		_, err = dec.Token() // the closing delimiter
+		return err
+	}
+	_ = walk("")
+	return found
+}
+
+// joinPath appends a key to a JSON path.
+func joinPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// stripIndexes is a path as encoding/json names fields: no indexes, and
+// lower case (its matching of keys to fields ignores case).
+func stripIndexes(path string) string {
+	var b strings.Builder
+	depth := 0
+	for _, r := range path {
+		switch {
+		case r == '[':
+			depth++
+		case r == ']':
+			depth--
+		case depth == 0:
+			b.WriteRune(r)
+		}
+	}
+	return strings.ToLower(b.String())
 }
 
 // unknownFieldPath finds, in data (a JSON value encoding/json refused
