@@ -52,8 +52,9 @@ type CheckOptions struct {
 
 // Result is what a check found.
 type Result struct {
-	// Outcome is porcupine's verdict: Ok, Illegal (some key's history is
-	// not linearizable) or Unknown (a key's check timed out, none failed).
+	// Outcome is porcupine's verdict: Ok, Illegal (some item's history is
+	// not linearizable) or Unknown (an item's check timed out, none
+	// failed).
 	Outcome porcupine.CheckResult
 	// Ops is the number of operations checked (one per item of a call,
 	// the stock operations included); Unknown of them had no answer.
@@ -65,7 +66,7 @@ type Result struct {
 	// Took is how long the check ran.
 	Took time.Duration
 	// HTML and JSON are the artifacts' paths, when written: porcupine's
-	// visualization of the failing keys, and every entry as recorded.
+	// visualization of the failing items, and every entry as recorded.
 	HTML, JSON string
 }
 

@@ -1,6 +1,6 @@
 // Package history records what callers of the reservation facade did and
 // were told, and checks that record against a sequential model of one
-// item x location with porcupine, the linearizability checker etcd's
+// item (every location of it) with porcupine, the linearizability checker etcd's
 // robustness tests use.
 //
 // Every call is recorded with its call and return time, its input and its
@@ -87,7 +87,7 @@ type Op string
 // The operations.
 const (
 	// OpStock sets a partition's starting stock. The recorder adds it
-	// before every other operation of its key (see Recorder.Stock).
+	// before every other operation of its item (see Recorder.Stock).
 	OpStock   Op = "stock"
 	OpReserve Op = "reserve"
 	OpClaim   Op = "claim"
@@ -176,7 +176,7 @@ type Recorder struct {
 	clients int
 	stocked map[Key]bool
 	// carts are the lines each token was reserved with: a claim or a
-	// release is recorded on the keys of its reservation.
+	// release is recorded on the items of its reservation.
 	carts map[cartKey][]reservation.Line
 }
 
@@ -202,8 +202,9 @@ func (r *Recorder) newClient() int {
 	return id
 }
 
-// Stock records the stock a key starts with. Call it once per key, before
-// traffic on that key; the model refuses operations on a key without it.
+// Stock records the stock an item x location starts with. Call it once per
+// key, before traffic on its item; the model refuses an operation naming a
+// location without it.
 func (r *Recorder) Stock(k Key, available int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
