@@ -93,6 +93,10 @@ func (s *Store) deductLedger(ctx context.Context, tx *sql.Tx, caller string, sho
 	return nil
 }
 
+// viaDeductHeld is a claims row's via when the legacy claim's Deduct also
+// settled this store's own hold of the token.
+const viaDeductHeld = "deduct_held"
+
 // insertClaim records the claim; inserted is false when the token was
 // claimed before.
 func insertClaim(ctx context.Context, tx *sql.Tx, caller string, shop int64, token string, allocs []reservation.Allocation) (inserted bool, err error) {
@@ -134,15 +138,21 @@ func (s *Store) settle(ctx context.Context, p *reservation.ClaimParams) (reserva
 			return err
 		}
 		if allocs == nil {
-			// No hold: Deduct settled it with the ledger (or this store
-			// never held the token). The claims row tells which.
-			claimed, found, err := readClaim(ctx, tx, callerSettle, p.Shop, p.Token)
-			if err != nil {
-				return err
+			// No hold: Deduct settled it with the ledger, or this store
+			// never held the token. The claims row tells which.
+			var doc, via string
+			err := tx.QueryRowContext(ctx, tag(callerSettle)+sqlClaimVia, p.Shop, p.Token).Scan(&doc, &via)
+			if err != nil && !isNoRows(err) {
+				return fmt.Errorf("mysqlstore: settle: read claim: %w", err)
 			}
-			if !found {
+			if err != nil || via != viaDeductHeld {
 				return fmt.Errorf("mysqlstore: settle shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
 			}
+			var claimed []reservation.Allocation
+			if err := json.Unmarshal([]byte(doc), &claimed); err != nil {
+				return fmt.Errorf("mysqlstore: settle: claim row of token %q: %w", p.Token, err)
+			}
+			reservation.SortAllocations(claimed)
 			res = reservation.ClaimResult{Outcome: reservation.OutcomeSettled, Allocations: claimed, Replayed: true}
 			return nil
 		}

@@ -29,15 +29,16 @@ const (
 	// than the lag (database clock) are left out: their own Redis half is
 	// most likely still on its way.
 	sqlClaimsSince = `/*caller='follow'*/ SELECT shop_id, token, allocations, claimed_at FROM reservation_claims
-  WHERE claimed_at >= ? AND claimed_at <= NOW(3) - INTERVAL ? MICROSECOND
+  WHERE claimed_at >= ? AND claimed_at <= NOW(3) - INTERVAL ? MICROSECOND AND (? = 0 OR shop_id = ?)
   ORDER BY claimed_at LIMIT ?`
 )
 
-// ClaimsSince lists the claims recorded at or after since and at least
-// lag ago, oldest first, at most limit of them: the Redis store's claim
-// follower (redisstore.Store.FollowClaims) reads them to find claims whose
-// Redis half was lost.
-func (s *Store) ClaimsSince(ctx context.Context, since time.Time, lag time.Duration, limit int) ([]reservation.Claimed, error) {
+// ClaimsSince lists the claims of shop (0: every shop) recorded at or
+// after since and at least lag ago, oldest first, at most limit of them:
+// the Redis store's claim follower (redisstore.Store.FollowClaims) reads
+// them to find claims whose Redis half was lost, and its Resync to mark
+// them.
+func (s *Store) ClaimsSince(ctx context.Context, shop int64, since time.Time, lag time.Duration, limit int) ([]reservation.Claimed, error) {
 	if limit <= 0 {
 		return nil, &reservation.ValidationError{Field: "limit", Reason: fmt.Sprintf("must be positive, got %d", limit)}
 	}
@@ -46,7 +47,7 @@ func (s *Store) ClaimsSince(ctx context.Context, since time.Time, lag time.Durat
 		return nil, err
 	}
 	defer c.release()
-	rows, err := c.QueryContext(ctx, sqlClaimsSince, since.UTC(), lag.Microseconds(), limit)
+	rows, err := c.QueryContext(ctx, sqlClaimsSince, since.UTC(), lag.Microseconds(), shop, shop, limit)
 	if err != nil {
 		return nil, fmt.Errorf("mysqlstore: claims since %s: %w", since.Format(time.RFC3339Nano), err)
 	}

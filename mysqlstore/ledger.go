@@ -163,17 +163,28 @@ func (s *Store) Deduct(ctx context.Context, p *reservation.DeductParams) (reserv
 			res.Allocations = prev
 			return err
 		}
-		if err := s.deductLedger(ctx, tx, callerDeduct, p.Shop, allocs); err != nil {
-			return err
-		}
 		// The claim is happening elsewhere (the legacy Redis claim): this
 		// store's own hold of the token, if it shadows one, is settled in
 		// the same transaction. Left for the shadow settle that follows,
 		// the hold and the deduction would both count until it lands, and
 		// a buyer could be refused units the ledger still has; if the
-		// settle were lost, until the hold expired. The settle then finds
-		// the claims row and answers as a replay.
-		if _, err := s.removeHold(ctx, tx, callerDeduct, p.Shop, p.Token); err != nil {
+		// settle were lost, until the hold expired. The claims row records
+		// that a hold was settled here, and the settle then answers as a
+		// replay (without one it answers ErrNotFound: this store never
+		// held the cart, which the comparer counts). It comes before the
+		// hot ledger rows, to hold their locks for less time, and after
+		// the claims insert, which a concurrent reserve's claimedMeanwhile
+		// relies on.
+		removed, err := s.removeHold(ctx, tx, callerDeduct, p.Shop, p.Token)
+		if err != nil {
+			return err
+		}
+		if removed != nil {
+			if _, err := tx.ExecContext(ctx, tag(callerDeduct)+sqlClaimHeld, viaDeductHeld, p.Shop, p.Token); err != nil {
+				return fmt.Errorf("mysqlstore: deduct: mark the settled hold: %w", err)
+			}
+		}
+		if err := s.deductLedger(ctx, tx, callerDeduct, p.Shop, allocs); err != nil {
 			return err
 		}
 		for _, a := range allocs {

@@ -46,7 +46,8 @@ func (s *Store) Shops(ctx context.Context) ([]int64, error) {
 
 // RepairHolds makes this store's holds of a shop agree with the authority:
 // each hold in put replaces the token's hold (allocations, expiry,
-// authority), each token in drop loses its hold. Then every pool the
+// authority), each token in drop loses its hold. A put of a token this
+// store's ledger has claimed only drops its hold. Then every pool the
 // changes touched is trimmed so that pool + held stays within the ledger.
 // One transaction; the ledger is never changed.
 func (s *Store) RepairHolds(ctx context.Context, shop int64, put []reservation.Hold, drop []string) error {
@@ -87,6 +88,14 @@ func (s *Store) RepairHolds(ctx context.Context, shop int64, put []reservation.H
 		for _, h := range put {
 			if _, err := tx.ExecContext(ctx, tag(callerRepair)+sqlHoldsDelete, shop, h.Token); err != nil {
 				return fmt.Errorf("mysqlstore: repair: replace hold %q: %w", h.Token, err)
+			}
+			// A claimed token holds nothing here, whatever the authority
+			// still shows (a leftover of a claim whose cleanup failed
+			// there): its hold would refuse buyers until it expired.
+			if _, claimed, err := readClaim(ctx, tx, callerRepair, shop, h.Token); err != nil {
+				return err
+			} else if claimed {
+				continue
 			}
 			auth := h.Authority
 			if !auth.Valid() {

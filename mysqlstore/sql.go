@@ -127,6 +127,8 @@ const (
 	sqlHoldsDelete = `DELETE FROM reserved_quantities WHERE shop_id = ? AND token = ?`
 	sqlClaimRead   = `SELECT allocations FROM reservation_claims WHERE shop_id = ? AND token = ?`
 	sqlClaimInsert = `INSERT INTO reservation_claims (shop_id, token, allocations, via) VALUES (?, ?, ?, ?)`
+	sqlClaimHeld   = `UPDATE reservation_claims SET via = ? WHERE shop_id = ? AND token = ?`
+	sqlClaimVia    = `SELECT allocations, via FROM reservation_claims WHERE shop_id = ? AND token = ?`
 	// The hot row's statement: last in its transaction, guarded so the
 	// ledger never goes below zero.
 	sqlLedgerDeduct = `UPDATE inventory_ledger SET available = available - ?, version = version + 1

@@ -35,6 +35,15 @@ type FollowResult struct {
 // DefaultFollowLimit is FollowParams.Limit's default.
 const DefaultFollowLimit = 2000
 
+// FollowWindow is as far back as FollowClaims looks: an earlier Since is
+// moved up to it. Resync marks every claim within it (and followMargin),
+// which is what lets FollowClaims trust a missing marker.
+const FollowWindow = 10 * time.Minute
+
+// followMargin covers clocks: the ledger's claimed_at against this
+// process's time.
+const followMargin = 5 * time.Minute
+
 // FollowClaims makes Redis follow the ledger's recent claims: every claim
 // whose claimed marker is missing here lost its Redis half (the shadow
 // settle in mysql mode, or the legacy claim's cleanup, failed), and is
@@ -64,7 +73,11 @@ func (s *Store) FollowClaims(ctx context.Context, p *FollowParams) (FollowResult
 	if lag < 0 || limit < 0 || limit > 100000 {
 		return FollowResult{}, &reservation.ValidationError{Field: "lag, limit", Reason: fmt.Sprintf("want lag >= 0 and limit in 1..100000, got %s and %d", lag, limit)}
 	}
-	claims, err := s.cfg.Source.ClaimsSince(ctx, p.Since, lag, limit)
+	since := p.Since
+	if earliest := time.Now().Add(-FollowWindow); since.Before(earliest) {
+		since = earliest
+	}
+	claims, err := s.cfg.Source.ClaimsSince(ctx, 0, since, lag, limit)
 	if err != nil {
 		return FollowResult{}, fmt.Errorf("redisstore: follow claims: %w", err)
 	}
@@ -83,16 +96,30 @@ func (s *Store) FollowClaims(ctx context.Context, p *FollowParams) (FollowResult
 	if err != nil {
 		return res, fmt.Errorf("redisstore: follow claims: read markers: %w", err)
 	}
+	// A claim that cannot be settled now is tried again by the next call:
+	// Last stops at the first such claim. The others go on.
+	var errs []error
+	failed := false
 	for i, c := range claims {
 		if cmds[i].Val() == 1 {
 			continue
 		}
-		_, err := s.settleAs(ctx, "follow_claims", &reservation.ClaimParams{Shop: c.Shop, Token: c.Token, As: reservation.AsShadow, Deducted: c.Allocations})
+		settled, err := s.settleAs(ctx, "follow_claims", &reservation.ClaimParams{Shop: c.Shop, Token: c.Token, As: reservation.AsShadow, Deducted: c.Allocations})
 		if err != nil && !errors.Is(err, reservation.ErrNotFound) {
-			return res, fmt.Errorf("redisstore: follow claims: settle shop %d token %q: %w", c.Shop, c.Token, err)
+			errs = append(errs, fmt.Errorf("settle shop %d token %q: %w", c.Shop, c.Token, err))
+			if !failed {
+				failed, res.Last = true, c.At
+			}
+			continue
+		}
+		if err == nil && settled.Replayed {
+			continue // its own half landed meanwhile
 		}
 		res.Settled++
 		s.metrics.followSettled.Inc()
+	}
+	if len(errs) > 0 {
+		return res, fmt.Errorf("redisstore: follow claims: %w", errors.Join(errs...))
 	}
 	return res, nil
 }

@@ -63,3 +63,31 @@ func TestFollowClaimsSettlesALostRedisHalf(t *testing.T) {
 		t.Errorf("follow with a lag of an hour: %+v %v, want nothing checked", res, err)
 	}
 }
+
+// Regression case "the follower settles a claim Resync already counted"
+// (found in review): Resync rebuilds quantities from the ledger, which
+// includes every claim; the follower then found the claim's marker
+// missing and took it out a second time. Resync now marks the claims
+// within the follower's reach before it reads the ledger.
+func TestResyncThenFollowDeductsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testredis.New)
+	ctx := context.Background()
+	b.stock(t, 1, 1, 10)
+	if _, err := b.ledger.Deduct(ctx, &reservation.DeductParams{Shop: shop, Token: "paid", Allocations: []reservation.Allocation{{Item: 1, Location: 1, Quantity: 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.s.Resync(ctx, &redisstore.ResyncParams{Shops: []int64{shop}, HoldsFrom: reservation.AuthorityMySQL}); err != nil {
+		t.Fatal(err)
+	}
+	if q := b.qty(t, 1, 1); q != 7 {
+		t.Fatalf("Redis offers %d after Resync, want 7", q)
+	}
+	res, err := b.s.FollowClaims(ctx, &redisstore.FollowParams{Since: time.Now().Add(-time.Minute), Lag: time.Microsecond})
+	if err != nil || res.Checked != 1 || res.Settled != 0 {
+		t.Errorf("follow after Resync: %+v %v, want 1 checked, none settled", res, err)
+	}
+	if q := b.qty(t, 1, 1); q != 7 {
+		t.Errorf("Redis offers %d after following, want 7: the claim was taken out twice", q)
+	}
+}

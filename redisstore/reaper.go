@@ -39,6 +39,9 @@ const shopsPage = 200
 // claim transaction that outlives the hold and a lost settle together; the
 // next reconcile repairs it.
 //
+// A shop that fails (its claims cannot be read, a script errs) is skipped
+// and the others are reaped; the errors are returned joined.
+//
 // The shops set cannot share a script with shop keys on a cluster, so the
 // reaper walks it in pages: it peeks at each shop's earliest expiry in one
 // pipeline (against the time of one TIME call, only to skip shops with
@@ -60,6 +63,7 @@ func (s *Store) Reap(ctx context.Context, p *reservation.ReapParams) (reservatio
 	}
 	nowMS := now.UnixMilli()
 	var cursor uint64
+	var errs []error
 	for {
 		page, next, err := s.client.SScan(ctx, s.shopsKey(), cursor, "", shopsPage).Result()
 		if err != nil {
@@ -76,14 +80,17 @@ func (s *Store) Reap(ctx context.Context, p *reservation.ReapParams) (reservatio
 			s.metrics.reapedHolds.Add(float64(holds))
 			s.metrics.reapedUnits.Add(float64(units))
 			if err != nil {
-				return res, err
+				// One shop's failure (its claims unreadable, say) must not
+				// starve the shops after it in the set's order.
+				errs = append(errs, err)
+				continue
 			}
 			if res.Holds >= limit {
-				return res, nil
+				return res, errors.Join(errs...)
 			}
 		}
 		if cursor = next; cursor == 0 {
-			return res, nil
+			return res, errors.Join(errs...)
 		}
 	}
 }
@@ -112,10 +119,13 @@ func (s *Store) reapShop(ctx context.Context, shop, nowMS int64, limit int) (hol
 			if !ok {
 				continue
 			}
-			if _, err := s.settleAs(ctx, "reap_settle", &reservation.ClaimParams{Shop: shop, Token: token, Deducted: deducted}); err != nil && !errors.Is(err, reservation.ErrNotFound) {
+			settled, err := s.settleAs(ctx, "reap_settle", &reservation.ClaimParams{Shop: shop, Token: token, Deducted: deducted})
+			if err != nil && !errors.Is(err, reservation.ErrNotFound) {
 				return 0, 0, fmt.Errorf("redisstore: reap shop %d: settle claimed token %q: %w", shop, token, err)
 			}
-			s.metrics.reapSettled.Inc()
+			if err != nil || !settled.Replayed {
+				s.metrics.reapSettled.Inc()
+			}
 		}
 		tokens = slices.DeleteFunc(tokens, func(t string) bool { _, ok := claimed[t]; return ok })
 		if len(tokens) == 0 {

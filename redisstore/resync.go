@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
@@ -20,9 +22,10 @@ type ResyncSource interface {
 	// Claims returns, for each of tokens that the ledger has deducted, the
 	// allocations it was deducted by; other tokens are absent.
 	Claims(ctx context.Context, shop int64, tokens []string) (map[string][]reservation.Allocation, error)
-	// ClaimsSince lists the claims recorded at or after since and at least
-	// lag ago (the ledger's clock), oldest first, at most limit of them.
-	ClaimsSince(ctx context.Context, since time.Time, lag time.Duration, limit int) ([]reservation.Claimed, error)
+	// ClaimsSince lists the claims of shop (0: every shop) recorded at or
+	// after since and at least lag ago (the ledger's clock), oldest first,
+	// at most limit of them.
+	ClaimsSince(ctx context.Context, shop int64, since time.Time, lag time.Duration, limit int) ([]reservation.Claimed, error)
 }
 
 // ErrNoSource is returned by Drift and Resync when Config.Source is nil.
@@ -376,6 +379,11 @@ func (s *Store) Resync(ctx context.Context, p *ResyncParams) (ResyncResult, erro
 
 func (s *Store) resyncShop(ctx context.Context, shop int64, from reservation.Authority) (kept, dropped int, err error) {
 	k := s.shopKeys(shop)
+	// Before the ledger is read: its quantities will include these claims,
+	// so the claim follower must not settle them again.
+	if err := s.markRecentClaims(ctx, shop); err != nil {
+		return 0, 0, fmt.Errorf("mark recent claims: %w", err)
+	}
 	ledger, err := s.cfg.Ledger.Stock(ctx, &reservation.StockParams{Shop: shop})
 	if err != nil {
 		return 0, 0, fmt.Errorf("ledger: %w", err)
@@ -425,4 +433,40 @@ func (s *Store) resyncShop(ctx context.Context, shop int64, from reservation.Aut
 		return 0, 0, fmt.Errorf("unexpected reply %v", reply)
 	}
 	return int(n1), int(n2), nil
+}
+
+// markRecentClaims sets the claimed marker of every claim of shop within
+// the claim follower's reach (FollowWindow, and a margin), keeping markers
+// that exist. Resync calls it before it reads the ledger: the quantities it
+// rebuilds include those claims, and a claim without its marker would be
+// settled again by FollowClaims, taking its units out twice. A claim that
+// commits between this read and the ledger read is in the quantities
+// without a marker: the follower takes it out a second time, and Redis
+// offers that much too little until the next Resync (the safe direction).
+func (s *Store) markRecentClaims(ctx context.Context, shop int64) error {
+	k := s.shopKeys(shop)
+	since := time.Now().Add(-FollowWindow - followMargin)
+	for {
+		claims, err := s.cfg.Source.ClaimsSince(ctx, shop, since, 0, DefaultFollowLimit)
+		if err != nil {
+			return err
+		}
+		if len(claims) == 0 {
+			return nil
+		}
+		_, err = s.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for _, c := range claims {
+				pipe.SetNX(ctx, k.claimed(c.Token), encodeAllocs(sorted(c.Allocations)), s.cfg.ClaimedTTL)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		last := claims[len(claims)-1].At
+		if len(claims) < DefaultFollowLimit || !last.After(since) {
+			return nil
+		}
+		since = last
+	}
 }

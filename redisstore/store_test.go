@@ -234,7 +234,7 @@ func (failingSource) Claims(context.Context, int64, []string) (map[string][]rese
 	return nil, errors.New("ledger connection refused")
 }
 
-func (failingSource) ClaimsSince(context.Context, time.Time, time.Duration, int) ([]reservation.Claimed, error) {
+func (failingSource) ClaimsSince(context.Context, int64, time.Time, time.Duration, int) ([]reservation.Claimed, error) {
 	return nil, errors.New("ledger connection refused")
 }
 

@@ -28,14 +28,19 @@ type reaper struct {
 	warned map[string]time.Time
 	// followed is, per pod, the newest claim the follower has checked.
 	followed map[string]time.Time
+	// ticks counts the reaper's ticks (for the deep follow).
+	ticks int
 }
 
 const (
-	// followWindow is how far back a new replica's claim follower starts.
-	followWindow = 10 * time.Minute
 	// followOverlap is checked again on every tick: a claim's time is
 	// when its statement ran, and its transaction may commit later.
 	followOverlap = 5 * time.Second
+	// Every followDeepEvery ticks the overlap is followDeepOverlap, for a
+	// claim whose transaction committed later than followOverlap (lock
+	// waits, a slow fsync).
+	followDeepEvery   = 60
+	followDeepOverlap = 2 * time.Minute
 	// followRounds bounds the follow calls per pod per tick.
 	followRounds = 5
 )
@@ -55,6 +60,7 @@ func startReaper(c *Cell, every time.Duration) *reaper {
 			case <-ctx.Done():
 				return
 			case <-t.C:
+				r.ticks++
 				for _, p := range c.pods {
 					c.reapPod(ctx, r, p, every)
 					c.followClaims(ctx, r, p, every)
@@ -78,20 +84,29 @@ func (c *Cell) warn(ctx context.Context, r *reaper, key, msg string, args ...any
 	}
 }
 
-// followClaims runs a pod's claim follower from where it stopped.
+// followClaims runs a pod's claim follower from where it stopped (at
+// first, redisstore.FollowWindow ago). Under mysql_only Redis is not kept:
+// the follower stops and forgets where it was, and starts over when the
+// pod leaves that mode (whose runbook resyncs Redis, which marks the
+// claims of the window).
 func (c *Cell) followClaims(ctx context.Context, r *reaper, p *Pod, budget time.Duration) {
 	if d, err := c.Flags.Decide(ctx, p.Name, 0); err == nil && d.Mode == rollout.ModeMySQLOnly {
+		delete(r.followed, p.Name)
 		return
 	}
 	since, ok := r.followed[p.Name]
 	if !ok {
-		since = time.Now().Add(-followWindow)
+		since = time.Now().Add(-redisstore.FollowWindow)
+	}
+	overlap := followOverlap
+	if r.ticks%followDeepEvery == 0 {
+		overlap = followDeepOverlap
 	}
 	fctx, cancel := context.WithTimeout(ctx, max(budget, time.Second))
 	defer cancel()
 	// The overlap is read again once per tick; further rounds of the same
 	// tick go on from the newest claim seen.
-	from := since.Add(-followOverlap)
+	from := since.Add(-overlap)
 	for range followRounds {
 		res, err := p.Redis.FollowClaims(fctx, &redisstore.FollowParams{Since: from})
 		if err != nil {

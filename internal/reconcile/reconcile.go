@@ -301,7 +301,13 @@ func (r *Reconciler) repair(ctx context.Context, p Pod, shop int64, auth reserva
 	for _, d := range cmp {
 		switch d.Kind {
 		case redisstore.DriftMissingHold:
-			drop = append(drop, d.Token)
+			keep, err := acknowledgedByMySQL(ctx, p, shop, d.Token)
+			if err != nil {
+				return err
+			}
+			if !keep {
+				drop = append(drop, d.Token)
+			}
 		case redisstore.DriftExtraHold, redisstore.DriftHoldMismatch:
 			h, err := p.Redis.Get(ctx, &reservation.GetParams{Shop: shop, Token: d.Token})
 			if errors.Is(err, reservation.ErrNotFound) {
@@ -323,6 +329,23 @@ func (r *Reconciler) repair(ctx context.Context, p Pod, shop int64, auth reserva
 	}
 	_, err = p.MySQL.TrimPools(ctx, shop)
 	return err
+}
+
+// acknowledgedByMySQL says whether MySQL's hold of token was made while
+// MySQL was the authority: a reservation acknowledged to a buyer that
+// Redis never got (its shadow reserve failed), claimable under a kill
+// switch through the facade's fallback to the store that holds it. Even
+// with Redis as the truth, such a hold is kept: dropping it would lose a
+// paid-for cart when MySQL answers again.
+func acknowledgedByMySQL(ctx context.Context, p Pod, shop int64, token string) (bool, error) {
+	h, err := p.MySQL.Get(ctx, &reservation.GetParams{Shop: shop, Token: token})
+	if errors.Is(err, reservation.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return h.Authority == reservation.AuthorityMySQL, nil
 }
 
 // followPasses bounds followRedis.
@@ -360,6 +383,8 @@ func followRedis(ctx context.Context, p Pod, shop int64, put []reservation.Hold,
 				return herr
 			}
 			switch {
+			case werr != nil && herr == nil && have.Authority == reservation.AuthorityMySQL:
+				continue // see acknowledgedByMySQL
 			case werr != nil && herr == nil:
 				gone = append(gone, token)
 			case werr == nil && (herr != nil || !sameHold(want, have)):
