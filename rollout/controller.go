@@ -21,9 +21,9 @@ type Reconciler interface {
 	// a one-line summary for status and refusals.
 	Clean(ctx context.Context, pod string) (clean bool, summary string, err error)
 	// RepairFrom makes the pod's other store follow authority (its holds
-	// and pools; never the authority itself), with a one-line summary of
-	// what it found.
-	RepairFrom(ctx context.Context, pod string, authority reservation.Authority) (summary string, err error)
+	// and pools; never the authority itself) for shops (nil: every shop of
+	// the pod), with a one-line summary of what it found.
+	RepairFrom(ctx context.Context, pod string, authority reservation.Authority, shops []int64) (summary string, err error)
 }
 
 // ControllerConfig configures a Controller.
@@ -42,6 +42,11 @@ type ControllerConfig struct {
 	Reconciler Reconciler
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
+	// Propagation is how long a flags change takes to reach every replica
+	// (each watches the flags file; measured: tens of milliseconds). A
+	// release from redis_only waits it between turning dual writes back on
+	// and repairing MySQL. Default: 2s.
+	Propagation time.Duration
 }
 
 // Controller moves the rollout: status, advance, kill switch, history and
@@ -68,6 +73,9 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Propagation == 0 {
+		cfg.Propagation = 2 * time.Second
 	}
 	return &Controller{cfg: cfg}, nil
 }
@@ -335,14 +343,18 @@ func (c *Controller) Kill(ctx context.Context, scope Scope, k Kill, o KillOption
 
 // Release turns a scope's kill switch off.
 //
-// Where that gives the authority back to MySQL (a pod in mode mysql or
-// mysql_only), MySQL is first repaired from Redis, the authority while the
-// switch was engaged (Reconciler.RepairFrom): shadow writes MySQL lost
-// meanwhile (it was down, say, or the switch was redis_only and never
-// wrote it) would otherwise let MySQL sell stock Redis holds for
-// acknowledged carts (whose claims the ledger then refuses), and refuse
-// buyers for holds nobody owns. Without a reconciler such a release is
-// refused; a failed repair leaves the switch engaged.
+// MySQL is first repaired from Redis, the authority while the switch was
+// engaged (Reconciler.RepairFrom), on every pod of the plan the switch
+// covers: only the scope's shop for a shop scope, every shop otherwise.
+// Shadow writes MySQL lost meanwhile (it was down, say, or the switch was
+// redis_only and never wrote it) would otherwise let MySQL, once it
+// answers again, sell stock Redis holds for acknowledged carts (whose
+// claims the ledger then refuses), and refuse buyers for holds nobody
+// owns. A redis_only switch is first turned into a redis one (dual
+// writes), and the repair waits Propagation for every replica to write
+// MySQL again, so that nothing acknowledged after the repair misses it.
+// Without a reconciler the release is refused; a failed repair leaves the
+// switch engaged.
 func (c *Controller) Release(ctx context.Context, scope Scope, o KillOptions) error {
 	if o.Actor == "" || strings.TrimSpace(o.Reason) == "" {
 		return errors.New("rollout: release: an actor and a reason are required")
@@ -354,16 +366,39 @@ func (c *Controller) Release(ctx context.Context, scope Scope, o KillOptions) er
 	if err != nil {
 		return err
 	}
-	pods := c.handedBackToMySQL(cur, scope)
+	pods := c.podsUnder(cur, scope, func(d Decision) bool { return d.Kill != KillOff })
+	var shops []int64
+	if scope.Kind == ScopeShop {
+		shops = []int64{scope.Shop}
+	}
+	redisOnly := cur.KillAt(scope).State == KillRedisOnly
 	switch {
 	case len(pods) == 0:
 	case o.DryRun:
+		if redisOnly {
+			fmt.Fprintf(o.Out, "would turn the redis_only switch into redis (dual writes) and wait %s\n", c.cfg.Propagation)
+		}
 		fmt.Fprintf(o.Out, "would repair MySQL from Redis first on %s\n", strings.Join(pods, ", "))
 	case c.cfg.Reconciler == nil:
 		return fmt.Errorf("rollout: release: MySQL would answer again on %s and no reconciler is configured to repair it from Redis first", strings.Join(pods, ", "))
 	default:
+		if redisOnly {
+			dual := o
+			dual.Reason = "release of redis_only: dual writes before the repair; " + o.Reason
+			if err := c.kill(ctx, scope, "kill", dual, func(f *Flags) error {
+				return f.EngageKill(scope, KillRedis, Attribution{Actor: o.Actor, Reason: dual.Reason, At: c.cfg.Now().UTC()})
+			}); err != nil {
+				return err
+			}
+			fmt.Fprintf(o.Out, "redis_only turned into redis (dual writes); waiting %s for every replica\n", c.cfg.Propagation)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(c.cfg.Propagation):
+			}
+		}
 		for _, pod := range pods {
-			summary, err := c.cfg.Reconciler.RepairFrom(ctx, pod, reservation.AuthorityRedis)
+			summary, err := c.cfg.Reconciler.RepairFrom(ctx, pod, reservation.AuthorityRedis, shops)
 			if err != nil {
 				return fmt.Errorf("rollout: release: repair pod %s from Redis before MySQL answers again: %w (the kill switch stays engaged)", pod, err)
 			}
@@ -411,14 +446,6 @@ func (c *Controller) mysqlOnlyUnder(f *Flags, scope Scope) []string {
 	return c.podsUnder(f, scope, func(d Decision) bool { return d.Mode == ModeMySQLOnly })
 }
 
-// handedBackToMySQL lists the plan's pods within scope whose kill switch
-// is engaged in a mode where MySQL is the authority: releasing it hands
-// them back to MySQL.
-func (c *Controller) handedBackToMySQL(f *Flags, scope Scope) []string {
-	return c.podsUnder(f, scope, func(d Decision) bool {
-		return d.Kill != KillOff && (d.Mode == ModeMySQL || d.Mode == ModeMySQLOnly)
-	})
-}
 
 // AuditEntry is one recorded change.
 type AuditEntry struct {

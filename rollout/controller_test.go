@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"flag"
 	"os"
 	"path/filepath"
@@ -72,10 +73,14 @@ func (f *fakeReconciler) Clean(context.Context, string) (bool, string, error) {
 	return false, "redis:quantity 3", nil
 }
 
-func (f *fakeReconciler) RepairFrom(_ context.Context, pod string, a reservation.Authority) (string, error) {
+func (f *fakeReconciler) RepairFrom(_ context.Context, pod string, a reservation.Authority, shops []int64) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.repairs = append(f.repairs, pod+"<-"+string(a))
+	r := pod + "<-" + string(a)
+	if shops != nil {
+		r += fmt.Sprint(shops)
+	}
+	f.repairs = append(f.repairs, r)
 	return "no drift", nil
 }
 
@@ -106,7 +111,7 @@ func setupController(t *testing.T, clean bool) *ctlBundle {
 	clk := &clock{now: time.Now().UTC()}
 	rc := &fakeReconciler{clean: clean}
 	ctl, err := rollout.NewController(rollout.ControllerConfig{DB: db.DB, Flags: ff, Plan: plan, Stats: cmp,
-		Reconciler: rc, Now: clk.Now})
+		Reconciler: rc, Now: clk.Now, Propagation: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,13 +301,14 @@ func golden(t *testing.T, name, got string) {
 // failingReconciler cannot repair.
 type failingReconciler struct{ fakeReconciler }
 
-func (*failingReconciler) RepairFrom(context.Context, string, reservation.Authority) (string, error) {
+func (*failingReconciler) RepairFrom(context.Context, string, reservation.Authority, []int64) (string, error) {
 	return "", errors.New("redis unreachable")
 }
 
-// A release that hands a pod back to MySQL repairs MySQL from Redis first;
-// if the repair fails, or nothing can repair, the switch stays engaged. A
-// release where Redis stays the authority repairs nothing.
+// A release repairs MySQL from Redis first, on what the switch covered:
+// every pod under it, or only the scope's shop; a redis_only switch is
+// first turned into a redis one (dual writes). If the repair fails, or
+// nothing can repair, the switch stays engaged.
 func TestReleaseRepairsMySQLFirst(t *testing.T) {
 	ctx := context.Background()
 	kill := rollout.KillOptions{Actor: "ana", Reason: "drill"}
@@ -320,28 +326,49 @@ func TestReleaseRepairsMySQLFirst(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	repairs := func(b *ctlBundle) string {
+		b.rc.mu.Lock()
+		defer b.rc.mu.Unlock()
+		r := strings.Join(b.rc.repairs, ", ")
+		b.rc.repairs = nil
+		return r
+	}
 
 	b := setupController(t, true)
-	setMode(t, b.flags, "pod-a", rollout.ModeShadow)
+	setMode(t, b.flags, "pod-a", rollout.ModeMySQL)
 	if err := b.ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, kill); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.ctl.Release(ctx, rollout.PodScope("pod-a"), kill); err != nil || len(b.rc.repairs) != 0 {
-		t.Fatalf("release in shadow mode: %v, repairs %q; want released without a repair (Redis stays the authority)", err, b.rc.repairs)
+	if err := b.ctl.Release(ctx, rollout.PodScope("pod-a"), kill); err != nil || repairs(b) != "pod-a<-redis" {
+		t.Fatalf("release of pod-a: %v, want pod-a repaired from Redis", err)
 	}
 
-	setMode(t, b.flags, "pod-a", rollout.ModeMySQL)
+	// A shop's switch: only that shop is repaired (on each pod, since the
+	// plan does not know which pod serves it).
+	if err := b.ctl.Kill(ctx, rollout.ShopScope(7), rollout.KillRedis, kill); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ctl.Release(ctx, rollout.ShopScope(7), kill); err != nil || repairs(b) != "pod-a<-redis[7], pod-b<-redis[7]" {
+		t.Fatalf("release of shop 7: %v, want only shop 7 repaired", err)
+	}
+
+	// redis_only: dual writes first (audited as a kill), then the repair.
 	if err := b.ctl.Kill(ctx, rollout.Global(), rollout.KillRedisOnly, kill); err != nil {
 		t.Fatal(err)
 	}
 	var out strings.Builder
 	dry := kill
 	dry.DryRun, dry.Out = true, &out
-	if err := b.ctl.Release(ctx, rollout.Global(), dry); err != nil || !strings.Contains(out.String(), "would repair MySQL from Redis first on pod-a") || len(b.rc.repairs) != 0 {
-		t.Fatalf("dry-run release: %v, %q, repairs %q", err, out.String(), b.rc.repairs)
+	if err := b.ctl.Release(ctx, rollout.Global(), dry); err != nil || !strings.Contains(out.String(), "would turn the redis_only switch into redis") ||
+		!strings.Contains(out.String(), "would repair MySQL from Redis first on pod-a, pod-b") || repairs(b) != "" {
+		t.Fatalf("dry-run release: %v, %q", err, out.String())
 	}
-	if err := b.ctl.Release(ctx, rollout.Global(), kill); err != nil || strings.Join(b.rc.repairs, ",") != "pod-a<-redis" {
-		t.Fatalf("release in mysql mode: %v, repairs %q; want pod-a repaired from Redis (pod-b runs redis)", err, b.rc.repairs)
+	if err := b.ctl.Release(ctx, rollout.Global(), kill); err != nil || repairs(b) != "pod-a<-redis, pod-b<-redis" {
+		t.Fatalf("release of a global redis_only switch: %v", err)
+	}
+	hs, err := b.ctl.History(ctx, 2)
+	if err != nil || len(hs) != 2 || hs[0].Action != "release" || hs[1].Action != "kill" || !strings.Contains(hs[1].Reason, "dual writes before the repair") {
+		t.Fatalf("history of the release: %+v %v, want the switch to redis, then the release", hs, err)
 	}
 
 	db := testdb.New(t)

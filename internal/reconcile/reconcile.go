@@ -108,11 +108,11 @@ func (r *Reconciler) Clean(ctx context.Context, pod string) (bool, string, error
 	return n == 0, rep.Summary(), nil
 }
 
-// RepairFrom runs a repair of pod with authority as the truth and returns
-// the report's summary: rollout.Controller calls it before a released kill
+// RepairFrom runs a repair of pod's shops (nil: all) with authority as the
+// truth and returns the report's summary: rollout.Controller calls it before a released kill
 // switch hands a pod back to MySQL.
-func (r *Reconciler) RepairFrom(ctx context.Context, pod string, authority reservation.Authority) (string, error) {
-	rep, err := r.Run(ctx, pod, Options{Repair: true, Authority: authority})
+func (r *Reconciler) RepairFrom(ctx context.Context, pod string, authority reservation.Authority, shops []int64) (string, error) {
+	rep, err := r.Run(ctx, pod, Options{Repair: true, Authority: authority, Shops: shops})
 	if err != nil {
 		return "", err
 	}

@@ -275,7 +275,7 @@ func TestSoak(t *testing.T) {
 	setMode := func(pod string, m rollout.Mode) func() error {
 		return func() error {
 			if m == rollout.ModeMySQL {
-				summary, err := rec.RepairFrom(ctx, pod, reservation.AuthorityRedis)
+				summary, err := rec.RepairFrom(ctx, pod, reservation.AuthorityRedis, nil)
 				if err != nil {
 					return err
 				}
