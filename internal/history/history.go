@@ -110,8 +110,9 @@ type Input struct {
 	// the hold may have expired and been reaped. 0: no TTL was given (the
 	// store's default applies) and the model never expires the hold.
 	Deadline int64 `json:"deadline,omitempty"`
-	// Return is the time of the answer (math.MaxInt64: none came). The
-	// model needs it to know which holds may have expired by then.
+	// Return is the time of the answer (for a call without one: when it
+	// returned, plus the recorder's UnknownHorizon). The model needs it to
+	// know which holds may have expired by then.
 	Return int64 `json:"return"`
 }
 
@@ -170,6 +171,11 @@ func Answer(err error) string { return reservation.AnswerName(err) }
 // concurrent use.
 type Recorder struct {
 	start time.Time
+	// UnknownHorizon bounds when a call without an answer may still take
+	// effect, counted from when it returned: the servers give up on a
+	// request within their own timeouts. The model lets such a call reap
+	// holds that expire within it, not any hold at all. Default: 30s.
+	UnknownHorizon time.Duration
 
 	mu      sync.Mutex
 	entries []Entry
@@ -187,7 +193,7 @@ type cartKey struct {
 
 // New returns an empty recorder; its clock starts now.
 func New() *Recorder {
-	return &Recorder{start: time.Now(), stocked: map[Key]bool{}, carts: map[cartKey][]reservation.Line{}}
+	return &Recorder{start: time.Now(), UnknownHorizon: 30 * time.Second, stocked: map[Key]bool{}, carts: map[cartKey][]reservation.Line{}}
 }
 
 // now is the recorder's monotonic clock, in nanoseconds, starting at 1 so
@@ -238,11 +244,14 @@ func (r *Recorder) add(client int, target Reservations, call, ret int64, ins []I
 	for i := range ins {
 		outs[i].Retried = retried
 		e := Entry{Client: client, Call: call, Return: ret, Input: ins[i], Output: outs[i]}
+		e.Input.Return = ret
 		if outs[i].Unknown {
+			// Open for ever for porcupine's ordering; for expiry, its
+			// effect lands within the horizon.
 			e.Client, e.Return = r.clients, math.MaxInt64
+			e.Input.Return = ret + int64(r.UnknownHorizon)
 			r.clients++
 		}
-		e.Input.Return = e.Return
 		r.entries = append(r.entries, e)
 	}
 }

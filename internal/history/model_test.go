@@ -33,12 +33,17 @@ func (b *h) stock(loc, n int64) *h {
 	return b
 }
 
+// unknownHorizon is how long after its call an answerless operation of
+// these histories may take effect (the recorder's UnknownHorizon).
+const unknownHorizon = 100
+
 func (b *h) op(client int, call, ret int64, in Input, out Output) *h {
 	in.Part = p1
+	in.Return = ret
 	if ret < 0 {
 		ret, out.Unknown = math.MaxInt64, true
+		in.Return = call + unknownHorizon
 	}
-	in.Return = ret
 	b.entries = append(b.entries, Entry{Client: client, Call: call, Return: ret, Input: in, Output: out})
 	return b
 }
@@ -226,6 +231,19 @@ func TestModel(t *testing.T) {
 		{"retried reserve answered as a replay", stocked(1).
 			reserve(1, 1, 2, "a", 1, Output{Result: ResultReserved, Quantity: 1, Location: 1, Replayed: true, Retried: true}).
 			reserve(2, 3, 4, "b", 1, short()), porcupine.Ok},
+		// An answerless reserve may land late, but not so late that it
+		// could reap a hold whose deadline is far off (found in review:
+		// it used to free that hold's units for everyone).
+		{"unknown reserve cannot reap a live hold", stocked(3).
+			reserveTTL(1, 1, 2, "a", 3, 1000, reserved(3)).
+			reserve(2, 5, -1, "u", 1, unknownOut("timeout")).
+			reserve(3, 10, 11, "b", 1, reserved(1)).
+			reserve(3, 12, 13, "c", 1, reserved(1)), porcupine.Illegal},
+		{"unknown reserve may reap a hold expiring within its horizon", stocked(3).
+			reserveTTL(1, 1, 2, "a", 3, 50, reserved(3)).
+			reserve(2, 5, -1, "u", 1, unknownOut("timeout")).
+			reserve(3, 60, 61, "b", 1, reserved(1)).
+			reserve(3, 62, 63, "c", 1, reserved(1)), porcupine.Ok},
 		{"a hold without a TTL never expires", stocked(1).
 			reserve(1, 1, 2, "a", 1, reserved(1)).
 			reserve(2, 1000, 1001, "b", 1, reserved(1)), porcupine.Illegal},
