@@ -353,7 +353,7 @@ const followPasses = 3
 
 // followRedis makes MySQL's holds of the tokens a repair touched agree
 // with Redis's once more, pass after pass until they do (at most
-// followPasses).
+// followPasses, then it checks once more and fails if they still differ).
 //
 // A repair under live traffic races the facade: a hold copied from Redis
 // may have been released or claimed between the lookup and the copy (the
@@ -369,7 +369,7 @@ func followRedis(ctx context.Context, p Pod, shop int64, put []reservation.Hold,
 	for _, h := range put {
 		tokens = append(tokens, h.Token)
 	}
-	for pass := 0; pass < followPasses && len(tokens) > 0; pass++ {
+	for pass := 0; len(tokens) > 0; pass++ {
 		var again []reservation.Hold
 		var gone, next []string
 		for _, token := range tokens {
@@ -396,6 +396,12 @@ func followRedis(ctx context.Context, p Pod, shop int64, put []reservation.Hold,
 		}
 		if len(next) == 0 {
 			return nil
+		}
+		if pass == followPasses {
+			// Still moving: rather than leave the last pass's guess (a
+			// hold dropped just before its Redis half landed, say), say
+			// so; the caller keeps the switch engaged and runs it again.
+			return fmt.Errorf("reconcile: shop %d: %d hold(s) still changing after %d repair passes (live traffic on them); run the repair again", shop, len(next), followPasses)
 		}
 		if err := p.MySQL.RepairHolds(ctx, shop, again, gone); err != nil {
 			return err
