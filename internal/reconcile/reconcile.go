@@ -188,7 +188,9 @@ func (r *Reconciler) Run(ctx context.Context, pod string, o Options) (Report, er
 		rep.Shops++
 		for _, f := range fs {
 			rep.Counts[f.Side+":"+f.Kind]++
-			if f.Repaired {
+			// Empty pools are notes, not drift (see Summary): a note gone
+			// after the repair is not a repair.
+			if f.Repaired && f.Kind != string(mysqlstore.DriftEmptyPool) {
 				rep.Repaired++
 			}
 		}
