@@ -446,7 +446,6 @@ func (c *Controller) mysqlOnlyUnder(f *Flags, scope Scope) []string {
 	return c.podsUnder(f, scope, func(d Decision) bool { return d.Mode == ModeMySQLOnly })
 }
 
-
 // AuditEntry is one recorded change.
 type AuditEntry struct {
 	ID     int64     `json:"id"`
