@@ -147,13 +147,10 @@ func (s *Store) Deduct(ctx context.Context, p *reservation.DeductParams) (reserv
 	var res reservation.DeductResult
 	err := s.inTx(ctx, callerDeduct, func(tx *sql.Tx) error {
 		res = reservation.DeductResult{}
-		// Replenish locks first, like every pool writer, so trimming below
-		// cannot race a refill computed from the old ledger.
-		for _, a := range allocs {
-			if _, _, _, err := lockPool(ctx, tx, callerDeduct, key{p.Shop, a.Item, a.Location}); err != nil {
-				return err
-			}
-		}
+		// The claims row first: its primary key makes the deduction happen
+		// once, and a repeat returns here without queueing on the hot
+		// pool and ledger rows (a retry storm after a fault is mostly
+		// repeats).
 		inserted, err := insertClaim(ctx, tx, callerDeduct, p.Shop, p.Token, allocs)
 		if err != nil {
 			return err
@@ -171,17 +168,24 @@ func (s *Store) Deduct(ctx context.Context, p *reservation.DeductParams) (reserv
 		// settle were lost, until the hold expired. The claims row records
 		// that a hold was settled here, and the settle then answers as a
 		// replay (without one it answers ErrNotFound: this store never
-		// held the cart, which the comparer counts). It comes before the
-		// hot ledger rows, to hold their locks for less time, and after
-		// the claims insert, which a concurrent reserve's claimedMeanwhile
-		// relies on.
-		removed, err := s.removeHold(ctx, tx, callerDeduct, p.Shop, p.Token)
+		// held the cart, which the comparer counts). It comes after the
+		// claims insert, which a concurrent reserve's claimedMeanwhile
+		// relies on, and is one statement: in redis mode (no shadow) there
+		// is never a hold.
+		removed, err := tx.ExecContext(ctx, tag(callerDeduct)+sqlHoldsDelete, p.Shop, p.Token)
 		if err != nil {
-			return err
+			return fmt.Errorf("mysqlstore: deduct: settle this store's hold: %w", err)
 		}
-		if removed != nil {
+		if n, _ := removed.RowsAffected(); n > 0 {
 			if _, err := tx.ExecContext(ctx, tag(callerDeduct)+sqlClaimHeld, viaDeductHeld, p.Shop, p.Token); err != nil {
 				return fmt.Errorf("mysqlstore: deduct: mark the settled hold: %w", err)
+			}
+		}
+		// Then the replenish locks, like every pool writer, so trimming
+		// below cannot race a refill computed from the old ledger.
+		for _, a := range allocs {
+			if _, _, _, err := lockPool(ctx, tx, callerDeduct, key{p.Shop, a.Item, a.Location}); err != nil {
+				return err
 			}
 		}
 		if err := s.deductLedger(ctx, tx, callerDeduct, p.Shop, allocs); err != nil {

@@ -166,9 +166,9 @@ func (r *reserveCall) attempt(ctx context.Context, checkExisting bool) (res rese
 // inserted the claims row first, this read waits for its commit and sees
 // it (or, when Deduct is meanwhile waiting for this transaction's hold
 // rows, InnoDB breaks the deadlock and the victim's retry sees the
-// other's commit). If not, Deduct's own locking read of the token's hold
-// (removeHold, after its claims insert) comes after this one, so it waits
-// for this transaction's hold rows and removes them.
+// other's commit). If not, Deduct's own delete of the token's hold (after
+// its claims insert) comes after this one, so it waits for this
+// transaction's hold rows and removes them.
 func (r *reserveCall) claimedMeanwhile(ctx context.Context, tx *sql.Tx) error {
 	rows, err := tx.QueryContext(ctx, sqlReserveClaimedLock, r.p.Shop, r.p.Token)
 	if err != nil {
