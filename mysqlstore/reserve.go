@@ -137,8 +137,10 @@ func (r *reserveCall) attempt(ctx context.Context, checkExisting bool) (res rese
 		if err := r.insertHolds(ctx, tx, expires); err != nil {
 			return err
 		}
-		if err := r.claimedMeanwhile(ctx, tx); err != nil {
-			return err
+		if r.authority != reservation.AuthorityMySQL {
+			if err := r.claimedMeanwhile(ctx, tx); err != nil {
+				return err
+			}
 		}
 		if hook := r.s.beforeReserveCommit; hook != nil {
 			hook()
@@ -157,7 +159,9 @@ func (r *reserveCall) attempt(ctx context.Context, checkExisting bool) (res rese
 // claimedMeanwhile refuses the reserve (ErrAlreadyClaimed, rolling back)
 // when the token was claimed while it ran: a shadow reserve still in
 // flight when the authority's claim deducted the ledger (the legacy Redis
-// claim's Deduct). Committed, its hold would be a hold of a claimed cart:
+// claim's Deduct). Only a reserve made for Redis's authority (a shadow
+// reserve) runs it: when MySQL is the authority, nobody has the
+// reservation yet, so nobody can be claiming it. Committed, its hold would be a hold of a claimed cart:
 // units nobody can buy until it expires, were the shadow settle that
 // follows lost.
 //
