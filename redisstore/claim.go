@@ -165,6 +165,21 @@ func (s *Store) settle(ctx context.Context, p *reservation.ClaimParams) (reserva
 	return s.settleAs(ctx, "settle", p)
 }
 
+// settleLost settles a claim whose Redis half was lost (callers:
+// reap_settle, follow_claims), exactly as that half would have done. It
+// reports whether it moved anything: not when the claim's own half landed
+// first (the marker was there).
+func (s *Store) settleLost(ctx context.Context, caller string, shop int64, token string, deducted []reservation.Allocation) (bool, error) {
+	res, err := s.settleAs(ctx, caller, &reservation.ClaimParams{Shop: shop, Token: token, As: reservation.AsShadow, Deducted: deducted})
+	switch {
+	case errors.Is(err, reservation.ErrNotFound):
+		return true, nil // no hold: the deduction went out all the same
+	case err != nil:
+		return false, fmt.Errorf("settle shop %d token %q: %w", shop, token, err)
+	}
+	return !res.Replayed, nil
+}
+
 // settleAs runs the settle script for caller (settle, or reap_settle: the
 // reaper settling a claim whose Redis half was lost).
 func (s *Store) settleAs(ctx context.Context, caller string, p *reservation.ClaimParams) (reservation.ClaimResult, error) {

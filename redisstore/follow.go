@@ -104,15 +104,15 @@ func (s *Store) FollowClaims(ctx context.Context, p *FollowParams) (FollowResult
 		if cmds[i].Val() == 1 {
 			continue
 		}
-		settled, err := s.settleAs(ctx, "follow_claims", &reservation.ClaimParams{Shop: c.Shop, Token: c.Token, As: reservation.AsShadow, Deducted: c.Allocations})
-		if err != nil && !errors.Is(err, reservation.ErrNotFound) {
-			errs = append(errs, fmt.Errorf("settle shop %d token %q: %w", c.Shop, c.Token, err))
+		moved, err := s.settleLost(ctx, "follow_claims", c.Shop, c.Token, c.Allocations)
+		if err != nil {
+			errs = append(errs, err)
 			if !failed {
 				failed, res.Last = true, c.At
 			}
 			continue
 		}
-		if err == nil && settled.Replayed {
+		if !moved {
 			continue // its own half landed meanwhile
 		}
 		res.Settled++

@@ -119,11 +119,11 @@ func (s *Store) reapShop(ctx context.Context, shop, nowMS int64, limit int) (hol
 			if !ok {
 				continue
 			}
-			settled, err := s.settleAs(ctx, "reap_settle", &reservation.ClaimParams{Shop: shop, Token: token, Deducted: deducted})
-			if err != nil && !errors.Is(err, reservation.ErrNotFound) {
-				return 0, 0, fmt.Errorf("redisstore: reap shop %d: settle claimed token %q: %w", shop, token, err)
+			moved, err := s.settleLost(ctx, "reap_settle", shop, token, deducted)
+			if err != nil {
+				return 0, 0, fmt.Errorf("redisstore: reap: %w", err)
 			}
-			if err != nil || !settled.Replayed {
+			if moved {
 				s.metrics.reapSettled.Inc()
 			}
 		}

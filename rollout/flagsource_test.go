@@ -13,25 +13,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/seed31b0e981/reservoir/internal/testbuf"
 )
 
 // logBuffer collects a source's log lines for assertions.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
+type logBuffer struct{ testbuf.Buffer }
 
 func (l *logBuffer) count(substr string) int { return strings.Count(l.String(), substr) }
 

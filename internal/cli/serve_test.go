@@ -11,32 +11,17 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/internal/testbuf"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
 	"github.com/seed31b0e981/reservoir/rollout"
 )
 
 // serveOutput is a goroutine-safe writer a running command prints to.
-type serveOutput struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (o *serveOutput) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.Write(p)
-}
-
-func (o *serveOutput) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.String()
-}
+type serveOutput struct{ testbuf.Buffer }
 
 // waitFor polls out until re matches, and returns the first submatch.
 func (o *serveOutput) waitFor(t *testing.T, re *regexp.Regexp, within time.Duration) string {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -222,22 +223,32 @@ func (s *Server) tokenParams(r *http.Request) (int64, string, *cell.Pod, *proble
 	return shop, token, pod, nil
 }
 
-func (s *Server) get(w http.ResponseWriter, r *http.Request) {
-	const op = "get"
+// tokenCall answers a call on one reservation (get, claim, release): the
+// shop and token from the path, checked; then call on the shop's pod, whose
+// result is the answer, or whose error becomes the store's problem.
+func (s *Server) tokenCall(w http.ResponseWriter, r *http.Request, op string,
+	call func(ctx context.Context, pod *cell.Pod, shop int64, token string) (any, error)) {
 	shop, token, pod, p := s.tokenParams(r)
 	if p != nil {
 		s.fail(w, r, pod, op, p)
 		return
 	}
-	h, err := pod.Facade.Get(r.Context(), &reservation.GetParams{Shop: shop, Token: token})
+	answer, err := call(r.Context(), pod, shop, token)
 	if err != nil {
 		s.fail(w, r, pod, op, s.storeProblem(r, pod.Name, err))
 		return
 	}
-	exp := h.ExpiresAt.UTC()
 	s.op(pod, op, http.StatusOK)
-	writeJSON(w, http.StatusOK, Reservation{Shop: shop, Token: token, Pod: pod.Name, Status: "held",
-		Authority: h.Authority, Allocations: h.Allocations, ExpiresAt: &exp})
+	writeJSON(w, http.StatusOK, answer)
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	s.tokenCall(w, r, "get", func(ctx context.Context, pod *cell.Pod, shop int64, token string) (any, error) {
+		h, err := pod.Facade.Get(ctx, &reservation.GetParams{Shop: shop, Token: token})
+		exp := h.ExpiresAt.UTC()
+		return Reservation{Shop: shop, Token: token, Pod: pod.Name, Status: "held",
+			Authority: h.Authority, Allocations: h.Allocations, ExpiresAt: &exp}, err
+	})
 }
 
 // ClaimResponse is the answer of a claim.
@@ -257,20 +268,11 @@ type ClaimResponse struct {
 }
 
 func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
-	const op = "claim"
-	shop, token, pod, p := s.tokenParams(r)
-	if p != nil {
-		s.fail(w, r, pod, op, p)
-		return
-	}
-	res, err := pod.Facade.Claim(r.Context(), &reservation.ClaimParams{Shop: shop, Token: token})
-	if err != nil {
-		s.fail(w, r, pod, op, s.storeProblem(r, pod.Name, err))
-		return
-	}
-	s.op(pod, op, http.StatusOK)
-	writeJSON(w, http.StatusOK, ClaimResponse{Shop: shop, Token: token, Pod: pod.Name, Outcome: res.Outcome,
-		Allocations: res.Allocations, Replayed: res.Replayed})
+	s.tokenCall(w, r, "claim", func(ctx context.Context, pod *cell.Pod, shop int64, token string) (any, error) {
+		res, err := pod.Facade.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: token})
+		return ClaimResponse{Shop: shop, Token: token, Pod: pod.Name, Outcome: res.Outcome,
+			Allocations: res.Allocations, Replayed: res.Replayed}, err
+	})
 }
 
 // ReleaseResponse is the answer of a release.
@@ -287,19 +289,10 @@ type ReleaseResponse struct {
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
-	const op = "release"
-	shop, token, pod, p := s.tokenParams(r)
-	if p != nil {
-		s.fail(w, r, pod, op, p)
-		return
-	}
-	res, err := pod.Facade.Release(r.Context(), &reservation.ReleaseParams{Shop: shop, Token: token})
-	if err != nil {
-		s.fail(w, r, pod, op, s.storeProblem(r, pod.Name, err))
-		return
-	}
-	s.op(pod, op, http.StatusOK)
-	writeJSON(w, http.StatusOK, ReleaseResponse{Shop: shop, Token: token, Pod: pod.Name, Released: res.Released, Allocations: res.Allocations})
+	s.tokenCall(w, r, "release", func(ctx context.Context, pod *cell.Pod, shop int64, token string) (any, error) {
+		res, err := pod.Facade.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: token})
+		return ReleaseResponse{Shop: shop, Token: token, Pod: pod.Name, Released: res.Released, Allocations: res.Allocations}, err
+	})
 }
 
 // AvailabilityResponse is the answer of an availability read.

@@ -12,13 +12,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/internal/cell"
 	"github.com/seed31b0e981/reservoir/internal/server"
+	"github.com/seed31b0e981/reservoir/internal/testbuf"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
 	"github.com/seed31b0e981/reservoir/internal/topology"
@@ -61,22 +61,7 @@ type options struct {
 }
 
 // syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type syncBuffer = testbuf.Buffer
 
 // topologyFor builds a two-pod topology on fresh databases and prefixes.
 func topologyFor(t *testing.T, dir string) (*topology.Config, map[string]*podBundle) {

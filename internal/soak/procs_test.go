@@ -2,7 +2,6 @@ package soak
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,10 +13,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/seed31b0e981/reservoir/internal/testbuf"
 )
 
 // binary is the reservoir binary TestMain builds once.
@@ -43,22 +43,7 @@ func TestMain(m *testing.M) {
 }
 
 // lockedBuffer is a goroutine-safe buffer a process writes its log to.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type lockedBuffer = testbuf.Buffer
 
 // proc is one `reservoir serve` OS process.
 type proc struct {
