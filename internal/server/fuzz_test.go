@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/internal/cell"
 	"github.com/seed31b0e981/reservoir/internal/server"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
@@ -68,16 +66,7 @@ func newEnv(tb testing.TB, o envOptions) *env {
 	if err := (rollout.FlagsFile{Path: topo.FlagsFile}).Write(flags); err != nil {
 		tb.Fatal(err)
 	}
-	logBuf := &syncBuffer{}
-	log := slog.New(slog.NewJSONHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	reg := server.NewRegistry()
-	c, err := cell.Open(context.Background(), cell.Config{
-		Topology: topo, Registerer: reg, Logger: log, ReapInterval: -1, FlagPollInterval: 20 * time.Millisecond,
-		Compare: compare.Config{FlushInterval: 100 * time.Millisecond, CleanupInterval: -1},
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	c, reg, log, logBuf := openCell(tb, topo)
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

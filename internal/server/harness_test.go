@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/internal/cell"
 	"github.com/seed31b0e981/reservoir/internal/server"
@@ -98,6 +100,24 @@ func writeFlags(t *testing.T, path string, modes map[string]rollout.Mode) {
 	}
 }
 
+// openCell opens a cell on topo as the server tests run it: no reaper,
+// fast flag polling and comparer flushes, a debug log kept in a buffer.
+// The caller closes it.
+func openCell(tb testing.TB, topo *topology.Config) (*cell.Cell, *prometheus.Registry, *slog.Logger, *syncBuffer) {
+	tb.Helper()
+	logBuf := &syncBuffer{}
+	log := slog.New(slog.NewJSONHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	reg := server.NewRegistry()
+	c, err := cell.Open(context.Background(), cell.Config{
+		Topology: topo, Registerer: reg, Logger: log, ReapInterval: -1, FlagPollInterval: 20 * time.Millisecond,
+		Compare: compare.Config{FlushInterval: 100 * time.Millisecond, CleanupInterval: -1},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c, reg, log, logBuf
+}
+
 func setup(t *testing.T, o options) *harness {
 	t.Helper()
 	dir := t.TempDir()
@@ -108,16 +128,7 @@ func setup(t *testing.T, o options) *harness {
 		}
 	}
 	writeFlags(t, topo.FlagsFile, o.modes)
-	logBuf := &syncBuffer{}
-	log := slog.New(slog.NewJSONHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	reg := server.NewRegistry()
-	c, err := cell.Open(context.Background(), cell.Config{
-		Topology: topo, Registerer: reg, Logger: log, ReapInterval: -1, FlagPollInterval: 20 * time.Millisecond,
-		Compare: compare.Config{FlushInterval: 100 * time.Millisecond, CleanupInterval: -1},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, reg, log, logBuf := openCell(t, topo)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -144,6 +155,7 @@ func setup(t *testing.T, o options) *harness {
 	if o.noToken {
 		token = ""
 	}
+	var err error
 	h.srv, err = server.New(server.Config{
 		Cell: c, Controller: h.ctl, AdminToken: token, Registry: reg, Logger: log,
 		Reconciler:     server.ReportFunc(func(ctx context.Context, pod string) (any, error) { return c.Reconcile(ctx, pod) }),
