@@ -36,7 +36,7 @@ func BenchmarkReserveStatements(b *testing.B) {
 		b.Run("insert-holds-"+strconv.Itoa(lines)+"-lines", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				_ = reserveInsertHoldsQuery(lines)
+				_ = insertHoldsQuery(callerReserve, lines)
 			}
 		})
 	}

@@ -11,15 +11,20 @@ import (
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
-// Claim as authority removes the hold, inserts the claim row and deducts the
-// ledger in one transaction. The claims row's primary key (shop, token) makes
-// the deduction happen once whoever retries; the ledger rows, now the hot
-// rows, are updated last, in (item, location) order, so their locks are held
-// for as short a time as the transaction allows and never in a cycle.
+// Claim as authority (MySQL decides the shop) is one transaction: lock the
+// shop's fence row (shared) and the reservation's row, check the hold is
+// still live by the database's clock after the lock is held (a claim that
+// waited on a release or the reaper must not judge by the time it started
+// waiting), remove the hold, record the claims row, deduct the ledger and
+// record the change Redis must follow. The reservation's row is what makes
+// a claim all lines or none: the reaper and a release take it too, whole.
+// The claims row's primary key makes the deduction happen once whoever
+// retries; the ledger rows, the hot rows, are updated last, in
+// (item, location) order, so their locks are held for as short a time as
+// the transaction allows and never in a cycle.
 //
-// As shadow it removes the hold. p.Deducted needs no following here: the
-// authority's deduction went through this same ledger (Deduct), which
-// trimmed the pool.
+// As shadow it settles this store's own hold (no ledger, no change for
+// Redis); it is refused once MySQL decides the shop.
 func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
 	if err := s.cfg.Limits.ValidateClaim(p); err != nil {
 		return reservation.ClaimResult{}, err
@@ -29,46 +34,67 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 	}
 	var res reservation.ClaimResult
 	err := s.inTx(ctx, callerClaim, func(tx *sql.Tx) error {
-		res = reservation.ClaimResult{Outcome: reservation.OutcomeClaimed}
-		h, err := readHolds(ctx, tx, tag(callerClaim)+sqlHoldsLock, p.Shop, p.Token)
+		res = reservation.ClaimResult{}
+		fence, st, err := readFenceAndState(ctx, tx, tag(callerClaim)+sqlFenceAndStateLock, p.Shop, p.Token)
 		if err != nil {
-			return fmt.Errorf("mysqlstore: claim: lock hold: %w", err)
+			return fmt.Errorf("mysqlstore: claim: lock reservation: %w", err)
 		}
-		if len(h.allocs) == 0 {
-			allocs, found, err := readClaim(ctx, tx, callerClaim, p.Shop, p.Token)
-			if err != nil {
-				return err
-			}
-			if !found {
-				return fmt.Errorf("mysqlstore: claim shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
-			}
-			res.Allocations, res.Replayed = allocs, true
+		if err := s.decides(p.Shop, fence); err != nil {
+			return err
+		}
+		if !st.found {
+			return s.claimWithoutState(ctx, tx, p, &res)
+		}
+		switch st.state {
+		case reservation.StateHeld:
+		case reservation.StateClaimed:
+			s.metrics.tombstoneHits.WithLabelValues(string(st.state)).Inc()
+			res = reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: st.allocs, Replayed: true}
 			return nil
+		default:
+			return s.tombstoneErr("claim", p.Shop, p.Token, st)
 		}
-		if !h.live {
-			return fmt.Errorf("mysqlstore: claim shop %d token %q expired at %s: %w", p.Shop, p.Token, h.expiresAt.Time, reservation.ErrExpired)
+		live, err := s.endState(ctx, tx, callerClaim, p.Shop, p.Token, reservation.StateClaimed, reservation.AuthorityMySQL, true)
+		if err != nil {
+			return err
+		}
+		if !live {
+			return fmt.Errorf("mysqlstore: claim shop %d token %q expired at %s: %w", p.Shop, p.Token, st.expiresAt, reservation.ErrExpired)
 		}
 		if _, err := tx.ExecContext(ctx, tag(callerClaim)+sqlHoldsDelete, p.Shop, p.Token); err != nil {
 			return fmt.Errorf("mysqlstore: claim: delete hold: %w", err)
 		}
-		inserted, err := insertClaim(ctx, tx, callerClaim, p.Shop, p.Token, h.allocs)
-		if err != nil {
+		if _, err := insertClaim(ctx, tx, callerClaim, p.Shop, p.Token, st.allocs); err != nil {
 			return err
 		}
-		if !inserted {
-			// The legacy claim (Deduct) already took this token from the
-			// ledger: deleting our hold (above) settled it.
-			allocs, _, err := readClaim(ctx, tx, callerClaim, p.Shop, p.Token)
-			if err != nil {
-				return err
-			}
-			res.Allocations, res.Replayed = allocs, true
-			return nil
+		if err := s.deductLedger(ctx, tx, callerClaim, p.Shop, st.allocs); err != nil {
+			return err
 		}
-		res.Allocations = h.allocs
-		return s.deductLedger(ctx, tx, callerClaim, p.Shop, h.allocs)
+		if err := s.feedState(ctx, tx, callerClaim, p.Shop, p.Token); err != nil {
+			return err
+		}
+		res = reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: st.allocs}
+		return nil
 	})
-	return res, err
+	if err != nil {
+		return reservation.ClaimResult{}, err
+	}
+	return res, nil
+}
+
+// claimWithoutState answers a claim of a token without a reservation row:
+// a claims row from before reservations had rows answers as a replay;
+// anything else was never held here.
+func (s *Store) claimWithoutState(ctx context.Context, tx *sql.Tx, p *reservation.ClaimParams, res *reservation.ClaimResult) error {
+	allocs, found, err := readClaim(ctx, tx, callerClaim, p.Shop, p.Token)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("mysqlstore: claim shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
+	}
+	*res = reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: allocs, Replayed: true}
+	return nil
 }
 
 // deductLedger subtracts allocations from the ledger, in (item, location)
@@ -92,10 +118,6 @@ func (s *Store) deductLedger(ctx context.Context, tx *sql.Tx, caller string, sho
 	}
 	return nil
 }
-
-// viaDeductHeld is a claims row's via when the legacy claim's Deduct also
-// settled this store's own hold of the token.
-const viaDeductHeld = "deduct_held"
 
 // insertClaim records the claim; inserted is false when the token was
 // claimed before.
@@ -129,140 +151,115 @@ func readClaim(ctx context.Context, q querier, caller string, shop int64, token 
 	return allocs, true, nil
 }
 
-// settle is Claim as shadow.
+// settle is Claim as shadow: this store's own hold is removed and the
+// reservation recorded as claimed, without touching the ledger (the legacy
+// claim deducts it through Deduct, which settles the hold itself; settle is
+// for a caller that wants the shadow in step without a deduction here).
 func (s *Store) settle(ctx context.Context, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
 	var res reservation.ClaimResult
 	err := s.inTx(ctx, callerSettle, func(tx *sql.Tx) error {
-		allocs, err := s.removeHold(ctx, tx, callerSettle, p.Shop, p.Token)
+		res = reservation.ClaimResult{}
+		fence, st, err := readFenceAndState(ctx, tx, tag(callerSettle)+sqlFenceAndStateLock, p.Shop, p.Token)
 		if err != nil {
+			return fmt.Errorf("mysqlstore: settle: lock reservation: %w", err)
+		}
+		if !st.found {
+			return fmt.Errorf("mysqlstore: settle shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
+		}
+		switch st.state {
+		case reservation.StateHeld:
+		case reservation.StateClaimed:
+			res = reservation.ClaimResult{Outcome: reservation.OutcomeSettled, Allocations: st.allocs, Replayed: true}
+			return nil
+		default:
+			return s.tombstoneErr("settle", p.Shop, p.Token, st)
+		}
+		if _, err := s.endState(ctx, tx, callerSettle, p.Shop, p.Token, reservation.StateClaimed, reservation.AuthorityRedis, false); err != nil {
 			return err
 		}
-		if allocs == nil {
-			// No hold: Deduct settled it with the ledger, or this store
-			// never held the token. The claims row tells which.
-			var doc, via string
-			err := tx.QueryRowContext(ctx, tag(callerSettle)+sqlClaimVia, p.Shop, p.Token).Scan(&doc, &via)
-			if err != nil && !isNoRows(err) {
-				return fmt.Errorf("mysqlstore: settle: read claim: %w", err)
-			}
-			if err != nil || via != viaDeductHeld {
-				return fmt.Errorf("mysqlstore: settle shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
-			}
-			var claimed []reservation.Allocation
-			if err := json.Unmarshal([]byte(doc), &claimed); err != nil {
-				return fmt.Errorf("mysqlstore: settle: claim row of token %q: %w", p.Token, err)
-			}
-			reservation.SortAllocations(claimed)
-			res = reservation.ClaimResult{Outcome: reservation.OutcomeSettled, Allocations: claimed, Replayed: true}
-			return nil
+		if _, err := tx.ExecContext(ctx, tag(callerSettle)+sqlHoldsDelete, p.Shop, p.Token); err != nil {
+			return fmt.Errorf("mysqlstore: settle: delete hold: %w", err)
 		}
-		res = reservation.ClaimResult{Outcome: reservation.OutcomeSettled, Allocations: allocs}
+		if err := s.checkShadowFence(ctx, tx, callerSettle, p.Shop, fence); err != nil {
+			return err
+		}
+		res = reservation.ClaimResult{Outcome: reservation.OutcomeSettled, Allocations: st.allocs}
 		return nil
 	})
-	return res, err
-}
-
-// removeHold deletes a token's hold. It returns nil when there was no hold.
-//
-// The units are not put back into the pool here. Deleting a hold lowers
-// pool + held, so the projection stays within the ledger whatever runs
-// concurrently, and the next reserve that finds the pool short refills it
-// from the ledger in one batch. Putting units back would need the
-// single-flight lock row (for the cap and the unit ids), and every release
-// of a hot item would queue on it: measured in the facade's tests, releases
-// and settles timed out behind refills.
-func (s *Store) removeHold(ctx context.Context, tx *sql.Tx, caller string, shop int64, token string) ([]reservation.Allocation, error) {
-	h, err := readHolds(ctx, tx, tag(caller)+sqlHoldsLock, shop, token)
 	if err != nil {
-		return nil, fmt.Errorf("mysqlstore: %s: lock hold: %w", caller, err)
+		return reservation.ClaimResult{}, err
 	}
-	if len(h.allocs) == 0 {
-		return nil, nil
-	}
-	if _, err := tx.ExecContext(ctx, tag(caller)+sqlHoldsDelete, shop, token); err != nil {
-		return nil, fmt.Errorf("mysqlstore: %s: delete hold: %w", caller, err)
-	}
-	return h.allocs, nil
+	return res, nil
 }
 
-// Release deletes a hold; its units are reservable again at once (see
-// removeHold for why they reach the pool through the replenisher).
+// Release gives a hold back and records it released. As authority MySQL
+// must decide the shop, and the change is recorded for Redis; as shadow
+// (Redis decides, this is MySQL's own copy) it is refused once MySQL
+// decides. A hold is released whether or not it has expired (an expired
+// hold the reaper has not reached yet would give its units back all the
+// same). The units are not put back into the pool here: deleting the
+// hold lowers pool + held, so the projection stays within the ledger
+// whatever runs concurrently, and the next reserve that finds the pool
+// short refills it from the ledger in one batch. Putting units back would
+// need the single-flight lock row (for the cap and the unit ids), and
+// every release of a hot item would queue on it.
 func (s *Store) Release(ctx context.Context, p *reservation.ReleaseParams) (reservation.ReleaseResult, error) {
 	if err := s.cfg.Limits.ValidateRelease(p); err != nil {
 		return reservation.ReleaseResult{}, err
 	}
+	deciding := p.As == reservation.AsAuthority
 	var res reservation.ReleaseResult
 	err := s.inTx(ctx, callerRelease, func(tx *sql.Tx) error {
-		allocs, err := s.removeHold(ctx, tx, callerRelease, p.Shop, p.Token)
+		res = reservation.ReleaseResult{}
+		fence, st, err := readFenceAndState(ctx, tx, tag(callerRelease)+sqlFenceAndStateLock, p.Shop, p.Token)
+		if err != nil {
+			return fmt.Errorf("mysqlstore: release: lock reservation: %w", err)
+		}
+		if deciding {
+			if err := s.decides(p.Shop, fence); err != nil {
+				return err
+			}
+		}
+		if !st.found {
+			if _, claimed, err := readClaim(ctx, tx, callerRelease, p.Shop, p.Token); err != nil || claimed {
+				if err == nil {
+					err = fmt.Errorf("mysqlstore: release shop %d token %q: %w", p.Shop, p.Token, reservation.ErrAlreadyClaimed)
+				}
+				return err
+			}
+			return nil
+		}
+		switch st.state {
+		case reservation.StateHeld:
+		case reservation.StateClaimed:
+			return s.tombstoneErr("release", p.Shop, p.Token, st)
+		default:
+			s.metrics.tombstoneHits.WithLabelValues(string(st.state)).Inc()
+			return nil
+		}
+		by := reservation.AuthorityMySQL
+		if !deciding {
+			by = reservation.AuthorityRedis
+		}
+		if _, err := s.endState(ctx, tx, callerRelease, p.Shop, p.Token, reservation.StateReleased, by, false); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, tag(callerRelease)+sqlHoldsDelete, p.Shop, p.Token); err != nil {
+			return fmt.Errorf("mysqlstore: release: delete hold: %w", err)
+		}
+		if deciding {
+			err = s.feedState(ctx, tx, callerRelease, p.Shop, p.Token)
+		} else {
+			err = s.checkShadowFence(ctx, tx, callerRelease, p.Shop, fence)
+		}
 		if err != nil {
 			return err
 		}
-		if allocs == nil {
-			_, claimed, err := readClaim(ctx, tx, callerRelease, p.Shop, p.Token)
-			if err != nil {
-				return err
-			}
-			if claimed {
-				return fmt.Errorf("mysqlstore: release shop %d token %q: %w", p.Shop, p.Token, reservation.ErrAlreadyClaimed)
-			}
-		}
-		res = reservation.ReleaseResult{Released: allocs != nil, Allocations: allocs}
+		res = reservation.ReleaseResult{Released: true, Allocations: st.allocs}
 		return nil
 	})
-	return res, err
-}
-
-// Reap returns expired holds, oldest first, judged by the database's clock
-// (NOW(3)), never the app server's. The hold rows are taken with SKIP
-// LOCKED, so several reapers share the work and each hold is returned once.
-// Like Release, it deletes the holds; the replenisher brings the units back
-// into the pool when a reserve needs them.
-func (s *Store) Reap(ctx context.Context, p *reservation.ReapParams) (reservation.ReapResult, error) {
-	if err := s.cfg.Limits.ValidateReap(p); err != nil {
-		return reservation.ReapResult{}, err
+	if err != nil {
+		return reservation.ReleaseResult{}, err
 	}
-	limit := p.Limit
-	if limit == 0 {
-		limit = s.cfg.ReapBatch
-	}
-	var res reservation.ReapResult
-	err := s.inTx(ctx, callerReap, func(tx *sql.Tx) error {
-		res = reservation.ReapResult{}
-		rows, err := tx.QueryContext(ctx, sqlReapSelect, limit)
-		if err != nil {
-			return fmt.Errorf("mysqlstore: reap: %w", err)
-		}
-		type row struct {
-			k     key
-			token string
-			qty   int64
-		}
-		var got []row
-		for rows.Next() {
-			var r row
-			if err := rows.Scan(&r.k.shop, &r.token, &r.k.item, &r.k.loc, &r.qty); err != nil {
-				rows.Close()
-				return err
-			}
-			got = append(got, r)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil || len(got) == 0 {
-			return err
-		}
-		args := make([]any, 0, 4*len(got))
-		for _, r := range got {
-			args = append(args, r.k.shop, r.token, r.k.item, r.k.loc)
-			res.Units += r.qty
-		}
-		if _, err := tx.ExecContext(ctx, reapDeleteQuery(len(got)), args...); err != nil {
-			return fmt.Errorf("mysqlstore: reap: delete: %w", err)
-		}
-		res.Holds = len(got)
-		return nil
-	})
-	if err == nil {
-		s.metrics.reapedHolds.Add(float64(res.Holds))
-	}
-	return res, err
+	return res, nil
 }

@@ -39,8 +39,15 @@ type Config struct {
 	// locked by others). Past it, Reserve returns ErrContention rather than
 	// a false "insufficient". Default: 64.
 	ReserveAttempts int
-	// ReapBatch is the default number of holds one Reap returns. Default: 500.
+	// ReapBatch is the default number of reservations one Reap expires
+	// (and of tombstones it forgets). Default: 500.
 	ReapBatch int
+	// TombstoneTTL is how long a reservation's terminal state (claimed,
+	// released, expired, refused) is kept after it is reached: while it
+	// is, a late claim answers expired or released, and a late or repeated
+	// reserve cannot hold the token again. It must outlive any hold (at
+	// least Limits.MaxTTL). Default: reservation.DefaultTombstoneTTL.
+	TombstoneTTL time.Duration
 	// ScanFromHead makes every reserve scan its pool from the lowest unit
 	// id, as the store did before reserves started at a random point of the
 	// pool. It is slower under concurrency (every scan walks over the units
@@ -85,6 +92,9 @@ func (c Config) WithDefaults() Config {
 	if c.ReapBatch == 0 {
 		c.ReapBatch = 500
 	}
+	if c.TombstoneTTL == 0 {
+		c.TombstoneTTL = reservation.DefaultTombstoneTTL
+	}
 	return c
 }
 
@@ -105,6 +115,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("mysqlstore: Config.ReserveAttempts must be >= 1, got %d", c.ReserveAttempts)
 	case c.ReapBatch < 1:
 		return fmt.Errorf("mysqlstore: Config.ReapBatch must be >= 1, got %d", c.ReapBatch)
+	case c.TombstoneTTL < c.Limits.MaxTTL || c.TombstoneTTL%time.Second != 0:
+		return fmt.Errorf("mysqlstore: Config.TombstoneTTL %s must be whole seconds and at least Limits.MaxTTL %s: a tombstone must outlive any hold", c.TombstoneTTL, c.Limits.MaxTTL)
 	}
 	if err := c.Limits.Validate(); err != nil {
 		return fmt.Errorf("mysqlstore: Config.Limits: %w", err)

@@ -17,6 +17,6 @@ func TestConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return storetest.Harness{Store: s, Ledger: s}
+		return storetest.Harness{Store: s, Ledger: s, Decide: decide(s), HandOff: handOff(s)}
 	})
 }

@@ -21,6 +21,11 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
+	// MySQL decides shop 42's reservations: a handoff from Redis, with
+	// nothing to copy, moved its fence (package mirror does this).
+	if _, err := store.TakeOver(ctx, &reservation.Snapshot{Shop: 42}, 1); err != nil {
+		panic(err)
+	}
 	ten := int64(10)
 	// The merchant has 10 units of item 1001 at location 1 (and none at 2).
 	store.Adjust(ctx, &reservation.AdjustParams{Shop: 42, Item: 1001, Location: 1, Available: &ten})

@@ -4,15 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
-// What the Redis store's Drift and Resync read from this store: a shop's
-// holds and which tokens the ledger has deducted. They live in this file
-// rather than sql.go so that the resync path can be reviewed (and removed)
-// as one piece.
+// What the Redis store reads from this store besides the ledger: a
+// shop's holds (Drift) and which tokens the ledger has deducted (a legacy
+// claim left in progress). They live in this file rather than sql.go so
+// that this path can be reviewed as one piece.
 
 // callerResync tags the statements Drift and Resync cause here.
 const callerResync = "resync"
@@ -25,50 +24,7 @@ const (
   ORDER BY token, inventory_item_id, location_id`
 	sqlShopClaimsPrefix = `/*caller='resync'*/ SELECT token, allocations FROM reservation_claims
   WHERE shop_id = ? AND token IN (`
-	// idx_claims_claimed_at serves the range and the order. Claims younger
-	// than the lag (database clock) are left out: their own Redis half is
-	// most likely still on its way.
-	sqlClaimsSince = `/*caller='follow'*/ SELECT shop_id, token, allocations, claimed_at FROM reservation_claims
-  WHERE claimed_at >= ? AND claimed_at <= NOW(3) - INTERVAL ? MICROSECOND AND (? = 0 OR shop_id = ?)
-  ORDER BY claimed_at LIMIT ?`
 )
-
-// ClaimsSince lists the claims of shop (0: every shop) recorded at or
-// after since and at least lag ago, oldest first, at most limit of them:
-// the Redis store's claim follower (redisstore.Store.FollowClaims) reads
-// them to find claims whose Redis half was lost, and its Resync to mark
-// them.
-func (s *Store) ClaimsSince(ctx context.Context, shop int64, since time.Time, lag time.Duration, limit int) ([]reservation.Claimed, error) {
-	if limit <= 0 {
-		return nil, &reservation.ValidationError{Field: "limit", Reason: fmt.Sprintf("must be positive, got %d", limit)}
-	}
-	c, err := s.acquire(ctx, callerResync)
-	if err != nil {
-		return nil, err
-	}
-	defer c.release()
-	rows, err := c.QueryContext(ctx, sqlClaimsSince, since.UTC(), lag.Microseconds(), shop, shop, limit)
-	if err != nil {
-		return nil, fmt.Errorf("mysqlstore: claims since %s: %w", since.Format(time.RFC3339Nano), err)
-	}
-	defer rows.Close()
-	var out []reservation.Claimed
-	for rows.Next() {
-		var cl reservation.Claimed
-		var doc string
-		var at sqlTime
-		if err := rows.Scan(&cl.Shop, &cl.Token, &doc, &at); err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal([]byte(doc), &cl.Allocations); err != nil {
-			return nil, fmt.Errorf("mysqlstore: claim row of shop %d token %q: %w", cl.Shop, cl.Token, err)
-		}
-		reservation.SortAllocations(cl.Allocations)
-		cl.At = at.Time
-		out = append(out, cl)
-	}
-	return out, rows.Err()
-}
 
 // claimsBatch bounds the placeholders of one claims lookup.
 const claimsBatch = 500

@@ -32,15 +32,24 @@ func TestHoldsAndClaims(t *testing.T) {
 	if _, err := b.s.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: "claimed"}); err != nil {
 		t.Fatal(err)
 	}
-	// The legacy claim path: a deduction for a token this store never held.
+	// The legacy claim path, while Redis decided the shop: a deduction
+	// for a token this store never held. Then MySQL decides again.
+	handOff(b.s)(t, shop)
 	if _, err := b.s.Deduct(ctx, &reservation.DeductParams{Shop: shop, Token: "legacy", Allocations: []reservation.Allocation{{Item: 2, Location: 2, Quantity: 2}}}); err != nil {
 		t.Fatal(err)
+	}
+	if f, err := b.s.TakeOver(ctx, &reservation.Snapshot{Shop: shop, Holds: []reservation.Hold{
+		{Shop: shop, Token: "a-cart", Allocations: []reservation.Allocation{{Item: 1, Location: 1, Quantity: 2}}, ExpiresAt: time.Now().Add(time.Minute), Authority: reservation.AuthorityMySQL},
+		{Shop: shop, Token: "b-cart", Allocations: []reservation.Allocation{{Item: 1, Location: 1, Quantity: 1}, {Item: 2, Location: 2, Quantity: 3}}, ExpiresAt: time.Now().Add(time.Minute), Authority: reservation.AuthorityMySQL},
+	}}, 3); err != nil || f.Decider != reservation.AuthorityMySQL {
+		t.Fatalf("take over: %v %v", f, err)
 	}
 	// Another shop's holds stay out.
 	other := int64(7)
 	if _, err := b.s.Adjust(ctx, &reservation.AdjustParams{Shop: shop + 1, Item: 1, Location: 1, Available: &other}); err != nil {
 		t.Fatal(err)
 	}
+	decide(b.s)(t, shop+1)
 	if _, err := b.s.Reserve(ctx, &reservation.ReserveParams{Shop: shop + 1, Token: "a-cart", Lines: []reservation.Line{{Item: 1, Quantity: 1, Locations: []int64{1}}}, TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}

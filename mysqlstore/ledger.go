@@ -10,39 +10,25 @@ import (
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
-// Adjust applies a merchant's stock change. As authority it changes the
-// ledger and trims the pool in one transaction (AdjustStock). As shadow the
-// ledger has already been changed through this store's Ledger by the
-// authority, so it only re-checks the projection.
+// Adjust applies a merchant's stock change to the ledger (AdjustStock):
+// the store is the ledger, whoever decides the shop's reservations. Redis
+// follows the change through the change feed. As shadow it is refused:
+// there is nothing for a shadow to follow that the feed does not carry.
 func (s *Store) Adjust(ctx context.Context, p *reservation.AdjustParams) (reservation.AdjustResult, error) {
 	if err := s.cfg.Limits.ValidateAdjust(p); err != nil {
 		return reservation.AdjustResult{}, err
 	}
-	if p.As == reservation.AsAuthority {
-		return s.adjustLedger(ctx, p)
+	if p.As != reservation.AsAuthority {
+		return reservation.AdjustResult{}, &reservation.ValidationError{Field: "as", Reason: "an adjust changes the ledger; Redis follows it through the change feed"}
 	}
-	k := key{p.Shop, p.Item, p.Location}
-	var res reservation.AdjustResult
-	err := s.inTx(ctx, callerAdjust, func(tx *sql.Tx) error {
-		if _, _, ok, err := lockPool(ctx, tx, callerAdjust, k); err != nil || !ok {
-			if err == nil {
-				err = fmt.Errorf("mysqlstore: adjust %s: %w", k, reservation.ErrNotFound)
-			}
-			return err
-		}
-		if err := tx.QueryRowContext(ctx, tag(callerAdjust)+sqlLedgerRead, k.args()...).Scan(&res.Available); err != nil {
-			return fmt.Errorf("mysqlstore: adjust %s: read ledger: %w", k, err)
-		}
-		res.Delta = p.Delta
-		return trim(ctx, tx, callerAdjust, k)
-	})
-	return res, err
+	return s.adjustLedger(ctx, p)
 }
 
-// AdjustStock changes the ledger for one item x location and trims its pool
+// AdjustStock changes the ledger for one item x location, trims its pool
 // so that pool + held <= available holds when it commits, even with
-// reserves running (see trim). Lock order: replenish lock row, ledger row,
-// units, the same as every other writer of pools.
+// reserves running (see trim), and records the delta in the change feed
+// (AdjustResult.ChangeID) for Redis to follow. Lock order: replenish lock
+// row, ledger row, units, the same as every other writer of pools.
 func (s *Store) AdjustStock(ctx context.Context, p *reservation.AdjustParams) (reservation.AdjustResult, error) {
 	q := *p
 	q.As = reservation.AsAuthority
@@ -88,8 +74,18 @@ func (s *Store) adjustLedger(ctx context.Context, p *reservation.AdjustParams) (
 			return fmt.Errorf("mysqlstore: adjust %s: write ledger: %w", k, err)
 		}
 		res = reservation.AdjustResult{Available: next, Delta: next - cur}
+		if res.Delta != 0 {
+			fed, err := tx.ExecContext(ctx, tag(callerAdjust)+sqlFeedAdjust, p.Shop, p.Item, p.Location, res.Delta)
+			if err != nil {
+				return fmt.Errorf("mysqlstore: adjust %s: record the change for Redis: %w", k, err)
+			}
+			if res.ChangeID, err = fed.LastInsertId(); err != nil {
+				return fmt.Errorf("mysqlstore: adjust %s: change id: %w", k, err)
+			}
+			s.metrics.feedWritten.WithLabelValues(string(reservation.ChangeAdjust)).Inc()
+		}
 		if p.Key != "" {
-			if _, err := tx.ExecContext(ctx, sqlAdjustKeyResult, res.Delta, res.Available, p.Shop, p.Key); err != nil {
+			if _, err := tx.ExecContext(ctx, sqlAdjustKeyResult, res.Delta, res.Available, res.ChangeID, p.Shop, p.Key); err != nil {
 				return fmt.Errorf("mysqlstore: adjust %s: record result: %w", k, err)
 			}
 		}
@@ -123,7 +119,7 @@ func (s *Store) adjustReplay(ctx context.Context, p *reservation.AdjustParams) (
 	var item, loc int64
 	var request string
 	res := reservation.AdjustResult{Replayed: true}
-	if err := c.QueryRowContext(ctx, sqlAdjustKeyRead, p.Shop, p.Key).Scan(&item, &loc, &request, &res.Delta, &res.Available); err != nil {
+	if err := c.QueryRowContext(ctx, sqlAdjustKeyRead, p.Shop, p.Key).Scan(&item, &loc, &request, &res.Delta, &res.Available, &res.ChangeID); err != nil {
 		return reservation.AdjustResult{}, fmt.Errorf("mysqlstore: adjust shop %d key %q: read its first result: %w", p.Shop, p.Key, err)
 	}
 	if item != p.Item || loc != p.Location || request != adjustRequest(p) {
@@ -133,11 +129,20 @@ func (s *Store) adjustReplay(ctx context.Context, p *reservation.AdjustParams) (
 	return res, nil
 }
 
-// Deduct is the legacy claim's ledger step: it subtracts a reservation's
-// allocations exactly once per (shop, token), the claims row's primary key
-// being the guard. Because the allocations come from another store, the
-// pools they touch are trimmed in the same transaction so the projection
-// holds even if this store's own hold was elsewhere.
+// Deduct is the legacy claim's ledger step, for a reservation Redis
+// decided: it subtracts the allocations exactly once per (shop, token),
+// the claims row's primary key being the guard. In the same transaction it
+// records the reservation as claimed (removing this store's shadow hold of
+// it), trims the pools the allocations touch (they come from another
+// store, so the projection must hold even if this store's hold was
+// elsewhere), and records the change in the feed, so Redis follows the
+// claim even if the legacy claim's own Redis step is lost.
+//
+// It refuses (*reservation.NotDeciderError, nothing changed) when MySQL
+// decides the shop: a handoff to MySQL overtook the legacy claim after
+// Redis checked its hold, and MySQL, which now holds the reservation, must
+// decide the claim. The fence is read after the reservation's row is
+// locked (see checkShadowFence for why that order closes the race).
 func (s *Store) Deduct(ctx context.Context, p *reservation.DeductParams) (reservation.DeductResult, error) {
 	if err := s.cfg.Limits.ValidateDeduct(p); err != nil {
 		return reservation.DeductResult{}, err
@@ -160,26 +165,14 @@ func (s *Store) Deduct(ctx context.Context, p *reservation.DeductParams) (reserv
 			res.Allocations = prev
 			return err
 		}
-		// The claim is happening elsewhere (the legacy Redis claim): this
-		// store's own hold of the token, if it shadows one, is settled in
-		// the same transaction. Left for the shadow settle that follows,
-		// the hold and the deduction would both count until it lands, and
-		// a buyer could be refused units the ledger still has; if the
-		// settle were lost, until the hold expired. The claims row records
-		// that a hold was settled here, and the settle then answers as a
-		// replay (without one it answers ErrNotFound: this store never
-		// held the cart, which the comparer counts). It comes after the
-		// claims insert, which a concurrent reserve's claimedMeanwhile
-		// relies on, and is one statement: in redis mode (no shadow) there
-		// is never a hold.
-		removed, err := tx.ExecContext(ctx, tag(callerDeduct)+sqlHoldsDelete, p.Shop, p.Token)
-		if err != nil {
+		if _, err := tx.ExecContext(ctx, tag(callerDeduct)+sqlStateClaimed, p.Shop, p.Token, reservation.EncodeAllocations(allocs), s.forgetSeconds()); err != nil {
+			return fmt.Errorf("mysqlstore: deduct: record the claim: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, tag(callerDeduct)+sqlHoldsDelete, p.Shop, p.Token); err != nil {
 			return fmt.Errorf("mysqlstore: deduct: settle this store's hold: %w", err)
 		}
-		if n, _ := removed.RowsAffected(); n > 0 {
-			if _, err := tx.ExecContext(ctx, tag(callerDeduct)+sqlClaimHeld, viaDeductHeld, p.Shop, p.Token); err != nil {
-				return fmt.Errorf("mysqlstore: deduct: mark the settled hold: %w", err)
-			}
+		if err := s.checkShadowFence(ctx, tx, callerDeduct, p.Shop, fenceRow{}); err != nil {
+			return err
 		}
 		// Then the replenish locks, like every pool writer, so trimming
 		// below cannot race a refill computed from the old ledger.
@@ -196,8 +189,15 @@ func (s *Store) Deduct(ctx context.Context, p *reservation.DeductParams) (reserv
 				return err
 			}
 		}
+		if err := s.feedState(ctx, tx, callerDeduct, p.Shop, p.Token); err != nil {
+			return err
+		}
+		s.metrics.tombstones.WithLabelValues(string(reservation.StateClaimed)).Inc()
 		res = reservation.DeductResult{Applied: true, Allocations: allocs}
 		return nil
 	})
-	return res, err
+	if err != nil {
+		return reservation.DeductResult{}, err
+	}
+	return res, nil
 }

@@ -13,6 +13,12 @@ type metrics struct {
 	replenish      *prometheus.CounterVec
 	replenishUnits prometheus.Counter
 	reapedHolds    prometheus.Counter
+	tombstones     *prometheus.CounterVec
+	tombstoneHits  *prometheus.CounterVec
+	forgotten      prometheus.Counter
+	notDecider     prometheus.Counter
+	feedWritten    *prometheus.CounterVec
+	handoffs       *prometheus.CounterVec
 }
 
 // Connection hold times are short (a reserve is a few round trips); the
@@ -50,8 +56,33 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "reservoir_mysql_reaped_holds_total",
 			Help: "Expired hold records returned by the reaper.",
 		}),
+		tombstones: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reservoir_mysql_tombstones_written_total",
+			Help: "Reservations that reached a terminal state in MySQL, by state (claimed, released, expired, refused).",
+		}, []string{"state"}),
+		tombstoneHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reservoir_mysql_tombstone_hits_total",
+			Help: "Calls answered from a reservation's tombstone (a late claim, a replayed or delayed reserve), by state.",
+		}, []string{"state"}),
+		forgotten: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "reservoir_mysql_tombstones_forgotten_total",
+			Help: "Tombstones deleted after their time (Config.TombstoneTTL).",
+		}),
+		notDecider: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "reservoir_mysql_not_decider_total",
+			Help: "Calls MySQL refused because its fence names Redis as the shop's decider (routed elsewhere by the facade).",
+		}),
+		feedWritten: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reservoir_mysql_feed_written_total",
+			Help: "Changes recorded in the change feed for Redis to follow, by kind (state, adjust, fence).",
+		}, []string{"kind"}),
+		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reservoir_mysql_handoffs_total",
+			Help: "Fence changes MySQL made: yield (to Redis), take_over (from Redis), by result (changed, unchanged).",
+		}, []string{"kind", "result"}),
 	}
-	for _, c := range []prometheus.Collector{m.connHold, m.connWait, m.retries, m.replenish, m.replenishUnits, m.reapedHolds} {
+	for _, c := range []prometheus.Collector{m.connHold, m.connWait, m.retries, m.replenish, m.replenishUnits, m.reapedHolds,
+		m.tombstones, m.tombstoneHits, m.forgotten, m.notDecider, m.feedWritten, m.handoffs} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -22,22 +22,35 @@ var errTokenRace = errors.New("mysqlstore: concurrent reserve of the same token"
 
 // Reserve holds a cart's lines in one transaction.
 //
-// Each attempt selects, in one round trip, units for every line at the
-// line's current location (a UNION ALL of SKIP LOCKED branches in
-// (item, location) order), deletes them, then inserts the hold rows. A line
-// whose location came up short sends the reserver to that pool's
-// replenisher (single flight: concurrent reservers wait for one refill),
-// then back to the pool. A location is passed over only when the ledger
-// itself has fewer unheld units than the line needs there, so an empty pool
-// is never an answer: the answer is "insufficient" only when no eligible
-// location has the stock.
+// As authority (MySQL decides the shop) it first takes a shared lock on the
+// shop's fence row, in the same round trip as the token's state (the
+// idempotency check): a handoff waits for it, and a shop MySQL does not
+// decide is refused with *reservation.NotDeciderError. Then each attempt
+// selects, in one round trip, units for every line at the line's current
+// location (a UNION ALL of SKIP LOCKED branches in (item, location)
+// order), deletes them, inserts the hold lines, the reservation's row and
+// the change Redis must follow. A line whose location came up short sends
+// the reserver to that pool's replenisher (single flight: concurrent
+// reservers wait for one refill), then back to the pool. A location is
+// passed over only when the ledger itself has fewer unheld units than the
+// line needs there, so an empty pool is never an answer: the answer is
+// "insufficient" only when no eligible location has the stock, and it is
+// recorded (the token is refused for good, so a delayed first attempt
+// cannot hold anything later).
+//
+// As shadow (Redis decides; MySQL keeps its own hold to be compared) it
+// writes no change for Redis and no refusal, and it is refused once MySQL
+// decides the shop (see checkShadowFence).
 func (s *Store) Reserve(ctx context.Context, p *reservation.ReserveParams) (reservation.ReserveResult, error) {
 	if err := s.cfg.Limits.ValidateReserve(p); err != nil {
 		return reservation.ReserveResult{}, err
 	}
-	r := &reserveCall{s: s, p: p, authority: p.Authority, lines: slices.Clone(p.Lines)}
-	if r.authority == "" {
+	r := &reserveCall{s: s, p: p, authority: p.Authority, lines: slices.Clone(p.Lines), deciding: p.As == reservation.AsAuthority}
+	if r.authority == "" || r.deciding {
 		r.authority = reservation.AuthorityMySQL
+	}
+	if !r.deciding && r.authority == reservation.AuthorityMySQL {
+		r.authority = reservation.AuthorityRedis
 	}
 	// The global lock order: lines by item (items are unique in a cart).
 	slices.SortFunc(r.lines, func(a, b reservation.Line) int { return cmp.Compare(a.Item, b.Item) })
@@ -47,11 +60,14 @@ func (s *Store) Reserve(ctx context.Context, p *reservation.ReserveParams) (rese
 }
 
 type reserveCall struct {
-	s         *Store
-	p         *reservation.ReserveParams
+	s *Store
+	p *reservation.ReserveParams
+	// authority is recorded on the hold: the store that decided it.
 	authority reservation.Authority
-	lines     []reservation.Line // sorted by item
-	cursor    []int              // per line: index of the location being tried
+	// deciding: MySQL decides (p.As is AsAuthority).
+	deciding bool
+	lines    []reservation.Line // sorted by item
+	cursor   []int              // per line: index of the location being tried
 	// refilled is, per line, the pool's refill epoch in this store when
 	// the attempt looked at the pool (see refills).
 	refilled []uint64
@@ -60,24 +76,25 @@ type reserveCall struct {
 func (r *reserveCall) loc(i int) int64 { return r.lines[i].Locations[r.cursor[i]] }
 
 func (r *reserveCall) run(ctx context.Context) (reservation.ReserveResult, error) {
-	checkExisting := true
 	backoff := r.s.cfg.RetryBase
 	for attempt := 1; ; attempt++ {
-		res, short, err := r.attempt(ctx, checkExisting)
+		res, short, err := r.attempt(ctx)
 		if errors.Is(err, errTokenRace) {
-			checkExisting = true
 			continue
 		}
 		if err != nil || short == nil {
 			return res, err
 		}
-		checkExisting = false
 		progressed, err := r.resolveShort(ctx, short)
 		if err != nil {
 			return reservation.ReserveResult{}, err
 		}
 		if slices.ContainsFunc(short, func(i int) bool { return r.cursor[i] == len(r.lines[i].Locations) }) {
-			return r.insufficient(ctx)
+			res, err := r.insufficient(ctx)
+			if errors.Is(err, errTokenRace) {
+				continue // another call with the token decided first: answer its decision
+			}
+			return res, err
 		}
 		if attempt >= r.s.cfg.ReserveAttempts {
 			return reservation.ReserveResult{}, fmt.Errorf("mysqlstore: reserve shop %d token %q: pool still short after %d attempts: %w",
@@ -101,14 +118,12 @@ func (r *reserveCall) run(ctx context.Context) (reservation.ReserveResult, error
 
 // attempt runs one reserve transaction. It returns the indexes of lines
 // whose pool came up short (and then changes nothing), or the result.
-func (r *reserveCall) attempt(ctx context.Context, checkExisting bool) (res reservation.ReserveResult, short []int, err error) {
+func (r *reserveCall) attempt(ctx context.Context) (res reservation.ReserveResult, short []int, err error) {
 	err = r.s.inTx(ctx, callerReserve, func(tx *sql.Tx) error {
 		res, short = reservation.ReserveResult{}, nil
-		if checkExisting {
-			found, err := r.existing(ctx, tx, &res)
-			if err != nil || found {
-				return err
-			}
+		fence, found, err := r.existing(ctx, tx, &res)
+		if err != nil || found {
+			return err
 		}
 		for i := range r.lines {
 			r.refilled[i] = r.s.refills.epoch(r.key(i))
@@ -137,10 +152,19 @@ func (r *reserveCall) attempt(ctx context.Context, checkExisting bool) (res rese
 		if err := r.insertHolds(ctx, tx, expires); err != nil {
 			return err
 		}
-		if r.authority != reservation.AuthorityMySQL {
-			if err := r.claimedMeanwhile(ctx, tx); err != nil {
+		inserted, err := r.s.insertState(ctx, tx, callerReserve, r.p.Shop, r.p.Token, reservation.StateHeld, r.authority, r.allocations(), nil, expires)
+		if err != nil {
+			return err
+		}
+		if !inserted {
+			return errTokenRace
+		}
+		if r.deciding {
+			if err := r.s.feedState(ctx, tx, callerReserve, r.p.Shop, r.p.Token); err != nil {
 				return err
 			}
+		} else if err := r.s.checkShadowFence(ctx, tx, callerReserve, r.p.Shop, fence); err != nil {
+			return err
 		}
 		if hook := r.s.beforeReserveCommit; hook != nil {
 			hook()
@@ -153,85 +177,48 @@ func (r *reserveCall) attempt(ctx context.Context, checkExisting bool) (res rese
 		}
 		return nil
 	})
-	return res, short, err
+	if err != nil {
+		return reservation.ReserveResult{}, nil, err
+	}
+	return res, short, nil
 }
 
-// claimedMeanwhile refuses the reserve (ErrAlreadyClaimed, rolling back)
-// when the token was claimed while it ran: a shadow reserve still in
-// flight when the authority's claim deducted the ledger (the legacy Redis
-// claim's Deduct). Only a reserve made for Redis's authority (a shadow
-// reserve) runs it: when MySQL is the authority, nobody has the
-// reservation yet, so nobody can be claiming it. Committed, its hold would be a hold of a claimed cart:
-// units nobody can buy until it expires, were the shadow settle that
-// follows lost.
-//
-// It runs after the hold rows are inserted, as a locking read, so that
-// every order of the two transactions ends without the hold. If Deduct
-// inserted the claims row first, this read waits for its commit and sees
-// it (or, when Deduct is meanwhile waiting for this transaction's hold
-// rows, InnoDB breaks the deadlock and the victim's retry sees the
-// other's commit). If not, Deduct's own delete of the token's hold (after
-// its claims insert) comes after this one, so it waits for this
-// transaction's hold rows and removes them.
-func (r *reserveCall) claimedMeanwhile(ctx context.Context, tx *sql.Tx) error {
-	rows, err := tx.QueryContext(ctx, sqlReserveClaimedLock, r.p.Shop, r.p.Token)
+// existing reads the shop's fence (locked shared) and the token's state:
+// a deciding reserve in a shop MySQL does not decide is refused; a
+// repeated token is answered from its state: its hold (Replayed), a
+// conflict, its refusal (Replayed), or its tombstone.
+func (r *reserveCall) existing(ctx context.Context, tx *sql.Tx, res *reservation.ReserveResult) (fenceRow, bool, error) {
+	fence, st, err := readFenceAndState(ctx, tx, sqlReserveExisting, r.p.Shop, r.p.Token)
 	if err != nil {
-		return fmt.Errorf("mysqlstore: reserve: claims row: %w", err)
+		return fenceRow{}, false, fmt.Errorf("mysqlstore: reserve: %w", err)
 	}
-	claimed := rows.Next()
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("mysqlstore: reserve: claims row: %w", err)
-	}
-	if claimed {
-		return fmt.Errorf("mysqlstore: reserve shop %d token %q: claimed while the reserve ran: %w", r.p.Shop, r.p.Token, reservation.ErrAlreadyClaimed)
-	}
-	return nil
-}
-
-// existing answers a repeated token: the first hold (Replayed), a conflict,
-// or "already claimed".
-func (r *reserveCall) existing(ctx context.Context, tx *sql.Tx, res *reservation.ReserveResult) (bool, error) {
-	rows, err := tx.QueryContext(ctx, sqlReserveExisting, r.p.Shop, r.p.Token, r.p.Shop, r.p.Token)
-	if err != nil {
-		return false, fmt.Errorf("mysqlstore: reserve: %w", err)
-	}
-	defer rows.Close()
-	var allocs []reservation.Allocation
-	var expires sqlTime
-	var authority string
-	claimed := false
-	for rows.Next() {
-		var kind string
-		var a reservation.Allocation
-		if err := rows.Scan(&kind, &a.Item, &a.Location, &a.Quantity, &expires, &authority); err != nil {
-			return false, err
+	if r.deciding {
+		if err := r.s.decides(r.p.Shop, fence); err != nil {
+			return fenceRow{}, false, err
 		}
-		if kind == "claim" {
-			claimed = true
-			continue
+	}
+	if !st.found {
+		return fence, false, nil
+	}
+	switch st.state {
+	case reservation.StateHeld:
+		if !reservation.SameLines(r.p.Lines, st.allocs) {
+			return fenceRow{}, false, fmt.Errorf("mysqlstore: reserve shop %d token %q holds %v: %w", r.p.Shop, r.p.Token, st.allocs, reservation.ErrTokenConflict)
 		}
-		allocs = append(allocs, a)
+		*res = reservation.ReserveResult{
+			Status:      reservation.StatusReserved,
+			Allocations: st.allocs,
+			ExpiresAt:   st.expiresAt,
+			Authority:   r.authority,
+			Replayed:    true,
+		}
+		return fence, true, nil
+	case reservation.StateRefused:
+		r.s.metrics.tombstoneHits.WithLabelValues(string(st.state)).Inc()
+		*res = reservation.ReserveResult{Status: reservation.StatusInsufficient, Short: st.short, Replayed: true}
+		return fence, true, nil
 	}
-	if err := rows.Err(); err != nil {
-		return false, err
-	}
-	switch {
-	case claimed:
-		return false, fmt.Errorf("mysqlstore: reserve shop %d token %q: %w", r.p.Shop, r.p.Token, reservation.ErrAlreadyClaimed)
-	case allocs == nil:
-		return false, nil
-	case !reservation.SameLines(r.p.Lines, allocs):
-		return false, fmt.Errorf("mysqlstore: reserve shop %d token %q holds %v: %w", r.p.Shop, r.p.Token, allocs, reservation.ErrTokenConflict)
-	}
-	*res = reservation.ReserveResult{
-		Status:      reservation.StatusReserved,
-		Allocations: allocs,
-		ExpiresAt:   expires.Time,
-		Authority:   reservation.Authority(authority),
-		Replayed:    true,
-	}
-	return true, nil
+	return fenceRow{}, false, r.s.tombstoneErr("reserve", r.p.Shop, r.p.Token, st)
 }
 
 // takeUnits locks up to each line's quantity of units at its current
@@ -428,7 +415,7 @@ func (r *reserveCall) insertHolds(ctx context.Context, tx *sql.Tx, expires time.
 	for i, ln := range r.lines {
 		args = append(args, r.p.Shop, r.p.Token, ln.Item, r.loc(i), ln.Quantity, expires, string(r.authority))
 	}
-	if _, err := tx.ExecContext(ctx, reserveInsertHoldsQuery(len(r.lines)), args...); err != nil {
+	if _, err := tx.ExecContext(ctx, insertHoldsQuery(callerReserve, len(r.lines)), args...); err != nil {
 		if mysqlErrno(err) == errDupEntry {
 			return errTokenRace
 		}
@@ -475,14 +462,52 @@ func (r *reserveCall) resolveShort(ctx context.Context, short []int) (bool, erro
 }
 
 // insufficient builds the all-or-nothing refusal: every line that no
-// eligible location can cover, with the best that one could.
+// eligible location can cover, with the best that one could. Deciding, it
+// records the refusal, with the change Redis must follow, so the token is
+// refused for good (a delayed first attempt must not hold anything after
+// the caller was told nothing is held); errTokenRace when another call
+// with the token decided first.
 func (r *reserveCall) insufficient(ctx context.Context) (reservation.ReserveResult, error) {
-	c, err := r.s.acquire(ctx, callerReserve)
+	res := reservation.ReserveResult{Status: reservation.StatusInsufficient}
+	if err := r.shortLines(ctx, &res); err != nil {
+		return reservation.ReserveResult{}, err
+	}
+	if !r.deciding {
+		return res, nil
+	}
+	err := r.s.inTx(ctx, callerRefuse, func(tx *sql.Tx) error {
+		fence, st, err := readFenceAndState(ctx, tx, tag(callerRefuse)+sqlFenceAndState, r.p.Shop, r.p.Token)
+		if err != nil {
+			return fmt.Errorf("mysqlstore: refuse: %w", err)
+		}
+		if err := r.s.decides(r.p.Shop, fence); err != nil {
+			return err
+		}
+		if st.found {
+			return errTokenRace
+		}
+		inserted, err := r.s.insertState(ctx, tx, callerRefuse, r.p.Shop, r.p.Token, reservation.StateRefused, reservation.AuthorityMySQL, nil, res.Short, time.Time{})
+		if err != nil {
+			return err
+		}
+		if !inserted {
+			return errTokenRace
+		}
+		return r.s.feedState(ctx, tx, callerRefuse, r.p.Shop, r.p.Token)
+	})
 	if err != nil {
 		return reservation.ReserveResult{}, err
 	}
+	return res, nil
+}
+
+// shortLines fills res.Short: the lines no eligible location covers.
+func (r *reserveCall) shortLines(ctx context.Context, res *reservation.ReserveResult) error {
+	c, err := r.s.acquire(ctx, callerReserve)
+	if err != nil {
+		return err
+	}
 	defer c.release()
-	res := reservation.ReserveResult{Status: reservation.StatusInsufficient}
 	for _, ln := range r.lines {
 		args := []any{r.p.Shop, ln.Item}
 		for _, l := range ln.Locations {
@@ -490,23 +515,23 @@ func (r *reserveCall) insufficient(ctx context.Context) (reservation.ReserveResu
 		}
 		rows, err := c.QueryContext(ctx, reserveUnheldQuery(len(ln.Locations)), args...)
 		if err != nil {
-			return reservation.ReserveResult{}, fmt.Errorf("mysqlstore: reserve: unheld: %w", err)
+			return fmt.Errorf("mysqlstore: reserve: unheld: %w", err)
 		}
 		var best int64
 		for rows.Next() {
 			var loc, unheld int64
 			if err := rows.Scan(&loc, &unheld); err != nil {
 				rows.Close()
-				return reservation.ReserveResult{}, err
+				return err
 			}
 			best = max(best, unheld)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return reservation.ReserveResult{}, err
+			return err
 		}
 		if best < ln.Quantity {
-			res.Short = append(res.Short, reservation.ShortLine{Item: ln.Item, Requested: ln.Quantity, Unheld: best})
+			res.Short = append(res.Short, reservation.ShortLine{Item: ln.Item, Requested: ln.Quantity, Unheld: max(best, 0)})
 		}
 	}
 	if res.Short == nil {
@@ -519,7 +544,7 @@ func (r *reserveCall) insufficient(ctx context.Context) (reservation.ReserveResu
 			}
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // refill replenishes a pool a reserver found short, or joins a refill of

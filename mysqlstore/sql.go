@@ -24,21 +24,25 @@ const (
 	callerDeduct    = "deduct"
 	callerRead      = "read"
 	callerReconcile = "reconcile"
+	callerRefuse    = "refuse"
+	callerFeed      = "feed"
+	callerHandoff   = "handoff"
+	callerForget    = "forget"
 )
 
 func tag(caller string) string { return "/*caller='" + caller + "'*/ " }
 
 // Reserve.
 const (
-	// Existing hold or claim for a token: the idempotency check.
-	sqlReserveExisting = `/*caller='reserve'*/ SELECT 'hold', inventory_item_id, location_id, quantity, expires_at, authority
-  FROM reserved_quantities WHERE shop_id = ? AND token = ?
-UNION ALL
-SELECT 'claim', 0, 0, 0, claimed_at, via FROM reservation_claims WHERE shop_id = ? AND token = ?`
+	// The shop's fence (shared lock: a handoff waits for this transaction)
+	// and the token's state (a plain read: the idempotency check), in one
+	// round trip. Each branch carries its own locking clause.
+	sqlReserveExisting = `/*caller='reserve'*/ ` + sqlFenceAndState
 
-	// A locking read of the token's claims row, after the hold rows are
-	// inserted: see reserveCall.claimedMeanwhile.
-	sqlReserveClaimedLock = `/*caller='reserve'*/ SELECT 1 FROM reservation_claims WHERE shop_id = ? AND token = ? FOR UPDATE`
+	// The shop's fence again, at the end of a shadow write whose first read
+	// found no fence row: a handoff to MySQL may have created it since (see
+	// Store.checkShadowFence).
+	sqlShadowFence = `SELECT decider, epoch FROM reservation_fences WHERE shop_id = ? LOCK IN SHARE MODE`
 
 	// One branch per line; all lines go in one round trip. Each branch
 	// carries its own locking clause: a single one after the UNION is
@@ -68,7 +72,7 @@ SELECT 'claim', 0, 0, 0, claimed_at, via FROM reservation_claims WHERE shop_id =
 	sqlReserveDeletePrefix = `/*caller='reserve'*/ DELETE FROM available_units WHERE `
 	sqlReserveDeleteLine   = `(shop_id = ? AND inventory_item_id = ? AND location_id = ? AND unit_id IN (%s))`
 
-	sqlReserveInsertHoldsPrefix = `/*caller='reserve'*/ INSERT INTO reserved_quantities
+	sqlReserveInsertHoldsPrefix = `INSERT INTO reserved_quantities
   (shop_id, token, inventory_item_id, location_id, quantity, expires_at, authority) VALUES `
 
 	// Unheld stock (ledger minus holds) at a line's eligible locations,
@@ -108,31 +112,59 @@ func reserveDeleteQuery(units []int) string {
 	return b.String()
 }
 
-func reserveInsertHoldsQuery(rows int) string {
-	return sqlReserveInsertHoldsPrefix + repeatJoin("(?,?,?,?,?,?,?)", ",", rows)
+func insertHoldsQuery(caller string, rows int) string {
+	return tag(caller) + sqlReserveInsertHoldsPrefix + repeatJoin("(?,?,?,?,?,?,?)", ",", rows)
 }
 
 func reserveUnheldQuery(locations int) string {
 	return sqlReserveUnheldPrefix + "(" + repeatJoin("?", ",", locations) + ")"
 }
 
-// Holds: claim, settle, release, get.
+// The fence and a reservation's state row in one round trip. Arguments:
+// shop (fence), shop, token. Rows: ('fence', decider, ”, ”, epoch, NULL)
+// and ('state', state, allocations, short, 0, expires_at), each at most
+// once.
+const sqlFenceAndState = `(SELECT 'fence' AS kind, decider AS a, '' AS b, '' AS c, epoch AS n, NULL AS t
+  FROM reservation_fences WHERE shop_id = ? LOCK IN SHARE MODE)
+UNION ALL
+(SELECT 'state', state, allocations, short, 0, expires_at FROM reservations WHERE shop_id = ? AND token = ?)`
+
+// The same with the state row locked for update: every transition of a
+// reservation (claim, release, settle) takes it first.
+const sqlFenceAndStateLock = `(SELECT 'fence' AS kind, decider AS a, '' AS b, '' AS c, epoch AS n, NULL AS t
+  FROM reservation_fences WHERE shop_id = ? LOCK IN SHARE MODE)
+UNION ALL
+(SELECT 'state', state, allocations, short, 0, expires_at FROM reservations WHERE shop_id = ? AND token = ? FOR UPDATE)`
+
+// Reservation state rows and their hold lines.
 const (
-	sqlHoldsLock = `SELECT inventory_item_id, location_id, quantity, expires_at, expires_at > NOW(3), authority
-  FROM reserved_quantities WHERE shop_id = ? AND token = ?
-  ORDER BY inventory_item_id, location_id FOR UPDATE`
-	sqlHoldsRead = `SELECT inventory_item_id, location_id, quantity, expires_at, expires_at > NOW(3), authority
-  FROM reserved_quantities WHERE shop_id = ? AND token = ?
-  ORDER BY inventory_item_id, location_id`
+	// A new reservation's row. A duplicate key means another call with the
+	// token got there first.
+	sqlStateInsert = `INSERT INTO reservations (shop_id, token, state, decided_by, allocations, short, expires_at, forget_at)
+  VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, NOW(3)), IF(? = 'held', NULL, NOW(3) + INTERVAL ? SECOND))`
+	// A transition out of held, guarded: the hold must still be held and,
+	// with the live guard, unexpired by the clock of this statement, which
+	// runs after the row lock was taken (a claim that waited on the lock
+	// must not judge liveness by the time it started waiting).
+	sqlStateEnd = `UPDATE reservations SET state = ?, decided_by = ?, forget_at = NOW(3) + INTERVAL ? SECOND, changed_at = NOW(3)
+  WHERE shop_id = ? AND token = ? AND state = 'held'`
+	sqlStateEndLive = sqlStateEnd + ` AND expires_at > NOW(3)`
+	// The legacy claim's record of the claim (Deduct): whatever this store
+	// had for the token, the ledger's claim is the truth now.
+	sqlStateClaimed = `INSERT INTO reservations (shop_id, token, state, decided_by, allocations, short, expires_at, forget_at)
+  VALUES (?, ?, 'claimed', 'redis', ?, '', NOW(3), NOW(3) + INTERVAL ? SECOND)
+  ON DUPLICATE KEY UPDATE state = 'claimed', decided_by = 'redis', allocations = VALUES(allocations),
+    forget_at = VALUES(forget_at), changed_at = NOW(3)`
+	sqlStateRead   = `SELECT state, allocations, short, expires_at, decided_by FROM reservations WHERE shop_id = ? AND token = ?`
 	sqlHoldsDelete = `DELETE FROM reserved_quantities WHERE shop_id = ? AND token = ?`
 	sqlClaimRead   = `SELECT allocations FROM reservation_claims WHERE shop_id = ? AND token = ?`
 	sqlClaimInsert = `INSERT INTO reservation_claims (shop_id, token, allocations, via) VALUES (?, ?, ?, ?)`
-	sqlClaimHeld   = `UPDATE reservation_claims SET via = ? WHERE shop_id = ? AND token = ?`
-	sqlClaimVia    = `SELECT allocations, via FROM reservation_claims WHERE shop_id = ? AND token = ?`
 	// The hot row's statement: last in its transaction, guarded so the
 	// ledger never goes below zero.
 	sqlLedgerDeduct = `UPDATE inventory_ledger SET available = available - ?, version = version + 1
   WHERE shop_id = ? AND inventory_item_id = ? AND location_id = ? AND available >= ?`
+	// A state change for Redis to follow.
+	sqlFeedState = `INSERT INTO reservation_outbox (shop_id, kind, token) VALUES (?, 'state', ?)`
 )
 
 // Pool: the single-flight lock, the projection snapshot, units in and out.
@@ -171,15 +203,41 @@ func poolInsertQuery(caller string, units int) string {
 
 // Reaper.
 const (
-	sqlReapSelect = `/*caller='reap'*/ SELECT shop_id, token, inventory_item_id, location_id, quantity
-  FROM reserved_quantities WHERE expires_at <= NOW(3)
-  ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED`
+	// Held reservations past their expiry, oldest first, whole (the state
+	// row stands for every line of the cart, so a claim holding it is never
+	// split by the reaper).
+	sqlReapSelect = `/*caller='reap'*/ SELECT shop_id, token, allocations FROM reservations
+  WHERE state = 'held' AND expires_at <= NOW(3)
+  ORDER BY state, expires_at LIMIT ? FOR UPDATE SKIP LOCKED`
+	sqlReapFencesPrefix = `/*caller='reap'*/ SELECT shop_id FROM reservation_fences WHERE decider = 'mysql' AND shop_id IN (`
+	sqlReapExpirePrefix = `/*caller='reap'*/ UPDATE reservations SET state = 'expired', forget_at = NOW(3) + INTERVAL ? SECOND, changed_at = NOW(3)
+  WHERE state = 'held' AND (`
 	sqlReapDeletePrefix = `/*caller='reap'*/ DELETE FROM reserved_quantities WHERE `
-	sqlReapDeleteRow    = `(shop_id = ? AND token = ? AND inventory_item_id = ? AND location_id = ?)`
+	sqlTokenCond        = `(shop_id = ? AND token = ?)`
+	sqlFeedStatesPrefix = `INSERT INTO reservation_outbox (shop_id, kind, token) VALUES `
+
+	// Tombstones past their time, unless Redis still has to be told about
+	// them.
+	sqlForget = `/*caller='forget'*/ DELETE FROM reservations
+  WHERE forget_at <= NOW(3) AND NOT EXISTS (SELECT 1 FROM reservation_outbox o
+    WHERE o.shop_id = reservations.shop_id AND o.token = reservations.token)
+  ORDER BY forget_at LIMIT ?`
 )
 
-func reapDeleteQuery(rows int) string {
-	return sqlReapDeletePrefix + repeatJoin(sqlReapDeleteRow, " OR ", rows)
+func reapFencesQuery(shops int) string {
+	return sqlReapFencesPrefix + repeatJoin("?", ",", shops) + ") LOCK IN SHARE MODE"
+}
+
+func reapExpireQuery(tokens int) string {
+	return sqlReapExpirePrefix + repeatJoin(sqlTokenCond, " OR ", tokens) + ")"
+}
+
+func reapDeleteQuery(tokens int) string {
+	return sqlReapDeletePrefix + repeatJoin(sqlTokenCond, " OR ", tokens)
+}
+
+func feedStatesQuery(caller string, rows int) string {
+	return tag(caller) + sqlFeedStatesPrefix + repeatJoin("(?, 'state', ?)", ",", rows)
 }
 
 // Ledger.
@@ -192,9 +250,11 @@ const (
 	// repeat waits on the primary key and then finds it taken.
 	sqlAdjustKeyInsert = `/*caller='adjust'*/ INSERT INTO stock_adjustments
   (shop_id, adjust_key, inventory_item_id, location_id, request, delta, available) VALUES (?, ?, ?, ?, ?, 0, 0)`
-	sqlAdjustKeyResult = `/*caller='adjust'*/ UPDATE stock_adjustments SET delta = ?, available = ? WHERE shop_id = ? AND adjust_key = ?`
-	sqlAdjustKeyRead   = `/*caller='adjust'*/ SELECT inventory_item_id, location_id, request, delta, available
+	sqlAdjustKeyResult = `/*caller='adjust'*/ UPDATE stock_adjustments SET delta = ?, available = ?, change_id = ? WHERE shop_id = ? AND adjust_key = ?`
+	sqlAdjustKeyRead   = `/*caller='adjust'*/ SELECT inventory_item_id, location_id, request, delta, available, change_id
   FROM stock_adjustments WHERE shop_id = ? AND adjust_key = ?`
+	// A ledger change for Redis to follow; its id is the change's.
+	sqlFeedAdjust = `INSERT INTO reservation_outbox (shop_id, kind, item_id, location_id, delta) VALUES (?, 'adjust', ?, ?, ?)`
 	sqlLedgerRead = `SELECT available FROM inventory_ledger
   WHERE shop_id = ? AND inventory_item_id = ? AND location_id = ?`
 	sqlLedgerStock = `/*caller='read'*/ SELECT inventory_item_id, location_id, available FROM inventory_ledger
@@ -213,6 +273,58 @@ const sqlReconcile = `/*caller='reconcile'*/ SELECT l.shop_id, l.inventory_item_
   FROM inventory_ledger l
   WHERE (? = 0 OR l.shop_id = ?)
   ORDER BY l.shop_id, l.inventory_item_id, l.location_id`
+
+// Fences and handoffs.
+const (
+	sqlFenceRead = `/*caller='read'*/ SELECT decider, epoch FROM reservation_fences WHERE shop_id = ?`
+	// Creates the fence row (Redis decides, epoch 0) if missing and locks
+	// it either way.
+	sqlFenceEnsure = `/*caller='handoff'*/ INSERT INTO reservation_fences (shop_id, decider, epoch) VALUES (?, 'redis', 0)
+  ON DUPLICATE KEY UPDATE shop_id = shop_id`
+	sqlFenceLock = `/*caller='handoff'*/ SELECT decider, epoch FROM reservation_fences WHERE shop_id = ? FOR UPDATE`
+	sqlFenceSet  = `/*caller='handoff'*/ UPDATE reservation_fences SET decider = ?, epoch = ?, changed_at = NOW(3) WHERE shop_id = ?`
+	sqlFeedFence = `/*caller='handoff'*/ INSERT INTO reservation_outbox (shop_id, kind, decider, epoch) VALUES (?, 'fence', ?, ?)`
+	// Every reservation of the shop, locked: nothing of the shop changes
+	// while a handoff copies Redis's state in.
+	sqlShopStatesLock    = `/*caller='handoff'*/ SELECT token, state, allocations FROM reservations WHERE shop_id = ? FOR UPDATE`
+	sqlStateUpsertPrefix = `INSERT INTO reservations (shop_id, token, state, decided_by, allocations, short, expires_at, forget_at) VALUES `
+	// shop, token, state, decided_by, allocations, short, expires_at (NULL:
+	// now), state again, tombstone seconds.
+	sqlStateUpsertRow    = `(?,?,?,?,?,?,COALESCE(?, NOW(3)),IF(? = 'held', NULL, NOW(3) + INTERVAL ? SECOND))`
+	sqlStateUpsertSuffix = ` ON DUPLICATE KEY UPDATE state = VALUES(state), decided_by = VALUES(decided_by),
+    allocations = VALUES(allocations), short = VALUES(short), expires_at = VALUES(expires_at),
+    forget_at = VALUES(forget_at), changed_at = NOW(3)`
+	sqlStatesDeletePrefix    = `DELETE FROM reservations WHERE shop_id = ? AND token IN (`
+	sqlShopHoldsDeletePrefix = `DELETE FROM reserved_quantities WHERE shop_id = ? AND token IN (`
+)
+
+func stateUpsertQuery(caller string, rows int) string {
+	return tag(caller) + sqlStateUpsertPrefix + repeatJoin(sqlStateUpsertRow, ",", rows) + sqlStateUpsertSuffix
+}
+
+func tokensInQuery(caller, prefix string, tokens int) string {
+	return tag(caller) + prefix + repeatJoin("?", ",", tokens) + ")"
+}
+
+// The change feed, read by the relay (package mirror).
+const (
+	// Pending changes with the current state of their reservation. A state
+	// change whose reservation is gone (its tombstone was forgotten) comes
+	// with an empty state.
+	sqlFeedPendingSelect = `/*caller='feed'*/ SELECT o.id, o.shop_id, o.kind, o.token, o.item_id, o.location_id, o.delta,
+    o.decider, o.epoch, COALESCE(r.state, ''), COALESCE(r.allocations, ''), COALESCE(r.short, ''), r.expires_at
+  FROM reservation_outbox o
+  LEFT JOIN reservations r ON o.kind = 'state' AND r.shop_id = o.shop_id AND r.token = o.token`
+	sqlFeedPending     = sqlFeedPendingSelect + ` ORDER BY o.id LIMIT ?`
+	sqlFeedPendingShop = sqlFeedPendingSelect + ` WHERE o.shop_id = ? ORDER BY o.id LIMIT ?`
+	sqlFeedDonePrefix  = `/*caller='feed'*/ DELETE FROM reservation_outbox WHERE id IN (`
+	sqlFeedBacklog     = `/*caller='feed'*/ SELECT COUNT(*), COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(3)), 0) FROM reservation_outbox`
+	// The copy step of copy and catch-up reads, in one snapshot, the
+	// shop's reservations, holds, ledger and pending changes.
+	sqlCopyStates  = `/*caller='handoff'*/ SELECT token, state, decided_by, allocations, short, expires_at FROM reservations WHERE shop_id = ?`
+	sqlCopyLedger  = `/*caller='handoff'*/ SELECT inventory_item_id, location_id, available FROM inventory_ledger WHERE shop_id = ?`
+	sqlCopyPending = `/*caller='handoff'*/ SELECT id, kind FROM reservation_outbox WHERE shop_id = ?`
+)
 
 func repeatJoin(s, sep string, n int) string {
 	var b strings.Builder

@@ -95,35 +95,6 @@ func (k key) String() string {
 	return fmt.Sprintf("shop %d item %d location %d", k.shop, k.item, k.loc)
 }
 
-// hold is a token's hold rows, read under lock or not.
-type hold struct {
-	allocs    []reservation.Allocation
-	expiresAt sqlTime
-	live      bool
-	authority reservation.Authority
-}
-
-func readHolds(ctx context.Context, q querier, query string, shop int64, token string) (hold, error) {
-	rows, err := q.QueryContext(ctx, query, shop, token)
-	if err != nil {
-		return hold{}, err
-	}
-	defer rows.Close()
-	h := hold{live: true}
-	for rows.Next() {
-		var a reservation.Allocation
-		var live bool
-		var auth string
-		if err := rows.Scan(&a.Item, &a.Location, &a.Quantity, &h.expiresAt, &live, &auth); err != nil {
-			return hold{}, err
-		}
-		h.live = h.live && live
-		h.authority = reservation.Authority(auth)
-		h.allocs = append(h.allocs, a)
-	}
-	return h, rows.Err()
-}
-
 // querier is what *sql.Tx, *sql.Conn and *sql.DB have in common.
 type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
@@ -131,7 +102,7 @@ type querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// Get returns the hold for a token.
+// Get returns the hold for a token, or the answer its tombstone gives.
 func (s *Store) Get(ctx context.Context, p *reservation.GetParams) (reservation.Hold, error) {
 	if err := s.cfg.Limits.ValidateGet(p); err != nil {
 		return reservation.Hold{}, err
@@ -141,14 +112,23 @@ func (s *Store) Get(ctx context.Context, p *reservation.GetParams) (reservation.
 		return reservation.Hold{}, err
 	}
 	defer c.release()
-	h, err := readHolds(ctx, c, tag(callerRead)+sqlHoldsRead, p.Shop, p.Token)
+	var state, allocs, short, by string
+	var exp sqlTime
+	err = c.QueryRowContext(ctx, tag(callerRead)+sqlStateRead, p.Shop, p.Token).Scan(&state, &allocs, &short, &exp, &by)
+	if isNoRows(err) {
+		return reservation.Hold{}, fmt.Errorf("mysqlstore: shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
+	}
 	if err != nil {
 		return reservation.Hold{}, fmt.Errorf("mysqlstore: get: %w", err)
 	}
-	if len(h.allocs) == 0 {
-		return reservation.Hold{}, fmt.Errorf("mysqlstore: shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
+	st := stateRow{found: true, state: reservation.State(state), expiresAt: exp.Time}
+	if st.allocs, err = reservation.DecodeAllocations(allocs); err != nil {
+		return reservation.Hold{}, err
 	}
-	return reservation.Hold{Shop: p.Shop, Token: p.Token, Allocations: h.allocs, ExpiresAt: h.expiresAt.Time, Authority: h.authority}, nil
+	if st.state != reservation.StateHeld {
+		return reservation.Hold{}, s.tombstoneErr("get", p.Shop, p.Token, st)
+	}
+	return reservation.Hold{Shop: p.Shop, Token: p.Token, Allocations: st.allocs, ExpiresAt: st.expiresAt, Authority: reservation.Authority(by)}, nil
 }
 
 // Availability reports ledger stock minus holds per location of an item.

@@ -36,6 +36,7 @@ func setup(t *testing.T, poolCap int64) bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	decide(s)(t, shop)
 	return bundle{db: db, s: s, reg: reg}
 }
 
@@ -592,6 +593,7 @@ func TestCallerTagsAndHoldTimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	decide(b.s)(t, tagShop)
 	mustOK(b.s.Adjust(ctx, &reservation.AdjustParams{Shop: tagShop, Item: 1, Location: 1, Available: &a}))
 	mustOK(b.s.Reserve(ctx, &reservation.ReserveParams{Shop: tagShop, Token: "a", Lines: one(1, 1), TTL: time.Minute}))
 	mustOK(b.s.Reserve(ctx, &reservation.ReserveParams{Shop: tagShop, Token: "b", Lines: one(1, 1), TTL: time.Second}))
@@ -646,41 +648,51 @@ func TestCallerTagsAndHoldTimes(t *testing.T) {
 // Regression case "a shadow hold counted with the deduction", found by the
 // soak's porcupine check (an undersell after the flip to mysql).
 //
+// redisShop is a shop Redis decides (no fence): MySQL keeps shadow holds
+// there and the legacy claim deducts its ledger.
+const redisShop = shop + 1000
+
+func (b bundle) stockShop(t *testing.T, sh, item, loc, n int64) {
+	t.Helper()
+	if _, err := b.s.Adjust(context.Background(), &reservation.AdjustParams{Shop: sh, Item: item, Location: loc, Available: &n}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The legacy Redis claim deducts this ledger; this store, shadowing the
-// cart, holds it too until the shadow settle lands. Both used to count in
-// the meantime, so a buyer was refused units the ledger still had (and
-// until the hold expired, had the settle been lost). Deduct now settles the
-// store's own hold in its transaction, and the settle answers as a replay.
+// cart, holds it too. Deduct settles the store's own hold in its
+// transaction, so a buyer is never refused units the ledger still has,
+// and records the cart as claimed.
 func TestDeductSettlesTheShadowHold(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 100)
 	ctx := context.Background()
-	b.stock(t, 1, 1, 5)
+	b.stockShop(t, redisShop, 1, 1, 5)
 	line := []reservation.Line{{Item: 1, Quantity: 2, Locations: []int64{1}}}
-	if res, err := b.s.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "cart", Lines: line, TTL: time.Minute, Authority: reservation.AuthorityRedis}); err != nil || res.Status != reservation.StatusReserved {
+	if res, err := b.s.Reserve(ctx, &reservation.ReserveParams{Shop: redisShop, Token: "cart", Lines: line, TTL: time.Minute,
+		Authority: reservation.AuthorityRedis, As: reservation.AsShadow}); err != nil || res.Status != reservation.StatusReserved {
 		t.Fatalf("shadow reserve: %+v %v", res, err)
 	}
 	deducted := []reservation.Allocation{{Item: 1, Location: 1, Quantity: 2}}
-	if d, err := b.s.Deduct(ctx, &reservation.DeductParams{Shop: shop, Token: "cart", Allocations: deducted}); err != nil || !d.Applied {
+	if d, err := b.s.Deduct(ctx, &reservation.DeductParams{Shop: redisShop, Token: "cart", Allocations: deducted}); err != nil || !d.Applied {
 		t.Fatalf("deduct: %+v %v", d, err)
 	}
-	// Before any settle: 5 - 2 deducted, nothing held.
-	a, err := b.s.Availability(ctx, &reservation.AvailabilityParams{Shop: shop, Item: 1})
+	a, err := b.s.Availability(ctx, &reservation.AvailabilityParams{Shop: redisShop, Item: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := a.At(1); got != 3 {
 		t.Errorf("after the deduction a buyer can reserve %d, want 3: the shadow hold still counts", got)
 	}
-	if _, err := b.s.Get(ctx, &reservation.GetParams{Shop: shop, Token: "cart"}); !errors.Is(err, reservation.ErrNotFound) {
-		t.Errorf("hold after the deduction: %v, want ErrNotFound", err)
+	if _, err := b.s.Get(ctx, &reservation.GetParams{Shop: redisShop, Token: "cart"}); !errors.Is(err, reservation.ErrAlreadyClaimed) {
+		t.Errorf("the cart after the deduction: %v, want ErrAlreadyClaimed", err)
 	}
-	res, err := b.s.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: "cart", As: reservation.AsShadow, Deducted: deducted})
-	if err != nil || res.Outcome != reservation.OutcomeSettled || !res.Replayed || fmt.Sprint(res.Allocations) != fmt.Sprint(deducted) {
-		t.Errorf("settle after the deduction: %+v %v, want settled, replayed, %v", res, err, deducted)
+	if d, err := b.s.Deduct(ctx, &reservation.DeductParams{Shop: redisShop, Token: "cart", Allocations: deducted}); err != nil || d.Applied {
+		t.Errorf("repeated deduct: %+v %v, want not applied", d, err)
 	}
-	if l := b.ledger(t, 1, 1); l != 3 {
-		t.Errorf("ledger %d, want 3", l)
+	var ledger int64
+	if err := b.db.QueryRow("SELECT available FROM inventory_ledger WHERE shop_id = ? AND inventory_item_id = 1 AND location_id = 1", redisShop).Scan(&ledger); err != nil || ledger != 3 {
+		t.Errorf("ledger %d (%v), want 3", ledger, err)
 	}
 }
 
@@ -688,34 +700,35 @@ func TestDeductSettlesTheShadowHold(t *testing.T) {
 // soak's porcupine check (an undersell after a kill switch was released).
 //
 // The legacy Redis claim's Deduct ran while this store's shadow reserve of
-// the same token was still in flight: Deduct found no hold to settle, and
-// the reserve then committed a hold of a claimed cart, which refused buyers
-// until it expired (the shadow settle that should have removed it had been
-// skipped). The reserve now checks the claims row before it commits.
+// the same token was still in flight. The reservation's row now settles
+// it: Deduct records the cart as claimed, and the reserve's insert of the
+// same row either goes first (and Deduct then removes its hold) or finds
+// the claim and answers from it.
 func TestShadowReserveAfterTheClaimHoldsNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 100)
 	ctx := context.Background()
-	b.stock(t, 1, 1, 5)
-	b.stock(t, 1, 2, 5)
+	b.stockShop(t, redisShop, 1, 1, 5)
+	b.stockShop(t, redisShop, 1, 2, 5)
 	// The legacy claim deducted at location 2 (Redis held it there), so it
 	// takes no lock this reserve's location-1 units need.
 	mysqlstore.SetBeforeHoldInsert(b.s, func() {
 		mysqlstore.SetBeforeHoldInsert(b.s, nil)
-		d, err := b.s.Deduct(ctx, &reservation.DeductParams{Shop: shop, Token: "cart", Allocations: []reservation.Allocation{{Item: 1, Location: 2, Quantity: 2}}})
+		d, err := b.s.Deduct(ctx, &reservation.DeductParams{Shop: redisShop, Token: "cart", Allocations: []reservation.Allocation{{Item: 1, Location: 2, Quantity: 2}}})
 		if err != nil || !d.Applied {
 			t.Errorf("deduct inside the reserve: %+v %v", d, err)
 		}
 	})
 	line := []reservation.Line{{Item: 1, Quantity: 2, Locations: []int64{1}}}
-	res, err := b.s.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "cart", Lines: line, TTL: time.Minute, Authority: reservation.AuthorityRedis})
+	res, err := b.s.Reserve(ctx, &reservation.ReserveParams{Shop: redisShop, Token: "cart", Lines: line, TTL: time.Minute,
+		Authority: reservation.AuthorityRedis, As: reservation.AsShadow})
 	if !errors.Is(err, reservation.ErrAlreadyClaimed) {
 		t.Errorf("shadow reserve that the claim overtook: %+v %v, want ErrAlreadyClaimed", res, err)
 	}
-	if _, err := b.s.Get(ctx, &reservation.GetParams{Shop: shop, Token: "cart"}); !errors.Is(err, reservation.ErrNotFound) {
-		t.Errorf("hold of the claimed cart: %v, want ErrNotFound", err)
+	if _, err := b.s.Get(ctx, &reservation.GetParams{Shop: redisShop, Token: "cart"}); !errors.Is(err, reservation.ErrAlreadyClaimed) {
+		t.Errorf("the claimed cart: %v, want ErrAlreadyClaimed", err)
 	}
-	a, err := b.s.Availability(ctx, &reservation.AvailabilityParams{Shop: shop, Item: 1})
+	a, err := b.s.Availability(ctx, &reservation.AvailabilityParams{Shop: redisShop, Item: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,10 +10,15 @@ var (
 	// ErrInvalidInput is matched by every *ValidationError. Returned by every
 	// Store and Ledger method before anything is written.
 	ErrInvalidInput = errors.New("reservation: invalid input")
-	// ErrNotFound: Claim, Get, Adjust (delta on an unknown item x location).
+	// ErrNotFound: Claim or Get of a token the store never held (or whose
+	// reserve was refused), Adjust (delta on an unknown item x location).
 	ErrNotFound = errors.New("reservation: not found")
-	// ErrExpired: Claim as authority on a hold past its expiry.
+	// ErrExpired: Claim of a hold past its expiry, reaped or not; Reserve
+	// and Get of a token whose hold expired (its tombstone).
 	ErrExpired = errors.New("reservation: hold expired")
+	// ErrReleased: Claim, Reserve or Get of a token whose hold was
+	// released (its tombstone). A released token is never claimed.
+	ErrReleased = errors.New("reservation: released")
 	// ErrAlreadyClaimed: Reserve or Release of a token that was claimed.
 	ErrAlreadyClaimed = errors.New("reservation: already claimed")
 	// ErrTokenConflict: Reserve with a token that holds different lines.
@@ -25,6 +30,11 @@ var (
 	// ErrContention: Reserve gave up after bounded retries under lock
 	// contention. The caller may retry; nothing was held.
 	ErrContention = errors.New("reservation: contention, retry")
+	// ErrClaimInProgress: Release of a Redis hold whose legacy claim has
+	// started and not finished (the ledger may be deducting it). Nothing
+	// changed; retry. Not a domain answer: the outcome of the claim is
+	// not known yet.
+	ErrClaimInProgress = errors.New("reservation: a claim of this token is in progress, retry")
 )
 
 // ValidationError names the field that made a call invalid. It matches
@@ -56,6 +66,7 @@ var answers = []struct {
 }{
 	{ErrNotFound, "not_found"},
 	{ErrExpired, "expired"},
+	{ErrReleased, "released"},
 	{ErrAlreadyClaimed, "already_claimed"},
 	{ErrTokenConflict, "token_conflict"},
 	{ErrInsufficientStock, "insufficient_stock"},
@@ -63,8 +74,9 @@ var answers = []struct {
 }
 
 // AnswerName names err when it is a domain answer (not found, expired,
-// already claimed, token conflict, insufficient stock, invalid input) and
-// returns "" for a failure (a timeout, a lost connection, contention,
+// released, already claimed, token conflict, insufficient stock, invalid
+// input) and returns "" for a failure (a timeout, a lost connection,
+// contention, a claim in progress, a store that does not decide,
 // anything else): a call that failed that way has an unknown outcome.
 func AnswerName(err error) string {
 	for _, a := range answers {

@@ -12,7 +12,7 @@ import (
 // (wrapped or not), and a failure has neither.
 func TestAnswerNames(t *testing.T) {
 	for _, err := range []error{
-		reservation.ErrNotFound, reservation.ErrExpired, reservation.ErrAlreadyClaimed,
+		reservation.ErrNotFound, reservation.ErrExpired, reservation.ErrReleased, reservation.ErrAlreadyClaimed,
 		reservation.ErrTokenConflict, reservation.ErrInsufficientStock, reservation.ErrInvalidInput,
 	} {
 		name := reservation.AnswerName(fmt.Errorf("store: %w", err))
@@ -27,7 +27,8 @@ func TestAnswerNames(t *testing.T) {
 	if name := reservation.AnswerName(&reservation.ValidationError{Field: "token", Reason: "empty"}); name != "invalid_input" {
 		t.Errorf("a ValidationError is named %q, want invalid_input", name)
 	}
-	for _, err := range []error{reservation.ErrContention, errors.New("i/o timeout"), nil} {
+	for _, err := range []error{reservation.ErrContention, reservation.ErrClaimInProgress,
+		&reservation.NotDeciderError{Shop: 1, Store: reservation.AuthorityMySQL, Fence: reservation.NoFence}, errors.New("i/o timeout"), nil} {
 		if name := reservation.AnswerName(err); name != "" {
 			t.Errorf("AnswerName(%v) = %q, want none: a failure's outcome is unknown", err, name)
 		}

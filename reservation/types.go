@@ -18,16 +18,21 @@ const (
 // Valid reports whether a is one of the known authorities.
 func (a Authority) Valid() bool { return a == AuthorityRedis || a == AuthorityMySQL }
 
-// Role says whether a Claim or Adjust call acts as the authority (it changes
-// the shared ledger) or as the shadow (it only brings its own view in line
-// with what the authority did).
+// Role says whether a call decides (the store is the shop's decider, see
+// Fence) or only follows the decider for comparison.
 type Role int
 
 const (
-	// AsAuthority changes the ledger: Claim deducts it, Adjust sets it.
+	// AsAuthority decides: Reserve places a hold or refuses, Claim deducts
+	// the ledger, Release gives the units back, Adjust changes the ledger.
+	// A store that does not decide the shop answers *NotDeciderError.
 	AsAuthority Role = iota
-	// AsShadow never touches the ledger: Claim removes this store's own
-	// hold, Adjust moves this store's view by the delta the authority applied.
+	// AsShadow follows for comparison only and never decides anything a
+	// caller acts on. mysqlstore keeps a shadow hold of its own while
+	// Redis decides (and refuses the call once it decides itself); Redis,
+	// which mirrors MySQL through the change feed, only answers what it
+	// would have done and writes nothing. Claim as shadow settles the
+	// store's own hold without touching the ledger.
 	AsShadow
 )
 
@@ -89,9 +94,11 @@ type ReserveParams struct {
 	// TTL is how long the hold lasts, measured on the store's own clock
 	// (Limits.MinTTL..Limits.MaxTTL).
 	TTL time.Duration
-	// Authority is recorded on the hold: the store that is the source of
-	// truth for this reservation. Zero means the store itself.
+	// Authority is recorded on the hold: the store that decided it. Zero
+	// means the store itself.
 	Authority Authority
+	// As: decide (the zero value) or follow for comparison (see Role).
+	As Role
 }
 
 // ShortLine describes a line that could not be served.
@@ -115,8 +122,8 @@ type ReserveResult struct {
 	// Short lists the lines that could not be served when Status is
 	// StatusInsufficient.
 	Short []ShortLine
-	// Replayed is true when an existing hold for the token was returned
-	// instead of placing a new one.
+	// Replayed is true when the token's first answer was returned (its
+	// hold, or its refusal) instead of deciding again.
 	Replayed bool
 }
 
@@ -159,12 +166,15 @@ type ClaimResult struct {
 type ReleaseParams struct {
 	Shop  int64
 	Token string
+	// As: decide (the zero value) or follow for comparison (see Role).
+	As Role
 }
 
 // ReleaseResult is the answer of Store.Release.
 type ReleaseResult struct {
-	// Released is false when there was no hold to release (already released
-	// or expired): release is idempotent.
+	// Released is false when there was no hold to release (already
+	// released, expired, refused or never reserved): release is
+	// idempotent.
 	Released bool
 	// Allocations are the units given back.
 	Allocations []Allocation
@@ -219,6 +229,11 @@ type AdjustResult struct {
 	// Replayed is true when the adjust's Key had been applied before:
 	// nothing changed this time.
 	Replayed bool
+	// ChangeID is the change-feed entry (Change.ID) that tells Redis to
+	// follow the delta; 0 when nothing changed. Redis applies a delta once
+	// per change id, so a store that applies it at once and the relay that
+	// delivers it again move the quantity once.
+	ChangeID int64
 }
 
 // AvailabilityParams are the arguments of Store.Availability.

@@ -26,6 +26,13 @@ type Harness struct {
 	Store reservation.Store
 	// Ledger is the ledger the store's authority claims deduct from.
 	Ledger reservation.Ledger
+	// Decide makes the store the decider of shop (a fence naming it; see
+	// reservation.Fence). The suite calls it before each test. Nil: the
+	// store decides shops without a fence (Redis).
+	Decide func(t *testing.T, shop int64)
+	// HandOff makes the other store the decider of shop in this store's
+	// fence: what this store sees after a handoff away from it.
+	HandOff func(t *testing.T, shop int64)
 }
 
 // NewHarness builds a fresh Harness whose state no other subtest sees. It
@@ -60,14 +67,16 @@ func Exercise(t *testing.T, newHarness NewHarness) {
 		{"ClaimUnknownToken", testClaimUnknown},
 		{"ClaimExpiredHold", testClaimExpired},
 		{"ClaimWhenLedgerLowered", testClaimLedgerLowered},
-		{"SettleAsShadow", testSettleAsShadow},
-		{"SettleWithoutHoldFollowsDeduction", testSettleWithoutHold},
 		{"ReleaseReturnsUnits", testRelease},
 		{"ClaimedTokenIsFinal", testClaimedTokenIsFinal},
+		{"ReleasedTokenIsFinal", testReleasedTokenIsFinal},
+		{"RefusedTokenIsFinal", testRefusedTokenIsFinal},
+		{"ExpiredTokenIsFinal", testExpiredTokenIsFinal},
+		{"OnlyTheDeciderDecides", testOnlyTheDeciderDecides},
 		{"ReapReturnsExpiredHolds", testReap},
 		{"ParallelReapersReturnOnce", testParallelReapers},
 		{"AdjustSetAndDelta", testAdjust},
-		{"AdjustAsShadowFollowsDelta", testAdjustShadow},
+		{"AdjustAsShadowIsRefused", testAdjustShadow},
 		{"AdjustWithKeyAppliesOnce", testAdjustKey},
 		{"AvailabilityPerLocation", testAvailability},
 		{"BadInputChangesNothing", testBadInput},
@@ -77,7 +86,11 @@ func Exercise(t *testing.T, newHarness NewHarness) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.fn(t, newHarness(t))
+			h := newHarness(t)
+			if h.Decide != nil {
+				h.Decide(t, shop)
+			}
+			tc.fn(t, h)
 		})
 	}
 }
@@ -187,15 +200,6 @@ func testReserveThenGet(t *testing.T, h Harness) {
 	if _, err := h.Store.Get(ctx(t), &reservation.GetParams{Shop: shop, Token: "nope"}); !errors.Is(err, reservation.ErrNotFound) {
 		t.Errorf("Get unknown token: %v, want ErrNotFound", err)
 	}
-	// The authority recorded on the hold is the one the caller names.
-	res2, err := h.Store.Reserve(ctx(t), &reservation.ReserveParams{Shop: shop, Token: "cart-2", Lines: []reservation.Line{line(10, 1, 1)}, TTL: TTL, Authority: other(h.Store.Name())})
-	if err != nil || res2.Authority != other(h.Store.Name()) {
-		t.Fatalf("reserve with authority %q: %+v, %v", other(h.Store.Name()), res2, err)
-	}
-	g2, err := h.Store.Get(ctx(t), &reservation.GetParams{Shop: shop, Token: "cart-2"})
-	if err != nil || g2.Authority != other(h.Store.Name()) {
-		t.Fatalf("Get cart-2: authority %q, %v; want %q", g2.Authority, err, other(h.Store.Name()))
-	}
 }
 
 func other(a reservation.Authority) reservation.Authority {
@@ -252,10 +256,10 @@ func testAllOrNothing(t *testing.T, h Harness) {
 	if _, err := h.Store.Get(ctx(t), &reservation.GetParams{Shop: shop, Token: "cart-1"}); !errors.Is(err, reservation.ErrNotFound) {
 		t.Errorf("Get after insufficient: %v, want ErrNotFound", err)
 	}
-	// An insufficient answer is not remembered: once stock arrives, the same
-	// token reserves.
+	// Once stock arrives a new token reserves the cart (the refused token
+	// stays refused: RefusedTokenIsFinal).
 	stock(t, h, 20, 1, 3)
-	mustReserve(t, h, "cart-1", line(10, 2, 1), line(20, 3, 1))
+	mustReserve(t, h, "cart-2", line(10, 2, 1), line(20, 3, 1))
 }
 
 func testLocationPreference(t *testing.T, h Harness) {
@@ -327,8 +331,8 @@ func testClaimOnce(t *testing.T, h Harness) {
 	if l := ledger(t, h, 10, 1); l != 3 {
 		t.Errorf("ledger item 10 = %d after a repeated claim, want 3", l)
 	}
-	if _, err := h.Store.Get(ctx(t), &reservation.GetParams{Shop: shop, Token: "cart-1"}); !errors.Is(err, reservation.ErrNotFound) {
-		t.Errorf("Get after claim: %v, want ErrNotFound", err)
+	if _, err := h.Store.Get(ctx(t), &reservation.GetParams{Shop: shop, Token: "cart-1"}); !errors.Is(err, reservation.ErrAlreadyClaimed) {
+		t.Errorf("Get after claim: %v, want ErrAlreadyClaimed", err)
 	}
 }
 
@@ -408,64 +412,6 @@ func testClaimLedgerLowered(t *testing.T, h Harness) {
 	}
 }
 
-func testSettleAsShadow(t *testing.T, h Harness) {
-	stock(t, h, 10, 1, 5)
-	stock(t, h, 10, 2, 5)
-	// Matching allocations: the authority deducted what this store held.
-	mustReserve(t, h, "cart-1", line(10, 2, 1))
-	d, err := h.Ledger.Deduct(ctx(t), &reservation.DeductParams{Shop: shop, Token: "cart-1", Allocations: []reservation.Allocation{alloc(10, 1, 2)}})
-	if err != nil || !d.Applied {
-		t.Fatalf("deduct: %+v %v", d, err)
-	}
-	res, err := h.Store.Claim(ctx(t), &reservation.ClaimParams{Shop: shop, Token: "cart-1", As: reservation.AsShadow, Deducted: d.Allocations})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Outcome != reservation.OutcomeSettled {
-		t.Errorf("outcome %s, want settled", res.Outcome)
-	}
-	wantAllocs(t, res.Allocations, alloc(10, 1, 2))
-	if l := ledger(t, h, 10, 1); l != 3 {
-		t.Errorf("ledger = %d, want 3 (deducted once, by the authority)", l)
-	}
-	if u := unheld(t, h, 10, 1); u != 3 {
-		t.Errorf("unheld at 1 = %d after settle, want 3", u)
-	}
-	// Mismatched allocations: this store held at 2, the authority deducted
-	// at 1. The view follows the deduction and gives back its own hold.
-	mustReserve(t, h, "cart-2", line(10, 1, 2))
-	d, err = h.Ledger.Deduct(ctx(t), &reservation.DeductParams{Shop: shop, Token: "cart-2", Allocations: []reservation.Allocation{alloc(10, 1, 1)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.Store.Claim(ctx(t), &reservation.ClaimParams{Shop: shop, Token: "cart-2", As: reservation.AsShadow, Deducted: d.Allocations}); err != nil {
-		t.Fatal(err)
-	}
-	if u1, u2 := unheld(t, h, 10, 1), unheld(t, h, 10, 2); u1 != 2 || u2 != 5 {
-		t.Errorf("unheld at 1, 2 = %d, %d after a mismatched settle, want 2, 5", u1, u2)
-	}
-	if _, err := h.Store.Get(ctx(t), &reservation.GetParams{Shop: shop, Token: "cart-2"}); !errors.Is(err, reservation.ErrNotFound) {
-		t.Errorf("hold after settle: %v, want ErrNotFound", err)
-	}
-}
-
-// A shadow that never saw the reservation (its shadow reserve was skipped
-// or failed) still follows the authority's deduction when told to settle:
-// it answers ErrNotFound, and what a buyer can reserve matches the ledger.
-func testSettleWithoutHold(t *testing.T, h Harness) {
-	stock(t, h, 10, 1, 5)
-	d, err := h.Ledger.Deduct(ctx(t), &reservation.DeductParams{Shop: shop, Token: "elsewhere", Allocations: []reservation.Allocation{alloc(10, 1, 2)}})
-	if err != nil || !d.Applied {
-		t.Fatalf("deduct: %+v %v", d, err)
-	}
-	if _, err := h.Store.Claim(ctx(t), &reservation.ClaimParams{Shop: shop, Token: "elsewhere", As: reservation.AsShadow, Deducted: d.Allocations}); !errors.Is(err, reservation.ErrNotFound) {
-		t.Fatalf("settle without a hold: %v, want ErrNotFound", err)
-	}
-	if u, l := unheld(t, h, 10, 1), ledger(t, h, 10, 1); u != 3 || l != 3 {
-		t.Errorf("unheld %d, ledger %d; want both 3", u, l)
-	}
-}
-
 func testRelease(t *testing.T, h Harness) {
 	stock(t, h, 10, 1, 5)
 	mustReserve(t, h, "cart-1", line(10, 4, 1))
@@ -532,9 +478,10 @@ func testReap(t *testing.T, h Harness) {
 	if err != nil || again.Holds != 0 {
 		t.Errorf("second reap = %+v %v, want nothing", again, err)
 	}
-	// A released-by-expiry token can be claimed no more.
-	if _, err := claim(t, h, "short"); !errors.Is(err, reservation.ErrNotFound) && !errors.Is(err, reservation.ErrExpired) {
-		t.Errorf("claim of a reaped hold: %v, want ErrNotFound or ErrExpired", err)
+	// A reaped hold's tombstone answers a late claim: expired, not
+	// "never heard of it".
+	if _, err := claim(t, h, "short"); !errors.Is(err, reservation.ErrExpired) {
+		t.Errorf("claim of a reaped hold: %v, want ErrExpired", err)
 	}
 	if l := ledger(t, h, 10, 1); l != 5 {
 		t.Errorf("ledger = %d, want 5", l)
@@ -661,24 +608,15 @@ func testAdjustKey(t *testing.T, h Harness) {
 	}
 }
 
+// Redis follows the ledger through the change feed, and MySQL is the
+// ledger: a shadow adjust has nothing to do and is refused, naming the
+// field.
 func testAdjustShadow(t *testing.T, h Harness) {
 	stock(t, h, 10, 1, 5)
-	// The authority changed the ledger by -2; the shadow follows.
-	if _, err := h.Ledger.AdjustStock(ctx(t), &reservation.AdjustParams{Shop: shop, Item: 10, Location: 1, Delta: -2}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.Store.Adjust(ctx(t), &reservation.AdjustParams{Shop: shop, Item: 10, Location: 1, Delta: -2, As: reservation.AsShadow}); err != nil {
-		t.Fatal(err)
-	}
-	if u := unheld(t, h, 10, 1); u != 3 {
-		t.Errorf("unheld = %d, want 3", u)
-	}
-	if l := ledger(t, h, 10, 1); l != 3 {
-		t.Errorf("ledger = %d, want 3 (a shadow adjust never changes it)", l)
-	}
-	mustReserve(t, h, "cart-1", line(10, 3, 1))
-	if res := reserve(t, h, "cart-2", TTL, line(10, 1, 1)); res.Status != reservation.StatusInsufficient {
-		t.Errorf("reserve beyond the followed stock: %s, want insufficient", res.Status)
+	_, err := h.Store.Adjust(ctx(t), &reservation.AdjustParams{Shop: shop, Item: 10, Location: 1, Delta: -2, As: reservation.AsShadow})
+	checkInvalid(t, "adjust as shadow", "as", err)
+	if u, l := unheld(t, h, 10, 1), ledger(t, h, 10, 1); u != 5 || l != 5 {
+		t.Errorf("unheld %d, ledger %d after a refused shadow adjust; want 5 and 5", u, l)
 	}
 }
 
@@ -867,5 +805,129 @@ func testConcurrentCarts(t *testing.T, h Harness) {
 		if u := unheld(t, h, i, 1); u != ledger(t, h, i, 1) {
 			t.Errorf("item %d: unheld %d, ledger %d, with no holds left", i, u, ledger(t, h, i, 1))
 		}
+	}
+}
+
+// A released token is final: a claim after an acknowledged release never
+// succeeds, a repeated reserve cannot hold it again, a repeated release
+// changes nothing.
+func testReleasedTokenIsFinal(t *testing.T, h Harness) {
+	stock(t, h, 10, 1, 5)
+	mustReserve(t, h, "cart-1", line(10, 2, 1))
+	if res, err := h.Store.Release(ctx(t), &reservation.ReleaseParams{Shop: shop, Token: "cart-1"}); err != nil || !res.Released {
+		t.Fatalf("release: %+v %v", res, err)
+	}
+	if res, err := claim(t, h, "cart-1"); !errors.Is(err, reservation.ErrReleased) {
+		t.Errorf("claim after release: %+v %v, want ErrReleased", res, err)
+	}
+	if res, err := h.Store.Reserve(ctx(t), &reservation.ReserveParams{Shop: shop, Token: "cart-1", Lines: []reservation.Line{line(10, 2, 1)}, TTL: TTL}); !errors.Is(err, reservation.ErrReleased) {
+		t.Errorf("reserve after release: %+v %v, want ErrReleased", res, err)
+	}
+	if res, err := h.Store.Release(ctx(t), &reservation.ReleaseParams{Shop: shop, Token: "cart-1"}); err != nil || res.Released {
+		t.Errorf("second release: %+v %v, want not released", res, err)
+	}
+	if _, err := h.Store.Get(ctx(t), &reservation.GetParams{Shop: shop, Token: "cart-1"}); !errors.Is(err, reservation.ErrReleased) {
+		t.Errorf("get after release: %v, want ErrReleased", err)
+	}
+	if u, l := unheld(t, h, 10, 1), ledger(t, h, 10, 1); u != 5 || l != 5 {
+		t.Errorf("unheld %d, ledger %d; want 5 and 5", u, l)
+	}
+}
+
+// A refused token stays refused: a delayed first attempt (or any repeat)
+// that arrives after stock came back must not hold anything, because the
+// caller was told nothing is held. A new token can reserve.
+func testRefusedTokenIsFinal(t *testing.T, h Harness) {
+	stock(t, h, 10, 1, 1)
+	first := reserve(t, h, "cart-1", TTL, line(10, 2, 1))
+	if first.Status != reservation.StatusInsufficient {
+		t.Fatalf("reserve 2 of 1: %s, want insufficient", first.Status)
+	}
+	stock(t, h, 10, 1, 5)
+	again := reserve(t, h, "cart-1", TTL, line(10, 2, 1))
+	if again.Status != reservation.StatusInsufficient || !again.Replayed {
+		t.Errorf("the same token after stock came back: %+v, want the refusal replayed", again)
+	}
+	if len(again.Short) != 1 || again.Short[0].Item != 10 || again.Short[0].Requested != 2 {
+		t.Errorf("replayed refusal's short lines %+v, want item 10 requested 2", again.Short)
+	}
+	if _, err := claim(t, h, "cart-1"); !errors.Is(err, reservation.ErrNotFound) {
+		t.Errorf("claim of a refused token: %v, want ErrNotFound", err)
+	}
+	if res, err := h.Store.Release(ctx(t), &reservation.ReleaseParams{Shop: shop, Token: "cart-1"}); err != nil || res.Released {
+		t.Errorf("release of a refused token: %+v %v, want not released", res, err)
+	}
+	if u := unheld(t, h, 10, 1); u != 5 {
+		t.Errorf("unheld = %d, want 5: the refused token holds nothing", u)
+	}
+	mustReserve(t, h, "cart-2", line(10, 2, 1))
+}
+
+// An expired token is final once reaped: claim, reserve and get answer
+// expired (410), release changes nothing.
+func testExpiredTokenIsFinal(t *testing.T, h Harness) {
+	stock(t, h, 10, 1, 5)
+	reserve(t, h, "cart-1", ExpiryTTL, line(10, 2, 1))
+	time.Sleep(ExpiryTTL + 300*time.Millisecond)
+	if _, err := h.Store.Reap(ctx(t), &reservation.ReapParams{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claim(t, h, "cart-1"); !errors.Is(err, reservation.ErrExpired) {
+		t.Errorf("claim after reap: %v, want ErrExpired", err)
+	}
+	if _, err := h.Store.Reserve(ctx(t), &reservation.ReserveParams{Shop: shop, Token: "cart-1", Lines: []reservation.Line{line(10, 2, 1)}, TTL: TTL}); !errors.Is(err, reservation.ErrExpired) {
+		t.Errorf("reserve after reap: %v, want ErrExpired", err)
+	}
+	if res, err := h.Store.Release(ctx(t), &reservation.ReleaseParams{Shop: shop, Token: "cart-1"}); err != nil || res.Released {
+		t.Errorf("release after reap: %+v %v, want not released", res, err)
+	}
+	if _, err := h.Store.Get(ctx(t), &reservation.GetParams{Shop: shop, Token: "cart-1"}); !errors.Is(err, reservation.ErrExpired) {
+		t.Errorf("get after reap: %v, want ErrExpired", err)
+	}
+	if u, l := unheld(t, h, 10, 1), ledger(t, h, 10, 1); u != 5 || l != 5 {
+		t.Errorf("unheld %d, ledger %d; want 5 and 5", u, l)
+	}
+}
+
+// A store whose fence names the other store decides nothing: reserve,
+// claim and release as authority answer *NotDeciderError naming the fence,
+// and nothing changes.
+func testOnlyTheDeciderDecides(t *testing.T, h Harness) {
+	if h.HandOff == nil {
+		t.Skip("the harness cannot hand the shop off")
+	}
+	stock(t, h, 10, 1, 5)
+	mustReserve(t, h, "held", line(10, 2, 1))
+	h.HandOff(t, shop)
+	want := func(op string, err error) {
+		t.Helper()
+		var nd *reservation.NotDeciderError
+		if !errors.As(err, &nd) || !errors.Is(err, reservation.ErrNotDecider) {
+			t.Errorf("%s after the handoff: %v, want *NotDeciderError", op, err)
+			return
+		}
+		if nd.Shop != shop || nd.Store != h.Store.Name() || nd.Fence.Decider == h.Store.Name() {
+			t.Errorf("%s: %+v, want shop %d refused by %s with a fence naming the other store", op, nd, shop, h.Store.Name())
+		}
+		if reservation.AnswerName(err) != "" {
+			t.Errorf("%s: a NotDeciderError must not be a domain answer", op)
+		}
+	}
+	_, err := h.Store.Reserve(ctx(t), &reservation.ReserveParams{Shop: shop, Token: "new", Lines: []reservation.Line{line(10, 1, 1)}, TTL: TTL})
+	want("reserve", err)
+	_, err = h.Store.Reserve(ctx(t), &reservation.ReserveParams{Shop: shop, Token: "held", Lines: []reservation.Line{line(10, 2, 1)}, TTL: TTL})
+	want("repeated reserve", err)
+	_, err = claim(t, h, "held")
+	want("claim", err)
+	_, err = h.Store.Release(ctx(t), &reservation.ReleaseParams{Shop: shop, Token: "held"})
+	want("release", err)
+	if g, err := h.Store.Get(ctx(t), &reservation.GetParams{Shop: shop, Token: "held"}); err != nil || g.Quantity() != 2 {
+		t.Errorf("the hold after refused calls: %+v %v", g, err)
+	}
+	if _, err := h.Store.Get(ctx(t), &reservation.GetParams{Shop: shop, Token: "new"}); !errors.Is(err, reservation.ErrNotFound) {
+		t.Errorf("a refused reserve left something: %v", err)
+	}
+	if l := ledger(t, h, 10, 1); l != 5 {
+		t.Errorf("ledger = %d, want 5", l)
 	}
 }

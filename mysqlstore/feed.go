@@ -1,0 +1,242 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/reservation"
+)
+
+// The change feed: a transactional outbox. Every change Redis must follow
+// (MySQL's decisions, the ledger's deltas and claims, fences) is a row of
+// reservation_outbox written in the transaction that makes the change. The
+// relay (package mirror) reads pending rows, applies them to Redis and
+// deletes them. A state change carries no state of its own: it is read
+// with the reservation's current state, so delivering it late or twice
+// applies the latest state, which is what makes redelivery harmless.
+
+// maxFeedBatch bounds one read of the feed.
+const maxFeedBatch = 10000
+
+// Pending returns up to limit pending changes, oldest first: of one shop,
+// or of every shop when shop is 0. Changes still being written by
+// transactions in flight are not visible yet and come in a later call; the
+// order that matters (a shop's fence change after every change of that
+// shop MySQL decided) holds, because those transactions held the fence row
+// the fence change waited for.
+func (s *Store) Pending(ctx context.Context, shop int64, limit int) ([]reservation.Change, error) {
+	if shop < 0 || limit < 1 || limit > maxFeedBatch {
+		return nil, &reservation.ValidationError{Field: "shop, limit", Reason: fmt.Sprintf("want shop >= 0 and limit in 1..%d, got %d and %d", maxFeedBatch, shop, limit)}
+	}
+	c, err := s.acquire(ctx, callerFeed)
+	if err != nil {
+		return nil, err
+	}
+	defer c.release()
+	var rows *sql.Rows
+	if shop == 0 {
+		rows, err = c.QueryContext(ctx, sqlFeedPending, limit)
+	} else {
+		rows, err = c.QueryContext(ctx, sqlFeedPendingShop, shop, limit)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mysqlstore: pending changes: %w", err)
+	}
+	defer rows.Close()
+	var out []reservation.Change
+	for rows.Next() {
+		var ch reservation.Change
+		var kind, decider, state, allocs, short string
+		var exp sqlTime
+		if err := rows.Scan(&ch.ID, &ch.Shop, &kind, &ch.Token, &ch.Item, &ch.Location, &ch.Delta,
+			&decider, &ch.Fence.Epoch, &state, &allocs, &short, &exp); err != nil {
+			return nil, err
+		}
+		ch.Kind, ch.Fence.Decider, ch.State, ch.ExpiresAt = reservation.ChangeKind(kind), reservation.Authority(decider), reservation.State(state), exp.Time
+		if ch.Allocations, err = reservation.DecodeAllocations(allocs); err != nil {
+			return nil, fmt.Errorf("mysqlstore: change %d: %w", ch.ID, err)
+		}
+		if ch.Short, err = reservation.DecodeShort(short); err != nil {
+			return nil, fmt.Errorf("mysqlstore: change %d: %w", ch.ID, err)
+		}
+		out = append(out, ch)
+	}
+	return out, rows.Err()
+}
+
+// Done deletes delivered changes. Deleting one twice (two deliverers) is
+// harmless.
+func (s *Store) Done(ctx context.Context, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	c, err := s.acquire(ctx, callerFeed)
+	if err != nil {
+		return err
+	}
+	defer c.release()
+	for start := 0; start < len(ids); start += maxDoneBatch {
+		batch := ids[start:min(start+maxDoneBatch, len(ids))]
+		args := make([]any, len(batch))
+		for i, id := range batch {
+			args[i] = id
+		}
+		if _, err := c.ExecContext(ctx, sqlFeedDonePrefix+repeatJoin("?", ",", len(batch))+")", args...); err != nil {
+			return fmt.Errorf("mysqlstore: delete delivered changes: %w", err)
+		}
+	}
+	return nil
+}
+
+const maxDoneBatch = 1000
+
+// Backlog reports how many changes are pending and how old the oldest is
+// (by the database's clock): the relay's lag.
+func (s *Store) Backlog(ctx context.Context) (changes int64, oldest time.Duration, err error) {
+	c, err := s.acquire(ctx, callerFeed)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.release()
+	var us int64
+	if err := c.QueryRowContext(ctx, sqlFeedBacklog).Scan(&changes, &us); err != nil {
+		return 0, 0, fmt.Errorf("mysqlstore: feed backlog: %w", err)
+	}
+	return changes, time.Duration(max(us, 0)) * time.Microsecond, nil
+}
+
+// ShopCopy is one shop's state read for the copy step of copy and
+// catch-up (CopyShop): a consistent snapshot of its reservations and
+// ledger, and the pending changes the snapshot already reflects.
+type ShopCopy struct {
+	// Snapshot holds the shop's fence, holds and tombstones.
+	Snapshot reservation.Snapshot
+	// Ledger is the shop's ledger rows.
+	Ledger []reservation.StockLevel
+	// Covered are the pending changes the snapshot reflects; CopyShop
+	// deletes them once the copy is written.
+	Covered []int64
+	// CoveredAdjusts are those of Covered that are adjusts: a relay that
+	// read one before the copy and delivers it after must not move the
+	// quantity again (the copy writes their markers).
+	CoveredAdjusts []int64
+}
+
+// CopyShop is the copy step of copy and catch-up for one shop: with the
+// shop's fence row locked (MySQL decides nothing for the shop meanwhile),
+// it reads one consistent snapshot of the shop's reservations, ledger and
+// pending changes, calls write (which rewrites the shop in Redis), and
+// then deletes the pending changes the snapshot covered. Changes committed
+// after the snapshot stay pending; the relay applies them on top. If write
+// fails nothing is deleted.
+func (s *Store) CopyShop(ctx context.Context, shop int64, write func(ctx context.Context, c *ShopCopy) error) error {
+	if shop <= 0 {
+		return &reservation.ValidationError{Field: "shop", Reason: fmt.Sprintf("must be a positive id, got %d", shop)}
+	}
+	c, err := s.acquire(ctx, callerHandoff)
+	if err != nil {
+		return err
+	}
+	defer c.release()
+	// REPEATABLE READ: every read below sees one snapshot, taken after the
+	// fence row was locked (the first plain read starts it), so it holds
+	// every change committed by the deciding transactions the lock waited
+	// for, and an adjust (which takes no fence lock) is either in both the
+	// ledger read and the covered changes, or in neither.
+	tx, err := c.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		return fmt.Errorf("mysqlstore: copy shop %d: %w", shop, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	fence, err := lockFence(ctx, tx, shop)
+	if err != nil {
+		return err
+	}
+	cp := &ShopCopy{Snapshot: reservation.Snapshot{Shop: shop, Fence: fence}}
+	if err := s.readCopy(ctx, tx, cp); err != nil {
+		return fmt.Errorf("mysqlstore: copy shop %d: %w", shop, err)
+	}
+	if err := write(ctx, cp); err != nil {
+		return err
+	}
+	if len(cp.Covered) > 0 {
+		args := make([]any, len(cp.Covered))
+		for i, id := range cp.Covered {
+			args[i] = id
+		}
+		if _, err := tx.ExecContext(ctx, sqlFeedDonePrefix+repeatJoin("?", ",", len(args))+")", args...); err != nil {
+			return fmt.Errorf("mysqlstore: copy shop %d: delete covered changes: %w", shop, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("mysqlstore: copy shop %d: %w", shop, err)
+	}
+	return nil
+}
+
+func (s *Store) readCopy(ctx context.Context, tx *sql.Tx, cp *ShopCopy) error {
+	shop := cp.Snapshot.Shop
+	rows, err := tx.QueryContext(ctx, sqlCopyStates, shop)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var token, state, by, allocs, short string
+		var exp sqlTime
+		if err := rows.Scan(&token, &state, &by, &allocs, &short, &exp); err != nil {
+			rows.Close()
+			return err
+		}
+		as, err1 := reservation.DecodeAllocations(allocs)
+		ss, err2 := reservation.DecodeShort(short)
+		if err := errors.Join(err1, err2); err != nil {
+			rows.Close()
+			return err
+		}
+		if st := reservation.State(state); st == reservation.StateHeld {
+			cp.Snapshot.Holds = append(cp.Snapshot.Holds, reservation.Hold{Shop: shop, Token: token, Allocations: as,
+				ExpiresAt: exp.Time, Authority: reservation.Authority(by)})
+		} else {
+			cp.Snapshot.Tombstones = append(cp.Snapshot.Tombstones, reservation.Tombstone{Token: token, State: st,
+				Allocations: as, ExpiresAt: exp.Time, Short: ss})
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if rows, err = tx.QueryContext(ctx, sqlCopyLedger, shop); err != nil {
+		return err
+	}
+	for rows.Next() {
+		l := reservation.StockLevel{Shop: shop}
+		if err := rows.Scan(&l.Item, &l.Location, &l.Available); err != nil {
+			rows.Close()
+			return err
+		}
+		cp.Ledger = append(cp.Ledger, l)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if rows, err = tx.QueryContext(ctx, sqlCopyPending, shop); err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var kind string
+		if err := rows.Scan(&id, &kind); err != nil {
+			return err
+		}
+		cp.Covered = append(cp.Covered, id)
+		if reservation.ChangeKind(kind) == reservation.ChangeAdjust {
+			cp.CoveredAdjusts = append(cp.CoveredAdjusts, id)
+		}
+	}
+	return rows.Err()
+}

@@ -1,0 +1,367 @@
+package mysqlstore
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/reservation"
+)
+
+// Handoffs (docs/ownership.md, section 3), MySQL's side of them.
+
+// Fence returns the shop's fence (NoFence when it has none).
+func (s *Store) Fence(ctx context.Context, shop int64) (reservation.Fence, error) {
+	if shop <= 0 {
+		return reservation.Fence{}, &reservation.ValidationError{Field: "shop", Reason: fmt.Sprintf("must be a positive id, got %d", shop)}
+	}
+	c, err := s.acquire(ctx, callerRead)
+	if err != nil {
+		return reservation.Fence{}, err
+	}
+	defer c.release()
+	var d string
+	var e int64
+	err = c.QueryRowContext(ctx, sqlFenceRead, shop).Scan(&d, &e)
+	if isNoRows(err) {
+		return reservation.NoFence, nil
+	}
+	if err != nil {
+		return reservation.Fence{}, fmt.Errorf("mysqlstore: fence of shop %d: %w", shop, err)
+	}
+	return reservation.Fence{Decider: reservation.Authority(d), Epoch: e}, nil
+}
+
+// lockFence creates the shop's fence row if it is missing and locks it for
+// update: it waits for every transaction of the shop holding it shared
+// (the deciding ones), and holds off new ones until the caller commits.
+func lockFence(ctx context.Context, tx *sql.Tx, shop int64) (reservation.Fence, error) {
+	if _, err := tx.ExecContext(ctx, sqlFenceEnsure, shop); err != nil {
+		return reservation.Fence{}, fmt.Errorf("mysqlstore: handoff: lock fence of shop %d: %w", shop, err)
+	}
+	var d string
+	var e int64
+	if err := tx.QueryRowContext(ctx, sqlFenceLock, shop).Scan(&d, &e); err != nil {
+		return reservation.Fence{}, fmt.Errorf("mysqlstore: handoff: read fence of shop %d: %w", shop, err)
+	}
+	return reservation.Fence{Decider: reservation.Authority(d), Epoch: e}, nil
+}
+
+// Yield is the first step of a handoff to Redis at epoch: unless the
+// shop's fence already has an epoch of at least epoch, it sets it to
+// redis@epoch and records a fence change in the feed, in one transaction
+// that waits for MySQL's deciding transactions of the shop in flight. From
+// its commit on MySQL decides nothing for the shop; every change MySQL
+// made as decider is in the feed before the fence change, so Redis, which
+// sets its own fence when it applies that change, holds everything by then.
+// It returns the fence after (which names MySQL if a newer handoff gave
+// the shop back to it).
+func (s *Store) Yield(ctx context.Context, shop, epoch int64) (reservation.Fence, error) {
+	if shop <= 0 || epoch <= 0 {
+		return reservation.Fence{}, &reservation.ValidationError{Field: "shop, epoch", Reason: fmt.Sprintf("must be positive, got %d and %d", shop, epoch)}
+	}
+	var out reservation.Fence
+	changed := false
+	err := s.inTx(ctx, callerHandoff, func(tx *sql.Tx) error {
+		changed = false
+		cur, err := lockFence(ctx, tx, shop)
+		if err != nil {
+			return err
+		}
+		out = cur
+		if cur.Epoch >= epoch {
+			return nil
+		}
+		out = reservation.Fence{Decider: reservation.AuthorityRedis, Epoch: epoch}
+		if _, err := tx.ExecContext(ctx, sqlFenceSet, string(out.Decider), out.Epoch, shop); err != nil {
+			return fmt.Errorf("mysqlstore: yield shop %d: %w", shop, err)
+		}
+		if _, err := tx.ExecContext(ctx, sqlFeedFence, shop, string(out.Decider), out.Epoch); err != nil {
+			return fmt.Errorf("mysqlstore: yield shop %d: record the fence for Redis: %w", shop, err)
+		}
+		changed = true
+		return nil
+	})
+	if err != nil {
+		return reservation.Fence{}, err
+	}
+	s.countHandoff("yield", changed)
+	if changed {
+		s.metrics.feedWritten.WithLabelValues(string(reservation.ChangeFence)).Inc()
+	}
+	return out, nil
+}
+
+func (s *Store) countHandoff(kind string, changed bool) {
+	result := "unchanged"
+	if changed {
+		result = "changed"
+	}
+	s.metrics.handoffs.WithLabelValues(kind, result).Inc()
+}
+
+// TakeOver is the last step of a handoff to MySQL at epoch, after Redis
+// set its own fence to mysql@epoch and snap was read from it: unless the
+// shop's fence already has an epoch of at least epoch, it makes MySQL's
+// reservations of the shop exactly snap's (see copyIn) and sets the fence
+// to mysql@epoch, in one transaction that locks the fence row and every
+// reservation row of the shop first. It returns the fence after.
+func (s *Store) TakeOver(ctx context.Context, snap *reservation.Snapshot, epoch int64) (reservation.Fence, error) {
+	if err := s.validSnapshot(snap); err != nil {
+		return reservation.Fence{}, err
+	}
+	if epoch <= 0 {
+		return reservation.Fence{}, &reservation.ValidationError{Field: "epoch", Reason: fmt.Sprintf("must be positive, got %d", epoch)}
+	}
+	var out reservation.Fence
+	changed := false
+	err := s.inTx(ctx, callerHandoff, func(tx *sql.Tx) error {
+		changed = false
+		cur, err := lockFence(ctx, tx, snap.Shop)
+		if err != nil {
+			return err
+		}
+		out = cur
+		if cur.Epoch >= epoch {
+			return nil
+		}
+		if err := s.copyIn(ctx, tx, snap); err != nil {
+			return err
+		}
+		out = reservation.Fence{Decider: reservation.AuthorityMySQL, Epoch: epoch}
+		if _, err := tx.ExecContext(ctx, sqlFenceSet, string(out.Decider), out.Epoch, snap.Shop); err != nil {
+			return fmt.Errorf("mysqlstore: take over shop %d: %w", snap.Shop, err)
+		}
+		changed = true
+		return nil
+	})
+	if err != nil {
+		return reservation.Fence{}, err
+	}
+	s.countHandoff("take_over", changed)
+	return out, nil
+}
+
+// Repair makes this store's copy of a shop Redis decides exactly snap (see
+// copyIn), without changing the fence: reconciliation's repair of MySQL,
+// and what a release of the kill switch no longer needs (a handoff copies
+// the state in itself). It refuses (*reservation.NotDeciderError) a shop
+// MySQL decides: there MySQL is the truth.
+func (s *Store) Repair(ctx context.Context, snap *reservation.Snapshot) error {
+	if err := s.validSnapshot(snap); err != nil {
+		return err
+	}
+	return s.inTx(ctx, callerReconcile, func(tx *sql.Tx) error {
+		cur, err := lockFence(ctx, tx, snap.Shop)
+		if err != nil {
+			return err
+		}
+		if cur.Decider == reservation.AuthorityMySQL {
+			return &reservation.NotDeciderError{Shop: snap.Shop, Store: reservation.AuthorityRedis, Fence: cur}
+		}
+		return s.copyIn(ctx, tx, snap)
+	})
+}
+
+func (s *Store) validSnapshot(snap *reservation.Snapshot) error {
+	switch {
+	case snap == nil:
+		return &reservation.ValidationError{Field: "snapshot", Reason: "missing"}
+	case snap.Shop <= 0:
+		return &reservation.ValidationError{Field: "snapshot.shop", Reason: fmt.Sprintf("must be a positive id, got %d", snap.Shop)}
+	}
+	for i, h := range snap.Holds {
+		if err := s.cfg.Limits.ValidateDeduct(&reservation.DeductParams{Shop: snap.Shop, Token: h.Token, Allocations: h.Allocations}); err != nil {
+			return &reservation.ValidationError{Field: fmt.Sprintf("snapshot.holds[%d]", i), Reason: err.Error()}
+		}
+	}
+	for i, t := range snap.Tombstones {
+		if !t.State.Terminal() {
+			return &reservation.ValidationError{Field: fmt.Sprintf("snapshot.tombstones[%d].state", i), Reason: fmt.Sprintf("not a terminal state: %q", t.State)}
+		}
+	}
+	return nil
+}
+
+// copyBatch bounds the rows of one statement of copyIn.
+const copyBatch = 200
+
+// copyIn makes the shop's reservations exactly snap's, inside tx (which
+// holds the shop's fence row): every reservation row of the shop is locked;
+// each of snap's holds replaces what MySQL has for its token (its own
+// shadow hold, another allocation, a tombstone of its own), except a token
+// the ledger claimed, which stays claimed; each tombstone is recorded; a
+// MySQL hold snap knows nothing of is dropped (its reserve was never
+// acknowledged by the store that decided); and every pool the new holds
+// touch is trimmed so that pool + held stays within the ledger. The ledger
+// itself is never changed.
+func (s *Store) copyIn(ctx context.Context, tx *sql.Tx, snap *reservation.Snapshot) error {
+	shop := snap.Shop
+	rows, err := tx.QueryContext(ctx, sqlShopStatesLock, shop)
+	if err != nil {
+		return fmt.Errorf("mysqlstore: copy in shop %d: lock reservations: %w", shop, err)
+	}
+	have := map[string]stateRow{}
+	for rows.Next() {
+		var token, state, allocs string
+		if err := rows.Scan(&token, &state, &allocs); err != nil {
+			rows.Close()
+			return err
+		}
+		st := stateRow{found: true, state: reservation.State(state)}
+		if st.allocs, err = reservation.DecodeAllocations(allocs); err != nil {
+			rows.Close()
+			return err
+		}
+		have[token] = st
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+
+	type upsert struct {
+		token     string
+		state     reservation.State
+		by        reservation.Authority
+		allocs    []reservation.Allocation
+		short     []reservation.ShortLine
+		expiresAt time.Time
+	}
+	var put []upsert
+	var newHolds []reservation.Hold
+	replace := map[string]bool{} // tokens whose hold lines are deleted first
+	known := map[string]bool{}
+	touched := map[key]bool{}
+	for _, h := range snap.Holds {
+		known[h.Token] = true
+		cur := have[h.Token]
+		if cur.state == reservation.StateClaimed {
+			continue // the ledger's claim is the truth
+		}
+		by := h.Authority
+		if !by.Valid() {
+			by = reservation.AuthorityRedis
+		}
+		if cur.state == reservation.StateHeld && slices.Equal(cur.allocs, sortedCopy(h.Allocations)) {
+			put = append(put, upsert{h.Token, reservation.StateHeld, by, cur.allocs, nil, h.ExpiresAt})
+			continue
+		}
+		replace[h.Token] = true
+		put = append(put, upsert{h.Token, reservation.StateHeld, by, sortedCopy(h.Allocations), nil, h.ExpiresAt})
+		newHolds = append(newHolds, h)
+		for _, a := range h.Allocations {
+			touched[key{shop, a.Item, a.Location}] = true
+		}
+	}
+	for _, t := range snap.Tombstones {
+		known[t.Token] = true
+		cur := have[t.Token]
+		if cur.state == reservation.StateClaimed || (cur.found && cur.state == t.State) {
+			continue
+		}
+		if cur.state == reservation.StateHeld {
+			replace[t.Token] = true
+		}
+		put = append(put, upsert{t.Token, t.State, reservation.AuthorityRedis, sortedCopy(t.Allocations), t.Short, t.ExpiresAt})
+	}
+	var drop []string
+	for token, cur := range have {
+		if !known[token] && cur.state == reservation.StateHeld {
+			drop = append(drop, token)
+		}
+	}
+	slices.Sort(drop)
+
+	// Hold lines out (replaced and dropped), reservation rows of dropped
+	// tokens out, then the new rows and lines in.
+	gone := append(slices.Sorted(maps.Keys(replace)), drop...)
+	for chunk := range slices.Chunk(gone, copyBatch) {
+		if err := execTokens(ctx, tx, sqlShopHoldsDeletePrefix, shop, chunk); err != nil {
+			return fmt.Errorf("mysqlstore: copy in shop %d: delete hold lines: %w", shop, err)
+		}
+	}
+	for chunk := range slices.Chunk(drop, copyBatch) {
+		if err := execTokens(ctx, tx, sqlStatesDeletePrefix, shop, chunk); err != nil {
+			return fmt.Errorf("mysqlstore: copy in shop %d: drop unknown holds: %w", shop, err)
+		}
+	}
+	for chunk := range slices.Chunk(put, copyBatch) {
+		args := make([]any, 0, 9*len(chunk))
+		for _, u := range chunk {
+			var exp any // a refusal has no hold expiry: the database's now
+			if !u.expiresAt.IsZero() {
+				exp = u.expiresAt.UTC()
+			}
+			args = append(args, shop, u.token, string(u.state), string(u.by), reservation.EncodeAllocations(u.allocs),
+				reservation.EncodeShort(u.short), exp, string(u.state), s.forgetSeconds())
+		}
+		if _, err := tx.ExecContext(ctx, stateUpsertQuery(callerHandoff, len(chunk)), args...); err != nil {
+			return fmt.Errorf("mysqlstore: copy in shop %d: record reservations: %w", shop, err)
+		}
+	}
+	var lines []any
+	n := 0
+	flush := func() error {
+		if n == 0 {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, insertHoldsQuery(callerHandoff, n), lines...); err != nil {
+			return fmt.Errorf("mysqlstore: copy in shop %d: insert hold lines: %w", shop, err)
+		}
+		lines, n = lines[:0], 0
+		return nil
+	}
+	for _, h := range newHolds {
+		for _, a := range h.Allocations {
+			by := h.Authority
+			if !by.Valid() {
+				by = reservation.AuthorityRedis
+			}
+			lines = append(lines, shop, h.Token, a.Item, a.Location, a.Quantity, h.ExpiresAt.UTC(), string(by))
+			if n++; n == copyBatch {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	keys := slices.SortedFunc(maps.Keys(touched), func(a, b key) int {
+		return cmp.Or(cmp.Compare(a.item, b.item), cmp.Compare(a.loc, b.loc))
+	})
+	for _, k := range keys {
+		if _, _, ok, err := lockPool(ctx, tx, callerHandoff, k); err != nil || !ok {
+			if err != nil {
+				return err
+			}
+			continue // the ledger never had the item there: no pool
+		}
+		if err := trim(ctx, tx, callerHandoff, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func execTokens(ctx context.Context, tx *sql.Tx, prefix string, shop int64, tokens []string) error {
+	args := make([]any, 0, 1+len(tokens))
+	args = append(args, shop)
+	for _, t := range tokens {
+		args = append(args, t)
+	}
+	_, err := tx.ExecContext(ctx, tokensInQuery(callerHandoff, prefix, len(tokens)), args...)
+	return err
+}
+
+func sortedCopy(as []reservation.Allocation) []reservation.Allocation {
+	out := slices.Clone(as)
+	reservation.SortAllocations(out)
+	return out
+}

@@ -1,0 +1,151 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/seed31b0e981/reservoir/reservation"
+)
+
+// Reap expires held reservations past their expiry, oldest first, judged
+// by the database's clock (NOW(3)), never the app server's, and then
+// forgets tombstones past their time.
+//
+// It takes whole reservations (their rows, with SKIP LOCKED), never single
+// hold lines: a claim or release holding a reservation's row is skipped,
+// and one the reaper holds waits for it, so a claim is never left with
+// part of a cart. Several reapers share the work and each hold is expired
+// once. A shop MySQL decides gets expired tombstones and changes for Redis
+// to follow; in a shop Redis decides, MySQL's own shadow holds expire
+// quietly (Redis expires the real ones). Like Release, it deletes the hold
+// lines; the replenisher brings the units back into the pool when a
+// reserve needs them.
+func (s *Store) Reap(ctx context.Context, p *reservation.ReapParams) (reservation.ReapResult, error) {
+	if err := s.cfg.Limits.ValidateReap(p); err != nil {
+		return reservation.ReapResult{}, err
+	}
+	limit := p.Limit
+	if limit == 0 {
+		limit = s.cfg.ReapBatch
+	}
+	var res reservation.ReapResult
+	err := s.inTx(ctx, callerReap, func(tx *sql.Tx) error {
+		res = reservation.ReapResult{}
+		due, err := s.dueReservations(ctx, tx, limit)
+		if err != nil || len(due) == 0 {
+			return err
+		}
+		deciding, err := s.decidingShops(ctx, tx, due)
+		if err != nil {
+			return err
+		}
+		args := make([]any, 0, 1+2*len(due))
+		args = append(args, s.forgetSeconds())
+		for _, d := range due {
+			args = append(args, d.shop, d.token)
+		}
+		if _, err := tx.ExecContext(ctx, reapExpireQuery(len(due)), args...); err != nil {
+			return fmt.Errorf("mysqlstore: reap: expire: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, reapDeleteQuery(len(due)), args[1:]...); err != nil {
+			return fmt.Errorf("mysqlstore: reap: delete holds: %w", err)
+		}
+		var feed []any
+		for _, d := range due {
+			if deciding[d.shop] {
+				feed = append(feed, d.shop, d.token)
+			}
+			res.Holds += len(d.allocs)
+			res.Units += reservation.TotalQuantity(d.allocs)
+		}
+		if len(feed) > 0 {
+			if _, err := tx.ExecContext(ctx, feedStatesQuery(callerReap, len(feed)/2), feed...); err != nil {
+				return fmt.Errorf("mysqlstore: reap: record the changes for Redis: %w", err)
+			}
+			s.metrics.feedWritten.WithLabelValues(string(reservation.ChangeState)).Add(float64(len(feed) / 2))
+		}
+		s.metrics.tombstones.WithLabelValues(string(reservation.StateExpired)).Add(float64(len(due)))
+		return nil
+	})
+	if err != nil {
+		return reservation.ReapResult{}, err
+	}
+	s.metrics.reapedHolds.Add(float64(res.Holds))
+	if err := s.forget(ctx, limit); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+type dueReservation struct {
+	shop   int64
+	token  string
+	allocs []reservation.Allocation
+}
+
+func (s *Store) dueReservations(ctx context.Context, tx *sql.Tx, limit int) ([]dueReservation, error) {
+	rows, err := tx.QueryContext(ctx, sqlReapSelect, limit)
+	if err != nil {
+		return nil, fmt.Errorf("mysqlstore: reap: %w", err)
+	}
+	defer rows.Close()
+	var due []dueReservation
+	for rows.Next() {
+		var d dueReservation
+		var allocs string
+		if err := rows.Scan(&d.shop, &d.token, &allocs); err != nil {
+			return nil, err
+		}
+		if d.allocs, err = reservation.DecodeAllocations(allocs); err != nil {
+			return nil, err
+		}
+		due = append(due, d)
+	}
+	return due, rows.Err()
+}
+
+// decidingShops returns which shops of due MySQL decides, holding a shared
+// lock on their fence rows until the reap commits, so that a handoff to
+// Redis drains these changes before Redis decides.
+func (s *Store) decidingShops(ctx context.Context, tx *sql.Tx, due []dueReservation) (map[int64]bool, error) {
+	seen := map[int64]bool{}
+	var args []any
+	for _, d := range due {
+		if !seen[d.shop] {
+			seen[d.shop] = true
+			args = append(args, d.shop)
+		}
+	}
+	rows, err := tx.QueryContext(ctx, reapFencesQuery(len(args)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("mysqlstore: reap: fences: %w", err)
+	}
+	defer rows.Close()
+	out := map[int64]bool{}
+	for rows.Next() {
+		var shop int64
+		if err := rows.Scan(&shop); err != nil {
+			return nil, err
+		}
+		out[shop] = true
+	}
+	return out, rows.Err()
+}
+
+// forget deletes up to limit tombstones past their time that Redis has no
+// pending change about.
+func (s *Store) forget(ctx context.Context, limit int) error {
+	c, err := s.acquire(ctx, callerForget)
+	if err != nil {
+		return err
+	}
+	defer c.release()
+	res, err := c.ExecContext(ctx, sqlForget, limit)
+	if err != nil {
+		return fmt.Errorf("mysqlstore: forget tombstones: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	s.metrics.forgotten.Add(float64(n))
+	return nil
+}

@@ -1,0 +1,239 @@
+package reservation
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// State is where a reservation stands in a store. A reservation is held
+// until it reaches one of the terminal states; a terminal state is kept as
+// a tombstone (see Tombstone) for longer than any hold lives.
+type State string
+
+const (
+	// StateHeld: the units are held for the token until it expires.
+	StateHeld State = "held"
+	// StateClaimed: the ledger was deducted (exactly once).
+	StateClaimed State = "claimed"
+	// StateReleased: the hold was given back by a release.
+	StateReleased State = "released"
+	// StateExpired: the hold expired and its units went back.
+	StateExpired State = "expired"
+	// StateRefused: the reserve was answered "insufficient"; the token
+	// never held anything and cannot hold anything now.
+	StateRefused State = "refused"
+)
+
+// Valid reports whether s is one of the states.
+func (s State) Valid() bool {
+	switch s {
+	case StateHeld, StateClaimed, StateReleased, StateExpired, StateRefused:
+		return true
+	}
+	return false
+}
+
+// Terminal reports whether s is a final state (kept as a tombstone).
+func (s State) Terminal() bool { return s.Valid() && s != StateHeld }
+
+// DefaultTombstoneTTL is how long a tombstone is kept unless a store is
+// configured otherwise: the longest hold (DefaultLimits.MaxTTL) plus a
+// margin for calls delayed in flight.
+const DefaultTombstoneTTL = time.Hour + 10*time.Minute
+
+// Fence says which store decides a shop's reservations, and since which
+// epoch (the flags version that made it so). Both stores keep one per
+// shop; a store without one reads it as NoFence. docs/ownership.md
+// explains how fences move.
+type Fence struct {
+	// Decider is the only store that places, claims, releases or expires
+	// the shop's reservations.
+	Decider Authority `json:"decider"`
+	// Epoch orders fences: a handoff at epoch e changes a fence only when
+	// its epoch is lower than e.
+	Epoch int64 `json:"epoch"`
+}
+
+// NoFence is the fence of a shop nobody handed off: Redis decides, as it
+// did before the migration.
+var NoFence = Fence{Decider: AuthorityRedis, Epoch: 0}
+
+// String returns "redis@3" style text.
+func (f Fence) String() string { return fmt.Sprintf("%s@%d", f.Decider, f.Epoch) }
+
+// ParseFence reads the String form back.
+func ParseFence(s string) (Fence, error) {
+	d, e, ok := strings.Cut(s, "@")
+	n, err := strconv.ParseInt(e, 10, 64)
+	f := Fence{Decider: Authority(d), Epoch: n}
+	if !ok || err != nil || !f.Decider.Valid() || n < 0 {
+		return Fence{}, fmt.Errorf("reservation: bad fence %q", s)
+	}
+	return f, nil
+}
+
+// ErrNotDecider is matched by every *NotDeciderError.
+var ErrNotDecider = errors.New("reservation: this store does not decide the shop's reservations")
+
+// NotDeciderError is the answer of a store asked to decide (reserve, claim,
+// release as authority) for a shop whose fence names the other store.
+// Nothing changed. It is not a domain answer: the facade routes by it
+// (docs/ownership.md, section 2) and a caller never sees it.
+type NotDeciderError struct {
+	Shop int64
+	// Store is the store that refused.
+	Store Authority
+	// Fence is the fence it holds for the shop.
+	Fence Fence
+}
+
+func (e *NotDeciderError) Error() string {
+	return fmt.Sprintf("reservation: %s does not decide shop %d (fence %s)", e.Store, e.Shop, e.Fence)
+}
+
+// Is makes errors.Is(err, ErrNotDecider) true.
+func (e *NotDeciderError) Is(target error) bool { return target == ErrNotDecider }
+
+// Tombstone is a reservation in a terminal state, as a store keeps it.
+type Tombstone struct {
+	Token string
+	State State
+	// Allocations: what was held (released, expired) or deducted
+	// (claimed); none for refused.
+	Allocations []Allocation
+	// ExpiresAt is when the hold expired or would have (zero for
+	// refused).
+	ExpiresAt time.Time
+	// Short are the lines a refused reserve could not serve.
+	Short []ShortLine
+}
+
+// ChangeKind is the kind of a Change.
+type ChangeKind string
+
+const (
+	// ChangeState: a reservation's state changed in MySQL (see
+	// Change.State).
+	ChangeState ChangeKind = "state"
+	// ChangeAdjust: the ledger moved by a delta.
+	ChangeAdjust ChangeKind = "adjust"
+	// ChangeFence: MySQL handed a shop to Redis.
+	ChangeFence ChangeKind = "fence"
+)
+
+// Change is one entry of MySQL's change feed (its transactional outbox):
+// what Redis must follow. The relay (package mirror) delivers changes in
+// order and Redis applies each idempotently.
+type Change struct {
+	// ID is the change's position in the feed. An adjust is applied once
+	// per ID.
+	ID   int64
+	Kind ChangeKind
+	Shop int64
+
+	// ChangeState: the reservation's state as MySQL holds it when the
+	// change is read (not when it was written: applying the latest state
+	// is what makes redelivery harmless). A state of "" means MySQL no
+	// longer has the reservation (its tombstone was forgotten): nothing
+	// to apply.
+	Token       string
+	State       State
+	Allocations []Allocation
+	ExpiresAt   time.Time
+	Short       []ShortLine
+
+	// ChangeAdjust: the ledger row and the delta applied to it.
+	Item, Location, Delta int64
+
+	// ChangeFence: the fence MySQL set.
+	Fence Fence
+}
+
+// Snapshot is a shop's reservation state in one store: its fence, holds
+// and tombstones. A handoff from Redis to MySQL moves it across.
+type Snapshot struct {
+	Shop       int64
+	Fence      Fence
+	Holds      []Hold
+	Tombstones []Tombstone
+}
+
+// EncodeAllocations is the compact text form both stores use for a list of
+// allocations: "item:location:quantity,...".
+func EncodeAllocations(as []Allocation) string {
+	var b strings.Builder
+	for i, a := range as {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%d:%d:%d", a.Item, a.Location, a.Quantity)
+	}
+	return b.String()
+}
+
+// DecodeAllocations reads EncodeAllocations's form back, sorted.
+func DecodeAllocations(s string) ([]Allocation, error) {
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	out := make([]Allocation, 0, len(parts))
+	for _, p := range parts {
+		n, err := triple(p)
+		if err != nil {
+			return nil, fmt.Errorf("reservation: allocations %q: %w", s, err)
+		}
+		out = append(out, Allocation{Item: n[0], Location: n[1], Quantity: n[2]})
+	}
+	SortAllocations(out)
+	return out, nil
+}
+
+// EncodeShort is the same text form for short lines:
+// "item:requested:unheld,...".
+func EncodeShort(ss []ShortLine) string {
+	var b strings.Builder
+	for i, s := range ss {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%d:%d:%d", s.Item, s.Requested, s.Unheld)
+	}
+	return b.String()
+}
+
+// DecodeShort reads EncodeShort's form back.
+func DecodeShort(s string) ([]ShortLine, error) {
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	out := make([]ShortLine, 0, len(parts))
+	for _, p := range parts {
+		n, err := triple(p)
+		if err != nil {
+			return nil, fmt.Errorf("reservation: short lines %q: %w", s, err)
+		}
+		out = append(out, ShortLine{Item: n[0], Requested: n[1], Unheld: n[2]})
+	}
+	return out, nil
+}
+
+func triple(p string) ([3]int64, error) {
+	var n [3]int64
+	f := strings.Split(p, ":")
+	if len(f) != 3 {
+		return n, fmt.Errorf("bad entry %q", p)
+	}
+	for i, x := range f {
+		v, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			return n, fmt.Errorf("bad entry %q: %w", p, err)
+		}
+		n[i] = v
+	}
+	return n, nil
+}
