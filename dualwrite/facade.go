@@ -1,23 +1,30 @@
 // Package dualwrite is the facade checkout calls during the migration: it
-// routes every reservation operation to the authority and the shadow store
-// as the mode says, returns the authority's answer, and hands both outcomes
-// to the comparer.
+// sends every reservation operation to the store that decides the shop,
+// returns that store's answer, and, while the rollout compares the two
+// stores, asks the other store what it would have done and hands both
+// outcomes to the comparer.
 //
-// What it guarantees (DESIGN section 6):
-//   - The authority's answer and error are the caller's. A shadow error,
-//     timeout or panic never changes them.
-//   - Shadow work is bounded: a fixed number of slots; when they are full the
-//     shadow call is skipped and counted, never queued.
-//   - In shadow mode the caller never waits for the shadow; in mysql mode
-//     the call waits for Redis too (up to the shadow deadline), so Redis
-//     keeps a complete view and the kill switch stays lossless.
-//   - Claim and release go to the store that was the authority for that
-//     reservation (recorded on its hold), unless the kill switch says Redis.
-//     That store claims (deducts the ledger, exactly once thanks to the
-//     claims row); the other settles (removes its own hold).
+// Which store decides is settled by the stores themselves (their fences;
+// docs/ownership.md): the facade asks the store its flags name; a store
+// that does not decide the shop refuses with *reservation.NotDeciderError,
+// and the facade then either follows the fence (its flags are older than
+// the fence) or hands the shop off (its flags are newer) through the
+// Mirror, and asks again. No path asks "whichever store has it": every
+// answer comes from the decider, and a decider that cannot be reached
+// means an error whose outcome is unknown (the API's 503).
+//
+// What it guarantees:
+//   - The decider's answer and error are the caller's. A shadow error,
+//     timeout or panic never changes them, nor their latency: shadow calls
+//     run concurrently, in a bounded number of slots; when the slots are
+//     full the comparison is skipped and counted.
+//   - A replica that cannot read its flags answers ErrFlagsUnavailable and
+//     touches no store.
+//   - While MySQL decides, Redis follows through MySQL's change feed (the
+//     relay, package mirror); the facade only wakes the relay.
 //
 // The facade never builds SQL or Redis commands; it only calls the
-// reservation.Store seam.
+// reservation.Store seam and the Mirror.
 package dualwrite
 
 import (
@@ -42,6 +49,31 @@ type Observer interface {
 	Observe(o compare.Observation)
 }
 
+// Mirror moves a shop's decisions between the stores and keeps Redis
+// following MySQL. *mirror.Mirror implements it.
+type Mirror interface {
+	// Handoff makes store to the decider of shop at epoch (the flags
+	// version that says so) and returns the fence after, which may name
+	// the other store if a newer handoff overtook this one. force allows
+	// Redis to take the shop without MySQL when MySQL does not answer
+	// (the kill switch redis_only). An error means the handoff did not
+	// finish: nothing was decided, the outcome of the call is unknown.
+	Handoff(ctx context.Context, shop int64, to reservation.Authority, epoch int64, force bool) (reservation.Fence, error)
+	// Push tells the relay MySQL recorded a change; it never blocks.
+	Push()
+}
+
+// ErrFlagsUnavailable is returned, touching no store, when the replica
+// cannot read its flags: it never guesses which store decides. Not a
+// domain answer: retry (the API's 503).
+var ErrFlagsUnavailable = errors.New("dualwrite: the flags cannot be read: this replica serves no reservation until they can")
+
+// ErrDeciderUnreachable is wrapped by the error of a call whose shop's
+// deciding store could not be settled or reached: a handoff did not
+// finish, or the stores kept naming each other. Nothing was decided by
+// this call beyond what the error says; the outcome is unknown: retry.
+var ErrDeciderUnreachable = errors.New("dualwrite: the shop's deciding store could not be reached")
+
 // Config configures a Facade. New applies WithDefaults, then Validate.
 type Config struct {
 	// Pod names the cell whose stores these are. Required.
@@ -52,17 +84,19 @@ type Config struct {
 	MySQL reservation.Store
 	// Modes answers the mode and kill switch per call. Required.
 	Modes rollout.ModeSource
+	// Mirror hands shops off between the stores and wakes the relay.
+	// Required.
+	Mirror Mirror
 	// Observer receives the observations. Default: none (not compared).
 	Observer Observer
-	// ShadowTimeout is the shadow's own deadline, and the most a call in
-	// mysql mode waits for it. Default: 250ms.
+	// ShadowTimeout is a shadow call's own deadline. Default: 250ms.
 	ShadowTimeout time.Duration
 	// ShadowSlots bounds concurrent shadow calls; beyond it shadow calls are
 	// skipped (and counted). Default: 64.
 	ShadowSlots int
 	// Registerer receives the facade's metrics. Default: a private registry.
 	Registerer prometheus.Registerer
-	// Logger logs decisions that fell back to the Redis-safe default.
+	// Logger logs flags that cannot be read and handoffs that fail.
 	// Default: slog.Default().
 	Logger *slog.Logger
 	// Calibration marks a facade whose two slots hold two instances of the
@@ -101,6 +135,8 @@ func (c Config) Validate() error {
 		return errors.New("dualwrite: Config.MySQL is required")
 	case c.Modes == nil:
 		return errors.New("dualwrite: Config.Modes is required")
+	case c.Mirror == nil:
+		return errors.New("dualwrite: Config.Mirror is required (package mirror)")
 	case c.ShadowTimeout <= 0:
 		return fmt.Errorf("dualwrite: Config.ShadowTimeout must be > 0, got %s", c.ShadowTimeout)
 	case c.ShadowSlots < 1:
@@ -117,9 +153,9 @@ type Facade struct {
 	wg      sync.WaitGroup
 	metrics *metrics
 	order   tokenOrder
-	// lastFallbackLog rate-limits the fallback warning (unix nanoseconds):
-	// a broken flag file must not flood the logs on the hot path.
-	lastFallbackLog atomic.Int64
+	// lastWarn rate-limits the warnings of the hot path (unix
+	// nanoseconds): broken flags must not flood the logs.
+	lastWarn atomic.Int64
 }
 
 // New returns a facade.
@@ -153,20 +189,68 @@ func other(a reservation.Authority) reservation.Authority {
 	return reservation.AuthorityMySQL
 }
 
-// decide evaluates the mode once for the call. A failing source falls back
-// to the Redis-safe decision: the code default must never be the risky one.
-func (f *Facade) decide(ctx context.Context, shop int64) (rollout.Decision, rollout.Route) {
+// decide evaluates the flags once for the call. Flags that cannot be
+// read (or answer something unknown) are an error: the replica is in doubt
+// and must not act as if Redis decided (other replicas may treat the shop
+// as MySQL's).
+func (f *Facade) decide(ctx context.Context, shop int64) (rollout.Decision, rollout.Route, error) {
 	d, err := f.cfg.Modes.Decide(ctx, f.cfg.Pod, shop)
-	if err != nil || !d.Mode.Valid() || !d.Kill.Valid() {
-		f.metrics.modeFallbacks.Inc()
-		now, last := time.Now().UnixNano(), f.lastFallbackLog.Load()
-		if now-last >= int64(time.Second) && f.lastFallbackLog.CompareAndSwap(last, now) {
-			f.cfg.Logger.Warn("dualwrite: mode source failed; using redis (logged at most once a second; see reservoir_dualwrite_mode_fallbacks_total)",
-				"pod", f.cfg.Pod, "shop", shop, "decision", d, "err", err)
-		}
-		d = rollout.RedisSafe
+	if err == nil && (!d.Mode.Valid() || !d.Kill.Valid()) {
+		err = fmt.Errorf("dualwrite: the flags answered mode %q, kill switch %q", d.Mode, d.Kill)
 	}
-	return d, d.Route()
+	if err != nil {
+		f.metrics.flagsUnavailable.Inc()
+		f.warn("dualwrite: flags unavailable; answering 503 (logged at most once a second; see reservoir_dualwrite_flags_unavailable_total)",
+			"pod", f.cfg.Pod, "shop", shop, "err", err)
+		return rollout.Decision{}, rollout.Route{}, fmt.Errorf("%w: %w", ErrFlagsUnavailable, err)
+	}
+	return d, d.Route(), nil
+}
+
+// warn logs at most once a second.
+func (f *Facade) warn(msg string, args ...any) {
+	now, last := time.Now().UnixNano(), f.lastWarn.Load()
+	if now-last >= int64(time.Second) && f.lastWarn.CompareAndSwap(last, now) {
+		f.cfg.Logger.Warn(msg, args...)
+	}
+}
+
+// maxHops bounds how often one call is sent on to another store: a
+// follow, a handoff, a follow back is the longest legitimate path.
+const maxHops = 4
+
+// decided runs op against the shop's deciding store. It starts with the
+// store the flags name (d, plan); a store that refuses as not the decider
+// is answered by its fence: if the fence is older than the flags, the shop
+// is handed off to the store the flags name (their version is the epoch);
+// otherwise the flags are stale and the fence's store is asked. It returns
+// the store that answered. An error wrapping ErrDeciderUnreachable means
+// no store decided.
+func (f *Facade) decided(ctx context.Context, shop int64, d rollout.Decision, plan rollout.Route, op func(reservation.Store) error) (reservation.Authority, error) {
+	want, epoch := plan.Authority, d.Version
+	force := d.Kill == rollout.KillRedisOnly
+	var last error
+	for range maxHops {
+		err := op(f.store(want))
+		var nd *reservation.NotDeciderError
+		if !errors.As(err, &nd) {
+			return want, err
+		}
+		last = err
+		if nd.Fence.Epoch < epoch {
+			f.metrics.rerouted.WithLabelValues("handed_off").Inc()
+			if _, err := f.cfg.Mirror.Handoff(ctx, shop, want, epoch, force && want == reservation.AuthorityRedis); err != nil {
+				f.metrics.unreachable.WithLabelValues("handoff").Inc()
+				f.warn("dualwrite: a handoff did not finish; answering 503", "pod", f.cfg.Pod, "shop", shop, "to", want, "epoch", epoch, "err", err)
+				return want, fmt.Errorf("%w: shop %d: %w", ErrDeciderUnreachable, shop, err)
+			}
+			continue
+		}
+		f.metrics.rerouted.WithLabelValues("followed").Inc()
+		want, epoch, force = nd.Fence.Decider, nd.Fence.Epoch, false
+	}
+	f.metrics.unreachable.WithLabelValues("hops").Inc()
+	return want, fmt.Errorf("%w: shop %d: the stores kept naming each other: %w", ErrDeciderUnreachable, shop, last)
 }
 
 // Close waits, up to ctx, for shadow calls in flight to finish.

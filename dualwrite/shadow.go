@@ -30,8 +30,8 @@ type shadowCall struct {
 // without another goroutine. It is not called when the call is skipped.
 //
 // Shadow calls of one token run in the order they were started: a claim's
-// settle must not overtake the shadow reserve it settles, which in shadow
-// mode may still be running when the caller claims.
+// comparison must not overtake the shadow reserve it looks for, which may
+// still be running when the caller claims.
 func (f *Facade) startShadow(ctx context.Context, key tokenKey, store reservation.Authority, op func(ctx context.Context) compare.Outcome, after func(compare.Outcome)) shadowCall {
 	call := shadowCall{done: make(chan compare.Outcome, 1)}
 	select {
@@ -83,20 +83,6 @@ func runRecovered(ctx context.Context, store reservation.Authority, op func(ctx 
 	return op(ctx)
 }
 
-// wait returns the shadow's outcome, waiting at most the shadow deadline
-// (plus a little for the goroutine to report): a shadow that ignores its
-// context must not hold the caller.
-func (f *Facade) wait(c shadowCall, store reservation.Authority) compare.Outcome {
-	t := time.NewTimer(f.cfg.ShadowTimeout + 50*time.Millisecond)
-	defer t.Stop()
-	select {
-	case out := <-c.done:
-		return out
-	case <-t.C:
-		return compare.Outcome{Store: store, TimedOut: true, Err: context.DeadlineExceeded, Latency: f.cfg.ShadowTimeout}
-	}
-}
-
 // tokenKey identifies a reservation; the zero key (no token) is not ordered.
 type tokenKey struct {
 	shop  int64
@@ -123,23 +109,6 @@ func (o *tokenOrder) enter(key tokenKey) (prev, mine chan struct{}) {
 	prev = o.last[key]
 	o.last[key] = mine
 	return prev, mine
-}
-
-// wait blocks until the shadow calls of key started so far are done, or
-// until timeout.
-func (o *tokenOrder) wait(key tokenKey, timeout time.Duration) {
-	o.mu.Lock()
-	last := o.last[key]
-	o.mu.Unlock()
-	if last == nil {
-		return
-	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-last:
-	case <-t.C:
-	}
 }
 
 func (o *tokenOrder) leave(key tokenKey, mine chan struct{}) {

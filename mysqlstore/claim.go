@@ -23,8 +23,7 @@ import (
 // (item, location) order, so their locks are held for as short a time as
 // the transaction allows and never in a cycle.
 //
-// As shadow it settles this store's own hold (no ledger, no change for
-// Redis); it is refused once MySQL decides the shop.
+// As shadow it only answers what a claim would find (see settle).
 func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
 	if err := s.cfg.Limits.ValidateClaim(p); err != nil {
 		return reservation.ClaimResult{}, err
@@ -33,8 +32,9 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 		return s.settle(ctx, p)
 	}
 	var res reservation.ClaimResult
+	var expired stateRow
 	err := s.inTx(ctx, callerClaim, func(tx *sql.Tx) error {
-		res = reservation.ClaimResult{}
+		res, expired = reservation.ClaimResult{}, stateRow{}
 		fence, st, err := readFenceAndState(ctx, tx, tag(callerClaim)+sqlFenceAndStateLock, p.Shop, p.Token)
 		if err != nil {
 			return fmt.Errorf("mysqlstore: claim: lock reservation: %w", err)
@@ -59,7 +59,10 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 			return err
 		}
 		if !live {
-			return fmt.Errorf("mysqlstore: claim shop %d token %q expired at %s: %w", p.Shop, p.Token, st.expiresAt, reservation.ErrExpired)
+			// Expired: expire it now, as the reaper would, so that every
+			// later answer agrees with this one.
+			expired = st
+			return s.expireHeld(ctx, tx, callerClaim, p.Shop, p.Token)
 		}
 		if _, err := tx.ExecContext(ctx, tag(callerClaim)+sqlHoldsDelete, p.Shop, p.Token); err != nil {
 			return fmt.Errorf("mysqlstore: claim: delete hold: %w", err)
@@ -79,7 +82,22 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 	if err != nil {
 		return reservation.ClaimResult{}, err
 	}
+	if expired.found {
+		return reservation.ClaimResult{}, fmt.Errorf("mysqlstore: claim shop %d token %q expired at %s: %w", p.Shop, p.Token, expired.expiresAt, reservation.ErrExpired)
+	}
 	return res, nil
+}
+
+// expireHeld expires a held reservation MySQL decides, whose row the
+// caller holds: the same change the reaper makes.
+func (s *Store) expireHeld(ctx context.Context, tx *sql.Tx, caller string, shop int64, token string) error {
+	if _, err := s.endState(ctx, tx, caller, shop, token, reservation.StateExpired, reservation.AuthorityMySQL, false); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, tag(caller)+sqlHoldsDelete, shop, token); err != nil {
+		return fmt.Errorf("mysqlstore: %s: delete expired hold: %w", caller, err)
+	}
+	return s.feedState(ctx, tx, caller, shop, token)
 }
 
 // claimWithoutState answers a claim of a token without a reservation row:
@@ -151,45 +169,36 @@ func readClaim(ctx context.Context, q querier, caller string, shop int64, token 
 	return allocs, true, nil
 }
 
-// settle is Claim as shadow: this store's own hold is removed and the
-// reservation recorded as claimed, without touching the ledger (the legacy
-// claim deducts it through Deduct, which settles the hold itself; settle is
-// for a caller that wants the shadow in step without a deduction here).
+// settle is Claim as shadow: what a claim would find here, for the
+// comparer, writing nothing. A shadow claim must never record a claim: a
+// reservation this store calls claimed is one the ledger deducted, which
+// is what a handoff to MySQL relies on (copyIn keeps claimed tokens).
 func (s *Store) settle(ctx context.Context, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
-	var res reservation.ClaimResult
-	err := s.inTx(ctx, callerSettle, func(tx *sql.Tx) error {
-		res = reservation.ClaimResult{}
-		fence, st, err := readFenceAndState(ctx, tx, tag(callerSettle)+sqlFenceAndStateLock, p.Shop, p.Token)
-		if err != nil {
-			return fmt.Errorf("mysqlstore: settle: lock reservation: %w", err)
-		}
-		if !st.found {
-			return fmt.Errorf("mysqlstore: settle shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
-		}
-		switch st.state {
-		case reservation.StateHeld:
-		case reservation.StateClaimed:
-			res = reservation.ClaimResult{Outcome: reservation.OutcomeSettled, Allocations: st.allocs, Replayed: true}
-			return nil
-		default:
-			return s.tombstoneErr("settle", p.Shop, p.Token, st)
-		}
-		if _, err := s.endState(ctx, tx, callerSettle, p.Shop, p.Token, reservation.StateClaimed, reservation.AuthorityRedis, false); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, tag(callerSettle)+sqlHoldsDelete, p.Shop, p.Token); err != nil {
-			return fmt.Errorf("mysqlstore: settle: delete hold: %w", err)
-		}
-		if err := s.checkShadowFence(ctx, tx, callerSettle, p.Shop, fence); err != nil {
-			return err
-		}
-		res = reservation.ClaimResult{Outcome: reservation.OutcomeSettled, Allocations: st.allocs}
-		return nil
-	})
+	c, err := s.acquire(ctx, callerSettle)
 	if err != nil {
 		return reservation.ClaimResult{}, err
 	}
-	return res, nil
+	defer c.release()
+	var state, allocs, short, by string
+	var exp sqlTime
+	err = c.QueryRowContext(ctx, tag(callerSettle)+sqlStateRead, p.Shop, p.Token).Scan(&state, &allocs, &short, &exp, &by)
+	if isNoRows(err) {
+		return reservation.ClaimResult{}, fmt.Errorf("mysqlstore: settle shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
+	}
+	if err != nil {
+		return reservation.ClaimResult{}, fmt.Errorf("mysqlstore: settle: %w", err)
+	}
+	st := stateRow{found: true, state: reservation.State(state), expiresAt: exp.Time}
+	if st.allocs, err = reservation.DecodeAllocations(allocs); err != nil {
+		return reservation.ClaimResult{}, err
+	}
+	switch st.state {
+	case reservation.StateHeld:
+		return reservation.ClaimResult{Outcome: reservation.OutcomeSettled, Allocations: st.allocs}, nil
+	case reservation.StateClaimed:
+		return reservation.ClaimResult{Outcome: reservation.OutcomeSettled, Allocations: st.allocs, Replayed: true}, nil
+	}
+	return reservation.ClaimResult{}, s.tombstoneErr("settle", p.Shop, p.Token, st)
 }
 
 // Release gives a hold back and records it released. As authority MySQL

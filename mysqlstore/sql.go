@@ -3,6 +3,7 @@ package mysqlstore
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Every statement the store sends lives in this file. Each starts with a
@@ -28,6 +29,7 @@ const (
 	callerFeed      = "feed"
 	callerHandoff   = "handoff"
 	callerForget    = "forget"
+	callerLease     = "lease"
 )
 
 func tag(caller string) string { return "/*caller='" + caller + "'*/ " }
@@ -325,6 +327,16 @@ const (
 	sqlCopyLedger  = `/*caller='handoff'*/ SELECT inventory_item_id, location_id, available FROM inventory_ledger WHERE shop_id = ?`
 	sqlCopyPending = `/*caller='handoff'*/ SELECT id, kind FROM reservation_outbox WHERE shop_id = ?`
 )
+
+// Leases: GET_LOCK names are server-wide, so the database's name scopes
+// them (pods may share a server).
+const (
+	sqlLeaseGet     = `/*caller='lease'*/ SELECT GET_LOCK(CONCAT(DATABASE(), '.', ?), 0)`
+	sqlLeaseMine    = `/*caller='lease'*/ SELECT IS_USED_LOCK(CONCAT(DATABASE(), '.', ?)) = CONNECTION_ID()`
+	sqlLeaseRelease = `/*caller='lease'*/ SELECT RELEASE_LOCK(CONCAT(DATABASE(), '.', ?))`
+)
+
+const leaseReleaseTimeout = 2 * time.Second
 
 func repeatJoin(s, sep string, n int) string {
 	var b strings.Builder

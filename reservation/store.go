@@ -27,7 +27,7 @@ type Store interface {
 	// removes the hold, all lines or none, exactly once per (shop, token): a
 	// repeat returns Replayed. The hold must be live when the claim holds
 	// its locks. Once the ledger is deducted the answer is success. As
-	// shadow, it removes this store's own hold and never touches the ledger.
+	// shadow it answers what a claim would find and changes nothing.
 	//
 	// Errors: *NotDeciderError (as authority); ErrNotFound when the store
 	// has no hold or tombstone for the token, or its reserve was refused;

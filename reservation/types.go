@@ -29,10 +29,11 @@ const (
 	AsAuthority Role = iota
 	// AsShadow follows for comparison only and never decides anything a
 	// caller acts on. mysqlstore keeps a shadow hold of its own while
-	// Redis decides (and refuses the call once it decides itself); Redis,
-	// which mirrors MySQL through the change feed, only answers what it
-	// would have done and writes nothing. Claim as shadow settles the
-	// store's own hold without touching the ledger.
+	// Redis decides (Reserve and Release; refused once MySQL decides the
+	// shop). Every other shadow call (a Claim in either store; anything in
+	// Redis, which follows MySQL through the change feed) only answers
+	// what the store would do, and writes nothing: a shadow claim never
+	// records a claim the ledger did not make.
 	AsShadow
 )
 
@@ -131,12 +132,11 @@ type ReserveResult struct {
 type ClaimParams struct {
 	Shop  int64
 	Token string
-	// As selects claiming as authority (deduct the ledger, remove the hold)
-	// or settling as shadow (remove this store's own hold only).
+	// As selects claiming as authority (deduct the ledger, remove the
+	// hold) or asking, as shadow, what a claim would find (see Role).
 	As Role
-	// Deducted is, when settling as shadow, what the authority deducted
-	// from the ledger for this token, so the shadow's view can follow it.
-	// Ignored as authority.
+	// Deducted is unused by the stores (kept for callers that record what
+	// was deducted next to a shadow call).
 	Deducted []Allocation
 }
 
@@ -146,8 +146,9 @@ type ClaimOutcome string
 const (
 	// OutcomeClaimed: the ledger was deducted (now or, if Replayed, before).
 	OutcomeClaimed ClaimOutcome = "claimed"
-	// OutcomeSettled: the shadow removed its own hold; the ledger was not
-	// touched by this call.
+	// OutcomeSettled: a shadow's answer: the store holds the reservation
+	// (or, Replayed, recorded its claim) with these allocations; nothing
+	// was changed by this call.
 	OutcomeSettled ClaimOutcome = "settled"
 )
 

@@ -1,7 +1,7 @@
 // Package history records what callers of the reservation facade did and
 // were told, and checks that record against a sequential model of one
-// item (every location of it) with porcupine, the linearizability checker etcd's
-// robustness tests use.
+// item (every location of it) with porcupine, the linearizability checker
+// etcd's robustness tests use.
 //
 // Every call is recorded with its call and return time, its input and its
 // answer. A call that got no answer (a timeout, a cut connection, any error
@@ -15,16 +15,28 @@
 // the hold expire and its units come back.
 //
 // It owns recording and checking only: it never calls a store on its own,
-// and it knows nothing of modes or faults. Its model is the authority's
-// behaviour as DESIGN section 4 states it:
-//   - reserve succeeds only while unheld stock covers the line, and it is
-//     refused (insufficient) only when it does not: no oversell, no
-//     undersell;
-//   - a repeated reserve of a held token is answered from the hold
-//     (replayed), never a second hold;
+// and it knows nothing of modes, fences or faults. Its model is what the
+// deciding store promises, whichever store that is:
+//   - a token is absent until reserved, then held, and every state after
+//     that is final: claimed, released, expired, or refused (its reserve
+//     was answered insufficient). Those tombstones outlive any history, so
+//     a token that left "held" never holds units again;
+//   - reserve of an absent token holds the line only while unheld stock
+//     covers it, and refuses it (insufficient, which refuses the token on
+//     every item of its cart) only when some line is not covered: no
+//     oversell, no undersell;
+//   - a repeated reserve is answered from the token's state: its hold or
+//     its refusal replayed, never a second hold, and never a hold for a
+//     refused token (a delayed first attempt creates nothing);
+//     "already_claimed", "released" or "expired" for the other tombstones;
 //   - claim and release only of a held reservation, each at most once; a
-//     claimed token is never released, and a repeated claim is answered as
-//     a replay.
+//     repeated claim is answered as a replay, a claimed token is never
+//     released, a released one never claimed. A claim of a token that
+//     held is answered from its tombstone ("released", "expired"), never
+//     "not_found", which only a token that never held anything gets;
+//   - a hold past its deadline may still be claimed or released (no store
+//     reaps the instant it expires); once an answer said it expired, it
+//     stays expired.
 package history
 
 import (
@@ -125,11 +137,24 @@ const (
 	ResultNotReleased  = "not_released"
 )
 
+// The domain answers the model judges, named as reservation.AnswerName
+// names them. answerReleased is also ResultReleased: Output.Err tells them
+// apart.
+var (
+	answerNotFound       = reservation.AnswerName(reservation.ErrNotFound)
+	answerExpired        = reservation.AnswerName(reservation.ErrExpired)
+	answerReleased       = reservation.AnswerName(reservation.ErrReleased)
+	answerAlreadyClaimed = reservation.AnswerName(reservation.ErrAlreadyClaimed)
+)
+
 // Output is what the caller was told, as it concerns one item.
 type Output struct {
 	// Result is the answer's kind, or the name of a domain error
-	// ("not_found", "expired", "already_claimed", "token_conflict",
-	// "insufficient_stock", "invalid_input"). Empty when Unknown.
+	// ("not_found", "expired", "released", "already_claimed",
+	// "token_conflict", "insufficient_stock", "invalid_input"; see
+	// reservation.AnswerName). Empty when Unknown. "released" is both a
+	// release that released and the error a claim or reserve of a
+	// released token answers: Err is set only for the error.
 	Result string `json:"result,omitempty"`
 	// Replayed is the answer's Replayed flag (reserve, claim).
 	Replayed bool `json:"replayed,omitempty"`
@@ -148,7 +173,8 @@ type Output struct {
 	Unknown bool `json:"unknown,omitempty"`
 	// Retried: the answer came on a retry inside the call (see Retrier).
 	Retried bool `json:"retried,omitempty"`
-	// Err is the error's text, for the record.
+	// Err is the error's text: set exactly when the call returned an
+	// error (a domain answer, or a failure when Unknown).
 	Err string `json:"error,omitempty"`
 }
 
@@ -290,7 +316,9 @@ func lineParts(p *reservation.ReserveParams) ([]Part, error) {
 	return parts, nil
 }
 
-// Reserve calls target.Reserve and records one operation per line. A
+// Reserve calls target.Reserve and records one operation per line,
+// whatever the answer: an insufficient answer refuses the token on every
+// item of its cart, short or not, so every line's partition must see it. A
 // recorded cart names each item once (an error is returned otherwise and
 // nothing is called).
 func (c *Client) Reserve(ctx context.Context, p *reservation.ReserveParams) (reservation.ReserveResult, error) {
@@ -405,10 +433,14 @@ func errOutput(err error) Output {
 	if err == nil {
 		return Output{}
 	}
-	if name := Answer(err); name != "" {
-		return Output{Result: name, Err: err.Error()}
+	text := err.Error()
+	if text == "" {
+		text = fmt.Sprintf("%T", err) // Err is how the model tells an error from a result
 	}
-	return Output{Unknown: true, Err: err.Error()}
+	if name := Answer(err); name != "" {
+		return Output{Result: name, Err: text}
+	}
+	return Output{Unknown: true, Err: text}
 }
 
 // allocatedAt is where as put item and how much: location 0 when nowhere,

@@ -2,6 +2,7 @@ package history
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"maps"
@@ -12,21 +13,49 @@ import (
 )
 
 // status is where a token stands on one item. A token that was never
-// reserved, or whose hold was released or reaped, is absent: it may be
-// reserved (again) and a claim of it is not_found.
+// reserved is absent (the zero status): it may be reserved, and a claim of
+// it is not_found. Every other status but held is terminal: the store
+// keeps it as a tombstone for longer than any history runs, so the token
+// never holds anything again.
 type status uint8
 
 const (
+	// held: the token holds qty units at loc until deadline.
 	held status = iota + 1
+	// claimed: the hold's qty units at loc left the ledger, exactly once.
 	claimed
+	// released: a release gave the hold's units back.
+	released
+	// expiring: an answer said the hold expired (a claim, a release or a
+	// reserve past its deadline), so it is answered as expired from then
+	// on; its qty units at loc may still be held until a reaper (or a
+	// reserve that needs them) takes them back.
+	expiring
+	// expired: the hold expired and its units are free again.
+	expired
+	// refused: a reserve was answered insufficient; the token never held
+	// anything and never will.
+	refused
 )
 
+var statusNames = [...]string{"absent", "held", "claimed", "released", "expiring", "expired", "refused"}
+
+func (st status) String() string {
+	if int(st) < len(statusNames) {
+		return statusNames[st]
+	}
+	return fmt.Sprintf("status(%d)", st)
+}
+
+// tokenState is a token's status on one item. loc and qty are set for a
+// status that holds or deducted units (held, expiring, claimed) and zero
+// otherwise, so that tombstones of one kind compare equal.
 type tokenState struct {
 	status status
 	loc    int64 // the location serving the token's line
 	qty    int64
 	// deadline is when the hold may have expired (Input.Deadline); 0:
-	// never.
+	// never. Kept while the units are held (held, expiring).
 	deadline int64
 }
 
@@ -36,8 +65,8 @@ type stock struct {
 }
 
 // state is one item's state: each stocked location's free units, and each
-// token's hold or claim. States are never modified once built: porcupine
-// keeps and compares them while it searches.
+// token's hold, claim or tombstone. States are never modified once built:
+// porcupine keeps and compares them while it searches.
 type state struct {
 	stock  []stock // sorted by location
 	tokens map[string]tokenState
@@ -46,9 +75,19 @@ type state struct {
 	sum uint64
 }
 
+// tokenHash hashes a token and every field of its state: states that
+// differ in any field must hash differently (with high probability), or
+// porcupine's cache would merge them.
 func tokenHash(token string, t tokenState) uint64 {
+	var b [1 + 3*8]byte
+	b[0] = byte(t.status)
+	binary.LittleEndian.PutUint64(b[1:], uint64(t.loc))
+	binary.LittleEndian.PutUint64(b[9:], uint64(t.qty))
+	binary.LittleEndian.PutUint64(b[17:], uint64(t.deadline))
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%s\x00%d\x00%d\x00%d\x00%d", token, t.status, t.loc, t.qty, t.deadline)
+	h.Write([]byte(token))
+	h.Write([]byte{0})
+	h.Write(b[:])
 	return h.Sum64()
 }
 
@@ -105,24 +144,69 @@ func (s state) with(token string, t tokenState, loc, dfree int64) state {
 	return n
 }
 
+// The transitions of a token that the answers make. t is the token's
+// current state.
+
+// claim: the hold's units leave the ledger; free does not change.
+func (s state) claim(token string, t tokenState) state {
+	return s.with(token, tokenState{status: claimed, loc: t.loc, qty: t.qty}, 0, 0)
+}
+
+// release: the hold's units are free again.
+func (s state) release(token string, t tokenState) state {
+	return s.with(token, tokenState{status: released}, t.loc, t.qty)
+}
+
+// expire: the hold is answered as expired from now on; its units come
+// back when a reserve needs them (see take).
+func (s state) expire(token string, t tokenState) state {
+	t.status = expiring
+	return s.with(token, t, 0, 0)
+}
+
+// refuse: the token is refused for good.
+func (s state) refuse(token string) state {
+	return s.with(token, tokenState{status: refused}, 0, 0)
+}
+
 // expirable says whether a held token's hold may have expired (and been
 // reaped) by time at.
 func expirable(t tokenState, at int64) bool {
 	return t.status == held && t.deadline > 0 && t.deadline < at
 }
 
+// reapable says whether a token's units may have gone back by time at: a
+// hold that may have expired, or one an answer already said expired (its
+// deadline had passed when the store said so, and passing stays passed).
+func reapable(t tokenState, at int64) bool {
+	return t.status == expiring || expirable(t, at)
+}
+
+// reapOrder ranks the holds take may reap: those answered as expired
+// first.
+func reapOrder(t tokenState) int {
+	if t.status == expiring {
+		return 0
+	}
+	return 1
+}
+
 // take returns s with t's units at t.loc held by token, or false when
 // t.loc has not enough free units even after reaping every hold there
-// that may have expired by at.
+// that may have expired by at. A reaped hold is expired: its tombstone
+// stays.
 //
 // Expiry is explored lazily: a hold stays until an answer needs its units.
 // Reaping later is always possible when reaping earlier was (the deadline
 // has passed for every later moment too), so deferring it loses nothing.
 // When a reserve needs units, the holds that may have expired are reaped
-// oldest deadline first, as the stores' reapers do, and only as many as
-// the reserve needs: reaping more would make a later refusal look like an
-// undersell. Taking the oldest is only wrong for a hold that is claimed or
-// released afterwards within a store's answer time of its deadline.
+// as the stores' reapers do, and only as many as the reserve needs:
+// reaping more would make a later refusal look like an undersell. Holds
+// already answered as expired go first (nothing can claim or release them
+// any more, so reaping them is never wrong), then the others, oldest
+// deadline first. Taking the oldest is only wrong for a hold that is
+// claimed or released afterwards within a store's answer time of its
+// deadline.
 func (s state) take(token string, t tokenState, at int64) (state, bool) {
 	free, ok := s.free(t.loc)
 	if !ok {
@@ -133,12 +217,13 @@ func (s state) take(token string, t tokenState, at int64) (state, bool) {
 	}
 	var due []string
 	for tok, other := range s.tokens {
-		if other.loc == t.loc && expirable(other, at) {
+		if other.loc == t.loc && reapable(other, at) {
 			due = append(due, tok)
 		}
 	}
 	slices.SortFunc(due, func(a, b string) int {
-		return cmp.Or(cmp.Compare(s.tokens[a].deadline, s.tokens[b].deadline), strings.Compare(a, b))
+		ta, tb := s.tokens[a], s.tokens[b]
+		return cmp.Or(cmp.Compare(reapOrder(ta), reapOrder(tb)), cmp.Compare(ta.deadline, tb.deadline), strings.Compare(a, b))
 	})
 	n := s.clone()
 	for _, tok := range due {
@@ -146,7 +231,7 @@ func (s state) take(token string, t tokenState, at int64) (state, bool) {
 			break
 		}
 		other := s.tokens[tok]
-		n.set(tok, tokenState{})
+		n.set(tok, tokenState{status: expired})
 		n.addFree(other.loc, other.qty)
 		free += other.qty
 	}
@@ -166,26 +251,33 @@ func (s state) String() string {
 	if len(s.stock) == 0 {
 		return "no stock recorded"
 	}
-	var free, holds, claims []string
+	parts := []string{}
+	var free []string
 	for _, st := range s.stock {
 		free = append(free, fmt.Sprintf("@%d:%d", st.loc, st.free))
 	}
+	parts = append(parts, fmt.Sprintf("free [%s]", strings.Join(free, " ")))
+	byStatus := map[status][]string{}
 	for _, tok := range slices.Sorted(maps.Keys(s.tokens)) {
 		t := s.tokens[tok]
-		if t.status == held {
-			holds = append(holds, fmt.Sprintf("%s:%d@%d", tok, t.qty, t.loc))
-		} else {
-			claims = append(claims, fmt.Sprintf("%s:%d@%d", tok, t.qty, t.loc))
+		if t.qty != 0 {
+			tok = fmt.Sprintf("%s:%d@%d", tok, t.qty, t.loc)
+		}
+		byStatus[t.status] = append(byStatus[t.status], tok)
+	}
+	for st := held; st <= refused; st++ {
+		if toks := byStatus[st]; len(toks) > 0 || st <= claimed {
+			parts = append(parts, fmt.Sprintf("%s [%s]", st, strings.Join(toks, " ")))
 		}
 	}
-	return fmt.Sprintf("free [%s]; held [%s]; claimed [%s]", strings.Join(free, " "), strings.Join(holds, " "), strings.Join(claims, " "))
+	return strings.Join(parts, "; ")
 }
 
 // step is the sequential specification of one item: every state the item
 // can be in after the operation, given its answer (none: the answer is
 // impossible). An unknown answer has several futures: the call took
-// effect (for a reserve, at any eligible location that can serve it), or
-// it did not.
+// effect (for a reserve: it held, at any eligible location that can serve
+// it, or it was refused), or it did not.
 func step(s state, in Input, out Output) []state {
 	if in.Op == OpStock {
 		if _, ok := s.free(in.Location); ok {
@@ -199,121 +291,183 @@ func step(s state, in Input, out Output) []state {
 	t := s.tokens[in.Token]
 	switch in.Op {
 	case OpReserve:
-		fresh := t.status == 0
-		for _, loc := range in.Locations {
-			if _, ok := s.free(loc); !ok {
-				return nil // a location without recorded stock cannot be judged
-			}
+		return stepReserve(s, t, in, out)
+	case OpClaim:
+		return stepClaim(s, t, in, out)
+	case OpRelease:
+		return stepRelease(s, t, in, out)
+	}
+	return nil
+}
+
+func stepReserve(s state, t tokenState, in Input, out Output) []state {
+	fresh := t.status == 0
+	for _, loc := range in.Locations {
+		if _, ok := s.free(loc); !ok {
+			return nil // a location without recorded stock cannot be judged
 		}
-		if out.Unknown {
-			next := []state{s}
-			if fresh {
-				for _, loc := range in.Locations {
-					if n, ok := s.take(in.Token, tokenState{held, loc, in.Quantity, in.Deadline}, in.Return); ok {
-						next = append(next, n)
-					}
+	}
+	if out.Unknown {
+		// Only an absent token can change: any other is answered from
+		// its hold or tombstone.
+		next := []state{s}
+		if fresh {
+			// Refused, by this line or another line of the cart.
+			next = append(next, s.refuse(in.Token))
+			for _, loc := range in.Locations {
+				if n, ok := s.take(in.Token, tokenState{held, loc, in.Quantity, in.Deadline}, in.Return); ok {
+					next = append(next, n)
 				}
 			}
-			return next
 		}
-		switch out.Result {
-		case ResultReserved:
-			switch {
-			case out.Quantity != in.Quantity || !slices.Contains(in.Locations, out.Location):
-				return nil // another quantity, an ineligible location, or a split line
-			case out.Replayed && t.status == held && t.qty == in.Quantity && t.loc == out.Location:
-				return []state{s}
-			case (!out.Replayed || out.Retried) && fresh:
-				// A retried call's replay may answer its own first
-				// attempt: it held the cart then.
-				if n, ok := s.take(in.Token, tokenState{held, out.Location, in.Quantity, in.Deadline}, in.Return); ok {
-					return []state{n}
-				}
+		return next
+	}
+	switch out.Result {
+	case ResultReserved:
+		switch {
+		case out.Quantity != in.Quantity || !slices.Contains(in.Locations, out.Location):
+			return nil // another quantity, an ineligible location, or a split line
+		case out.Replayed && t.status == held && t.qty == in.Quantity && t.loc == out.Location:
+			return []state{s}
+		case (!out.Replayed || out.Retried) && fresh:
+			// A retried call's replay may answer its own first
+			// attempt: it held the cart then. A refused token is not
+			// fresh: a delayed first attempt creates nothing.
+			if n, ok := s.take(in.Token, tokenState{held, out.Location, in.Quantity, in.Deadline}, in.Return); ok {
+				return []state{n}
 			}
-		case ResultInsufficient:
-			// All or nothing: a short cart holds nothing. A held token
-			// is answered from its hold, a claimed one is refused, so
-			// "insufficient" means the token had nothing. This line
-			// may be short only if no eligible location's free stock
-			// could cover it (no undersell: holds that may have expired
-			// but were not reaped yet still count as held); another
-			// line's shortage says nothing here.
-			if !fresh {
-				return nil
-			}
-			if !out.Short {
-				return []state{s}
-			}
+		}
+	case ResultInsufficient:
+		switch {
+		case t.status == refused:
+			// The first answer, replayed (whether or not it says so):
+			// what it said about stock was true then, not now.
+			return []state{s}
+		case !fresh:
+			// A held token is answered from its hold, any other from
+			// its tombstone.
+			return nil
+		case out.Replayed && !out.Retried:
+			return nil // a replay of a refusal nobody was given
+		}
+		// All or nothing: a short cart holds nothing, and the whole
+		// token is refused, on every item of the cart (each line is
+		// recorded). This line may be short only if no eligible
+		// location's free stock could cover it (no undersell: holds
+		// that may have expired but were not reaped yet still count
+		// as held); another line's shortage says nothing here.
+		if out.Short {
 			for _, loc := range in.Locations {
 				if free, _ := s.free(loc); free >= in.Quantity {
 					return nil
 				}
 			}
-			return []state{s}
-		case "already_claimed":
-			if t.status == claimed {
-				return []state{s}
-			}
 		}
-		return nil
-	case OpClaim:
-		// A claim moves units from held to claimed: free does not change.
-		if out.Unknown {
-			if t.status == held {
-				c := t
-				c.status, c.deadline = claimed, 0
-				return []state{s, s.with(in.Token, c, t.loc, 0)}
-			}
+		return []state{s.refuse(in.Token)}
+	case answerAlreadyClaimed:
+		if t.status == claimed {
 			return []state{s}
 		}
-		switch out.Result {
-		case ResultClaimed:
-			switch {
-			case out.Quantity != t.qty || out.Location != t.loc:
-				return nil // deducted something other than the hold
-			case out.Replayed && t.status == claimed:
-				return []state{s}
-			case (!out.Replayed || out.Retried) && t.status == held:
-				// A retried call's replay may answer its own first
-				// attempt: it claimed then.
-				c := t
-				c.status, c.deadline = claimed, 0
-				return []state{s.with(in.Token, c, t.loc, 0)}
-			}
-		case "not_found", "expired":
-			// An expired hold is refused whether or not it was reaped
-			// yet; the model reaps it when its units are needed.
-			if t.status == 0 || expirable(t, in.Return) {
-				return []state{s}
-			}
-		}
-		return nil
-	case OpRelease:
-		if out.Unknown {
-			if t.status == held {
-				return []state{s, s.with(in.Token, tokenState{}, t.loc, t.qty)}
-			}
+	case answerReleased:
+		if t.status == released {
 			return []state{s}
 		}
-		switch out.Result {
-		case ResultReleased:
-			if t.status == held && out.Quantity == t.qty && out.Location == t.loc {
-				return []state{s.with(in.Token, tokenState{}, t.loc, t.qty)}
+	case answerExpired:
+		return answeredExpired(s, t, in)
+	}
+	return nil
+}
+
+// answeredExpired is the state after an answer "expired" (to a reserve or
+// a claim): the token's hold expired, or a hold past its deadline does
+// now.
+func answeredExpired(s state, t tokenState, in Input) []state {
+	switch {
+	case t.status == expired || t.status == expiring:
+		return []state{s}
+	case expirable(t, in.Return):
+		return []state{s.expire(in.Token, t)}
+	}
+	return nil
+}
+
+func stepClaim(s state, t tokenState, in Input, out Output) []state {
+	if out.Unknown {
+		if t.status == held {
+			return []state{s, s.claim(in.Token, t)}
+		}
+		return []state{s}
+	}
+	switch out.Result {
+	case ResultClaimed:
+		switch {
+		case t.status != held && t.status != claimed:
+			// Never held, refused, or past its hold: a claim after an
+			// acknowledged release or expiry is a sale of units that
+			// went back.
+			return nil
+		case out.Quantity != t.qty || out.Location != t.loc:
+			return nil // deducted something other than the hold
+		case out.Replayed && t.status == claimed:
+			return []state{s}
+		case (!out.Replayed || out.Retried) && t.status == held:
+			// A hold past its deadline may still be claimed: the store
+			// judged it live when it took its locks. A retried call's
+			// replay may answer its own first attempt: it claimed then.
+			return []state{s.claim(in.Token, t)}
+		}
+	case answerNotFound:
+		// Only a token that never held anything: a hold's tombstone
+		// answers for it.
+		if t.status == 0 || t.status == refused {
+			return []state{s}
+		}
+	case answerExpired:
+		// An expired hold is refused whether or not it was reaped yet;
+		// the model reaps it when its units are needed.
+		return answeredExpired(s, t, in)
+	case answerReleased:
+		if t.status == released {
+			return []state{s}
+		}
+	}
+	return nil
+}
+
+func stepRelease(s state, t tokenState, in Input, out Output) []state {
+	if out.Unknown {
+		if t.status == held {
+			return []state{s, s.release(in.Token, t)}
+		}
+		return []state{s}
+	}
+	switch out.Result {
+	case ResultReleased:
+		// Err tells the answer "released" (the error ErrReleased, which
+		// a release never answers) from a release that released.
+		if out.Err == "" && t.status == held && out.Quantity == t.qty && out.Location == t.loc {
+			return []state{s.release(in.Token, t)}
+		}
+	case ResultNotReleased:
+		switch t.status {
+		case 0, refused, released, expiring, expired:
+			return []state{s}
+		case held:
+			var next []state
+			if expirable(t, in.Return) {
+				// The store found it expired.
+				next = append(next, s.expire(in.Token, t))
 			}
-		case ResultNotReleased:
-			switch {
-			case t.status == 0 || expirable(t, in.Return):
-				return []state{s}
-			case out.Retried && t.status == held:
+			if out.Retried {
 				// The call's first attempt released it.
-				return []state{s.with(in.Token, tokenState{}, t.loc, t.qty)}
+				next = append(next, s.release(in.Token, t))
 			}
-		case "already_claimed":
-			if t.status == claimed {
-				return []state{s}
-			}
+			return next
 		}
-		return nil
+	case answerAlreadyClaimed:
+		if t.status == claimed {
+			return []state{s}
+		}
 	}
 	return nil
 }

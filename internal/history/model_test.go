@@ -83,6 +83,8 @@ func reclaimed(q int64) Output {
 	return Output{Result: ResultClaimed, Quantity: q, Location: 1, Replayed: true}
 }
 func releasedOut(q int64) Output   { return Output{Result: ResultReleased, Quantity: q, Location: 1} }
+func refusedAgain() Output         { return Output{Result: ResultInsufficient, Short: true, Replayed: true} }
+func retried(out Output) Output    { out.Retried = true; return out }
 func answer(name string) Output    { return Output{Result: name} }
 func notReleased() Output          { return Output{Result: ResultNotReleased} }
 func unknownOut(err string) Output { return Output{Err: err} }
@@ -102,7 +104,8 @@ func TestModel(t *testing.T) {
 			release(2, 11, 12, "c", releasedOut(1)).
 			release(2, 13, 14, "c", notReleased()).
 			release(1, 15, 16, "a", answer("already_claimed")).
-			claim(2, 17, 18, "c", answer("not_found")), porcupine.Ok},
+			claim(2, 17, 18, "c", answer("released")).
+			claim(2, 19, 20, "never", answer("not_found")), porcupine.Ok},
 		{"oversell: two holds of the last unit", stocked(1).
 			reserve(1, 1, 2, "a", 1, reserved(1)).
 			reserve(2, 3, 4, "b", 1, reserved(1)), porcupine.Illegal},
@@ -247,6 +250,200 @@ func TestModel(t *testing.T) {
 		{"a hold without a TTL never expires", stocked(1).
 			reserve(1, 1, 2, "a", 1, reserved(1)).
 			reserve(2, 1000, 1001, "b", 1, reserved(1)), porcupine.Illegal},
+		{"a hold without a TTL is never answered expired", stocked(1).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			claim(1, 1000, 1001, "a", answer("expired")), porcupine.Illegal},
+
+		// Tombstones: every state after held is final, and a call on a
+		// token that reached one is answered from it.
+		// A released token: claim and reserve answer "released", a
+		// release answers nothing released.
+		{"released token: released, released, not released", stocked(1).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			release(1, 3, 4, "a", releasedOut(1)).
+			claim(1, 5, 6, "a", answer("released")).
+			reserve(1, 7, 8, "a", 1, answer("released")).
+			release(1, 9, 10, "a", notReleased()).
+			reserve(2, 11, 12, "b", 1, reserved(1)), porcupine.Ok},
+		{"claim succeeds after an acknowledged release", stocked(5).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			release(1, 3, 4, "a", releasedOut(1)).
+			claim(1, 5, 6, "a", claimedOut(1)), porcupine.Illegal},
+		{"claim after an acknowledged release, answered as a retried replay", stocked(5).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			release(1, 3, 4, "a", releasedOut(1)).
+			claim(1, 5, 6, "a", retried(reclaimed(1))), porcupine.Illegal},
+		{"late claim of a released token answers not_found", stocked(5).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			release(1, 3, 4, "a", releasedOut(1)).
+			claim(1, 5, 6, "a", answer("not_found")), porcupine.Illegal},
+		{"reserve of a released token answers reserved again", stocked(5).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			release(1, 3, 4, "a", releasedOut(1)).
+			reserve(1, 5, 6, "a", 1, reserved(1)), porcupine.Illegal},
+		{"reserve of a released token answers a replayed hold", stocked(5).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			release(1, 3, 4, "a", releasedOut(1)).
+			reserve(1, 5, 6, "a", 1, retried(replayed(1))), porcupine.Illegal},
+		{"reserve of a released token answers insufficient", stocked(1).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			release(1, 3, 4, "a", releasedOut(1)).
+			reserve(2, 5, 6, "b", 1, reserved(1)).
+			reserve(1, 7, 8, "a", 1, short()), porcupine.Illegal},
+		{"a released token released again", stocked(5).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			release(1, 3, 4, "a", releasedOut(1)).
+			release(1, 5, 6, "a", releasedOut(1)), porcupine.Illegal},
+		{"release answered with the released error", stocked(5).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			release(1, 3, 4, "a", releasedOut(1)).
+			release(1, 5, 6, "a", Output{Result: "released", Err: "reservation: released"}), porcupine.Illegal},
+		{"claim of a held token answers released", stocked(5).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			claim(1, 3, 4, "a", answer("released")), porcupine.Illegal},
+		{"an unknown release lands, the claim answers released", stocked(5).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			release(1, 3, -1, "a", unknownOut("timeout")).
+			claim(1, 5, 6, "a", answer("released")), porcupine.Ok},
+
+		// A claimed token: a release answers already_claimed, a reserve
+		// already_claimed, a claim a replay.
+		{"claimed token: already claimed, already claimed, replayed", stocked(5).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			claim(1, 3, 4, "a", claimedOut(1)).
+			release(1, 5, 6, "a", answer("already_claimed")).
+			reserve(1, 7, 8, "a", 1, answer("already_claimed")).
+			claim(1, 9, 10, "a", reclaimed(1)), porcupine.Ok},
+		{"release after claim answers released", stocked(5).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			claim(1, 3, 4, "a", claimedOut(1)).
+			release(1, 5, 6, "a", releasedOut(1)), porcupine.Illegal},
+		{"release after claim answers not released", stocked(5).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			claim(1, 3, 4, "a", claimedOut(1)).
+			release(1, 5, 6, "a", notReleased()), porcupine.Illegal},
+		{"late claim of a claimed token answers not_found", stocked(5).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			claim(1, 3, 4, "a", claimedOut(1)).
+			claim(1, 5, 6, "a", answer("not_found")), porcupine.Illegal},
+		{"reserve of a claimed token answers a replayed hold", stocked(5).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			claim(1, 3, 4, "a", claimedOut(1)).
+			reserve(1, 5, 6, "a", 1, replayed(1)), porcupine.Illegal},
+
+		// A refused token: its refusal is replayed, a claim finds
+		// nothing, a release releases nothing; it never holds.
+		{"refused token: refused again, not found, not released", stocked(1).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			reserve(2, 3, 4, "b", 1, short()).
+			release(1, 5, 6, "a", releasedOut(1)).
+			reserve(2, 7, 8, "b", 1, refusedAgain()).
+			reserve(2, 9, 10, "b", 1, short()).
+			claim(2, 11, 12, "b", answer("not_found")).
+			release(2, 13, 14, "b", notReleased()).
+			reserve(3, 15, 16, "c", 1, reserved(1)), porcupine.Ok},
+		{"reserve answers reserved after the same token was refused", stocked(1).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			reserve(2, 3, 4, "b", 1, short()).
+			release(1, 5, 6, "a", releasedOut(1)).
+			reserve(2, 7, 8, "b", 1, reserved(1)), porcupine.Illegal},
+		{"a refused token's retried reserve answers a replayed hold", stocked(1).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			reserve(2, 3, 4, "b", 1, short()).
+			release(1, 5, 6, "a", releasedOut(1)).
+			reserve(2, 7, 8, "b", 1, retried(replayed(1))), porcupine.Illegal},
+		// Another line of the cart was short: this line's item has the
+		// stock, and the token is refused here too.
+		{"refused for another line, then reserved", stocked(5).
+			reserve(1, 1, 2, "a", 1, Output{Result: ResultInsufficient}).
+			reserve(1, 3, 4, "a", 1, reserved(1)), porcupine.Illegal},
+		{"refused for another line, refused again", stocked(5).
+			reserve(1, 1, 2, "a", 1, Output{Result: ResultInsufficient}).
+			reserve(1, 3, 4, "a", 1, Output{Result: ResultInsufficient, Replayed: true}).
+			claim(1, 5, 6, "a", answer("not_found")), porcupine.Ok},
+		{"a refusal replayed that nobody was given", stocked(0).
+			reserve(1, 1, 2, "a", 1, refusedAgain()), porcupine.Illegal},
+		{"retried reserve answered as its own refusal", stocked(0).
+			reserve(1, 1, 2, "a", 1, retried(refusedAgain())), porcupine.Ok},
+		{"an unknown reserve may have refused", stocked(5).
+			reserve(1, 1, -1, "a", 1, unknownOut("timeout")).
+			reserve(1, 3, 4, "a", 1, refusedAgain()), porcupine.Ok},
+		{"an unknown reserve may have done nothing", stocked(5).
+			reserve(1, 1, -1, "a", 1, unknownOut("timeout")).
+			reserve(1, 3, 4, "a", 1, reserved(1)), porcupine.Ok},
+		// The first attempt of a reserve, delayed past its own retry's
+		// refusal, cannot take the unit a release frees later.
+		{"a delayed first attempt creates nothing", stocked(1).
+			reserve(1, 1, 2, "b", 1, reserved(1)).
+			reserve(2, 3, -1, "a", 1, unknownOut("timeout")).
+			reserve(3, 5, 6, "a", 1, short()).
+			release(1, 7, 8, "b", releasedOut(1)).
+			reserve(4, 9, 10, "c", 1, short()), porcupine.Illegal},
+		{"insufficient for a held token", stocked(1).
+			reserve(1, 1, 2, "a", 1, reserved(1)).
+			reserve(1, 3, 4, "a", 1, short()), porcupine.Illegal},
+		{"a refused token cannot be claimed", stocked(1).
+			reserve(1, 1, 2, "a", 1, Output{Result: ResultInsufficient}).
+			claim(1, 3, 4, "a", claimedOut(1)), porcupine.Illegal},
+
+		// An expired token: its tombstone answers "expired" to a reserve
+		// and a claim, and nothing released to a release.
+		{"expired token: expired, expired, not released", stocked(1).
+			reserveTTL(1, 1, 2, "a", 1, 10, reserved(1)).
+			reserve(2, 20, 21, "b", 1, reserved(1)).
+			claim(1, 30, 31, "a", answer("expired")).
+			reserve(1, 32, 33, "a", 1, answer("expired")).
+			release(1, 34, 35, "a", notReleased()), porcupine.Ok},
+		{"late claim of an expired token answers not_found", stocked(1).
+			reserveTTL(1, 1, 2, "a", 1, 10, reserved(1)).
+			claim(1, 30, 31, "a", answer("not_found")), porcupine.Illegal},
+		{"late claim of a reaped token answers not_found", stocked(1).
+			reserveTTL(1, 1, 2, "a", 1, 10, reserved(1)).
+			reserve(2, 20, 21, "b", 1, reserved(1)).
+			claim(1, 30, 31, "a", answer("not_found")), porcupine.Illegal},
+		{"a reaped token reserved again", stocked(1).
+			reserveTTL(1, 1, 2, "a", 1, 10, reserved(1)).
+			reserve(2, 20, 21, "b", 1, reserved(1)).
+			release(2, 22, 23, "b", releasedOut(1)).
+			reserve(1, 30, 31, "a", 1, reserved(1)), porcupine.Illegal},
+		{"expired answered before the deadline", stocked(1).
+			reserveTTL(1, 1, 2, "a", 1, 100, reserved(1)).
+			claim(1, 20, 21, "a", answer("expired")), porcupine.Illegal},
+		// A hold past its deadline that no reaper took yet may still be
+		// claimed or released; once an answer said it expired, it stays
+		// expired, its units held until something needs them.
+		{"past its deadline, claimed", stocked(1).
+			reserveTTL(1, 1, 2, "a", 1, 10, reserved(1)).
+			claim(1, 30, 31, "a", claimedOut(1)), porcupine.Ok},
+		{"past its deadline, released", stocked(1).
+			reserveTTL(1, 1, 2, "a", 1, 10, reserved(1)).
+			release(1, 30, 31, "a", releasedOut(1)).
+			claim(1, 32, 33, "a", answer("released")), porcupine.Ok},
+		{"past its deadline, nothing released, then expired", stocked(1).
+			reserveTTL(1, 1, 2, "a", 1, 10, reserved(1)).
+			release(1, 30, 31, "a", notReleased()).
+			claim(1, 32, 33, "a", answer("expired")), porcupine.Ok},
+		{"past its deadline, nothing released, then claimed", stocked(1).
+			reserveTTL(1, 1, 2, "a", 1, 10, reserved(1)).
+			release(1, 30, 31, "a", notReleased()).
+			claim(1, 32, 33, "a", claimedOut(1)), porcupine.Illegal},
+		{"claimed after a claim answered expired", stocked(1).
+			reserveTTL(1, 1, 2, "a", 1, 10, reserved(1)).
+			claim(1, 30, 31, "a", answer("expired")).
+			claim(1, 32, 33, "a", claimedOut(1)), porcupine.Illegal},
+		{"reserved again after a reserve answered expired", stocked(1).
+			reserveTTL(1, 1, 2, "a", 1, 10, reserved(1)).
+			reserve(1, 30, 31, "a", 1, answer("expired")).
+			reserve(1, 32, 33, "a", 1, reserved(1)), porcupine.Illegal},
+		{"answered expired, its units not yet reaped, then reaped", stocked(1).
+			reserveTTL(1, 1, 2, "a", 1, 10, reserved(1)).
+			claim(1, 30, 31, "a", answer("expired")).
+			reserve(2, 32, 33, "b", 1, short()).
+			reserve(3, 34, 35, "c", 1, reserved(1)).
+			release(1, 36, 37, "a", notReleased()), porcupine.Ok},
+		{"release of a live hold answers nothing released", stocked(1).
+			reserveTTL(1, 1, 2, "a", 1, 100, reserved(1)).
+			release(1, 3, 4, "a", notReleased()), porcupine.Illegal},
 	}
 	dir := t.TempDir()
 	for i, tc := range cases {
