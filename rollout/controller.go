@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,8 +51,9 @@ type ControllerConfig struct {
 }
 
 // Controller moves the rollout: status, advance, kill switch, history and
-// the automatic loop. Every change is written to the flags file and
-// recorded in the audit table (who, when, why, before, after).
+// the automatic loop. Every change is written to the flags file, at the
+// next version of the flags, and recorded in the audit table (who, when,
+// why, before, after).
 type Controller struct {
 	cfg ControllerConfig
 }
@@ -90,6 +92,8 @@ type Status struct {
 	Since time.Time `json:"since"`
 	// Next is the stage advance would apply (nil at the end).
 	Next *Stage `json:"next,omitempty"`
+	// FlagsVersion is the version of the flags file (Flags.Version).
+	FlagsVersion int64 `json:"flags_version"`
 	// Pods is each pod's decision for a shop without overrides.
 	Pods []PodStatus `json:"pods"`
 	// Evidence is what the gates judged.
@@ -139,7 +143,7 @@ func (c *Controller) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	st := Status{Stage: stage, Since: since}
+	st := Status{Stage: stage, Since: since, FlagsVersion: flags.Version}
 	for _, pod := range c.cfg.Plan.Pods {
 		pf := flags.Pods[pod]
 		st.Pods = append(st.Pods, PodStatus{Pod: pod, Mode: pf.Mode, Ramp: pf.Ramp, Kill: flags.KillAt(PodScope(pod)), Effective: flags.Resolve(pod, 0)})
@@ -266,16 +270,24 @@ func reasonOr(reason, fallback string) string {
 }
 
 // change applies edit to the flags file, or with dryRun prints the diff it
-// would make. It returns the rendered files before and after.
-func (c *Controller) change(ctx context.Context, dryRun bool, out io.Writer, edit func(*Flags) error) (before, after []byte, err error) {
+// would make. A change that changes the flags is written at the file's
+// version plus one (FlagsFile.Update), so every replica's decisions carry
+// the new version as the epoch of the handoffs it causes. The dry run
+// shows that version too: earlier lists the changes the command writes
+// before this one (each at its own version), which only the dry run
+// applies here, so its diff ends at the state and version the command
+// would leave. It returns the rendered files before and after.
+func (c *Controller) change(ctx context.Context, dryRun bool, out io.Writer, edit func(*Flags) error, earlier ...func(*Flags) error) (before, after []byte, err error) {
 	if dryRun {
 		cur, err := c.cfg.Flags.Read()
 		if err != nil {
 			return nil, nil, err
 		}
-		next := cur.Clone()
-		if err := edit(next); err != nil {
-			return nil, nil, err
+		next := cur
+		for _, e := range append(slices.Clip(earlier), edit) {
+			if next, err = nextFlags(next, e); err != nil {
+				return nil, nil, err
+			}
 		}
 		if before, err = cur.Render(); err != nil {
 			return nil, nil, err
@@ -372,22 +384,27 @@ func (c *Controller) Release(ctx context.Context, scope Scope, o KillOptions) er
 		shops = []int64{scope.Shop}
 	}
 	redisOnly := cur.KillAt(scope).State == KillRedisOnly
+	dual := o
+	dual.Reason = "release of redis_only: dual writes before the repair; " + o.Reason
+	toDual := func(f *Flags) error {
+		return f.EngageKill(scope, KillRedis, Attribution{Actor: o.Actor, Reason: dual.Reason, At: c.cfg.Now().UTC()})
+	}
+	// earlier is what a dry run applies before the release: the switch to
+	// dual writes is a version of its own.
+	var earlier []func(*Flags) error
 	switch {
 	case len(pods) == 0:
 	case o.DryRun:
 		if redisOnly {
 			fmt.Fprintf(o.Out, "would turn the redis_only switch into redis (dual writes) and wait %s\n", c.cfg.Propagation)
+			earlier = append(earlier, toDual)
 		}
 		fmt.Fprintf(o.Out, "would repair MySQL from Redis first on %s\n", strings.Join(pods, ", "))
 	case c.cfg.Reconciler == nil:
 		return fmt.Errorf("rollout: release: MySQL would answer again on %s and no reconciler is configured to repair it from Redis first", strings.Join(pods, ", "))
 	default:
 		if redisOnly {
-			dual := o
-			dual.Reason = "release of redis_only: dual writes before the repair; " + o.Reason
-			if err := c.kill(ctx, scope, "kill", dual, func(f *Flags) error {
-				return f.EngageKill(scope, KillRedis, Attribution{Actor: o.Actor, Reason: dual.Reason, At: c.cfg.Now().UTC()})
-			}); err != nil {
+			if err := c.kill(ctx, scope, "kill", dual, toDual); err != nil {
 				return err
 			}
 			fmt.Fprintf(o.Out, "redis_only turned into redis (dual writes); waiting %s for every replica\n", c.cfg.Propagation)
@@ -407,14 +424,16 @@ func (c *Controller) Release(ctx context.Context, scope Scope, o KillOptions) er
 	}
 	return c.kill(ctx, scope, "release", o, func(f *Flags) error {
 		return f.ReleaseKill(scope, Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()})
-	})
+	}, earlier...)
 }
 
-func (c *Controller) kill(ctx context.Context, scope Scope, action string, o KillOptions, edit func(*Flags) error) error {
+// kill writes edit (a kill switch change) and audits it as action; earlier
+// is for the dry run only (see change).
+func (c *Controller) kill(ctx context.Context, scope Scope, action string, o KillOptions, edit func(*Flags) error, earlier ...func(*Flags) error) error {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
-	before, after, err := c.change(ctx, o.DryRun, o.Out, edit)
+	before, after, err := c.change(ctx, o.DryRun, o.Out, edit, earlier...)
 	if err != nil || o.DryRun {
 		return err
 	}

@@ -396,3 +396,67 @@ func TestReleaseRepairsMySQLFirst(t *testing.T) {
 		}
 	}
 }
+
+// Every change the controller writes is the next version of the flags:
+// advance, kill and release each add one (a release of redis_only adds
+// two: the switch to redis, then the release), a dry run adds none and
+// shows the version it would write.
+func TestControllerBumpsTheVersion(t *testing.T) {
+	b := setupController(t, true)
+	ctx := context.Background()
+	last := int64(0)
+	step := func(what string, n int64, do func() error) {
+		t.Helper()
+		if err := do(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		f, err := b.flags.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := b.ctl.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Version != last+n || st.FlagsVersion != f.Version {
+			t.Errorf("%s: flags version %d (status says %d), want %d", what, f.Version, st.FlagsVersion, last+n)
+		}
+		if d := f.Resolve("pod-a", 1); d.Version != f.Version {
+			t.Errorf("%s: the decision carries version %d, the flags %d", what, d.Version, f.Version)
+		}
+		last = f.Version
+	}
+	var dry bytes.Buffer
+	step("dry-run advance", 0, func() error {
+		_, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", DryRun: true, Out: &dry})
+		return err
+	})
+	if !strings.Contains(dry.String(), `+         "version": 1`) {
+		t.Errorf("the dry run does not show the version it would write:\n%s", dry.String())
+	}
+	step("advance", 1, func() error {
+		_, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "start"})
+		return err
+	})
+	kill := rollout.KillOptions{Actor: "ana", Reason: "drill"}
+	step("kill pod-a", 1, func() error { return b.ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, kill) })
+	step("kill pod-a again: nothing changes", 0, func() error { return b.ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, kill) })
+	step("release pod-a", 1, func() error { return b.ctl.Release(ctx, rollout.PodScope("pod-a"), kill) })
+	step("release pod-a again", 0, func() error { return b.ctl.Release(ctx, rollout.PodScope("pod-a"), kill) })
+	step("kill everything redis_only", 1, func() error { return b.ctl.Kill(ctx, rollout.Global(), rollout.KillRedisOnly, kill) })
+	// Its dry run ends at the version the release would leave: two on.
+	dry.Reset()
+	dryKill := kill
+	dryKill.DryRun, dryKill.Out = true, &dry
+	step("dry-run release of redis_only", 0, func() error { return b.ctl.Release(ctx, rollout.Global(), dryKill) })
+	if want := fmt.Sprintf(`+         "version": %d`, last+2); !strings.Contains(dry.String(), want) {
+		t.Errorf("the dry run of a redis_only release does not end at version %d:\n%s", last+2, dry.String())
+	}
+	step("release redis_only", 2, func() error { return b.ctl.Release(ctx, rollout.Global(), kill) })
+
+	// The audit trail shows each version's file.
+	hs, err := b.ctl.History(ctx, 1)
+	if err != nil || len(hs) != 1 || !strings.Contains(hs[0].After, fmt.Sprintf(`"version": %d`, last)) {
+		t.Errorf("the last audit entry does not hold version %d: %+v %v", last, hs, err)
+	}
+}

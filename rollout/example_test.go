@@ -13,8 +13,9 @@ import (
 )
 
 // Engaging the kill switch for one pod: the change goes through the flags
-// file (what `reservoir rollout kill` and the admin API do), and every
-// replica watching the file obeys within milliseconds.
+// file (what `reservoir rollout kill` and the admin API do), at the next
+// version of the flags, and every replica watching the file obeys within
+// milliseconds, its decisions carrying the new version.
 func ExampleFlags_EngageKill() {
 	dir, err := os.MkdirTemp("", "flags")
 	if err != nil {
@@ -39,7 +40,7 @@ func ExampleFlags_EngageKill() {
 	}
 	defer replica.Close()
 	d, _ := replica.Decide(ctx, "pod-b", 1001)
-	fmt.Printf("before: mode %s, kill %s, authority %s\n", d.Mode, d.Kill, d.Route().Authority)
+	fmt.Printf("before: mode %s, kill %s, authority %s, version %d\n", d.Mode, d.Kill, d.Route().Authority, d.Version)
 
 	// MySQL on pod-b misbehaves: Redis answers again, dual writes go on.
 	_, after, err := file.Update(func(f *rollout.Flags) error {
@@ -51,7 +52,7 @@ func ExampleFlags_EngageKill() {
 		log.Fatal(err)
 	}
 	k := after.KillAt(rollout.PodScope("pod-b"))
-	fmt.Printf("engaged: %s by %s: %s\n", k.State, k.Actor, k.Reason)
+	fmt.Printf("engaged: %s by %s: %s (version %d)\n", k.State, k.Actor, k.Reason, after.Version)
 
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		if d, _ = replica.Decide(ctx, "pod-b", 1001); d.Kill == rollout.KillRedis {
@@ -59,14 +60,14 @@ func ExampleFlags_EngageKill() {
 		}
 	}
 	p := d.Route()
-	fmt.Printf("after: mode %s, kill %s, authority %s, effective %s\n", d.Mode, d.Kill, p.Authority, p.Effective)
+	fmt.Printf("after: mode %s, kill %s, authority %s, effective %s, version %d\n", d.Mode, d.Kill, p.Authority, p.Effective, d.Version)
 
 	// Other pods are not affected.
 	d, _ = replica.Decide(ctx, "pod-a", 2002)
 	fmt.Printf("pod-a: mode %s, kill %s\n", d.Mode, d.Kill)
 	// Output:
-	// before: mode mysql, kill off, authority mysql
-	// engaged: redis by alice: pod-b MySQL p99 over 2s
-	// after: mode mysql, kill redis, authority redis, effective shadow
+	// before: mode mysql, kill off, authority mysql, version 1
+	// engaged: redis by alice: pod-b MySQL p99 over 2s (version 2)
+	// after: mode mysql, kill redis, authority redis, effective shadow, version 2
 	// pod-a: mode redis, kill off
 }

@@ -3,6 +3,7 @@ package rollout
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -24,19 +25,22 @@ import (
 // against the propagation budget.
 const settleDelay = 5 * time.Millisecond
 
-// noFlags is what the provider starts from when the file is invalid at
-// start: flagd needs a valid first version to finish starting, and a file
-// without flags means every code default, i.e. RedisSafe.
+// noFlags is what the provider starts from when the file cannot be loaded
+// at start: flagd needs a valid first version to finish starting. Decide
+// does not evaluate it (the feed is not loaded), so it answers nothing.
 const noFlags = `{"flags": {}}`
 
 // fileFeed feeds the flags file to flagd's in-process provider (it is the
 // provider's sync.ISync). It watches the file's directory rather than the
 // file, so every way of replacing the file is seen: a rename over it, an
 // editor that renames the original away, a delete and recreate, a
-// Kubernetes ConfigMap's symlink swap; a stat poll backs the watch up. Each
-// new version is checked with flagd's own parser and passed on only when
-// flagd would accept it, so the provider always holds the last valid
-// version and never wedges on a bad first one.
+// Kubernetes ConfigMap's symlink swap; a stat poll backs the watch up (and
+// alone sees a file made readable by a chmod on a filesystem without
+// inotify). A file missing or unreadable at start is read as soon as it
+// appears or can be read. Each new version is checked with flagd's own
+// parser, and its flags must agree on metadata.version; it is passed on
+// only then, so the provider always holds the last valid version and never
+// wedges on a bad first one.
 type fileFeed struct {
 	path string
 	poll time.Duration
@@ -50,8 +54,9 @@ type fileFeed struct {
 
 	mu       sync.Mutex
 	current  []byte      // the last version passed on (noFlags before any)
-	seen     os.FileInfo // the file as last read
-	rejected []byte      // the last version refused, logged once
+	highest  int64       // the highest metadata.version passed on
+	seen     os.FileInfo // the file as last read (nil before a read succeeds)
+	rejected []byte      // the last version refused, logged once (nil: none)
 }
 
 var _ isync.ISync = (*fileFeed)(nil)
@@ -71,23 +76,26 @@ func newFileFeed(path string, poll time.Duration, log *slog.Logger, problem func
 }
 
 // prime reads the file once before the provider starts, so the provider's
-// first version is the file when it is valid.
+// first version is the file when it is valid. A file that is missing or
+// unreadable is not an error here: Sync keeps looking for it.
 func (f *fileFeed) prime() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	data, fi, err := f.read()
-	if err == nil {
-		f.seen = fi
-		err = f.validate(data)
-	}
 	if err != nil {
-		f.rejected = data
-		f.log.Error("rollout: flags file could not be loaded; answering redis (the code default) until it is fixed", "err", err)
+		f.log.Error("rollout: flags file cannot be read; no decisions until it can (watching for it)", "err", err)
 		return
 	}
-	f.current = data
+	f.seen = fi
+	version, err := f.validate(data)
+	if err != nil {
+		f.rejected = data
+		f.log.Error("rollout: flags file could not be loaded; no decisions until it is fixed", "err", err)
+		return
+	}
+	f.current, f.highest = data, version
 	f.loaded.Store(true)
-	f.log.Info("rollout: flags file loaded", "bytes", len(data))
+	f.log.Info("rollout: flags file loaded", "bytes", len(data), "version", version)
 }
 
 // Init implements sync.ISync.
@@ -106,19 +114,24 @@ func (f *fileFeed) ReSync(ctx context.Context, out chan<- isync.DataSync) error 
 }
 
 // Sync implements sync.ISync: it sends the version in effect, then every
-// new valid version until ctx ends (the provider's shutdown).
+// new valid version until ctx ends (the provider's shutdown). When the
+// file's directory cannot be watched (it does not exist yet, or was
+// removed) the poll alone finds changes, and each poll tries to watch it
+// again.
 func (f *fileFeed) Sync(ctx context.Context, out chan<- isync.DataSync) error {
+	dir := filepath.Dir(f.path)
 	var events chan fsnotify.Event
 	var errs chan error
 	w, err := fsnotify.NewWatcher()
+	watching := false
 	if err == nil {
-		err = w.Add(filepath.Dir(f.path))
+		defer w.Close()
+		events, errs = w.Events, w.Errors
+		err = w.Add(dir)
+		watching = err == nil
 	}
 	if err != nil {
 		f.log.Warn("rollout: cannot watch the flags file's directory; polling it", "every", f.poll, "err", err)
-	} else {
-		defer w.Close()
-		events, errs = w.Events, w.Errors
 	}
 	if err := f.ReSync(ctx, out); err != nil {
 		return err
@@ -133,7 +146,11 @@ func (f *fileFeed) Sync(ctx context.Context, out chan<- isync.DataSync) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-events:
+		case ev := <-events:
+			if ev.Name == dir && ev.Op.Has(fsnotify.Remove|fsnotify.Rename) {
+				// The directory itself went away, and its watch with it.
+				watching = false
+			}
 			// Any change in the directory may be the file (renames, a
 			// ConfigMap's ..data swap); reading it is cheap.
 			settle.Reset(settleDelay)
@@ -142,13 +159,19 @@ func (f *fileFeed) Sync(ctx context.Context, out chan<- isync.DataSync) error {
 		case <-settle.C:
 			f.refresh(ctx, out, false)
 		case <-poll.C:
+			if w != nil && !watching && w.Add(dir) == nil {
+				watching = true
+				f.log.Info("rollout: watching the flags file's directory")
+			}
 			f.refresh(ctx, out, true)
 		}
 	}
 }
 
 // refresh reads the file and passes a new valid version on. From the poll
-// it reads only when stat says the file changed.
+// it reads only when stat says the file changed, or when no read has
+// succeeded yet (a file unreadable at start, made readable by a chmod,
+// changes neither its inode, size nor mtime).
 func (f *fileFeed) refresh(ctx context.Context, out chan<- isync.DataSync, polled bool) {
 	f.mu.Lock()
 	if polled {
@@ -161,32 +184,58 @@ func (f *fileFeed) refresh(ctx context.Context, out chan<- isync.DataSync, polle
 	data, fi, err := f.read()
 	if err != nil {
 		f.mu.Unlock()
-		f.problem("feed/read", slog.LevelWarn, "rollout: flags file unreadable; keeping the flags in effect", "err", err)
+		if f.loaded.Load() {
+			f.problem("feed/read", slog.LevelWarn, "rollout: flags file unreadable; keeping the last valid flags", "err", err)
+		} else {
+			f.problem("feed/read", slog.LevelError, "rollout: flags file cannot be read; no decisions until it can (watching for it)", "err", err)
+		}
 		return
 	}
 	f.seen = fi
-	if bytes.Equal(data, f.current) || bytes.Equal(data, f.rejected) {
+	if bytes.Equal(data, f.current) || (f.rejected != nil && bytes.Equal(data, f.rejected)) {
 		f.mu.Unlock()
 		return
 	}
-	if err := f.validate(data); err != nil {
+	if len(data) == 0 {
+		// Most likely a write in place caught between its truncate and
+		// its write: the next event or poll reads the result. Not
+		// rejected, so a file left empty is still reported, rate-limited.
+		f.mu.Unlock()
+		if f.loaded.Load() {
+			f.problem("feed/empty", slog.LevelWarn, "rollout: flags file is empty (a write in progress?); keeping the last valid flags")
+		} else {
+			f.problem("feed/empty", slog.LevelError, "rollout: flags file is empty; no decisions until it is written")
+		}
+		return
+	}
+	version, err := f.validate(data)
+	if err != nil {
 		f.rejected = data
 		f.mu.Unlock()
 		if f.loaded.Load() {
 			f.log.Error("rollout: flags file rejected; keeping the last valid flags", "err", err)
 		} else {
-			f.log.Error("rollout: flags file could not be loaded; answering redis (the code default) until it is fixed", "err", err)
+			f.log.Error("rollout: flags file could not be loaded; no decisions until it is fixed", "err", err)
 		}
 		return
 	}
-	f.current, f.rejected = data, nil
+	highest := f.highest
+	f.current, f.highest, f.rejected = data, max(highest, version), nil
 	f.mu.Unlock()
 
 	f.send(ctx, out, data)
-	if f.loaded.Swap(true) {
-		f.log.Info("rollout: flags file reloaded", "bytes", len(data))
-	} else {
-		f.log.Info("rollout: flags file loaded", "bytes", len(data))
+	if !f.loaded.Swap(true) {
+		f.log.Info("rollout: flags file loaded", "bytes", len(data), "version", version)
+		return
+	}
+	f.log.Info("rollout: flags file reloaded", "bytes", len(data), "version", version)
+	if highest > 0 && version <= highest {
+		// Applied all the same (a replica starting now would load it, so
+		// refusing it here would split the fleet), but the stores hand no
+		// shop off at a version they have seen: the change may not take.
+		f.log.Error("rollout: flags file changed but its version did not grow; the stores treat such a change as stale: "+
+			"write it again with metadata.version raised above the previous one in both flags (docs/flags.md)",
+			"highest_version", highest, "version", version)
 	}
 }
 
@@ -204,16 +253,49 @@ func (f *fileFeed) read() ([]byte, os.FileInfo, error) {
 	if _, err := buf.ReadFrom(file); err != nil {
 		return nil, nil, err
 	}
-	return buf.Bytes(), fi, nil
+	// Never nil, so an empty file is told apart from "nothing rejected".
+	return append([]byte{}, buf.Bytes()...), fi, nil
 }
 
-// validate runs flagd's own parser over data: what it refuses, the
-// provider would refuse too (keeping its previous version).
-func (f *fileFeed) validate(data []byte) error {
+// validate runs flagd's own parser over data (what it refuses, the
+// provider would refuse too, keeping its previous version), then checks
+// that both flags carry the same version, which it returns.
+func (f *fileFeed) validate(data []byte) (int64, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
-		return fmt.Errorf("the file is empty")
+		return 0, fmt.Errorf("the file is empty")
 	}
-	return f.check.SetState(isync.DataSync{FlagData: string(data), Source: f.path})
+	if err := f.check.SetState(isync.DataSync{FlagData: string(data), Source: f.path}); err != nil {
+		return 0, err
+	}
+	return fileVersion(data)
+}
+
+// fileVersion returns the metadata.version both flags carry (0 for none),
+// as FlagSource will read it from their evaluations. Flags that disagree
+// (a flag absent from the file carries none) are an error: every decision
+// would have two versions.
+func fileVersion(data []byte) (int64, error) {
+	var doc struct {
+		Flags map[string]struct {
+			Metadata map[string]any `json:"metadata"`
+		} `json:"flags"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return 0, fmt.Errorf("read the flags' metadata: %w", err)
+	}
+	var versions [2]int64
+	for i, key := range []string{FlagMode, FlagKillSwitch} {
+		v, err := versionOf(doc.Flags[key].Metadata[metaVersion])
+		if err != nil {
+			return 0, fmt.Errorf("flags[%q].metadata.version: %w", key, err)
+		}
+		versions[i] = v
+	}
+	if versions[0] != versions[1] {
+		return 0, fmt.Errorf("flags[%q].metadata.version is %s but flags[%q].metadata.version is %s: both flags must carry the same version",
+			FlagMode, versionText(versions[0]), FlagKillSwitch, versionText(versions[1]))
+	}
+	return versions[0], nil
 }
 
 func (f *fileFeed) send(ctx context.Context, out chan<- isync.DataSync, data []byte) {

@@ -20,22 +20,33 @@ import (
 // the change); ParseFlags reads that form back, plus the small variations
 // a person editing by hand is likely to write, and refuses anything it
 // cannot represent rather than dropping it on the next write.
+//
+// Both flags carry the version of the flags in their metadata
+// ("version": a number), because flagd returns a flag's own metadata with
+// each evaluation: the version FlagSource reports is the one of the very
+// variants it evaluated, never a neighbouring version's.
 
 const (
 	flagsSchema  = "https://flagd.dev/schema/v0/flags.json"
 	flagsComment = "reservoir rollout flags; see docs/flags.md. Change it with `reservoir rollout`, " +
-		"or write a copy next to it and rename the copy over it: never edit it in place, " +
-		"never delete and recreate it."
+		"or write a copy next to it, raise metadata.version by one in both flags, and rename the copy over it: " +
+		"never edit it in place, never delete and recreate it."
 	// podEvaluatorPrefix names the shared $evaluators that select a pod.
 	podEvaluatorPrefix = "pod:"
 )
 
-// metadata keys on the kill switch flag: "<scope>.reason" and so on.
+// metadata keys: "version" on both flags; "<scope>.reason" and so on on
+// the kill switch.
 const (
-	metaReason = ".reason"
-	metaActor  = ".actor"
-	metaSince  = ".since"
+	metaVersion = "version"
+	metaReason  = ".reason"
+	metaActor   = ".actor"
+	metaSince   = ".since"
 )
+
+// maxVersion is the highest version a file may carry: flagd hands metadata
+// numbers over as float64, which holds every integer up to 2^53 exactly.
+const maxVersion = 1 << 53
 
 // fileDoc is the flags file before layout.
 type fileDoc struct {
@@ -52,7 +63,7 @@ type flagDoc struct {
 	Variants       map[string]string
 	DefaultVariant string
 	Targeting      []any
-	Metadata       map[string]string
+	Metadata       map[string]any
 }
 
 func jsonVar(name string) map[string]any { return map[string]any{"var": name} }
@@ -77,7 +88,8 @@ func shopsIn(ids []int64) map[string]any {
 // redis_only a leading `true` rule keeps narrower redis rules from
 // weakening it, while they stay in the file for when it is released.
 // A flag without rules has no targeting, which is also the cheapest to
-// evaluate.
+// evaluate. A version above 0 is written in both flags' metadata; version
+// 0 (no version) writes none.
 func (f *Flags) Render() ([]byte, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
@@ -114,7 +126,7 @@ func (f *Flags) Render() ([]byte, error) {
 	}
 
 	var killRules []any
-	meta := map[string]string{}
+	meta := map[string]any{}
 	note := func(scope Scope, k KillSwitch) {
 		if !k.Engaged() {
 			return
@@ -154,13 +166,18 @@ func (f *Flags) Render() ([]byte, error) {
 	if global == "" {
 		global = KillOff
 	}
+	var modeMeta map[string]any
+	if f.Version > 0 {
+		meta[metaVersion] = f.Version
+		modeMeta = map[string]any{metaVersion: f.Version}
+	}
 	doc := fileDoc{
 		Schema:  flagsSchema,
 		Comment: flagsComment,
 		Flags: map[string]flagDoc{
 			FlagMode: {
 				State: "ENABLED", Variants: variantsOf(Modes), DefaultVariant: string(f.Mode),
-				Targeting: ifRules(modeRules),
+				Targeting: ifRules(modeRules), Metadata: modeMeta,
 			},
 			FlagKillSwitch: {
 				State: "ENABLED", Variants: variantsOf(Kills), DefaultVariant: string(global),
@@ -284,8 +301,11 @@ func variantsOf[T ~string](values []T) map[string]string {
 // decimal strings, pods inline or through $evaluators, an `in` list of
 // pods); anything else (unknown variants, flags, keys or rule shapes,
 // rules in an order whose meaning the model cannot keep) is refused with
-// a *FlagsError naming the field. A file with no flags parses as
-// NewFlags(): that is what it means to the provider.
+// a *FlagsError naming the field. The version is read from both flags'
+// metadata.version: a file without it parses as version 0, and flags that
+// disagree on it (a flag absent from the file has none) are refused. A
+// file with no flags parses as NewFlags(): that is what it means to the
+// provider.
 func ParseFlags(data []byte) (*Flags, error) {
 	f := NewFlags()
 	if len(bytes.TrimSpace(data)) == 0 {
@@ -311,7 +331,7 @@ func ParseFlags(data []byte) (*Flags, error) {
 			return nil, &FlagsError{Field: k, Problem: "unknown top-level key (the writer would drop it)"}
 		}
 	}
-	p := parser{f: f, pods: map[string]string{}}
+	p := parser{f: f, pods: map[string]string{}, versions: map[string]int64{}}
 	if err := p.evaluators(root["$evaluators"]); err != nil {
 		return nil, err
 	}
@@ -333,16 +353,50 @@ func ParseFlags(data []byte) (*Flags, error) {
 			return nil, err
 		}
 	}
+	// Replicas take the version from each flag's own evaluation, so flags
+	// that disagree would give every decision two versions.
+	if mv, kv := p.versions[FlagMode], p.versions[FlagKillSwitch]; mv != kv {
+		return nil, &FlagsError{Field: fmt.Sprintf("flags[%q].metadata.version", FlagMode), Problem: fmt.Sprintf(
+			"%s, but flags[%q].metadata.version is %s: both flags must carry the same version", versionText(mv), FlagKillSwitch, versionText(kv))}
+	}
+	f.Version = p.versions[FlagMode]
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
+func versionText(v int64) string {
+	if v == 0 {
+		return "0 (none)"
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// version reads a flag's metadata.version into p.versions and removes it
+// from meta, which then holds the flag's other metadata.
+func (p *parser) version(key string, meta map[string]any) error {
+	v, ok := meta[metaVersion]
+	if !ok {
+		return nil
+	}
+	delete(meta, metaVersion)
+	n, isNumber := v.(json.Number)
+	ver, err := n.Int64()
+	if !isNumber || err != nil || ver < 0 || ver > maxVersion {
+		return &FlagsError{Field: fmt.Sprintf("flags[%q].metadata.version", key),
+			Problem: fmt.Sprintf("%v: want a whole number from 0 to 2^53, written as a JSON number (not a string)", v)}
+	}
+	p.versions[key] = ver
+	return nil
+}
+
 type parser struct {
 	f *Flags
 	// pods maps $evaluators names to the pod they select.
 	pods map[string]string
+	// versions holds each flag's metadata.version (absent: 0).
+	versions map[string]int64
 }
 
 func (p *parser) evaluators(v any) error {
@@ -458,8 +512,11 @@ func (p *parser) modeFlag(v any) error {
 	if err != nil {
 		return err
 	}
-	if len(meta) > 0 {
-		return &FlagsError{Field: fmt.Sprintf("flags[%q].metadata", FlagMode), Problem: "not used by reservoir (the writer would drop it)"}
+	if err := p.version(FlagMode, meta); err != nil {
+		return err
+	}
+	if keys := sortedKeys(meta); len(keys) > 0 {
+		return &FlagsError{Field: fmt.Sprintf("flags[%q].metadata[%q]", FlagMode, keys[0]), Problem: "not used by reservoir: only version belongs here (the writer would drop it)"}
 	}
 	p.f.Mode = Mode(def)
 	seenPod := false
@@ -557,6 +614,9 @@ func (p *parser) killFlag(v any) error {
 	field := fmt.Sprintf("flags[%q]", FlagKillSwitch)
 	def, rules, meta, err := p.flag(FlagKillSwitch, v, names(Kills))
 	if err != nil {
+		return err
+	}
+	if err := p.version(FlagKillSwitch, meta); err != nil {
 		return err
 	}
 	global := Kill(def)
@@ -661,7 +721,7 @@ func (p *parser) killMetadata(field string, meta map[string]any) error {
 			}
 		}
 		if kind == "" {
-			return &FlagsError{Field: at, Problem: "unknown metadata key (want <scope>.reason, .actor or .since)"}
+			return &FlagsError{Field: at, Problem: "unknown metadata key (want version, <scope>.reason, .actor or .since)"}
 		}
 		scope, err := ParseScope(scopeText)
 		if err != nil {
@@ -804,9 +864,12 @@ func (ff FlagsFile) Read() (*Flags, error) {
 	return f, nil
 }
 
-// Write replaces the flags file with f, atomically. It refuses an invalid
-// state (the file is left as it was) and skips the write when the file
-// already holds exactly this state.
+// Write replaces the flags file with f, atomically, at f.Version as given.
+// It refuses an invalid state (the file is left as it was) and skips the
+// write when the file already holds exactly this state. It is for writing
+// a file from scratch; change the flags with Update, which numbers each
+// change: a changed state written at a version replicas have already seen
+// is treated as stale by the stores (docs/ownership.md section 2).
 func (ff FlagsFile) Write(f *Flags) error {
 	unlock, err := lockFlags(ff.Path)
 	if err != nil {
@@ -819,9 +882,12 @@ func (ff FlagsFile) Write(f *Flags) error {
 
 // Update applies change to the current state under the file lock and
 // writes the result: a read-modify-write no other FlagsFile writer on the
-// host can interleave with. A missing file starts from NewFlags(). It
-// returns the states before and after (equal when nothing changed) for
-// the caller's audit trail; on error nothing is written.
+// host can interleave with. A missing file starts from NewFlags(). When
+// change changed the state, the result is written at the file's version
+// plus one (whatever Version change set); when it did not, nothing is
+// written and the version stays. It returns the states before and after
+// (equal when nothing changed) for the caller's audit trail; on error
+// nothing is written.
 func (ff FlagsFile) Update(change func(*Flags) error) (before, after *Flags, err error) {
 	unlock, err := lockFlags(ff.Path)
 	if err != nil {
@@ -835,14 +901,37 @@ func (ff FlagsFile) Update(change func(*Flags) error) (before, after *Flags, err
 	if err != nil {
 		return nil, nil, err
 	}
-	after = before.Clone()
-	if err := change(after); err != nil {
+	if after, err = nextFlags(before, change); err != nil {
 		return nil, nil, err
 	}
 	if _, err := ff.write(after); err != nil {
 		return nil, nil, err
 	}
 	return before, after, nil
+}
+
+// nextFlags returns the state change makes of cur (which it leaves as it
+// is), numbered: at cur's version when the state is the same, one more
+// when it changed. Update and the controller's dry run both use it, so a
+// dry run shows the version a write would give.
+func nextFlags(cur *Flags, change func(*Flags) error) (*Flags, error) {
+	next := cur.Clone()
+	if err := change(next); err != nil {
+		return nil, err
+	}
+	next.Version = cur.Version
+	was, err := cur.Render()
+	if err != nil {
+		return nil, err
+	}
+	now, err := next.Render()
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(was, now) {
+		next.Version++
+	}
+	return next, nil
 }
 
 func (ff FlagsFile) write(f *Flags) (changed bool, err error) {

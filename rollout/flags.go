@@ -205,6 +205,16 @@ func (s ShopFlags) empty() bool { return s.Mode == "" && !s.Kill.Engaged() }
 // Flags is a value to edit and write with FlagsFile; it is not safe for
 // concurrent use. Render and ParseFlags convert it to and from flagd's JSON.
 type Flags struct {
+	// Version numbers this state: a number that only grows across every
+	// change of the flags, written in the file's metadata of both flags
+	// (metadata.version, docs/flags.md) and reported with every decision
+	// made from them (Decision.Version), which the facade takes as the
+	// epoch of a handoff between the stores (docs/ownership.md section 2).
+	// FlagsFile.Update sets it, one more than the file's, on every change;
+	// set it by hand only to write a file from scratch. 0 means no version
+	// (a file without one, and NewFlags): its decisions never hand a shop
+	// off. From 0 to 2^53 (what flagd keeps exact).
+	Version int64
 	// Mode is the global mode. Required; NewFlags sets redis.
 	Mode Mode
 	// Kill is the global kill switch.
@@ -216,14 +226,14 @@ type Flags struct {
 }
 
 // NewFlags returns the Redis-safe state: mode redis everywhere, kill switch
-// off. It is what a file without flags means.
+// off, version 0. It is what a file without flags means.
 func NewFlags() *Flags {
 	return &Flags{Mode: ModeRedis, Pods: map[string]PodFlags{}, Shops: map[int64]ShopFlags{}}
 }
 
 // Clone returns a deep copy of f.
 func (f *Flags) Clone() *Flags {
-	c := &Flags{Mode: f.Mode, Kill: f.Kill, Pods: make(map[string]PodFlags, len(f.Pods)), Shops: make(map[int64]ShopFlags, len(f.Shops))}
+	c := &Flags{Version: f.Version, Mode: f.Mode, Kill: f.Kill, Pods: make(map[string]PodFlags, len(f.Pods)), Shops: make(map[int64]ShopFlags, len(f.Shops))}
 	for name, p := range f.Pods {
 		if p.Ramp != nil {
 			r := *p.Ramp
@@ -391,11 +401,12 @@ func (f *Flags) putShop(id int64, s ShopFlags) {
 	f.Shops[id] = s
 }
 
-// Resolve returns the decision the flags give a shop of a pod: the same
-// answer flagd computes from the rendered file (tests hold the two to it),
-// without a provider. Use it to explain a state or preview a change.
+// Resolve returns the decision the flags give a shop of a pod, version
+// included: the same answer FlagSource computes from the rendered file
+// through flagd (tests hold the two to it), without a provider. Use it to
+// explain a state or preview a change.
 func (f *Flags) Resolve(pod string, shop int64) Decision {
-	d := Decision{Mode: f.Mode, Kill: KillOff}
+	d := Decision{Mode: f.Mode, Kill: KillOff, Version: f.Version}
 	p, hasPod := f.Pods[pod]
 	s, hasShop := f.Shops[shop]
 	switch {
@@ -453,6 +464,9 @@ func (f *Flags) Validate() error {
 		if k.Engaged() && strings.TrimSpace(k.Reason) == "" {
 			bad(field+".reason", "required when the kill switch is engaged")
 		}
+	}
+	if f.Version < 0 || f.Version > maxVersion {
+		bad("version", "%d is out of range 0 (no version) to 2^53", f.Version)
 	}
 	if !f.Mode.Valid() {
 		bad("mode", "unknown mode %q (want %s)", f.Mode, modeList())

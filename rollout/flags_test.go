@@ -21,10 +21,12 @@ var testAt = time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC)
 
 // rolloutFlags is a representative mid-rollout state: shadow everywhere,
 // pod-a on MySQL, a quarter of pod-b's shops on MySQL, pod-c killed back to
-// Redis, one shop pinned to mysql_only, one to redis, one killed hard.
+// Redis, one shop pinned to mysql_only, one to redis, one killed hard; at
+// version 41.
 func rolloutFlags(t testing.TB) *Flags {
 	t.Helper()
 	f := NewFlags()
+	f.Version = 41
 	must(t, f.SetMode(Global(), ModeShadow))
 	must(t, f.SetMode(PodScope("pod-a"), ModeMySQL))
 	must(t, f.SetRamp("pod-b", ModeMySQL, 25))
@@ -36,10 +38,12 @@ func rolloutFlags(t testing.TB) *Flags {
 }
 
 // globalKillFlags has the global switch at redis_only over narrower
-// switches, which must survive its release.
+// switches, which must survive its release; it is the version after
+// rolloutFlags.
 func globalKillFlags(t testing.TB) *Flags {
 	t.Helper()
 	f := rolloutFlags(t)
+	f.Version++
 	must(t, f.EngageKill(Global(), KillRedisOnly, Attribution{Actor: "carol", Reason: "MySQL primary failover", At: testAt}))
 	return f
 }
@@ -129,17 +133,19 @@ func TestFlagsRenderMatchesFlagdSchema(t *testing.T) {
 }
 
 // The documented file in deploy/flags is the canonical render of the
-// Redis-safe state, so the writer rewrites it without a diff.
+// Redis-safe state at version 1, so the writer rewrites it without a diff.
 func TestDeployFlagsFileIsCanonical(t *testing.T) {
 	path := filepath.Join("..", "deploy", "flags", "reservoir.flagd.json")
 	data, err := os.ReadFile(path)
 	must(t, err)
 	f, err := ParseFlags(data)
 	must(t, err)
-	if !reflect.DeepEqual(f, NewFlags()) {
-		t.Errorf("%s is not the Redis-safe state: %+v", path, f)
+	safe := NewFlags()
+	safe.Version = 1
+	if !reflect.DeepEqual(f, safe) {
+		t.Errorf("%s is not the Redis-safe state at version 1: %+v", path, f)
 	}
-	want, err := NewFlags().Render()
+	want, err := safe.Render()
 	must(t, err)
 	if !bytes.Equal(data, want) {
 		t.Errorf("%s is not in canonical form; want:\n%s", path, want)
@@ -155,26 +161,27 @@ func TestFlagsResolve(t *testing.T) {
 		shop int64
 		want Decision
 	}{
-		{"pod-x", 5, Decision{ModeShadow, KillOff}},                      // global mode
-		{"pod-a", 5, Decision{ModeMySQL, KillOff}},                       // pod mode
-		{"pod-b", in, Decision{ModeMySQL, KillOff}},                      // in the ramp
-		{"pod-b", out, Decision{ModeShadow, KillOff}},                    // outside it: the pod's mode
-		{"pod-a", 1001, Decision{ModeMySQLOnly, KillOff}},                // shop beats pod
-		{"pod-b", 1002, Decision{ModeRedis, KillOff}},                    // shop beats ramp
-		{"pod-c", 5, Decision{ModeShadow, KillRedis}},                    // pod switch
-		{"pod-a", 1003, Decision{ModeMySQL, KillRedisOnly}},              // shop switch
-		{"pod-c", 1003, Decision{ModeShadow, KillRedisOnly}},             // strongest switch wins
-		{"pod-c", 1001, Decision{ModeMySQLOnly, KillRedis}},              // kill and mode both kept
+		{"pod-x", 5, Decision{Mode: ModeShadow, Kill: KillOff}},          // global mode
+		{"pod-a", 5, Decision{Mode: ModeMySQL, Kill: KillOff}},           // pod mode
+		{"pod-b", in, Decision{Mode: ModeMySQL, Kill: KillOff}},          // in the ramp
+		{"pod-b", out, Decision{Mode: ModeShadow, Kill: KillOff}},        // outside it: the pod's mode
+		{"pod-a", 1001, Decision{Mode: ModeMySQLOnly, Kill: KillOff}},    // shop beats pod
+		{"pod-b", 1002, Decision{Mode: ModeRedis, Kill: KillOff}},        // shop beats ramp
+		{"pod-c", 5, Decision{Mode: ModeShadow, Kill: KillRedis}},        // pod switch
+		{"pod-a", 1003, Decision{Mode: ModeMySQL, Kill: KillRedisOnly}},  // shop switch
+		{"pod-c", 1003, Decision{Mode: ModeShadow, Kill: KillRedisOnly}}, // strongest switch wins
+		{"pod-c", 1001, Decision{Mode: ModeMySQLOnly, Kill: KillRedis}},  // kill and mode both kept
 		{"pod-x", 1003, Decision{Mode: ModeShadow, Kill: KillRedisOnly}}, // shop switch on any pod
 	}
 	for _, c := range cases {
+		c.want.Version = f.Version
 		if got := f.Resolve(c.pod, c.shop); got != c.want {
 			t.Errorf("Resolve(%s, %d) = %+v, want %+v", c.pod, c.shop, got, c.want)
 		}
 	}
 	g := globalKillFlags(t)
-	if got := g.Resolve("pod-c", 5); got.Kill != KillRedisOnly {
-		t.Errorf("global redis_only over pod-c redis: got %s", got.Kill)
+	if got := g.Resolve("pod-c", 5); got.Kill != KillRedisOnly || got.Version != 42 {
+		t.Errorf("global redis_only over pod-c redis: got %+v, want redis_only at version 42", got)
 	}
 }
 
@@ -274,6 +281,7 @@ func TestParseFlagsHandWritten(t *testing.T) {
 	hand := `{"flags": {
 	  "reservations.mode": {"state": "ENABLED", "defaultVariant": "shadow",
 	    "variants": {"redis": "redis", "shadow": "shadow", "mysql": "mysql"},
+	    "metadata": {"version": 3},
 	    "targeting": {"if": [
 	      {"in": [{"var": "shop"}, ["1001", 1002]]}, "redis",
 	      {"==": [{"var": "pod"}, "pod-a"]}, "mysql",
@@ -282,11 +290,12 @@ func TestParseFlagsHandWritten(t *testing.T) {
 	  "reservations.kill_switch": {"state": "ENABLED", "defaultVariant": "redis",
 	    "variants": {"off": "off", "redis": "redis", "redis_only": "redis_only"},
 	    "targeting": {"if": [{"==": [{"var": "pod"}, "pod-c"]}, "redis", null]},
-	    "metadata": {"pod:pod-c.reason": "by hand", "pod:pod-b.reason": "stale, released"}}
+	    "metadata": {"pod:pod-c.reason": "by hand", "pod:pod-b.reason": "stale, released", "version": 3}}
 	}}`
 	got, err := ParseFlags([]byte(hand))
 	must(t, err)
 	want := NewFlags()
+	want.Version = 3
 	must(t, want.SetMode(Global(), ModeShadow))
 	must(t, want.SetMode(ShopScope(1001), ModeRedis))
 	must(t, want.SetMode(ShopScope(1002), ModeRedis))
@@ -311,6 +320,19 @@ func TestParseFlagsRefuses(t *testing.T) {
 			"variants": {"off": "off", "redis": "redis", "redis_only": "redis_only"}, "targeting": ` + targeting + `}}}`
 	}
 	allModes := `{"redis": "redis", "shadow": "shadow", "mysql": "mysql"}`
+	// versioned writes both flags with metadata {"version": <mode>} and
+	// {"version": <kill>}; "" leaves the metadata out.
+	versioned := func(mode, kill string) string {
+		meta := func(v string) string {
+			if v == "" {
+				return ""
+			}
+			return `, "metadata": {"version": ` + v + `}`
+		}
+		return `{"flags": {
+			"reservations.mode": {"state": "ENABLED", "variants": {"redis": "redis"}, "defaultVariant": "redis"` + meta(mode) + `},
+			"reservations.kill_switch": {"state": "ENABLED", "variants": {"off": "off"}, "defaultVariant": "off"` + meta(kill) + `}}}`
+	}
 	cases := []struct {
 		name, doc, field string
 	}{
@@ -332,6 +354,15 @@ func TestParseFlagsRefuses(t *testing.T) {
 			"variants": {"off": "off", "redis": "redis", "redis_only": "redis_only"},
 			"targeting": {"if": [{"in": [{"var": "shop"}, [1]]}, "redis", {"in": [{"var": "shop"}, [2]]}, "redis_only"]}}}}`,
 			`flags["reservations.kill_switch"].targeting.if[2]`},
+		{"versions disagree", versioned("7", "8"), `flags["reservations.mode"].metadata.version`},
+		{"version on one flag only", versioned("7", ""), `flags["reservations.mode"].metadata.version`},
+		{"version on the only flag", mode(allModes, "redis", `, "metadata": {"version": 7}`), `flags["reservations.mode"].metadata.version`},
+		{"version as a string", versioned(`"7"`, `"7"`), `flags["reservations.kill_switch"].metadata.version`},
+		{"negative version", versioned("-1", "-1"), `flags["reservations.kill_switch"].metadata.version`},
+		{"fractional version", versioned("7.5", "7.5"), `flags["reservations.kill_switch"].metadata.version`},
+		{"version beyond 2^53", versioned("9007199254740993", "9007199254740993"), `flags["reservations.kill_switch"].metadata.version`},
+		{"other metadata on the mode flag", mode(allModes, "redis", `, "metadata": {"owner": "ana"}`), `flags["reservations.mode"].metadata["owner"]`},
+		{"unknown metadata on the kill switch", versioned("7", `7, "owner": "ana"`), `flags["reservations.kill_switch"].metadata["owner"]`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

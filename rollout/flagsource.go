@@ -2,10 +2,11 @@ package rollout
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,9 +19,18 @@ import (
 )
 
 // ErrFlagsNotLoaded is returned by FlagSource.Decide, with RedisSafe, while
-// no valid version of the flags file has loaded (it was invalid or empty
-// when the source started and has not been fixed yet) and after Close.
+// no valid version of the flags file has loaded (it was missing,
+// unreadable, invalid or empty when the source started and has not been
+// fixed yet) and after Close.
 var ErrFlagsNotLoaded = errors.New("rollout: flags file not loaded")
+
+// ErrVersionMismatch is wrapped by the error FlagSource.Decide returns,
+// with RedisSafe, when the two flags it evaluated report different
+// versions twice in a row: the decision would belong to no single version
+// of the flags. Once is a file replaced between the two evaluations, and
+// Decide evaluates both again; twice in a row should not happen, since the
+// source refuses a file whose flags disagree on the version.
+var ErrVersionMismatch = errors.New("the flags report different versions")
 
 // ErrUnknownVariant is wrapped by the error FlagSource.Decide returns, with
 // RedisSafe, when a flag answers a variant reservoir does not know.
@@ -28,8 +38,9 @@ var ErrUnknownVariant = errors.New("unknown variant")
 
 // FlagSourceConfig configures a FlagSource.
 type FlagSourceConfig struct {
-	// Path of the flags file (flagd's JSON format, docs/flags.md). Required;
-	// the file must exist when the source starts.
+	// Path of the flags file (flagd's JSON format, docs/flags.md). Required.
+	// The file need not exist, or be readable, when the source starts: the
+	// source then starts not loaded and loads the file when it can.
 	Path string
 	// Logger receives loads, reloads, rejected files and evaluation
 	// problems. Default: slog.Default().
@@ -86,24 +97,32 @@ func (c FlagSourceConfig) Validate() error {
 // FlagKillSwitch from a flags file through OpenFeature and flagd's
 // in-process provider, with an evaluation context whose targeting key is
 // the shop id (decimal) and whose attributes are "pod" (string) and "shop"
-// (number).
+// (number). The decision's Version is the metadata.version flagd returns
+// with each of the two evaluations, so it is the version of the very
+// variants evaluated.
 //
 // The file reaches flagd through the source's own watch of the file's
 // directory (see fileFeed), not flagd's file watch: a rename over the file
 // applies in milliseconds, and so does a save by an editor that renames the
 // original away or a delete and recreate, which flagd's watch loses for
-// good. Each version is checked with flagd's own parser before it is
-// applied.
+// good. Each version is checked with flagd's own parser, and for flags
+// that agree on metadata.version, before it is applied.
 //
-// Safety rules:
-//   - A valid file without the flags answers their code defaults: RedisSafe.
-//   - A variant reservoir does not know, or an evaluation error, answers
-//     RedisSafe with an error (logged, rate-limited).
-//   - A file that is invalid (empty included) when the source starts
-//     answers RedisSafe with ErrFlagsNotLoaded until it is fixed.
-//   - A file that becomes invalid later is rejected (logged) and the last
-//     valid flags stay in effect: a broken edit does not flip the fleet, and
-//     a mysql_only scope is not sent back to a Redis that lacks its data.
+// Safety rules (an error always comes with RedisSafe, which the caller
+// must not act on: a replica in doubt about its flags serves nothing,
+// docs/ownership.md section 7):
+//   - A valid file without the flags answers their code defaults: RedisSafe,
+//     version 0, without an error.
+//   - A variant reservoir does not know, an evaluation error, or a version
+//     that is not a whole number answers an error (logged, rate-limited).
+//   - A file that is missing, unreadable or invalid (empty included) when
+//     the source starts answers ErrFlagsNotLoaded until it can be loaded;
+//     the source watches for it meanwhile.
+//   - A file that becomes invalid later (one whose flags disagree on the
+//     version included) is rejected (logged) and the last valid flags stay
+//     in effect: a broken edit does not flip the fleet, and a mysql_only
+//     scope is not sent back to a Redis that lacks its data. The same holds
+//     for a file that becomes unreadable or is deleted.
 //
 // Each FlagSource has its own OpenFeature API instance, so several in one
 // process (tests, or one per pod) are independent. Safe for concurrent
@@ -124,17 +143,14 @@ type FlagSource struct {
 var _ ModeSource = (*FlagSource)(nil)
 
 // NewFlagSource loads the flags file and starts watching it. It fails when
-// the config is invalid, the file is missing, the provider cannot start, or
-// ctx ends first. A file that exists but is invalid does not fail it: it is
-// logged, and the source answers RedisSafe until the file is fixed (see
-// Loaded).
+// the config is invalid, the provider cannot start, or ctx ends first. A
+// file that is missing, unreadable or invalid does not fail it: the problem
+// is logged, Decide answers ErrFlagsNotLoaded, and the file is loaded as
+// soon as it appears, becomes readable or is fixed (see Loaded).
 func NewFlagSource(ctx context.Context, cfg FlagSourceConfig) (*FlagSource, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if _, err := os.Stat(cfg.Path); err != nil {
-		return nil, fmt.Errorf("rollout: flags file: %w", err)
 	}
 	s := &FlagSource{cfg: cfg, log: cfg.Logger.With("flags_file", cfg.Path), limiter: newLogLimiter(cfg.LogEvery)}
 	s.feed = newFileFeed(cfg.Path, cfg.PollInterval, s.log, s.problem)
@@ -169,58 +185,126 @@ func NewFlagSource(ctx context.Context, cfg FlagSourceConfig) (*FlagSource, erro
 }
 
 // Loaded reports whether a valid version of the flags file is in effect
-// (false while a file that was invalid at start is not fixed, and after
-// Close). It is the source's own state: the SDK's provider state is no
-// guide (with flagd's own file watch it stays ERROR for good after one
-// rejected file).
+// (false while a file that was missing, unreadable or invalid at start
+// cannot be loaded, and after Close). A replica whose source is not loaded
+// is not ready (docs/flags.md). It is the source's own state: the SDK's
+// provider state is no guide (with flagd's own file watch it stays ERROR
+// for good after one rejected file).
 func (s *FlagSource) Loaded() bool { return s.feed.loaded.Load() && !s.closed.Load() }
 
 // Decide implements ModeSource: two flag evaluations (mode and kill
-// switch) for the shop of the pod. It never fails open: every problem
-// answers RedisSafe, with an error the facade counts.
+// switch) for the shop of the pod, and the version both report. It never
+// fails open: every problem answers RedisSafe with an error (the caller
+// must not act on it): ErrFlagsNotLoaded before a valid file has loaded
+// and after Close, an error wrapping ErrUnknownVariant for a variant
+// reservoir does not know, one wrapping ErrVersionMismatch when the two
+// flags report different versions twice in a row, and an evaluation error
+// otherwise.
 func (s *FlagSource) Decide(ctx context.Context, pod string, shop int64) (Decision, error) {
 	if s.closed.Load() {
 		return RedisSafe, ErrFlagsNotLoaded
 	}
 	if !s.feed.loaded.Load() {
-		s.problem("not-loaded", slog.LevelError, "rollout: flags file not loaded; answering redis until it is fixed")
+		s.problem("not-loaded", slog.LevelError, "rollout: flags file not loaded; no decision until it is")
 		return RedisSafe, ErrFlagsNotLoaded
 	}
 	ec := openfeature.NewEvaluationContext(strconv.FormatInt(shop, 10), map[string]any{"pod": pod, "shop": shop})
-	mode, merr := s.evaluate(ctx, FlagMode, string(ModeRedis), ec, pod, shop)
-	kill, kerr := s.evaluate(ctx, FlagKillSwitch, string(KillOff), ec, pod, shop)
-	if err := errors.Join(merr, kerr); err != nil {
-		return RedisSafe, err
+	var mode, kill evaluation
+	for attempt := 1; ; attempt++ {
+		var merr, kerr error
+		mode, merr = s.evaluate(ctx, FlagMode, string(ModeRedis), ec, pod, shop)
+		kill, kerr = s.evaluate(ctx, FlagKillSwitch, string(KillOff), ec, pod, shop)
+		if err := errors.Join(merr, kerr); err != nil {
+			return RedisSafe, err
+		}
+		if mode.version == kill.version {
+			break
+		}
+		// A new version of the file landed between the two evaluations:
+		// both again, from the version now in effect.
+		if attempt == 2 {
+			s.problem("version-mismatch", slog.LevelError, "rollout: the flags report different versions; no decision",
+				"pod", pod, "shop", shop, "mode_version", mode.version, "kill_switch_version", kill.version)
+			return RedisSafe, fmt.Errorf("rollout: pod %s shop %d: %s version %d, %s version %d: %w",
+				pod, shop, FlagMode, mode.version, FlagKillSwitch, kill.version, ErrVersionMismatch)
+		}
 	}
-	d := Decision{Mode: Mode(mode), Kill: Kill(kill)}
+	d := Decision{Mode: Mode(mode.value), Kill: Kill(kill.value), Version: mode.version}
 	if !d.Mode.Valid() {
-		return RedisSafe, s.unknown(FlagMode, mode, names(Modes), pod, shop)
+		return RedisSafe, s.unknown(FlagMode, mode.value, names(Modes), pod, shop)
 	}
 	if !d.Kill.Valid() {
-		return RedisSafe, s.unknown(FlagKillSwitch, kill, names(Kills), pod, shop)
+		return RedisSafe, s.unknown(FlagKillSwitch, kill.value, names(Kills), pod, shop)
 	}
 	return d, nil
 }
 
-func (s *FlagSource) evaluate(ctx context.Context, key, def string, ec openfeature.EvaluationContext, pod string, shop int64) (string, error) {
+// evaluation is one flag's variant and the version of the flags it came
+// from.
+type evaluation struct {
+	value   string
+	version int64
+}
+
+func (s *FlagSource) evaluate(ctx context.Context, key, def string, ec openfeature.EvaluationContext, pod string, shop int64) (evaluation, error) {
 	det, err := s.client.StringValueDetails(ctx, key, def, ec)
-	if err == nil {
-		return det.Value, nil
+	if err != nil {
+		if det.ErrorCode == openfeature.FlagNotFoundCode {
+			// A file without the flag means its code default, which is
+			// the Redis-safe value by design: not an error. The flag
+			// carries no version (the file checks make the other flag
+			// carry none either).
+			s.problem(key+"/missing", slog.LevelWarn, "rollout: flag missing from the flags file; using its code default",
+				"flag", key, "default", def)
+			return evaluation{value: def}, nil
+		}
+		s.problem(key+"/"+string(det.ErrorCode), slog.LevelError, "rollout: flag evaluation failed; no decision",
+			"flag", key, "pod", pod, "shop", shop, "err", err)
+		return evaluation{}, fmt.Errorf("rollout: evaluate %s for pod %s shop %d: %w", key, pod, shop, err)
 	}
-	if det.ErrorCode == openfeature.FlagNotFoundCode {
-		// A file without the flag means its code default, which is the
-		// Redis-safe value by design: not an error.
-		s.problem(key+"/missing", slog.LevelWarn, "rollout: flag missing from the flags file; using its code default",
-			"flag", key, "default", def)
-		return def, nil
+	v, verr := versionOf(det.FlagMetadata[metaVersion])
+	if verr != nil {
+		s.problem(key+"/version", slog.LevelError, "rollout: flag version unreadable; no decision",
+			"flag", key, "pod", pod, "shop", shop, "err", verr)
+		return evaluation{}, fmt.Errorf("rollout: evaluate %s for pod %s shop %d: metadata.version: %w", key, pod, shop, verr)
 	}
-	s.problem(key+"/"+string(det.ErrorCode), slog.LevelError, "rollout: flag evaluation failed; answering redis",
-		"flag", key, "pod", pod, "shop", shop, "err", err)
-	return "", fmt.Errorf("rollout: evaluate %s for pod %s shop %d: %w", key, pod, shop, err)
+	return evaluation{value: det.Value, version: v}, nil
+}
+
+// versionOf reads a metadata.version the way flagd hands it over: a
+// float64 from a JSON file, an int or int64 from other sources, a
+// json.Number from a decoder set to UseNumber; nil (absent) is 0. Anything
+// else, or a number that is not a whole one from 0 to 2^53, is an error.
+func versionOf(v any) (int64, error) {
+	var n int64
+	switch x := v.(type) {
+	case nil:
+		return 0, nil
+	case float64:
+		if x != math.Trunc(x) || x < 0 || x > maxVersion {
+			return 0, fmt.Errorf("%v is not a whole number from 0 to 2^53", x)
+		}
+		n = int64(x)
+	case int:
+		n = int64(x)
+	case int64:
+		n = x
+	case json.Number:
+		var err error
+		if n, err = x.Int64(); err != nil {
+			return 0, fmt.Errorf("%s is not a whole number from 0 to 2^53", x)
+		}
+	default:
+		return 0, fmt.Errorf("%v (%T) is not a number", v, v)
+	}
+	if n < 0 || n > maxVersion {
+		return 0, fmt.Errorf("%d is not a whole number from 0 to 2^53", n)
+	}
+	return n, nil
 }
 
 func (s *FlagSource) unknown(key, variant string, known []string, pod string, shop int64) error {
-	s.problem(key+"/variant/"+variant, slog.LevelError, "rollout: flag answered an unknown variant; answering redis",
+	s.problem(key+"/variant/"+variant, slog.LevelError, "rollout: flag answered an unknown variant; no decision",
 		"flag", key, "variant", variant, "want", strings.Join(known, ", "), "pod", pod, "shop", shop)
 	return fmt.Errorf("rollout: flag %s answered %q for pod %s shop %d: %w (want %s)",
 		key, variant, pod, shop, ErrUnknownVariant, strings.Join(known, ", "))
@@ -239,8 +323,7 @@ func (s *FlagSource) problem(key string, level slog.Level, msg string, args ...a
 }
 
 // Close stops watching the file and shuts the provider down, waiting up to
-// LoadTimeout for it. Decide answers RedisSafe with ErrFlagsNotLoaded
-// afterwards. Calling Close again returns the first result.
+// LoadTimeout for it. Decide answers ErrFlagsNotLoaded afterwards. Calling Close again returns the first result.
 func (s *FlagSource) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)

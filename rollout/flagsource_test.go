@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io/fs"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	isync "github.com/open-feature/flagd/core/pkg/sync"
 
 	"github.com/seed31b0e981/reservoir/internal/testbuf"
 )
@@ -101,18 +103,19 @@ func TestFlagSourceTargeting(t *testing.T) {
 		shop int64
 		want Decision
 	}{
-		"global mode":            {"pod-x", 5, Decision{ModeShadow, KillOff}},
-		"pod mode":               {"pod-a", 5, Decision{ModeMySQL, KillOff}},
-		"in pod-b's ramp":        {"pod-b", in, Decision{ModeMySQL, KillOff}},
-		"outside pod-b's ramp":   {"pod-b", out, Decision{ModeShadow, KillOff}},
-		"shop beats pod":         {"pod-a", 1001, Decision{ModeMySQLOnly, KillOff}},
-		"shop beats ramp":        {"pod-b", 1002, Decision{ModeRedis, KillOff}},
-		"pod kill switch":        {"pod-c", 5, Decision{ModeShadow, KillRedis}},
-		"shop kill switch":       {"pod-a", 1003, Decision{ModeMySQL, KillRedisOnly}},
-		"strongest switch wins":  {"pod-c", 1003, Decision{ModeShadow, KillRedisOnly}},
-		"shop switch on any pod": {"pod-x", 1003, Decision{ModeShadow, KillRedisOnly}},
+		"global mode":            {"pod-x", 5, Decision{Mode: ModeShadow, Kill: KillOff}},
+		"pod mode":               {"pod-a", 5, Decision{Mode: ModeMySQL, Kill: KillOff}},
+		"in pod-b's ramp":        {"pod-b", in, Decision{Mode: ModeMySQL, Kill: KillOff}},
+		"outside pod-b's ramp":   {"pod-b", out, Decision{Mode: ModeShadow, Kill: KillOff}},
+		"shop beats pod":         {"pod-a", 1001, Decision{Mode: ModeMySQLOnly, Kill: KillOff}},
+		"shop beats ramp":        {"pod-b", 1002, Decision{Mode: ModeRedis, Kill: KillOff}},
+		"pod kill switch":        {"pod-c", 5, Decision{Mode: ModeShadow, Kill: KillRedis}},
+		"shop kill switch":       {"pod-a", 1003, Decision{Mode: ModeMySQL, Kill: KillRedisOnly}},
+		"strongest switch wins":  {"pod-c", 1003, Decision{Mode: ModeShadow, Kill: KillRedisOnly}},
+		"shop switch on any pod": {"pod-x", 1003, Decision{Mode: ModeShadow, Kill: KillRedisOnly}},
 	}
 	for name, c := range named {
+		c.want.Version = f.Version
 		if got := decide(t, src, c.pod, c.shop); got != c.want {
 			t.Errorf("%s: Decide(%s, %d) = %+v, want %+v", name, c.pod, c.shop, got, c.want)
 		}
@@ -297,10 +300,10 @@ func TestFlagSourceBadFiles(t *testing.T) {
 					t.Fatalf("got %+v, %v (loaded %v); want RedisSafe, ErrFlagsNotLoaded", d, err, src.Loaded())
 				}
 			}
-			if fx.logs.count("flags file could not be loaded; answering redis") != 1 {
+			if fx.logs.count("flags file could not be loaded; no decisions until it is fixed") != 1 {
 				t.Errorf("want one clear log line:\n%s", fx.logs)
 			}
-			if fx.logs.count("flags file not loaded; answering redis until it is fixed") != 1 {
+			if fx.logs.count("flags file not loaded; no decision until it is") != 1 {
 				t.Errorf("want one rate-limited line for the 20 calls:\n%s", fx.logs)
 			}
 			fx.replace(t, string(good))
@@ -342,7 +345,7 @@ func TestFlagSourceBadFiles(t *testing.T) {
 				t.Fatalf("got %+v, %v; want RedisSafe, ErrUnknownVariant", d, err)
 			}
 		}
-		if n := fx.logs.count(`flag answered an unknown variant; answering redis" flags_file=`); n != 1 {
+		if n := fx.logs.count(`flag answered an unknown variant; no decision" flags_file=`); n != 1 {
 			t.Errorf("want exactly one (rate-limited) log line, got %d:\n%s", n, fx.logs)
 		}
 		if !strings.Contains(fx.logs.String(), "variant=mysql_fast") {
@@ -358,7 +361,7 @@ func TestFlagSourceBadFiles(t *testing.T) {
 		if d != RedisSafe || err == nil {
 			t.Fatalf("got %+v, %v; want RedisSafe and an error", d, err)
 		}
-		if fx.logs.count("flag evaluation failed; answering redis") != 1 {
+		if fx.logs.count("flag evaluation failed; no decision") != 1 {
 			t.Errorf("no clear log line:\n%s", fx.logs)
 		}
 	})
@@ -485,9 +488,6 @@ func TestFlagSourceConfig(t *testing.T) {
 	t.Parallel()
 	if _, err := NewFlagSource(t.Context(), FlagSourceConfig{}); err == nil || !strings.Contains(err.Error(), "Path is required") {
 		t.Errorf("empty config: %v", err)
-	}
-	if _, err := NewFlagSource(t.Context(), FlagSourceConfig{Path: filepath.Join(t.TempDir(), "missing.json")}); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("missing file: %v, want fs.ErrNotExist", err)
 	}
 	if err := (FlagSourceConfig{Path: "x", PollInterval: -1}).WithDefaults().Validate(); err == nil {
 		t.Error("negative PollInterval accepted")
@@ -677,6 +677,186 @@ func BenchmarkFlagSourceDecide(b *testing.B) {
 				if _, err := src.Decide(ctx, "pod-b", shop%5000+1); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// notLoaded checks that src answers ErrFlagsNotLoaded and is not loaded.
+func notLoaded(t *testing.T, src *FlagSource) {
+	t.Helper()
+	for range 5 {
+		d, err := src.Decide(t.Context(), "pod-a", 1)
+		if d != RedisSafe || !errors.Is(err, ErrFlagsNotLoaded) || src.Loaded() {
+			t.Fatalf("got %+v, %v (loaded %v); want RedisSafe, ErrFlagsNotLoaded, not loaded", d, err, src.Loaded())
+		}
+	}
+}
+
+// loadsVersion waits for src to load and answer mode m at version v.
+func loadsVersion(t *testing.T, src *FlagSource, m Mode, v int64) {
+	t.Helper()
+	eventually(t, 2*time.Second, fmt.Sprintf("the file to load (mode %s, version %d)", m, v), func() bool {
+		d, err := src.Decide(t.Context(), "pod-a", 1)
+		return err == nil && d.Mode == m && d.Version == v && src.Loaded()
+	})
+}
+
+// A flags file missing when the source starts does not fail it: the source
+// starts not loaded and loads the file when it appears, through the
+// directory watch (the directory exists) or the poll (it does not yet).
+func TestFlagSourceStartsWithoutFile(t *testing.T) {
+	t.Parallel()
+	want := NewFlags()
+	want.Version = 5
+	must(t, want.SetMode(Global(), ModeMySQL))
+	data, err := want.Render()
+	must(t, err)
+
+	for name, under := range map[string]string{
+		"file missing":      "",
+		"directory missing": "later",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(t.TempDir(), under)
+			fx := &fixture{file: FlagsFile{Path: filepath.Join(dir, "reservoir.flagd.json")}, logs: &logBuffer{}}
+			src := fx.source(t)
+			notLoaded(t, src)
+			if fx.logs.count("flags file cannot be read; no decisions until it can") == 0 {
+				t.Errorf("no log line says the file cannot be read:\n%s", fx.logs)
+			}
+			// Created the documented way: a copy next to it, renamed over.
+			must(t, os.MkdirAll(dir, 0o755))
+			must(t, os.WriteFile(fx.file.Path+".new", data, 0o644))
+			must(t, os.Rename(fx.file.Path+".new", fx.file.Path))
+			loadsVersion(t, src, ModeMySQL, 5)
+
+			// Watched from then on: the next change applies too.
+			_, _, err := fx.file.Update(func(f *Flags) error { return f.SetMode(Global(), ModeShadow) })
+			must(t, err)
+			loadsVersion(t, src, ModeShadow, 6)
+		})
+	}
+}
+
+// A flags file that cannot be read when the source starts does not fail
+// it either: the source starts not loaded and loads the file once it can
+// be read.
+func TestFlagSourceStartsUnreadable(t *testing.T) {
+	t.Parallel()
+	want := NewFlags()
+	want.Version = 9
+	must(t, want.SetMode(Global(), ModeShadow))
+	data, err := want.Render()
+	must(t, err)
+
+	// Each case starts from a path whose directory does not exist yet.
+	cases := map[string]struct {
+		// breakPath makes path unreadable; fix makes it the flags file.
+		breakPath, fix func(t *testing.T, path string)
+	}{
+		// The stat poll must see this one: a chmod changes neither the
+		// file's inode, size nor mtime.
+		"permissions": {
+			breakPath: func(t *testing.T, path string) {
+				must(t, os.Mkdir(filepath.Dir(path), 0o755))
+				must(t, os.WriteFile(path, data, 0o644))
+				must(t, os.Chmod(path, 0))
+				if _, err := os.ReadFile(path); err == nil {
+					t.Skip("a file with mode 000 is still readable here (running as root?); the other cases make the file unreadable another way")
+				}
+			},
+			fix: func(t *testing.T, path string) { must(t, os.Chmod(path, 0o644)) },
+		},
+		"a directory at the path": {
+			breakPath: func(t *testing.T, path string) { must(t, os.MkdirAll(path, 0o755)) },
+			fix: func(t *testing.T, path string) {
+				must(t, os.Remove(path))
+				must(t, os.WriteFile(path+".new", data, 0o644))
+				must(t, os.Rename(path+".new", path))
+			},
+		},
+		"a path through a regular file": {
+			breakPath: func(t *testing.T, path string) {
+				must(t, os.WriteFile(filepath.Dir(path), []byte("not a directory"), 0o644))
+			},
+			fix: func(t *testing.T, path string) {
+				must(t, os.Remove(filepath.Dir(path)))
+				must(t, os.Mkdir(filepath.Dir(path), 0o755))
+				must(t, os.WriteFile(path+".new", data, 0o644))
+				must(t, os.Rename(path+".new", path))
+			},
+		},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "flags", "reservoir.flagd.json")
+			c.breakPath(t, path)
+			if _, err := os.ReadFile(path); err == nil {
+				t.Fatal("the path is still readable")
+			}
+			fx := &fixture{file: FlagsFile{Path: path}, logs: &logBuffer{}}
+			src := fx.source(t)
+			notLoaded(t, src)
+			if fx.logs.count("flags file cannot be read; no decisions until it can") == 0 {
+				t.Errorf("no log line says the file cannot be read:\n%s", fx.logs)
+			}
+			c.fix(t, path)
+			loadsVersion(t, src, ModeShadow, 9)
+		})
+	}
+}
+
+// The stat poll alone (no directory watch) loads a file that could not be
+// read at start: one created later, and one made readable by a chmod, which
+// changes neither its inode, size nor mtime.
+func TestFileFeedPollLoadsAFileUnreadableAtStart(t *testing.T) {
+	t.Parallel()
+	f := NewFlags()
+	f.Version = 3
+	data, err := f.Render()
+	must(t, err)
+	for name, c := range map[string]struct {
+		breakPath, fix func(t *testing.T, path string)
+	}{
+		"created later": {
+			breakPath: func(*testing.T, string) {},
+			fix:       func(t *testing.T, path string) { must(t, os.WriteFile(path, data, 0o644)) },
+		},
+		"made readable": {
+			breakPath: func(t *testing.T, path string) {
+				must(t, os.WriteFile(path, data, 0))
+				if _, err := os.ReadFile(path); err == nil {
+					t.Skip("a file with mode 000 is still readable here (running as root?); TestFlagSourceStartsUnreadable makes a file unreadable other ways")
+				}
+			},
+			fix: func(t *testing.T, path string) { must(t, os.Chmod(path, 0o644)) },
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "reservoir.flagd.json")
+			c.breakPath(t, path)
+			logs := &logBuffer{}
+			log := slog.New(slog.NewTextHandler(logs, nil))
+			feed := newFileFeed(path, time.Hour, log, func(_ string, level slog.Level, msg string, args ...any) {
+				log.Log(context.Background(), level, msg, args...)
+			})
+			feed.prime()
+			out := make(chan isync.DataSync, 1)
+			feed.refresh(t.Context(), out, true)
+			if feed.loaded.Load() || len(out) != 0 {
+				t.Fatalf("loaded before the fix:\n%s", logs)
+			}
+			c.fix(t, path)
+			feed.refresh(t.Context(), out, true)
+			if !feed.loaded.Load() || len(out) != 1 || (<-out).FlagData != string(data) {
+				t.Fatalf("the poll did not load the file after the fix:\n%s", logs)
+			}
+			if logs.count("flags file cannot be read; no decisions until it can") != 2 || logs.count("flags file loaded") != 1 {
+				t.Errorf("want one line per failed read and one for the load:\n%s", logs)
 			}
 		})
 	}

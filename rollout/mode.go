@@ -12,7 +12,7 @@ import (
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
-// Mode is the migration stage of a scope (DESIGN section 6).
+// Mode is the migration stage of a scope (docs/flags.md, docs/rollout.md).
 type Mode string
 
 const (
@@ -66,10 +66,22 @@ type Decision struct {
 	Mode Mode
 	// Kill is the kill switch in force for the scope; it wins over Mode.
 	Kill Kill
+	// Version is the version of the flags the decision was made from: a
+	// number that only grows across every change of the flags, and the
+	// same on every replica for the same flags (the flags file's
+	// metadata.version, docs/flags.md). The facade takes it as the epoch of
+	// a handoff between the stores (docs/ownership.md section 2). 0 means
+	// no version is known: such a decision never hands a shop off, so a
+	// store's fence (epoch 0 or higher) always wins over it.
+	Version int64
 }
 
-// RedisSafe is the decision to fall back to when nothing else is known: the
-// code default, and what an empty or broken flag file yields.
+// RedisSafe is the code default: what the flags mean when the file holds
+// neither of them (mode redis, kill switch off), with no version. A
+// ModeSource also returns it beside every error; a caller must not act on
+// a decision that came with an error: a replica in doubt about its flags
+// serves no reservation call (docs/ownership.md section 7), and with
+// Version 0 the decision could not hand a shop off anyway.
 var RedisSafe = Decision{Mode: ModeRedis, Kill: KillOff}
 
 // Route is what the facade does for a decision: which store answers, and
@@ -108,18 +120,22 @@ func (d Decision) Route() Route {
 	}
 }
 
-// ModeSource answers the mode and kill switch for a shop of a pod. It is
-// evaluated once per facade call, so it must be cheap; on an internal error
-// it returns RedisSafe with the error, and the facade uses RedisSafe.
+// ModeSource answers the mode, the kill switch and the flags' version for
+// a shop of a pod. It is evaluated once per facade call, so it must be
+// cheap. On an internal error it returns RedisSafe with the error; the
+// caller must not act on that decision (see RedisSafe).
 type ModeSource interface {
 	Decide(ctx context.Context, pod string, shop int64) (Decision, error)
 }
 
 // Static is an in-memory ModeSource: a global decision, overridden per pod,
-// overridden per shop; a kill switch at any scope wins over every mode. Safe
-// for concurrent use; changes apply to the next call.
+// overridden per shop; a kill switch at any scope wins over every mode. Its
+// version starts at 1 and every setter call that changes something adds
+// one, so each state has its own version, as a flags file's changes do.
+// Safe for concurrent use; changes apply to the next call.
 type Static struct {
 	mu        sync.RWMutex
+	version   int64
 	mode      Mode
 	podModes  map[string]Mode
 	shopModes map[int64]Mode
@@ -128,14 +144,38 @@ type Static struct {
 	shopKill  map[int64]Kill
 }
 
-// NewStatic returns a Static source answering mode everywhere, kill off.
+// NewStatic returns a Static source answering mode everywhere, kill off,
+// at version 1.
 func NewStatic(mode Mode) *Static {
-	return &Static{mode: mode, kill: KillOff,
+	return &Static{version: 1, mode: mode, kill: KillOff,
 		podModes: map[string]Mode{}, shopModes: map[int64]Mode{},
 		podKill: map[string]Kill{}, shopKill: map[int64]Kill{}}
 }
 
 var _ ModeSource = (*Static)(nil)
+
+// Version returns the version of the current state, the one Decide
+// reports.
+func (s *Static) Version() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.version
+}
+
+// override sets (or, with none, clears) an override in m, and bumps the
+// version when that changed something. The caller holds the lock.
+func override[K comparable, V comparable](s *Static, m map[K]V, key K, v, none V) {
+	cur, ok := m[key]
+	switch {
+	case v == none && ok:
+		delete(m, key)
+	case v != none && (!ok || cur != v):
+		m[key] = v
+	default:
+		return
+	}
+	s.version++
+}
 
 // SetMode sets the global mode.
 func (s *Static) SetMode(m Mode) error {
@@ -144,7 +184,10 @@ func (s *Static) SetMode(m Mode) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.mode = m
+	if s.mode != m {
+		s.mode = m
+		s.version++
+	}
 	return nil
 }
 
@@ -155,11 +198,7 @@ func (s *Static) SetPodMode(pod string, m Mode) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if m == "" {
-		delete(s.podModes, pod)
-	} else {
-		s.podModes[pod] = m
-	}
+	override(s, s.podModes, pod, m, "")
 	return nil
 }
 
@@ -170,11 +209,7 @@ func (s *Static) SetShopMode(shop int64, m Mode) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if m == "" {
-		delete(s.shopModes, shop)
-	} else {
-		s.shopModes[shop] = m
-	}
+	override(s, s.shopModes, shop, m, "")
 	return nil
 }
 
@@ -185,7 +220,10 @@ func (s *Static) SetKill(k Kill) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.kill = k
+	if s.kill != k {
+		s.kill = k
+		s.version++
+	}
 	return nil
 }
 
@@ -196,15 +234,16 @@ func (s *Static) SetPodKill(pod string, k Kill) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.podKill[pod] = k
+	override(s, s.podKill, pod, k, KillOff)
 	return nil
 }
 
-// Decide implements ModeSource.
+// Decide implements ModeSource. The decision carries the version of the
+// state it was made from.
 func (s *Static) Decide(_ context.Context, pod string, shop int64) (Decision, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	d := Decision{Mode: s.mode, Kill: s.kill}
+	d := Decision{Mode: s.mode, Kill: s.kill, Version: s.version}
 	if m, ok := s.podModes[pod]; ok {
 		d.Mode = m
 	}
