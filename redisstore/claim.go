@@ -8,200 +8,161 @@ import (
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
-// PartialClaimError is returned by Claim as authority when the ledger was
-// deducted but the Redis hold could not be removed: the payment is taken,
-// the units are gone from the ledger, and Redis still holds them. Retry the
-// Claim: the ledger answers the repeat without deducting again, and the
-// cleanup runs. Never Release the token after this error: that would give
-// Redis units the ledger no longer has. Until a retry or a Resync, Drift
-// reports the hold as DriftLeftoverHold.
-type PartialClaimError struct {
-	Shop  int64
-	Token string
-	// Deducted is what the ledger was deducted by.
-	Deducted []reservation.Allocation
-	// Err is why the cleanup failed.
-	Err error
-}
-
-// Error says what was deducted and that the claim should be retried.
-func (e *PartialClaimError) Error() string {
-	return fmt.Sprintf("redisstore: claim shop %d token %q: ledger deducted by %v but the Redis hold was not removed (retry the claim): %v",
-		e.Shop, e.Token, e.Deducted, e.Err)
-}
-
-// Unwrap returns the cleanup's error.
-func (e *PartialClaimError) Unwrap() error { return e.Err }
-
-// Claim as authority is the legacy two-system claim: check the hold in
-// Redis, deduct the MySQL ledger (exactly once per token: the ledger's
-// claims row), then remove the Redis hold and mark the token claimed. The
-// two systems cannot change together; see the package doc for what each
-// failure in between leaves behind, and the metric that counts it.
+// Claim as authority is the legacy two-system claim of a hold Redis
+// decided:
 //
-// A retry after a failure completes the claim without a second deduction.
-// With Config.Source set, that also holds when the hold expired or was
-// reaped in the meantime: a token the ledger has deducted is cleaned up
-// (its deduction taken out of the quantities) and answered Replayed instead
-// of ErrExpired or ErrNotFound.
+//  1. claim_check checks the fence (*reservation.NotDeciderError, nothing
+//     changed) and the token's tombstone (claimed: replayed with the
+//     tombstone's allocations; released: ErrReleased; expired: ErrExpired;
+//     refused: ErrNotFound). No hold is ErrNotFound, unless the ledger
+//     (Config.Source) has a claim of the token: then the claim is finished
+//     and answered Replayed. A hold past its expiry that no claim has
+//     started is ErrExpired (the reaper returns it). Otherwise the hold is
+//     marked claiming: a release now answers ErrClaimInProgress and the
+//     reaper leaves it alone, for Config.ClaimGrace.
+//  2. Ledger.Deduct deducts the hold's allocations, once per token (a
+//     repeat answers Applied false), and checks MySQL's fence.
+//  3. The cleanup script removes the hold, gives its units back, takes the
+//     deduction out and leaves the claimed tombstone.
 //
-// As shadow it removes the Redis hold, gives its units back and takes
-// p.Deducted (what the authority deducted) out, so the quantities follow
-// the ledger; it never touches the ledger. Without a hold it still takes
-// p.Deducted out and records the claim (the ledger went down all the
-// same), then answers ErrNotFound: Redis missed the reservation. A repeated
-// settle answers Replayed with the deducted allocations.
+// Once the ledger is deducted the answer is success, even if the cleanup
+// fails: the ledger recorded the claim in its change feed, and Redis
+// follows it through Apply (the failure is counted, see ClaimWindow). A
+// deduction the ledger refuses (ErrInsufficientStock, invalid input, or
+// *reservation.NotDeciderError when a handoff to MySQL overtook the claim)
+// clears the claiming mark and returns the ledger's error; a
+// NotDeciderError is returned as it is, so the caller can route by it. Any
+// other Deduct error leaves the mark: the outcome is unknown, and a retry
+// of the claim goes to Deduct again, which is idempotent.
+//
+// As shadow it writes nothing and never touches the ledger: it answers
+// OutcomeSettled with the hold's allocations when Redis holds the token,
+// Replayed with the claimed tombstone's allocations, else the errors
+// above. p.Deducted is not used: Redis follows the ledger's claims through
+// the change feed.
 func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
 	if err := s.cfg.Limits.ValidateClaim(p); err != nil {
 		return reservation.ClaimResult{}, err
 	}
-	if p.As == reservation.AsShadow {
-		return s.settle(ctx, p)
-	}
 	k := s.shopKeys(p.Shop)
-	reply, err := s.run(ctx, "claim_check", scriptClaimCheck, []string{k.hold(p.Token), k.claimed(p.Token)})
+	keys := []string{k.hold(p.Token), k.tomb(p.Token), k.fence()}
+	var reply []any
+	var err error
+	if p.As == reservation.AsShadow {
+		reply, err = s.runRO(ctx, "claim_check_shadow", scriptClaimCheck, keys, modeShadow)
+	} else {
+		reply, err = s.run(ctx, "claim_check", scriptClaimCheck, keys, modeDecide)
+	}
 	if err != nil {
 		return reservation.ClaimResult{}, err
 	}
-	var h holdRecord
+	outcome := reservation.OutcomeClaimed
+	if p.As == reservation.AsShadow {
+		outcome = reservation.OutcomeSettled
+	}
 	switch reply[0] {
-	case "claimed":
-		return claimedBefore(at(reply, 1))
-	case "none":
-		if res, ok, err := s.finishDeducted(ctx, p); ok || err != nil {
-			return res, err
-		}
-		return reservation.ClaimResult{}, fmt.Errorf("redisstore: claim shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
-	case "hold":
-		now, err := toInt(at(reply, 1))
+	case "fence":
+		return reservation.ClaimResult{}, s.notDecider("claim", p.Shop, at(reply, 1))
+	case "tomb":
+		t, err := s.tombstone("claim", p.Token, at(reply, 1))
 		if err != nil {
-			return reservation.ClaimResult{}, fmt.Errorf("redisstore: claim: server time: %w", err)
-		}
-		if h, err = parseHold(at(reply, 2)); err != nil {
 			return reservation.ClaimResult{}, err
 		}
-		if h.expiresMS <= now {
-			if res, ok, err := s.finishDeducted(ctx, p); ok || err != nil {
-				return res, err
-			}
-			return reservation.ClaimResult{}, fmt.Errorf("redisstore: claim shop %d token %q expired at %s: %w",
-				p.Shop, p.Token, msTime(h.expiresMS), reservation.ErrExpired)
+		if t.State == reservation.StateClaimed {
+			return reservation.ClaimResult{Outcome: outcome, Allocations: t.Allocations, Replayed: true}, nil
 		}
+		return reservation.ClaimResult{}, tombErr("claim", p.Shop, p.Token, t.State)
+	case "none":
+		if p.As == reservation.AsAuthority && s.cfg.Source != nil {
+			deducted, claimed, err := s.ledgerClaim(ctx, p.Shop, p.Token)
+			if err != nil {
+				return reservation.ClaimResult{}, fmt.Errorf("redisstore: claim shop %d token %q: %w", p.Shop, p.Token, err)
+			}
+			if claimed {
+				// An earlier attempt deducted the ledger and its Redis
+				// step, and what followed, are gone: finish it.
+				if _, err := s.settle(ctx, "claim_finish", p.Shop, p.Token, deducted); err != nil {
+					return reservation.ClaimResult{}, err
+				}
+				return reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: sortedAllocs(deducted), Replayed: true}, nil
+			}
+		}
+		return reservation.ClaimResult{}, fmt.Errorf("redisstore: claim shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
+	case "expired":
+		exp, _ := toInt(at(reply, 1))
+		return reservation.ClaimResult{}, fmt.Errorf("redisstore: claim shop %d token %q expired at %s: %w",
+			p.Shop, p.Token, msTime(exp), reservation.ErrExpired)
+	case "hold":
 	default:
 		return reservation.ClaimResult{}, fmt.Errorf("redisstore: claim: unexpected reply %v", reply)
+	}
+	h, err := parseHold(at(reply, 1))
+	if err != nil {
+		return reservation.ClaimResult{}, err
+	}
+	if p.As == reservation.AsShadow {
+		return reservation.ClaimResult{Outcome: reservation.OutcomeSettled, Allocations: h.allocs}, nil
+	}
+	stamp, err := toString(at(reply, 2))
+	if err != nil {
+		return reservation.ClaimResult{}, fmt.Errorf("redisstore: claim: claiming stamp: %w", err)
 	}
 
 	d, err := s.cfg.Ledger.Deduct(ctx, &reservation.DeductParams{Shop: p.Shop, Token: p.Token, Allocations: h.allocs})
 	if err != nil {
-		if errors.Is(err, reservation.ErrInsufficientStock) || errors.Is(err, reservation.ErrInvalidInput) {
-			// A refusal: the ledger changed nothing and the hold stays.
+		if isNotDecider(err) || errors.Is(err, reservation.ErrInsufficientStock) || errors.Is(err, reservation.ErrInvalidInput) {
+			// A refusal: the ledger changed nothing, so the hold is
+			// released from its claim and stays as it was. If that script
+			// fails, the mark only makes releases wait for the grace, after
+			// which they ask the ledger: the refusal is still the answer
+			// (the script's failure is counted with the other script
+			// errors).
+			_, _ = s.run(ctx, "claim_abort", scriptClaimAbort, []string{k.hold(p.Token)}, stamp)
+			if isNotDecider(err) {
+				return reservation.ClaimResult{}, err
+			}
 			return reservation.ClaimResult{}, fmt.Errorf("redisstore: claim shop %d token %q: %w", p.Shop, p.Token, err)
 		}
 		s.metrics.claimFailures.WithLabelValues(string(WindowDeductError)).Inc()
-		return reservation.ClaimResult{}, fmt.Errorf("redisstore: claim shop %d token %q: deduct the ledger (outcome unknown, hold kept; retry the claim): %w", p.Shop, p.Token, err)
+		return reservation.ClaimResult{}, fmt.Errorf("redisstore: claim shop %d token %q: deduct the ledger (outcome unknown, hold kept claiming; retry the claim): %w", p.Shop, p.Token, err)
 	}
+	res := reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: sortedAllocs(d.Allocations), Replayed: !d.Applied}
+	// From here on the claim has happened: the cleanup only makes Redis
+	// follow it now rather than when the change feed delivers it.
+	cleanupErr := error(nil)
 	if hook := s.afterDeduct; hook != nil {
-		if err := hook(); err != nil {
-			s.metrics.claimFailures.WithLabelValues(string(WindowAfterDeduct)).Inc()
-			return reservation.ClaimResult{}, &PartialClaimError{Shop: p.Shop, Token: p.Token, Deducted: sorted(d.Allocations), Err: err}
+		cleanupErr = hook()
+	}
+	if cleanupErr == nil {
+		var settled string
+		settled, cleanupErr = s.settle(ctx, "claim_cleanup", p.Shop, p.Token, d.Allocations)
+		if settled == "converted" || settled == "gone" {
+			s.metrics.claimFailures.WithLabelValues(string(WindowHoldGone)).Inc()
 		}
 	}
-	return s.cleanup(ctx, p, d.Allocations, !d.Applied)
-}
-
-// finishDeducted completes the claim of a token whose hold expired or is
-// gone, if the ledger has deducted it (an earlier attempt failed after its
-// deduction). ok is false when it cannot tell (no Source) or the token was
-// not deducted.
-func (s *Store) finishDeducted(ctx context.Context, p *reservation.ClaimParams) (res reservation.ClaimResult, ok bool, err error) {
-	if s.cfg.Source == nil {
-		return res, false, nil
-	}
-	claims, err := s.cfg.Source.Claims(ctx, p.Shop, []string{p.Token})
-	if err != nil {
-		return res, false, fmt.Errorf("redisstore: claim shop %d token %q: look up the ledger's claim: %w", p.Shop, p.Token, err)
-	}
-	deducted, found := claims[p.Token]
-	if !found {
-		return res, false, nil
-	}
-	res, err = s.cleanup(ctx, p, deducted, true)
-	return res, true, err
-}
-
-// cleanup is the claim's Redis half, after the ledger was deducted.
-func (s *Store) cleanup(ctx context.Context, p *reservation.ClaimParams, deducted []reservation.Allocation, replayed bool) (reservation.ClaimResult, error) {
-	deducted = sorted(deducted)
-	k := s.shopKeys(p.Shop)
-	reply, err := s.run(ctx, "claim_cleanup", scriptSettle, []string{k.expiry(), k.hold(p.Token), k.claimed(p.Token)},
-		k.base, p.Token, s.cfg.ClaimedTTL.Milliseconds(), encodeAllocs(deducted))
-	if err != nil {
+	if cleanupErr != nil {
 		s.metrics.claimFailures.WithLabelValues(string(WindowAfterDeduct)).Inc()
-		return reservation.ClaimResult{}, &PartialClaimError{Shop: p.Shop, Token: p.Token, Deducted: deducted, Err: err}
 	}
-	// "done" means a concurrent claim of the token cleaned up first; the
-	// ledger's answer (Applied) still says which call deducted.
-	if reply[0] == "gone" {
-		s.metrics.claimFailures.WithLabelValues(string(WindowHoldGone)).Inc()
-	}
-	return reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: deducted, Replayed: replayed}, nil
+	return res, nil
 }
 
-// claimedBefore answers a claim of a token whose marker is set.
-func claimedBefore(marker any) (reservation.ClaimResult, error) {
-	str, err := toString(marker)
+// settle runs the settle script for caller: the Redis side of a claim the
+// ledger has recorded. It returns the script's first reply word ("done",
+// "removed", "converted" or "gone") and counts the tombstone it wrote.
+func (s *Store) settle(ctx context.Context, caller string, shop int64, token string, deducted []reservation.Allocation) (string, error) {
+	k := s.shopKeys(shop)
+	reply, err := s.run(ctx, caller, scriptSettle, []string{k.hold(token), k.tomb(token)},
+		k.base, token, s.cfg.TombstoneTTL.Milliseconds(), reservation.EncodeAllocations(sortedAllocs(deducted)))
 	if err != nil {
-		return reservation.ClaimResult{}, fmt.Errorf("redisstore: claimed marker: %w", err)
+		return "", err
 	}
-	allocs, err := decodeAllocs(str)
-	if err != nil {
-		return reservation.ClaimResult{}, err
-	}
-	return reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: allocs, Replayed: true}, nil
-}
-
-// settle is Claim as shadow.
-func (s *Store) settle(ctx context.Context, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
-	return s.settleAs(ctx, "settle", p)
-}
-
-// settleLost settles a claim whose Redis half was lost (callers:
-// reap_settle, follow_claims), exactly as that half would have done. It
-// reports whether it moved anything: not when the claim's own half landed
-// first (the marker was there).
-func (s *Store) settleLost(ctx context.Context, caller string, shop int64, token string, deducted []reservation.Allocation) (bool, error) {
-	res, err := s.settleAs(ctx, caller, &reservation.ClaimParams{Shop: shop, Token: token, As: reservation.AsShadow, Deducted: deducted})
-	switch {
-	case errors.Is(err, reservation.ErrNotFound):
-		return true, nil // no hold: the deduction went out all the same
-	case err != nil:
-		return false, fmt.Errorf("settle shop %d token %q: %w", shop, token, err)
-	}
-	return !res.Replayed, nil
-}
-
-// settleAs runs the settle script for caller (settle, or reap_settle: the
-// reaper settling a claim whose Redis half was lost).
-func (s *Store) settleAs(ctx context.Context, caller string, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
-	k := s.shopKeys(p.Shop)
-	reply, err := s.run(ctx, caller, scriptSettle, []string{k.expiry(), k.hold(p.Token), k.claimed(p.Token)},
-		k.base, p.Token, s.cfg.ClaimedTTL.Milliseconds(), encodeAllocs(sorted(p.Deducted)))
-	if err != nil {
-		return reservation.ClaimResult{}, err
-	}
-	switch reply[0] {
-	case "gone":
-		return reservation.ClaimResult{}, fmt.Errorf("redisstore: settle shop %d token %q: no hold (the quantities followed the deduction): %w", p.Shop, p.Token, reservation.ErrNotFound)
+	what, _ := reply[0].(string)
+	switch what {
 	case "done":
-		res, err := claimedBefore(at(reply, 1))
-		res.Outcome = reservation.OutcomeSettled
-		return res, err
-	case "removed":
-		h, err := parseHold(at(reply, 1))
-		if err != nil {
-			return reservation.ClaimResult{}, err
-		}
-		return reservation.ClaimResult{Outcome: reservation.OutcomeSettled, Allocations: h.allocs}, nil
+	case "removed", "converted", "gone":
+		s.metrics.tombstonesWritten.WithLabelValues(string(reservation.StateClaimed)).Inc()
+	default:
+		return "", fmt.Errorf("redisstore: %s: unexpected reply %v", caller, reply)
 	}
-	return reservation.ClaimResult{}, fmt.Errorf("redisstore: settle: unexpected reply %v", reply)
+	return what, nil
 }

@@ -26,13 +26,15 @@ type Config struct {
 	// and is the caller's responsibility.
 	Client redis.UniversalClient
 	// Ledger is the stock ledger (mysqlstore.Store): Claim as authority
-	// deducts it, Adjust as authority changes it, Drift and Resync read it.
-	// Required.
+	// deducts it, Adjust changes it, Drift reads it. Required.
 	Ledger reservation.Ledger
-	// Source is the MySQL store's view of holds and claims, which Drift
-	// and Resync compare with and rebuild from. Optional: without it they
-	// return ErrNoSource; every other operation works.
-	Source ResyncSource
+	// Source is the MySQL store's view of holds and claims
+	// (mysqlstore.Store). Claim reads it to finish a claim whose hold is
+	// gone, Release and Reap to resolve a claiming hold older than
+	// ClaimGrace, Drift to compare with. Optional: without it Drift returns
+	// ErrNoSource, Release answers ErrClaimInProgress for such a hold, and
+	// Reap expires it unchecked; every other operation works.
+	Source Source
 	// Prefix starts every key the store writes, so that several stores (or
 	// tests) share one Redis without seeing each other. It must not contain
 	// '{' or '}': the shop's hash tag must be the first braces of a key.
@@ -45,14 +47,19 @@ type Config struct {
 	// Registerer receives the store's metrics. Default: a private registry
 	// (metrics are kept but not exported). Never the global one.
 	Registerer prometheus.Registerer
-	// ClaimedTTL is how long the marker of a claimed token lives. While it
-	// does, Reserve and Release of the token answer ErrAlreadyClaimed and a
-	// repeated Claim answers Replayed from Redis alone; after it, the
-	// token is unknown to Redis (a repeated authority Claim then answers
-	// ErrNotFound; the ledger's claims row still prevents a second
-	// deduction). It must outlive any hold: at least Limits.MaxTTL.
-	// Default: 7 days.
-	ClaimedTTL time.Duration
+	// TombstoneTTL is how long a token's tombstone (claimed, released,
+	// expired, refused) lives. While it does, the token answers from it
+	// (docs/ownership.md, section 5) and no late write resurrects the
+	// reservation; after it, Redis has forgotten the token. It must outlive
+	// any hold: at least Limits.MaxTTL. Default:
+	// reservation.DefaultTombstoneTTL.
+	TombstoneTTL time.Duration
+	// ClaimGrace is how long a hold whose legacy claim started is left to
+	// that claim: a release answers ErrClaimInProgress and the reaper
+	// skips it. After it, both ask the ledger (Source) whether the claim
+	// happened. It must outlast a ledger deduction, retries included.
+	// Default: 15s.
+	ClaimGrace time.Duration
 	// ReapBatch is the default number of hold records one Reap returns.
 	// Default: 500.
 	ReapBatch int
@@ -60,6 +67,9 @@ type Config struct {
 
 // DefaultPrefix is the key prefix used when Config.Prefix is empty.
 const DefaultPrefix = "reservoir:"
+
+// DefaultClaimGrace is Config.ClaimGrace's default.
+const DefaultClaimGrace = 15 * time.Second
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
@@ -70,8 +80,11 @@ func (c Config) WithDefaults() Config {
 	if c.Registerer == nil {
 		c.Registerer = prometheus.NewRegistry()
 	}
-	if c.ClaimedTTL == 0 {
-		c.ClaimedTTL = 7 * 24 * time.Hour
+	if c.TombstoneTTL == 0 {
+		c.TombstoneTTL = reservation.DefaultTombstoneTTL
+	}
+	if c.ClaimGrace == 0 {
+		c.ClaimGrace = DefaultClaimGrace
 	}
 	if c.ReapBatch == 0 {
 		c.ReapBatch = 500
@@ -88,8 +101,10 @@ func (c Config) Validate() error {
 		return errors.New("redisstore: Config.Ledger is required: claims and adjusts go through the MySQL ledger")
 	case strings.ContainsAny(c.Prefix, "{}"):
 		return fmt.Errorf("redisstore: Config.Prefix %q must not contain '{' or '}': the shop's hash tag must be the first braces of every key", c.Prefix)
-	case c.ClaimedTTL < c.Limits.MaxTTL:
-		return fmt.Errorf("redisstore: Config.ClaimedTTL %s is shorter than Limits.MaxTTL %s: a claimed marker must outlive any hold", c.ClaimedTTL, c.Limits.MaxTTL)
+	case c.TombstoneTTL < c.Limits.MaxTTL:
+		return fmt.Errorf("redisstore: Config.TombstoneTTL %s is shorter than Limits.MaxTTL %s: a tombstone must outlive any hold", c.TombstoneTTL, c.Limits.MaxTTL)
+	case c.ClaimGrace < time.Millisecond:
+		return fmt.Errorf("redisstore: Config.ClaimGrace must be at least 1ms, got %s: a release must not give back a hold whose claim is under way", c.ClaimGrace)
 	case c.ReapBatch < 1 || c.ReapBatch > 100000:
 		return fmt.Errorf("redisstore: Config.ReapBatch must be between 1 and 100000, got %d", c.ReapBatch)
 	}

@@ -1,106 +1,123 @@
-// Package redisstore is the legacy Redis reservation store, kept as good as
-// Redis allows and honest about what it cannot do. It is the source of
-// truth until MySQL has proven itself, and where the kill switch lands
-// afterwards.
+// Package redisstore is the legacy Redis reservation store. For each shop
+// it either decides (places, refuses, claims, releases and expires holds,
+// as the platform always did) or mirrors what MySQL decides, as the
+// shop's fence says; the rule book is docs/ownership.md.
 //
-// It owns the Redis keys of reservations (see keys.go for the layout), the
-// Lua scripts that change them (scripts.go), the reaper, and Drift and
-// Resync, which compare Redis with the MySQL ledger and rebuild it. It must
-// never change the ledger except through reservation.Ledger (Deduct in an
-// authority Claim, AdjustStock in an authority Adjust), never decide
-// authority or compare stores (the facade's job), and never touch another
-// shop's keys in a script.
+// It owns the Redis keys of reservations (keys.go has the layout), the Lua
+// scripts that change them (scripts.go), the reaper, the Redis side of the
+// handoffs and of the mirror (Fence, Yield, Force, Snapshot, Apply,
+// Rewrite) and Drift. It must never change the ledger except through
+// reservation.Ledger (Deduct in an authority Claim, AdjustStock in
+// Adjust), never decide for a shop whose fence names MySQL, never write
+// anything in a shadow call, never decide which store should decide (the
+// facade's and the mirror's job), and never touch another shop's keys in
+// a script.
 //
 // # Model
 //
 // A quantity per shop x item x location is what the legacy platform's
 // DECRBY and INCRBY act on: the ledger's available stock minus what is
 // held. A hold records a token's allocations, expiry and authority; a
-// sorted set per shop indexes holds by expiry for the reaper. Every key
-// of a shop carries the hash tag {shop:<id>}, so on a Redis Cluster a
-// shop's keys share one slot and a script can change several atomically.
+// sorted set per shop indexes holds by expiry for the reaper. Every key of
+// a shop carries the hash tag {shop:<id>}, so on a Redis Cluster a shop's
+// keys share one slot and a script can change several atomically. Expiry
+// is judged by the Redis server's clock.
 //
-// Reserve, Release, the claim's cleanup, settle, adjust and the reaper are
-// Lua scripts, each atomic: a cart is held whole or not at all, with the
-// same location rule as mysqlstore (see package reservation), and the
-// reaper returns each expired hold once however many reapers run. Expiry is
-// judged by the Redis server's clock.
+// # One decider: the fence
+//
+// Each shop's fence key names its decider and the epoch since which it
+// does; no key means Redis, epoch 0. Every deciding script (reserve,
+// release, claim_check, reap) reads the fence in the same atomic step as
+// its decision, and for a shop MySQL decides changes nothing and answers
+// *reservation.NotDeciderError. A handoff to MySQL starts with Yield,
+// which sets the fence in a script too: a deciding script is wholly
+// before it or wholly after it. Yield, Force and a fence change of the
+// feed only ever raise the epoch, so a stale or repeated handoff changes
+// nothing.
+//
+// # Tombstones
+//
+// A reservation that reaches a terminal state (claimed, released,
+// expired, or a reserve refused) leaves a tombstone for TombstoneTTL,
+// longer than any hold lives: its state, what it held or deducted, the
+// hold's expiry, and a refusal's short lines. Every call on the token
+// answers from it (a claimed token cannot be reserved or released, a
+// released one cannot be claimed, a refused reserve is refused again),
+// and no late write, mirrored or retried, brings the reservation back. A
+// sorted set per shop lists the tombstones so a snapshot can copy them.
 //
 // # Writes are never applied twice
 //
 // A reply can be lost after the server ran the script: a cut connection, a
 // read timeout. go-redis would then resend the command (three times by
 // default), and a DECRBY resent is a unit lost. So the client must not
-// resend (Config.Client, NewClient), and every write script is keyed by
-// its token: run again, Reserve finds its hold and answers Replayed,
-// Release finds no hold, a claim finds its marker. An adjust has no token,
-// so its script records a random id per call. A caller that gets an error
-// from a write may therefore repeat the same call: the state moves once.
+// resend (Config.Client, NewClient), and every write script is keyed: run
+// again, Reserve finds its hold or tombstone, Release finds none, a
+// claim's cleanup finds its tombstone, an adjust finds the marker of its
+// change id. A caller that gets an error from a write may therefore
+// repeat the same call: the state moves once.
 //
-// # The legacy claim and its failure windows
+// # The legacy claim
 //
 // Claim as authority touches two systems that cannot change together: the
-// MySQL ledger and the Redis hold. The store deducts the ledger first
-// (Ledger.Deduct, exactly once per token thanks to its claims row), then
-// runs a script that removes the hold and sets a claimed marker, without
-// giving the units back: the ledger went down by the same amount. The other
-// order (remove the hold, then deduct) would turn a failure in between into
-// a sale the ledger never records, an oversell nobody sees; this order
-// turns it into a hold left over, which is visible and repairable. Each
-// window is counted in reservoir_redis_legacy_claim_failures_total:
+// MySQL ledger and the Redis hold. A script first marks the hold
+// claiming, then the ledger is deducted (Ledger.Deduct, exactly once per
+// token thanks to its claims row; it also checks MySQL's fence, so a
+// claim cannot slip past a handoff), then a script removes the hold and
+// leaves the claimed tombstone, taking the deduction out of the
+// quantities. Once the ledger is deducted the claim has happened and the
+// answer is success: the deduction is also in MySQL's change feed, which
+// makes Redis follow even if the last script is lost. While a hold is
+// claiming, a release answers reservation.ErrClaimInProgress (the
+// outcome is not known yet) and the reaper leaves it alone; after
+// ClaimGrace both ask the ledger (Config.Source) whether the claim
+// happened. The windows where the two systems disagree are counted in
+// reservoir_redis_legacy_claim_failures_total (see ClaimWindow).
 //
-//   - deduct_error: Deduct failed with something other than a refusal
-//     (timeout, lost connection). The ledger may or may not have been
-//     deducted; the hold is untouched. Retrying the claim is safe: a
-//     deduction that did commit answers Applied false and is not repeated.
-//     If nobody retries and the deduction did commit, the hold becomes a
-//     leftover (below).
-//   - after_deduct_before_cleanup: the ledger was deducted, the cleanup
-//     failed (the caller gets a *PartialClaimError). The hold stays: its
-//     units are held for nobody (an undersell) until it expires. Then the
-//     reaper, which asks the ledger (Config.Source) which expired tokens
-//     it deducted, settles it as claimed rather than giving back units the
-//     ledger no longer has (counted in reservoir_redis_reap_settled_total;
-//     a store without a Source gives them back: an oversell risk). Retrying
-//     the claim completes it without a second deduction. Drift reports the hold as DriftLeftoverHold; Resync
-//     removes it. A process that dies inside this window is not counted
-//     (it cannot be): Drift is how it is found.
-//   - hold_gone_before_cleanup: the ledger was deducted, and by the
-//     cleanup the hold had been released or reaped, so its units went back
-//     to a Redis quantity the ledger no longer backs. The cleanup takes the
-//     deduction out again and the claim succeeds; the count shows how often
-//     a claim raced a release or an expiry.
+// # Shadow calls
 //
-// A Resync that runs between a deduction and its cleanup, after the hold
-// was already reaped, can make that cleanup take the deduction out a
-// second time (Redis then undersells until the next Resync); Drift shows it.
+// While MySQL decides, the facade still asks Redis what it would have
+// answered, for comparison. Reserve, Claim and Release as shadow run the
+// deciding scripts in a read-only mode, with EVALSHA_RO so the server
+// refuses a write: they answer from Redis's holds, tombstones and
+// quantities and change nothing. Redis follows MySQL only through the
+// change feed.
 //
-// Claim as shadow (settle) removes the Redis hold, gives its units back and
-// takes out what the authority deducted: Redis follows the ledger without
-// touching it. A settle that never arrives (Redis unreachable at that
-// moment) is the same leftover hold, settled by the reaper the same way.
+// # The mirror
 //
-// # Following the ledger's claims
+// While MySQL decides, Redis holds a copy of everything it decided, so a
+// kill switch loses nothing. Apply applies MySQL's change feed: a
+// reservation's current state (a hold created, a terminal state turned
+// into a tombstone, a claim's deduction taken out), a ledger adjust once
+// per change id, a fence. Every change is idempotent and a token's
+// changes may arrive in any order. Snapshot reads a shop's fence, holds
+// and tombstones for a handoff to MySQL; Rewrite makes a shop exactly a
+// snapshot of MySQL's, quantities from the ledger, when Redis lost its
+// data. Drift compares a shop with the ledger and the decider's holds.
 //
-// A claim's Redis half can be lost when Redis never held the cart at all
-// (its shadow reserve failed too): no hold is left for the reaper to find,
-// and the deduction never reaches Redis's quantities. FollowClaims reads the
-// ledger's recent claims (Config.Source) and settles every one without a
-// claimed marker here; the cell runs it on every reaper tick. Together the
-// reaper and the follower keep Redis's quantities at the ledger's after any
-// lost write, which is what keeps the kill switch lossless between
-// reconciles.
+// # Metrics
 //
-// # Drift and Resync
+// All in the reservoir_redis_ namespace, none labelled by shop:
 //
-// Drift compares one shop's Redis state with the ledger, the ledger's
-// claims and, when MySQL is the authority, MySQL's holds. Resync rebuilds a
-// shop's quantities, holds and claimed markers from the same sources. Both
-// need Config.Source (mysqlstore.Store implements it).
+//   - script_seconds{script}, script_errors_total{script}: every script
+//     call; an error means the script may have run.
+//   - tombstones_written_total{state}: reservations that reached a
+//     terminal state here.
+//   - tombstone_hits_total{op,state}: calls answered from a tombstone.
+//   - not_decider_total{op}: deciding calls refused by the fence.
+//   - legacy_claim_failures_total{window}: the legacy claim's windows.
+//   - claim_in_progress_total: releases refused while a claim is under
+//     way.
+//   - mirror_applies_total{kind,result}: change-feed changes applied.
+//   - adjust_follow_failures_total: adjusts whose Redis step failed after
+//     the ledger changed.
+//   - reaped_holds_total, reaped_units_total: what the reaper gave back.
+//   - reap_settled_total: claiming holds the reaper settled as claimed.
 //
-// # Cluster
+// # Servers
 //
-// Works on a standalone Redis and on a Redis Cluster. The set of shops the
+// Needs Redis 7.0 or later (shadow calls and reads run read-only scripts,
+// EVALSHA_RO). Works on a standalone Redis and on a Redis Cluster. The set of shops the
 // reaper walks lives in its own slot, so it is never in a script with shop
 // keys. A cluster client built with NewClient does not follow MOVED or ASK
 // redirects (see NewClient): during a slot migration, calls fail and the

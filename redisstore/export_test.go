@@ -3,8 +3,8 @@ package redisstore
 // Test-only access to the store's knobs.
 
 // SetAfterDeduct installs a hook run in an authority Claim between the
-// ledger deduction and the Redis cleanup; an error from it fails the
-// cleanup.
+// ledger deduction and the Redis cleanup; an error from it stands for a
+// cleanup that failed (the cleanup script is not run).
 func SetAfterDeduct(s *Store, f func() error) { s.afterDeduct = f }
 
 // SetSkipTokenCheck makes the reserve script ignore an existing hold for
@@ -21,12 +21,16 @@ func ScriptHash(name string) string {
 		return scriptRelease.Hash()
 	case "claim_check":
 		return scriptClaimCheck.Hash()
-	case "claim_cleanup", "settle":
+	case "claim_cleanup":
 		return scriptSettle.Hash()
-	case "adjust":
+	case "adjust", "apply_adjust":
 		return scriptAdjust.Hash()
+	case "apply_state":
+		return scriptApplyState.Hash()
 	case "reap":
 		return scriptReap.Hash()
+	case "yield", "force", "apply_fence":
+		return scriptFence.Hash()
 	}
 	panic("redisstore: no script " + name)
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/seed31b0e981/reservoir/reservation"
 )
@@ -13,21 +14,30 @@ import (
 // shop's keys share one Redis Cluster slot and a script may touch any of
 // them:
 //
+//	<prefix>{shop:<shop>}:fence             STRING the shop's fence, "redis@3"
+//	                                        (reservation.Fence's String form);
+//	                                        absent means reservation.NoFence
 //	<prefix>{shop:<shop>}:qty:<item>        HASH location -> quantity
 //	                                        (ledger available minus held; may go
 //	                                        below zero when the ledger is lowered
 //	                                        under what is held)
-//	<prefix>{shop:<shop>}:hold:<token>      HASH exp -> expiry (ms, Redis clock),
-//	                                        auth -> authority,
-//	                                        a:<item>:<location> -> quantity
+//	<prefix>{shop:<shop>}:hold:<token>      HASH exp -> expiry (ms, Redis clock,
+//	                                        or the database's for a hold MySQL
+//	                                        decided), auth -> authority,
+//	                                        a:<item>:<location> -> quantity,
+//	                                        claiming -> Redis ms when a legacy
+//	                                        claim of the hold started (optional)
 //	<prefix>{shop:<shop>}:expiry            ZSET token scored by expiry (ms): the
 //	                                        reaper's index and the list of a
 //	                                        shop's holds
-//	<prefix>{shop:<shop>}:claimed:<token>   STRING the deducted allocations
-//	                                        ("item:location:quantity,..."), with
-//	                                        ClaimedTTL
-//	<prefix>{shop:<shop>}:op:<id>           STRING an adjust's idempotency
-//	                                        marker, for opTTL
+//	<prefix>{shop:<shop>}:tomb:<token>      STRING a tombstone (format: decodeTomb
+//	                                        below), with TombstoneTTL
+//	<prefix>{shop:<shop>}:tombs             ZSET token scored by when its
+//	                                        tombstone is forgotten (ms): the list
+//	                                        of a shop's tombstones, trimmed by
+//	                                        every script that writes one
+//	<prefix>{shop:<shop>}:op:<id>           STRING marker of the change-feed
+//	                                        adjust <id> applied, for changeTTL
 //	<prefix>shops                           SET of shop ids, so the reaper finds
 //	                                        every expiry index. On a cluster it
 //	                                        lives in another slot, so no script
@@ -44,58 +54,48 @@ func (s *Store) shopKeys(shop int64) keys {
 	return keys{base: s.cfg.Prefix + "{shop:" + strconv.FormatInt(shop, 10) + "}:"}
 }
 
-func (k keys) qty(item int64) string       { return k.base + "qty:" + strconv.FormatInt(item, 10) }
-func (k keys) hold(token string) string    { return k.base + "hold:" + token }
-func (k keys) claimed(token string) string { return k.base + "claimed:" + token }
-func (k keys) expiry() string              { return k.base + "expiry" }
-func (k keys) op(id string) string         { return k.base + "op:" + id }
+func (k keys) fence() string            { return k.base + "fence" }
+func (k keys) qty(item int64) string    { return k.base + "qty:" + strconv.FormatInt(item, 10) }
+func (k keys) hold(token string) string { return k.base + "hold:" + token }
+func (k keys) expiry() string           { return k.base + "expiry" }
+func (k keys) tomb(token string) string { return k.base + "tomb:" + token }
+func (k keys) tombs() string            { return k.base + "tombs" }
+func (k keys) op(change int64) string   { return k.base + "op:" + strconv.FormatInt(change, 10) }
 
 func (s *Store) shopsKey() string { return s.cfg.Prefix + "shops" }
 
-// encodeAllocs is the claimed marker's format, also how allocations travel
-// to scripts as one argument.
-func encodeAllocs(as []reservation.Allocation) string {
-	var b strings.Builder
-	for i, a := range as {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, "%d:%d:%d", a.Item, a.Location, a.Quantity)
+// A tombstone is stored as one string of four fields separated by ';':
+//
+//	<state>;<hold expiry ms, 0 when none>;<allocations>;<short lines>
+//
+// with allocations and short lines in reservation.EncodeAllocations and
+// EncodeShort form (digits, ':' and ',' only, so ';' cannot occur inside a
+// field). Only the scripts write it (scripts.go, entomb).
+//
+// decodeTomb reads one back.
+func decodeTomb(token, v string) (reservation.Tombstone, error) {
+	f := strings.Split(v, ";")
+	if len(f) != 4 {
+		return reservation.Tombstone{}, fmt.Errorf("redisstore: tombstone of %q: %q has %d fields, want 4", token, v, len(f))
 	}
-	return b.String()
-}
-
-func decodeAllocs(s string) ([]reservation.Allocation, error) {
-	if s == "" {
-		return nil, nil
+	t := reservation.Tombstone{Token: token, State: reservation.State(f[0])}
+	if !t.State.Terminal() {
+		return reservation.Tombstone{}, fmt.Errorf("redisstore: tombstone of %q: state %q is not terminal", token, f[0])
 	}
-	parts := strings.Split(s, ",")
-	out := make([]reservation.Allocation, 0, len(parts))
-	for _, p := range parts {
-		a, err := parseTriple(p)
-		if err != nil {
-			return nil, fmt.Errorf("redisstore: allocations %q: %w", s, err)
-		}
-		out = append(out, a)
+	exp, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return reservation.Tombstone{}, fmt.Errorf("redisstore: tombstone of %q: expiry %q: %w", token, f[1], err)
 	}
-	reservation.SortAllocations(out)
-	return out, nil
-}
-
-func parseTriple(p string) (reservation.Allocation, error) {
-	f := strings.Split(p, ":")
-	if len(f) != 3 {
-		return reservation.Allocation{}, fmt.Errorf("bad allocation %q", p)
+	if exp != 0 {
+		t.ExpiresAt = msTime(exp)
 	}
-	var n [3]int64
-	for i, x := range f {
-		v, err := strconv.ParseInt(x, 10, 64)
-		if err != nil {
-			return reservation.Allocation{}, fmt.Errorf("bad allocation %q: %w", p, err)
-		}
-		n[i] = v
+	if t.Allocations, err = reservation.DecodeAllocations(f[2]); err != nil {
+		return reservation.Tombstone{}, fmt.Errorf("redisstore: tombstone of %q: %w", token, err)
 	}
-	return reservation.Allocation{Item: n[0], Location: n[1], Quantity: n[2]}, nil
+	if t.Short, err = reservation.DecodeShort(f[3]); err != nil {
+		return reservation.Tombstone{}, fmt.Errorf("redisstore: tombstone of %q: %w", token, err)
+	}
+	return t, nil
 }
 
 // holdRecord is a hold hash as read back from Redis.
@@ -103,6 +103,8 @@ type holdRecord struct {
 	allocs    []reservation.Allocation
 	expiresMS int64
 	authority reservation.Authority
+	// claimingMS is when a legacy claim of the hold started (0: none).
+	claimingMS int64
 }
 
 // parseHold reads an HGETALL reply (a flat field, value list).
@@ -116,25 +118,53 @@ func parseHold(v any) (holdRecord, error) {
 		field, _ := flat[i].(string)
 		value, _ := flat[i+1].(string)
 		switch {
-		case field == "exp":
+		case field == "exp" || field == "claiming":
 			n, err := strconv.ParseInt(value, 10, 64)
 			if err != nil {
-				return holdRecord{}, fmt.Errorf("redisstore: hold record: expiry %q: %w", value, err)
+				return holdRecord{}, fmt.Errorf("redisstore: hold record: %s %q: %w", field, value, err)
 			}
-			h.expiresMS = n
+			if field == "exp" {
+				h.expiresMS = n
+			} else {
+				h.claimingMS = n
+			}
 		case field == "auth":
 			h.authority = reservation.Authority(value)
 		case strings.HasPrefix(field, "a:"):
-			a, err := parseTriple(field[2:] + ":" + value)
+			as, err := reservation.DecodeAllocations(field[2:] + ":" + value)
 			if err != nil {
 				return holdRecord{}, fmt.Errorf("redisstore: hold record: %w", err)
 			}
-			h.allocs = append(h.allocs, a)
+			h.allocs = append(h.allocs, as...)
 		}
 	}
 	reservation.SortAllocations(h.allocs)
 	return h, nil
 }
 
+// hold turns a record into the reservation.Hold it stands for.
+func (h holdRecord) hold(shop int64, token string) reservation.Hold {
+	return reservation.Hold{Shop: shop, Token: token, Allocations: h.allocs, ExpiresAt: msTime(h.expiresMS), Authority: h.authority}
+}
+
+// sortedAllocs returns a sorted copy: scripts receive allocations in one
+// canonical order, and callers' slices are never reordered.
+func sortedAllocs(as []reservation.Allocation) []reservation.Allocation {
+	out := slices.Clone(as)
+	reservation.SortAllocations(out)
+	return out
+}
+
 // sameAllocs reports whether two sorted allocation lists are equal.
 func sameAllocs(a, b []reservation.Allocation) bool { return slices.Equal(a, b) }
+
+func msTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+// timeMS is t in Unix ms, 0 for the zero time (a refused tombstone's
+// expiry).
+func timeMS(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -15,39 +14,31 @@ import (
 // shopsPage is how many shops one SSCAN step and one peek pipeline cover.
 const shopsPage = 200
 
-// Reap returns expired holds, judged by the Redis server's clock, up to
-// p.Limit hold records (one per allocation, as mysqlstore counts them).
+// Reap expires holds past their expiry, judged by the Redis server's
+// clock, in the shops Redis decides, up to p.Limit hold records (one per
+// allocation, as mysqlstore counts them). Each expired hold gives its units
+// back and leaves an expired tombstone. A shop whose fence names MySQL is
+// left alone, whatever its holds: they mirror MySQL's, which MySQL's own
+// reaper expires (the change feed brings the tombstones).
 //
-// A hold is given back only when the ledger says its token was not
-// claimed. A claim whose Redis half was lost (the shadow settle in mysql
-// mode while Redis was unreachable, or the legacy claim's cleanup after
-// its deduction) leaves a hold whose units the ledger no longer has;
-// giving them back would make Redis offer stock that does not exist, and a
-// kill switch before the next reconcile would sell it. So the reaper asks
-// Config.Source which of the expired tokens the ledger deducted, settles
-// those (the hold is dropped and the deduction applied, exactly as the lost
-// settle would have done) and gives back only the others. When the ledger
-// cannot be read the shop's holds stay where they are and Reap returns the
-// error: expired stock waits for the next pass rather than risk an
-// oversell (a claim needs the ledger too, so nothing sells meanwhile). A
-// store without a Source gives every expired hold back, unchecked.
+// A hold whose legacy claim has started is not simply expired: the ledger
+// may have deducted it. Within Config.ClaimGrace of the claim's start it is
+// skipped. Older, the reaper asks the ledger (Config.Source.Claims):
+// claimed, the hold is settled as claimed (as the claim's cleanup would
+// have done, counted in reservoir_redis_reap_settled_total); not claimed,
+// it expires. Without a Source it expires. When the ledger cannot be read,
+// those holds stay for the next pass and Reap returns the error.
 //
-// The check and the give-back are two steps: a claim the ledger commits
-// between them, whose Redis half is then also lost, still gives back its
-// units. The ledger's claim must have started before the hold expired, and
-// Redis's hold expires after the MySQL hold it shadows, so this needs a
-// claim transaction that outlives the hold and a lost settle together; the
-// next reconcile repairs it.
-//
-// A shop that fails (its claims cannot be read, a script errs) is skipped
-// and the others are reaped; the errors are returned joined.
+// A shop that fails is skipped and the others are reaped; the errors are
+// returned joined.
 //
 // The shops set cannot share a script with shop keys on a cluster, so the
-// reaper walks it in pages: it peeks at each shop's earliest expiry in one
-// pipeline (against the time of one TIME call, only to skip shops with
-// nothing due), lists the due tokens, and runs the reap script on those.
-// The script re-reads the clock and pops holds atomically, so several
-// reapers running at once each return a hold at most once.
+// reaper walks it in pages: it peeks at each shop's fence and earliest
+// expiry in one pipeline (against the time of one TIME call, only to skip
+// shops with nothing due), lists the due tokens, and runs the reap script
+// on those. The script re-reads the clock and the fence and pops holds
+// atomically, so several reapers running at once each return a hold at
+// most once, and none expires a hold after a handoff.
 func (s *Store) Reap(ctx context.Context, p *reservation.ReapParams) (reservation.ReapResult, error) {
 	if err := s.cfg.Limits.ValidateReap(p); err != nil {
 		return reservation.ReapResult{}, err
@@ -95,9 +86,8 @@ func (s *Store) Reap(ctx context.Context, p *reservation.ReapParams) (reservatio
 	}
 }
 
-// reapShop gives back a shop's holds expired by nowMS, up to limit hold
-// records, after settling those whose tokens the ledger deducted.
-func (s *Store) reapShop(ctx context.Context, shop, nowMS int64, limit int) (holds int, units int64, err error) {
+// reapShop expires a shop's holds due by nowMS, up to limit hold records.
+func (s *Store) reapShop(ctx context.Context, shop, nowMS int64, limit int) (records int, units int64, err error) {
 	k := s.shopKeys(shop)
 	// One token per record at most: a hold has at least one allocation.
 	tokens, err := s.client.ZRangeArgs(ctx, redis.ZRangeArgs{
@@ -109,48 +99,97 @@ func (s *Store) reapShop(ctx context.Context, shop, nowMS int64, limit int) (hol
 	if len(tokens) == 0 {
 		return 0, 0, nil
 	}
+	pass := make([][2]string, len(tokens))
+	for i, t := range tokens {
+		pass[i] = [2]string{t, ""}
+	}
+	r, resolve, err := s.reapScript(ctx, shop, limit, pass)
+	if err != nil || len(resolve) == 0 {
+		return r.records, r.units, err
+	}
+	// Claiming holds older than the grace: the ledger says which of their
+	// claims happened.
+	var claims map[string][]reservation.Allocation
 	if s.cfg.Source != nil {
-		claimed, err := s.cfg.Source.Claims(ctx, shop, tokens)
+		list := make([]string, len(resolve))
+		for i, rv := range resolve {
+			list[i] = rv[0]
+		}
+		if claims, err = s.cfg.Source.Claims(ctx, shop, list); err != nil {
+			return r.records, r.units, fmt.Errorf("redisstore: reap shop %d: the ledger's claims could not be read, so %d claiming holds stay: %w", shop, len(resolve), err)
+		}
+	}
+	var unclaimed [][2]string
+	for _, rv := range resolve {
+		deducted, ok := claims[rv[0]]
+		if !ok {
+			unclaimed = append(unclaimed, rv)
+			continue
+		}
+		what, err := s.settle(ctx, "reap_settle", shop, rv[0], deducted)
 		if err != nil {
-			return 0, 0, fmt.Errorf("redisstore: reap shop %d: the ledger's claims could not be read, so no hold was given back: %w", shop, err)
+			return r.records, r.units, fmt.Errorf("redisstore: reap shop %d token %q: %w", shop, rv[0], err)
 		}
-		for _, token := range tokens {
-			deducted, ok := claimed[token]
-			if !ok {
-				continue
-			}
-			moved, err := s.settleLost(ctx, "reap_settle", shop, token, deducted)
-			if err != nil {
-				return 0, 0, fmt.Errorf("redisstore: reap: %w", err)
-			}
-			if moved {
-				s.metrics.reapSettled.Inc()
-			}
-		}
-		tokens = slices.DeleteFunc(tokens, func(t string) bool { _, ok := claimed[t]; return ok })
-		if len(tokens) == 0 {
-			return 0, 0, nil
+		if what != "done" {
+			s.metrics.reapSettled.Inc()
 		}
 	}
-	args := make([]any, 0, 2+len(tokens))
-	args = append(args, k.base, limit)
-	for _, t := range tokens {
-		args = append(args, t)
+	if len(unclaimed) == 0 || r.records >= limit {
+		return r.records, r.units, nil
 	}
-	reply, err := s.run(ctx, "reap", scriptReap, []string{k.expiry()}, args...)
-	if err != nil {
-		return 0, 0, err
-	}
-	h, err1 := toInt(at(reply, 0))
-	u, err2 := toInt(at(reply, 1))
-	if err1 != nil || err2 != nil {
-		return 0, 0, fmt.Errorf("redisstore: reap: unexpected reply %v", reply)
-	}
-	return int(h), u, nil
+	r2, _, err := s.reapScript(ctx, shop, limit-r.records, unclaimed)
+	return r.records + r2.records, r.units + r2.units, err
 }
 
-// dueShops returns the shops whose earliest hold expires by nowMS.
-// Members that are not shop ids are skipped.
+type reaped struct {
+	records int
+	units   int64
+}
+
+// reapScript runs the reap script on (token, resolved stamp) pairs and
+// returns what it expired and the claiming holds to resolve, as (token,
+// stamp) pairs.
+func (s *Store) reapScript(ctx context.Context, shop int64, limit int, tokens [][2]string) (reaped, [][2]string, error) {
+	k := s.shopKeys(shop)
+	args := make([]any, 0, 4+2*len(tokens))
+	args = append(args, k.base, limit, s.cfg.ClaimGrace.Milliseconds(), s.cfg.TombstoneTTL.Milliseconds())
+	for _, t := range tokens {
+		args = append(args, t[0], t[1])
+	}
+	reply, err := s.run(ctx, "reap", scriptReap, []string{k.expiry(), k.fence()}, args...)
+	if err != nil {
+		return reaped{}, nil, err
+	}
+	switch reply[0] {
+	case "fence":
+		// A handoff between the peek and the script: nothing to do here.
+		return reaped{}, nil, nil
+	case "ok":
+	default:
+		return reaped{}, nil, fmt.Errorf("redisstore: reap: unexpected reply %v", reply)
+	}
+	records, err1 := toInt(at(reply, 1))
+	units, err2 := toInt(at(reply, 2))
+	holds, err3 := toInt(at(reply, 3))
+	list, ok := at(reply, 4).([]any)
+	if err1 != nil || err2 != nil || err3 != nil || !ok || len(list)%2 != 0 {
+		return reaped{}, nil, fmt.Errorf("redisstore: reap: unexpected reply %v", reply)
+	}
+	s.metrics.tombstonesWritten.WithLabelValues(string(reservation.StateExpired)).Add(float64(holds))
+	var resolve [][2]string
+	for i := 0; i < len(list); i += 2 {
+		token, err1 := toString(list[i])
+		stamp, err2 := toString(list[i+1])
+		if err1 != nil || err2 != nil {
+			return reaped{}, nil, fmt.Errorf("redisstore: reap: unexpected reply %v", reply)
+		}
+		resolve = append(resolve, [2]string{token, stamp})
+	}
+	return reaped{records: int(records), units: units}, resolve, nil
+}
+
+// dueShops returns the shops Redis decides whose earliest hold expires by
+// nowMS. Members that are not shop ids are skipped.
 func (s *Store) dueShops(ctx context.Context, page []string, nowMS int64) ([]int64, error) {
 	var shops []int64
 	for _, m := range page {
@@ -158,28 +197,39 @@ func (s *Store) dueShops(ctx context.Context, page []string, nowMS int64) ([]int
 			shops = append(shops, shop)
 		}
 	}
-	ks := make([]keys, len(shops))
-	for i, shop := range shops {
-		ks[i] = s.shopKeys(shop)
-	}
-	if len(ks) == 0 {
+	if len(shops) == 0 {
 		return nil, nil
 	}
-	cmds := make([]*redis.ZSliceCmd, len(ks))
+	first := make([]*redis.ZSliceCmd, len(shops))
+	fences := make([]*redis.StringCmd, len(shops))
 	_, err := s.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, k := range ks {
-			cmds[i] = pipe.ZRangeWithScores(ctx, k.expiry(), 0, 0)
+		for i, shop := range shops {
+			k := s.shopKeys(shop)
+			first[i] = pipe.ZRangeWithScores(ctx, k.expiry(), 0, 0)
+			fences[i] = pipe.Get(ctx, k.fence())
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("redisstore: reap: peek expiry: %w", err)
 	}
 	var due []int64
-	for i, c := range cmds {
-		if z := c.Val(); len(z) > 0 && int64(z[0].Score) <= nowMS {
-			due = append(due, shops[i])
+	for i, c := range first {
+		if err := c.Err(); err != nil {
+			return nil, fmt.Errorf("redisstore: reap: peek expiry of shop %d: %w", shops[i], err)
 		}
+		z := c.Val()
+		if len(z) == 0 || int64(z[0].Score) > nowMS {
+			continue
+		}
+		if f, err := fences[i].Result(); err == nil {
+			if fence, err := reservation.ParseFence(f); err == nil && fence.Decider != reservation.AuthorityRedis {
+				continue // the script checks again; this only saves the listing
+			}
+		} else if !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("redisstore: reap: peek fence of shop %d: %w", shops[i], err)
+		}
+		due = append(due, shops[i])
 	}
 	return due, nil
 }

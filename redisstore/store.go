@@ -3,6 +3,7 @@ package redisstore
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -35,9 +36,11 @@ type Store struct {
 
 var _ reservation.Store = (*Store)(nil)
 
-// opTTL is how long an adjust's idempotency marker lives: long past any
-// client timeout, after which nothing can deliver the same call again.
-const opTTL = 10 * time.Minute
+// changeTTL is how long the marker of an applied change-feed adjust lives:
+// far longer than the relay takes to deliver a change, or than a
+// merchant's retry of the same adjust (which the ledger answers with the
+// same change id).
+const changeTTL = 24 * time.Hour
 
 // New returns a store on cfg.Client. It refuses a client that would resend
 // commands (see Config.Client).
@@ -60,8 +63,24 @@ func (s *Store) Name() reservation.Authority { return reservation.AuthorityRedis
 // says what happened. An error means the script may or may not have run;
 // every script is safe to run again.
 func (s *Store) run(ctx context.Context, name string, script *redis.Script, keys []string, args ...any) ([]any, error) {
+	return s.runAs(ctx, name, false, script, keys, args...)
+}
+
+// runRO runs a script read-only (EVALSHA_RO): the server refuses any
+// write it attempts. Shadow calls and reads go this way.
+func (s *Store) runRO(ctx context.Context, name string, script *redis.Script, keys []string, args ...any) ([]any, error) {
+	return s.runAs(ctx, name, true, script, keys, args...)
+}
+
+func (s *Store) runAs(ctx context.Context, name string, readOnly bool, script *redis.Script, keys []string, args ...any) ([]any, error) {
 	start := time.Now()
-	v, err := script.Run(ctx, s.client, keys, args...).Result()
+	var v any
+	var err error
+	if readOnly {
+		v, err = script.RunRO(ctx, s.client, keys, args...).Result()
+	} else {
+		v, err = script.Run(ctx, s.client, keys, args...).Result()
+	}
 	s.metrics.observe(name, start, err)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %s: %w", name, err)
@@ -73,13 +92,86 @@ func (s *Store) run(ctx context.Context, name string, script *redis.Script, keys
 	return reply, nil
 }
 
+// mode is the script mode of a role.
+func mode(as reservation.Role) string {
+	if as == reservation.AsShadow {
+		return modeShadow
+	}
+	return modeDecide
+}
+
+// validRole refuses a role that is neither authority nor shadow.
+func validRole(as reservation.Role) error {
+	if as != reservation.AsAuthority && as != reservation.AsShadow {
+		return &reservation.ValidationError{Field: "as", Reason: fmt.Sprintf("unknown role %d", as)}
+	}
+	return nil
+}
+
+// notDecider turns a script's {"fence", fence} reply into the refusal.
+func (s *Store) notDecider(op string, shop int64, fence any) error {
+	str, _ := fence.(string)
+	f, err := reservation.ParseFence(str)
+	if err != nil {
+		return fmt.Errorf("redisstore: %s shop %d: fence: %w", op, shop, err)
+	}
+	s.metrics.notDecider.WithLabelValues(op).Inc()
+	return &reservation.NotDeciderError{Shop: shop, Store: reservation.AuthorityRedis, Fence: f}
+}
+
+// tombstone reads a script's {"tomb", tombstone} reply and counts the hit:
+// the call is answered from the tombstone.
+func (s *Store) tombstone(op, token string, v any) (reservation.Tombstone, error) {
+	str, err := toString(v)
+	if err != nil {
+		return reservation.Tombstone{}, fmt.Errorf("redisstore: %s: tombstone: %w", op, err)
+	}
+	t, err := decodeTomb(token, str)
+	if err != nil {
+		return reservation.Tombstone{}, err
+	}
+	s.metrics.tombstoneHits.WithLabelValues(op, string(t.State)).Inc()
+	return t, nil
+}
+
+// tombErr is the answer a tombstone gives a call that needs a hold:
+// claimed ErrAlreadyClaimed, released ErrReleased, expired ErrExpired,
+// refused ErrNotFound (the token never held anything).
+func tombErr(op string, shop int64, token string, state reservation.State) error {
+	var err error
+	switch state {
+	case reservation.StateClaimed:
+		err = reservation.ErrAlreadyClaimed
+	case reservation.StateReleased:
+		err = reservation.ErrReleased
+	case reservation.StateExpired:
+		err = reservation.ErrExpired
+	default:
+		err = reservation.ErrNotFound
+	}
+	return fmt.Errorf("redisstore: %s shop %d token %q (%s): %w", op, shop, token, state, err)
+}
+
 // Reserve holds every line of a cart or nothing, in one script: a line is
 // served whole by the first of its locations, in the caller's order, whose
-// quantity covers it. A repeated token returns the existing hold (Replayed)
-// without a second decrement, which is also what makes a retry after a lost
-// reply safe.
+// quantity covers it.
+//
+// As authority the script first checks the shop's fence (another decider:
+// *reservation.NotDeciderError, nothing written), then the token's
+// tombstone: claimed answers ErrAlreadyClaimed, released ErrReleased,
+// expired ErrExpired, refused the first refusal again (Replayed). A token
+// that holds a hold answers it (Replayed), or ErrTokenConflict for other
+// lines; this is also what makes a retry after a lost reply safe. A cart
+// that cannot be served leaves a refused tombstone, so a delayed first
+// attempt of it creates nothing later.
+//
+// As shadow it answers what Redis would decide now, by the same script in
+// read-only mode, without the fence check and without writing anything.
 func (s *Store) Reserve(ctx context.Context, p *reservation.ReserveParams) (reservation.ReserveResult, error) {
 	if err := s.cfg.Limits.ValidateReserve(p); err != nil {
+		return reservation.ReserveResult{}, err
+	}
+	if err := validRole(p.As); err != nil {
 		return reservation.ReserveResult{}, err
 	}
 	authority := p.Authority
@@ -91,20 +183,36 @@ func (s *Store) Reserve(ctx context.Context, p *reservation.ReserveParams) (rese
 		check = "0"
 	}
 	k := s.shopKeys(p.Shop)
-	args := []any{k.base, p.Token, p.TTL.Milliseconds(), string(authority), check, len(p.Lines)}
+	args := []any{k.base, p.Token, p.TTL.Milliseconds(), string(authority), check, mode(p.As), s.cfg.TombstoneTTL.Milliseconds(), len(p.Lines)}
 	for _, ln := range p.Lines {
 		args = append(args, ln.Item, ln.Quantity, len(ln.Locations))
 		for _, loc := range ln.Locations {
 			args = append(args, loc)
 		}
 	}
-	reply, err := s.run(ctx, "reserve", scriptReserve, []string{k.expiry(), k.hold(p.Token), k.claimed(p.Token)}, args...)
+	keys := []string{k.expiry(), k.hold(p.Token), k.tomb(p.Token), k.fence()}
+	var reply []any
+	var err error
+	if p.As == reservation.AsShadow {
+		reply, err = s.runRO(ctx, "reserve_shadow", scriptReserve, keys, args...)
+	} else {
+		reply, err = s.run(ctx, "reserve", scriptReserve, keys, args...)
+	}
 	if err != nil {
 		return reservation.ReserveResult{}, err
 	}
 	switch reply[0] {
-	case "claimed":
-		return reservation.ReserveResult{}, fmt.Errorf("redisstore: reserve shop %d token %q: %w", p.Shop, p.Token, reservation.ErrAlreadyClaimed)
+	case "fence":
+		return reservation.ReserveResult{}, s.notDecider("reserve", p.Shop, at(reply, 1))
+	case "tomb":
+		t, err := s.tombstone("reserve", p.Token, at(reply, 1))
+		if err != nil {
+			return reservation.ReserveResult{}, err
+		}
+		if t.State == reservation.StateRefused {
+			return reservation.ReserveResult{Status: reservation.StatusInsufficient, Short: sortedShort(t.Short), Replayed: true}, nil
+		}
+		return reservation.ReserveResult{}, tombErr("reserve", p.Shop, p.Token, t.State)
 	case "existing":
 		h, err := parseHold(at(reply, 1))
 		if err != nil {
@@ -131,7 +239,10 @@ func (s *Store) Reserve(ctx context.Context, p *reservation.ReserveParams) (rese
 			}
 			res.Short = append(res.Short, reservation.ShortLine{Item: item, Requested: req, Unheld: best})
 		}
-		slices.SortFunc(res.Short, func(a, b reservation.ShortLine) int { return cmp.Compare(a.Item, b.Item) })
+		res.Short = sortedShort(res.Short)
+		if p.As == reservation.AsAuthority {
+			s.metrics.tombstonesWritten.WithLabelValues(string(reservation.StateRefused)).Inc()
+		}
 		return res, nil
 	case "reserved":
 		exp, err := toInt(at(reply, 1))
@@ -157,55 +268,155 @@ func (s *Store) Reserve(ctx context.Context, p *reservation.ReserveParams) (rese
 	return reservation.ReserveResult{}, fmt.Errorf("redisstore: reserve: unexpected reply %v", reply)
 }
 
-// Release gives a hold's units back. Releasing nothing (already released,
-// reaped, or never held) is not an error; releasing a claimed token is
+func sortedShort(ss []reservation.ShortLine) []reservation.ShortLine {
+	slices.SortFunc(ss, func(a, b reservation.ShortLine) int { return cmp.Compare(a.Item, b.Item) })
+	return ss
+}
+
+// resolveAttempts bounds how often Release asks the ledger about a
+// claiming hold in one call: each answer is acted on by a script that
+// re-checks the stamp, and a claim attempt that stamps the hold again in
+// between starts a new grace.
+const resolveAttempts = 3
+
+// Release gives a hold's units back and leaves a released tombstone.
+// Releasing nothing (already released, expired, refused, or never held)
+// is not an error (Released false); releasing a claimed token is
 // ErrAlreadyClaimed.
+//
+// As authority the script checks the fence first
+// (*reservation.NotDeciderError, nothing changed). A hold whose legacy
+// claim started less than Config.ClaimGrace ago answers
+// reservation.ErrClaimInProgress and stays: the ledger may be deducting
+// it. Older, the claim is resolved first by asking the ledger
+// (Config.Source.Claims): claimed, the hold is settled as the claim's own
+// cleanup would have done and the answer is ErrAlreadyClaimed; not
+// claimed, the hold is released. Without a Source a claiming hold cannot
+// be resolved and Release keeps answering ErrClaimInProgress (the reaper
+// expires it).
+//
+// As shadow it writes nothing: Released true with the allocations when
+// Redis holds the token, ErrAlreadyClaimed for a claimed tombstone, else
+// Released false.
 func (s *Store) Release(ctx context.Context, p *reservation.ReleaseParams) (reservation.ReleaseResult, error) {
 	if err := s.cfg.Limits.ValidateRelease(p); err != nil {
 		return reservation.ReleaseResult{}, err
 	}
-	k := s.shopKeys(p.Shop)
-	reply, err := s.run(ctx, "release", scriptRelease, []string{k.expiry(), k.hold(p.Token), k.claimed(p.Token)}, k.base, p.Token)
-	if err != nil {
+	if err := validRole(p.As); err != nil {
 		return reservation.ReleaseResult{}, err
 	}
-	switch reply[0] {
-	case "none":
-		return reservation.ReleaseResult{}, nil
-	case "claimed":
-		return reservation.ReleaseResult{}, fmt.Errorf("redisstore: release shop %d token %q: %w", p.Shop, p.Token, reservation.ErrAlreadyClaimed)
-	case "released":
-		h, err := parseHold(at(reply, 1))
+	k := s.shopKeys(p.Shop)
+	keys := []string{k.hold(p.Token), k.tomb(p.Token), k.fence()}
+	resolved := ""
+	for range resolveAttempts {
+		args := []any{k.base, p.Token, mode(p.As), s.cfg.TombstoneTTL.Milliseconds(), s.cfg.ClaimGrace.Milliseconds(), resolved}
+		var reply []any
+		var err error
+		if p.As == reservation.AsShadow {
+			reply, err = s.runRO(ctx, "release_shadow", scriptRelease, keys, args...)
+		} else {
+			reply, err = s.run(ctx, "release", scriptRelease, keys, args...)
+		}
 		if err != nil {
 			return reservation.ReleaseResult{}, err
 		}
-		return reservation.ReleaseResult{Released: true, Allocations: h.allocs}, nil
+		switch reply[0] {
+		case "fence":
+			return reservation.ReleaseResult{}, s.notDecider("release", p.Shop, at(reply, 1))
+		case "none":
+			return reservation.ReleaseResult{}, nil
+		case "tomb":
+			t, err := s.tombstone("release", p.Token, at(reply, 1))
+			if err != nil {
+				return reservation.ReleaseResult{}, err
+			}
+			if t.State == reservation.StateClaimed {
+				return reservation.ReleaseResult{}, tombErr("release", p.Shop, p.Token, t.State)
+			}
+			return reservation.ReleaseResult{}, nil
+		case "released":
+			h, err := parseHold(at(reply, 1))
+			if err != nil {
+				return reservation.ReleaseResult{}, err
+			}
+			if p.As == reservation.AsAuthority {
+				s.metrics.tombstonesWritten.WithLabelValues(string(reservation.StateReleased)).Inc()
+			}
+			return reservation.ReleaseResult{Released: true, Allocations: h.allocs}, nil
+		case "in_progress":
+			return reservation.ReleaseResult{}, s.claimInProgress(p)
+		case "resolve":
+			stamp, err := toString(at(reply, 1))
+			if err != nil {
+				return reservation.ReleaseResult{}, fmt.Errorf("redisstore: release: claiming stamp: %w", err)
+			}
+			if s.cfg.Source == nil {
+				return reservation.ReleaseResult{}, s.claimInProgress(p)
+			}
+			deducted, claimed, err := s.ledgerClaim(ctx, p.Shop, p.Token)
+			if err != nil {
+				return reservation.ReleaseResult{}, fmt.Errorf("redisstore: release shop %d token %q: a claim started at %s: %w", p.Shop, p.Token, stamp, err)
+			}
+			if claimed {
+				if _, err := s.settle(ctx, "release_settle", p.Shop, p.Token, deducted); err != nil {
+					return reservation.ReleaseResult{}, err
+				}
+				return reservation.ReleaseResult{}, tombErr("release", p.Shop, p.Token, reservation.StateClaimed)
+			}
+			resolved = stamp // the ledger has no claim: release, if nobody stamped it again
+			continue
+		}
+		return reservation.ReleaseResult{}, fmt.Errorf("redisstore: release: unexpected reply %v", reply)
 	}
-	return reservation.ReleaseResult{}, fmt.Errorf("redisstore: release: unexpected reply %v", reply)
+	return reservation.ReleaseResult{}, s.claimInProgress(p)
+}
+
+func (s *Store) claimInProgress(p *reservation.ReleaseParams) error {
+	s.metrics.claimInProgress.Inc()
+	return fmt.Errorf("redisstore: release shop %d token %q: %w", p.Shop, p.Token, reservation.ErrClaimInProgress)
+}
+
+// ledgerClaim asks the ledger (Config.Source, which must be set) whether
+// it has recorded a claim of the token, and by what allocations.
+func (s *Store) ledgerClaim(ctx context.Context, shop int64, token string) ([]reservation.Allocation, bool, error) {
+	claims, err := s.cfg.Source.Claims(ctx, shop, []string{token})
+	if err != nil {
+		return nil, false, fmt.Errorf("look up the ledger's claim: %w", err)
+	}
+	deducted, ok := claims[token]
+	return deducted, ok, nil
 }
 
 // Get returns the hold for a token, expired or not (an expired hold keeps
-// its units until the reaper returns them).
+// its units until the reaper returns them), or the answer its tombstone
+// gives: ErrAlreadyClaimed, ErrReleased, ErrExpired, or ErrNotFound for a
+// refused token. No hold and no tombstone: ErrNotFound.
 func (s *Store) Get(ctx context.Context, p *reservation.GetParams) (reservation.Hold, error) {
 	if err := s.cfg.Limits.ValidateGet(p); err != nil {
 		return reservation.Hold{}, err
 	}
-	m, err := s.client.HGetAll(ctx, s.shopKeys(p.Shop).hold(p.Token)).Result()
-	if err != nil {
-		return reservation.Hold{}, fmt.Errorf("redisstore: get: %w", err)
-	}
-	if len(m) == 0 {
-		return reservation.Hold{}, fmt.Errorf("redisstore: shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
-	}
-	flat := make([]any, 0, 2*len(m))
-	for f, v := range m {
-		flat = append(flat, f, v)
-	}
-	h, err := parseHold(flat)
+	k := s.shopKeys(p.Shop)
+	reply, err := s.runRO(ctx, "get", scriptGet, []string{k.hold(p.Token), k.tomb(p.Token)})
 	if err != nil {
 		return reservation.Hold{}, err
 	}
-	return reservation.Hold{Shop: p.Shop, Token: p.Token, Allocations: h.allocs, ExpiresAt: msTime(h.expiresMS), Authority: h.authority}, nil
+	switch reply[0] {
+	case "hold":
+		h, err := parseHold(at(reply, 1))
+		if err != nil {
+			return reservation.Hold{}, err
+		}
+		return h.hold(p.Shop, p.Token), nil
+	case "tomb":
+		t, err := s.tombstone("get", p.Token, at(reply, 1))
+		if err != nil {
+			return reservation.Hold{}, err
+		}
+		return reservation.Hold{}, tombErr("get", p.Shop, p.Token, t.State)
+	case "none":
+		return reservation.Hold{}, fmt.Errorf("redisstore: get shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
+	}
+	return reservation.Hold{}, fmt.Errorf("redisstore: get: unexpected reply %v", reply)
 }
 
 // Availability reads an item's quantity hash: every location the store
@@ -232,8 +443,6 @@ func (s *Store) Availability(ctx context.Context, p *reservation.AvailabilityPar
 	return res, nil
 }
 
-func msTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
-
 // at returns reply[i], or nil past its end.
 func at(reply []any, i int) any {
 	if i < len(reply) {
@@ -259,3 +468,7 @@ func toString(v any) (string, error) {
 	}
 	return "", fmt.Errorf("not a string: %v (%T)", v, v)
 }
+
+// isNotDecider reports whether err is a refusal by a store that does not
+// decide the shop.
+func isNotDecider(err error) bool { return errors.Is(err, reservation.ErrNotDecider) }

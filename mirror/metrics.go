@@ -1,0 +1,61 @@
+package mirror
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	backlog        prometheus.Gauge
+	lag            prometheus.Gauge
+	leader         prometheus.Gauge
+	applied        *prometheus.CounterVec
+	failures       prometheus.Counter
+	applySeconds   prometheus.Histogram
+	handoffs       *prometheus.CounterVec
+	handoffSeconds *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "reservoir_mirror_backlog_changes",
+			Help: "Changes in MySQL's change feed that Redis has not applied yet (measured about once a second).",
+		}),
+		lag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "reservoir_mirror_lag_seconds",
+			Help: "Age of the oldest change Redis has not applied yet (database clock); 0 when the feed is empty. " +
+				"A kill switch engaged now would lose nothing once the handoff drains it.",
+		}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "reservoir_mirror_relay_active",
+			Help: "1 when this replica runs the pod's relay (one replica per pod at a time), else 0.",
+		}),
+		applied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reservoir_mirror_applied_total",
+			Help: "Changes applied to Redis and removed from the feed, by kind (state, adjust, fence).",
+		}, []string{"kind"}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "reservoir_mirror_apply_failures_total",
+			Help: "Relay rounds or drains that stopped at a change Redis did not apply (retried).",
+		}),
+		applySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "reservoir_mirror_apply_seconds",
+			Help:    "Time to apply one batch of changes to Redis.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}),
+		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reservoir_handoffs_total",
+			Help: "Handoffs of a shop's decisions to a store, by target and result: done, overtaken (a newer one won), " +
+				"forced (Redis took the shop without MySQL: kill switch redis_only), failed.",
+		}, []string{"to", "result"}),
+		handoffSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "reservoir_handoff_seconds",
+			Help:    "Time a handoff took, drain or copy included.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"to"}),
+	}
+	for _, c := range []prometheus.Collector{m.backlog, m.lag, m.leader, m.applied, m.failures, m.applySeconds, m.handoffs, m.handoffSeconds} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,457 @@
+// Package mirror keeps a pod's Redis store following the shops MySQL
+// decides, and moves the decision for a shop from one store to the other.
+// docs/ownership.md is the rule book; this package is its machinery:
+//
+//   - the relay: MySQL records every change Redis must follow in its change
+//     feed (a transactional outbox, mysqlstore.Store.Pending); the relay
+//     applies pending changes to Redis in order and deletes them. One relay
+//     per pod is active at a time, across every replica (a MySQL lease);
+//     the others stand by.
+//   - handoffs: Handoff moves a shop's fence to the store the caller's
+//     flags name, draining the feed into Redis (to Redis) or copying Redis's
+//     state into MySQL (to MySQL), so that the store that decides next holds
+//     everything the one before decided.
+//   - copy and catch-up: Resync rebuilds a shop in Redis from a consistent
+//     snapshot of MySQL; the changes after the snapshot stay in the feed and
+//     the relay applies them on top.
+//
+// It never decides a reservation itself and never builds SQL or Redis
+// commands: it moves what the stores give it.
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seed31b0e981/reservoir/mysqlstore"
+	"github.com/seed31b0e981/reservoir/redisstore"
+	"github.com/seed31b0e981/reservoir/reservation"
+)
+
+// Config configures a Mirror. New applies WithDefaults, then Validate.
+type Config struct {
+	// Pod names the pod; it labels the metrics. Required.
+	Pod string
+	// MySQL is the pod's MySQL store: the feed, its fences. Required.
+	MySQL *mysqlstore.Store
+	// Redis is the pod's Redis store. Required.
+	Redis *redisstore.Store
+	// Registerer receives the metrics (labelled with the pod). Default: a
+	// private registry.
+	Registerer prometheus.Registerer
+	// Logger logs leadership, failures and forced handoffs. Default:
+	// slog.Default().
+	Logger *slog.Logger
+	// Poll is how long the active relay waits after finding the feed
+	// empty before it looks again (a Push on this replica wakes it at
+	// once). Default: 20ms.
+	Poll time.Duration
+	// Batch is how many changes the relay applies per round. Default: 500.
+	Batch int
+	// Standby is how often a replica that is not the active relay tries to
+	// become it, and how often the active one checks it still is. Default:
+	// 1s.
+	Standby time.Duration
+	// ForceAfter bounds MySQL's part of a handoff to Redis that may be
+	// forced (kill switch redis_only): past it Redis takes the shop without
+	// MySQL (see Handoff). Default: 1s.
+	ForceAfter time.Duration
+	// Disabled turns the relay off (Run returns at once; Handoff still
+	// drains). Only tests that show what the relay protects set it.
+	Disabled bool
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Poll == 0 {
+		c.Poll = 20 * time.Millisecond
+	}
+	if c.Batch == 0 {
+		c.Batch = 500
+	}
+	if c.Standby == 0 {
+		c.Standby = time.Second
+	}
+	if c.ForceAfter == 0 {
+		c.ForceAfter = time.Second
+	}
+	return c
+}
+
+// Validate reports a setting that cannot work, naming the field.
+func (c Config) Validate() error {
+	switch {
+	case c.Pod == "":
+		return errors.New("mirror: Config.Pod is required")
+	case c.MySQL == nil:
+		return errors.New("mirror: Config.MySQL is required")
+	case c.Redis == nil:
+		return errors.New("mirror: Config.Redis is required")
+	case c.Poll <= 0 || c.Standby <= 0 || c.ForceAfter <= 0:
+		return fmt.Errorf("mirror: Config.Poll (%s), Standby (%s) and ForceAfter (%s) must be positive", c.Poll, c.Standby, c.ForceAfter)
+	case c.Batch < 1 || c.Batch > 10000:
+		return fmt.Errorf("mirror: Config.Batch must be between 1 and 10000, got %d", c.Batch)
+	}
+	return nil
+}
+
+// Mirror is one pod's relay and handoffs. Safe for concurrent use.
+type Mirror struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+	wake    chan struct{}
+	flights flights
+
+	lagMu sync.Mutex
+	lag   Lag
+}
+
+// New returns a mirror; Run starts its relay.
+func New(cfg Config) (*Mirror, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"pod": cfg.Pod}, cfg.Registerer))
+	if err != nil {
+		return nil, fmt.Errorf("mirror: register metrics: %w", err)
+	}
+	return &Mirror{cfg: cfg, log: cfg.Logger.With("pod", cfg.Pod), metrics: m, wake: make(chan struct{}, 1)}, nil
+}
+
+// Push tells the relay that MySQL just recorded a change: the active relay,
+// if it runs in this process, looks at the feed now instead of at its next
+// poll. It never blocks.
+func (m *Mirror) Push() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Lag is how far Redis is behind MySQL's decisions.
+type Lag struct {
+	// Changes pending in the feed.
+	Changes int64 `json:"changes"`
+	// Oldest is the age of the oldest pending change (zero when none).
+	Oldest time.Duration `json:"oldest_ns"`
+	// At is when it was measured (zero: never).
+	At time.Time `json:"at"`
+}
+
+// Lag measures the feed's backlog now.
+func (m *Mirror) Lag(ctx context.Context) (Lag, error) {
+	n, oldest, err := m.cfg.MySQL.Backlog(ctx)
+	if err != nil {
+		return Lag{}, fmt.Errorf("mirror: lag of pod %s: %w", m.cfg.Pod, err)
+	}
+	l := Lag{Changes: n, Oldest: oldest, At: time.Now()}
+	m.metrics.backlog.Set(float64(n))
+	m.metrics.lag.Set(oldest.Seconds())
+	m.lagMu.Lock()
+	m.lag = l
+	m.lagMu.Unlock()
+	return l, nil
+}
+
+// LastLag is the last lag measured (by Lag or by the running relay).
+func (m *Mirror) LastLag() Lag {
+	m.lagMu.Lock()
+	defer m.lagMu.Unlock()
+	return m.lag
+}
+
+// Run runs the relay until ctx ends: it becomes the pod's active relay
+// when no other replica is, and then applies the feed to Redis. It
+// returns ctx's error, or nil at once when the relay is Disabled.
+func (m *Mirror) Run(ctx context.Context) error {
+	if m.cfg.Disabled {
+		return nil
+	}
+	var lease *mysqlstore.Lease
+	defer func() {
+		if lease != nil {
+			lease.Release()
+			m.metrics.leader.Set(0)
+		}
+	}()
+	lastCheck, lastLag := time.Time{}, time.Time{}
+	backoff := m.cfg.Poll
+	for ctx.Err() == nil {
+		if time.Since(lastLag) >= time.Second {
+			lastLag = time.Now()
+			if _, err := m.Lag(ctx); err != nil && ctx.Err() == nil {
+				m.log.Debug("mirror: measure lag", "err", err)
+			}
+		}
+		if lease == nil {
+			l, err := m.cfg.MySQL.TryLease(ctx, "relay")
+			if err != nil && ctx.Err() == nil {
+				m.log.Warn("mirror: take the relay lease", "err", err)
+			}
+			if l == nil {
+				sleep(ctx, m.cfg.Standby, nil)
+				continue
+			}
+			lease, lastCheck = l, time.Now()
+			m.metrics.leader.Set(1)
+			m.log.Info("mirror: this replica is the pod's relay")
+		}
+		if time.Since(lastCheck) >= m.cfg.Standby {
+			lastCheck = time.Now()
+			if !lease.Held(ctx) {
+				lease.Release()
+				lease = nil
+				m.metrics.leader.Set(0)
+				m.log.Warn("mirror: lost the relay lease; standing by")
+				continue
+			}
+		}
+		n, err := m.deliver(ctx, 0)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				m.log.Warn("mirror: relay round failed; retrying", "err", err)
+			}
+			sleep(ctx, backoff, nil)
+			backoff = min(2*backoff, 2*time.Second)
+		case n == m.cfg.Batch:
+			backoff = m.cfg.Poll // more waiting: go on at once
+		default:
+			backoff = m.cfg.Poll
+			sleep(ctx, m.cfg.Poll, m.wake)
+		}
+	}
+	return ctx.Err()
+}
+
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-wake:
+	}
+}
+
+// deliver applies one batch of pending changes (of one shop, or of every
+// shop for shop 0) to Redis and deletes those applied. It returns how many
+// it read.
+func (m *Mirror) deliver(ctx context.Context, shop int64) (int, error) {
+	changes, err := m.cfg.MySQL.Pending(ctx, shop, m.cfg.Batch)
+	if err != nil || len(changes) == 0 {
+		return 0, err
+	}
+	start := time.Now()
+	applied, aerr := m.cfg.Redis.Apply(ctx, changes)
+	m.metrics.applySeconds.Observe(time.Since(start).Seconds())
+	ids := make([]int64, 0, applied)
+	for _, c := range changes[:applied] {
+		ids = append(ids, c.ID)
+		m.metrics.applied.WithLabelValues(string(c.Kind)).Inc()
+	}
+	if err := m.cfg.MySQL.Done(ctx, ids); err != nil {
+		return len(changes), errors.Join(aerr, err)
+	}
+	if aerr != nil {
+		m.metrics.failures.Inc()
+		return len(changes), fmt.Errorf("mirror: apply change %d: %w", changes[applied].ID, aerr)
+	}
+	return len(changes), nil
+}
+
+// Flush applies every pending change of one shop now, in order: what a
+// handoff to Redis drains. It stops at the first failure.
+func (m *Mirror) Flush(ctx context.Context, shop int64) error {
+	for {
+		n, err := m.deliver(ctx, shop)
+		if err != nil {
+			return err
+		}
+		if n < m.cfg.Batch {
+			return nil
+		}
+	}
+}
+
+// ErrForcedHandoff wraps nothing: it is the error of Resync refusing a
+// shop that Redis took by force (see Handoff), whose MySQL state is not
+// the truth.
+var ErrForcedHandoff = errors.New("mirror: Redis took the shop without MySQL (a forced handoff): MySQL's state is not the truth")
+
+// Handoff makes store to the decider of shop, at epoch (the version of the
+// flags that say so), and returns the fence after. It is idempotent: many
+// callers may run it at once (they share one run per shop, target and
+// epoch), and one that arrives when the handoff is done, or finds a newer
+// one, changes nothing.
+//
+// To Redis: MySQL yields (its fence moves to redis@epoch, waiting for its
+// deciding transactions in flight), then the shop's pending changes are
+// applied to Redis in order, the last of them setting Redis's fence. With
+// force (the kill switch redis_only: MySQL itself may be the problem) and
+// MySQL not answering within Config.ForceAfter, Redis takes the shop
+// without it: whatever the feed held for the shop then is lost to Redis
+// (the lag, shown next to the kill switch); counted and logged.
+//
+// To MySQL: Redis yields (its fence moves to mysql@epoch, atomically with
+// its scripts), its holds and tombstones of the shop are read, and MySQL
+// takes them over with its fence (mysqlstore.Store.TakeOver).
+//
+// The returned fence may name the other store: a newer handoff overtook
+// this one, and the caller should follow it. An error means the handoff
+// did not finish (a store did not answer): nothing was decided meanwhile,
+// and the call that needed it has an unknown outcome.
+func (m *Mirror) Handoff(ctx context.Context, shop int64, to reservation.Authority, epoch int64, force bool) (reservation.Fence, error) {
+	if shop <= 0 || epoch <= 0 || !to.Valid() {
+		return reservation.Fence{}, &reservation.ValidationError{Field: "shop, to, epoch",
+			Reason: fmt.Sprintf("want a positive shop and epoch and a store, got %d, %q, %d", shop, to, epoch)}
+	}
+	return m.flights.do(flightKey{shop, to, epoch, force}, func() (reservation.Fence, error) {
+		start := time.Now()
+		var f reservation.Fence
+		var result string
+		var err error
+		if to == reservation.AuthorityRedis {
+			f, result, err = m.toRedis(ctx, shop, epoch, force)
+		} else {
+			f, result, err = m.toMySQL(ctx, shop, epoch)
+		}
+		if err != nil {
+			result = "failed"
+		}
+		m.metrics.handoffs.WithLabelValues(string(to), result).Inc()
+		m.metrics.handoffSeconds.WithLabelValues(string(to)).Observe(time.Since(start).Seconds())
+		return f, err
+	})
+}
+
+func (m *Mirror) toRedis(ctx context.Context, shop, epoch int64, force bool) (reservation.Fence, string, error) {
+	yctx, cancel := ctx, context.CancelFunc(func() {})
+	if force {
+		yctx, cancel = context.WithTimeout(ctx, m.cfg.ForceAfter)
+	}
+	mf, err := m.cfg.MySQL.Yield(yctx, shop, epoch)
+	cancel()
+	if err != nil {
+		if !force || ctx.Err() != nil {
+			return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to redis: %w", shop, err)
+		}
+		rf, ferr := m.cfg.Redis.Force(ctx, shop, epoch)
+		if ferr != nil {
+			return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to redis by force after MySQL failed (%v): %w", shop, err, ferr)
+		}
+		m.log.Error("mirror: Redis took a shop without MySQL (kill switch redis_only, MySQL did not answer); changes still in the feed for it are lost to Redis",
+			"shop", shop, "epoch", epoch, "mysql_err", err, "lag", m.LastLag())
+		return rf, "forced", nil
+	}
+	if mf.Decider != reservation.AuthorityRedis {
+		return mf, "overtaken", nil // a newer handoff gave it to MySQL
+	}
+	if err := m.Flush(ctx, shop); err != nil {
+		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to redis: drain: %w", shop, err)
+	}
+	rf, err := m.cfg.Redis.Fence(ctx, shop)
+	if err != nil {
+		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to redis: %w", shop, err)
+	}
+	if rf.Epoch < mf.Epoch {
+		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to redis: drained, but Redis's fence is %s, not %s", shop, rf, mf)
+	}
+	return rf, "done", nil
+}
+
+func (m *Mirror) toMySQL(ctx context.Context, shop, epoch int64) (reservation.Fence, string, error) {
+	rf, err := m.cfg.Redis.Yield(ctx, shop, epoch)
+	if err != nil {
+		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
+	}
+	if rf.Decider != reservation.AuthorityMySQL {
+		return rf, "overtaken", nil // a newer handoff gave it back to Redis
+	}
+	snap, err := m.cfg.Redis.Snapshot(ctx, shop)
+	if err != nil {
+		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: read Redis's state: %w", shop, err)
+	}
+	mf, err := m.cfg.MySQL.TakeOver(ctx, &snap, rf.Epoch)
+	if err != nil {
+		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
+	}
+	return mf, "done", nil
+}
+
+// Resync rebuilds one shop of Redis from MySQL: the copy step of copy and
+// catch-up (mysqlstore.Store.CopyShop), with the changes made after the
+// copy left in the feed for the relay. It is for a shop MySQL decides
+// whose Redis state was lost or damaged; it refuses a shop Redis decides
+// (Redis's state is the truth there) and one Redis took by force.
+func (m *Mirror) Resync(ctx context.Context, shop int64) error {
+	rf, err := m.cfg.Redis.Fence(ctx, shop)
+	if err != nil {
+		return fmt.Errorf("mirror: resync shop %d: %w", shop, err)
+	}
+	return m.cfg.MySQL.CopyShop(ctx, shop, func(ctx context.Context, cp *mysqlstore.ShopCopy) error {
+		mf := cp.Snapshot.Fence
+		switch {
+		case mf.Decider != reservation.AuthorityMySQL:
+			return fmt.Errorf("mirror: resync shop %d: MySQL does not decide it (fence %s): Redis's state is the truth", shop, mf)
+		case rf.Epoch > mf.Epoch:
+			return fmt.Errorf("mirror: resync shop %d: Redis's fence %s is newer than MySQL's %s: %w", shop, rf, mf, ErrForcedHandoff)
+		}
+		return m.cfg.Redis.Rewrite(ctx, cp.Snapshot, cp.Ledger, cp.CoveredAdjusts)
+	})
+}
+
+type flightKey struct {
+	shop  int64
+	to    reservation.Authority
+	epoch int64
+	force bool
+}
+
+// flights lets concurrent handoffs of one shop to one store at one epoch
+// share a single run. The zero value is ready.
+type flights struct {
+	mu sync.Mutex
+	m  map[flightKey]*flight
+}
+
+type flight struct {
+	done  chan struct{}
+	fence reservation.Fence
+	err   error
+}
+
+func (fs *flights) do(k flightKey, fn func() (reservation.Fence, error)) (reservation.Fence, error) {
+	fs.mu.Lock()
+	if f, ok := fs.m[k]; ok {
+		fs.mu.Unlock()
+		<-f.done
+		return f.fence, f.err
+	}
+	if fs.m == nil {
+		fs.m = map[flightKey]*flight{}
+	}
+	f := &flight{done: make(chan struct{})}
+	fs.m[k] = f
+	fs.mu.Unlock()
+	f.fence, f.err = fn()
+	fs.mu.Lock()
+	delete(fs.m, k)
+	fs.mu.Unlock()
+	close(f.done)
+	return f.fence, f.err
+}

@@ -1,0 +1,329 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/redisstore"
+	"github.com/seed31b0e981/reservoir/reservation"
+)
+
+// gateLedger is the real ledger whose Deduct waits at a gate: a legacy
+// claim held between its first script and the ledger.
+type gateLedger struct {
+	reservation.Ledger
+	entered chan struct{}
+	proceed chan struct{}
+}
+
+func (g gateLedger) Deduct(ctx context.Context, p *reservation.DeductParams) (reservation.DeductResult, error) {
+	g.entered <- struct{}{}
+	<-g.proceed
+	return g.Ledger.Deduct(ctx, p)
+}
+
+// While a legacy claim is deducting the ledger, a release of its hold
+// answers ErrClaimInProgress and changes nothing, and the reaper leaves
+// the hold alone even past its expiry: either could give back units the
+// ledger is about to deduct. The claim then completes.
+func TestReleaseDuringClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t, servers[0].new)
+	c := ctx(t)
+	b.stock(t, 1, 1, 10)
+	b.reserve(t, "cart", time.Minute, line(1, 3, 1))
+	gate := gateLedger{Ledger: b.ledger, entered: make(chan struct{}), proceed: make(chan struct{})}
+	claimer, _ := b.store(t, func(c *redisstore.Config) { c.Ledger = gate })
+	type result struct {
+		res reservation.ClaimResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := claimer.Claim(c, &reservation.ClaimParams{Shop: shop, Token: "cart"})
+		done <- result{res, err}
+	}()
+	<-gate.entered
+
+	before := b.dump(t)
+	if r, err := b.s.Release(c, &reservation.ReleaseParams{Shop: shop, Token: "cart"}); !errors.Is(err, reservation.ErrClaimInProgress) || r.Released {
+		t.Errorf("release during the claim: %+v %v, want ErrClaimInProgress", r, err)
+	}
+	if reservation.AnswerName(reservation.ErrClaimInProgress) != "" {
+		t.Error("a claim in progress must not be a domain answer")
+	}
+	if after := b.dump(t); after != before {
+		t.Errorf("the refused release wrote:\n%s\nwant\n%s", after, before)
+	}
+	if n := b.counter(t, "reservoir_redis_claim_in_progress_total"); n != 1 {
+		t.Errorf("claim_in_progress = %v, want 1", n)
+	}
+	b.age(t, "cart", time.Second, -1) // due, but its claim started just now
+	if r, err := b.s.Reap(c, &reservation.ReapParams{}); err != nil || r.Holds != 0 {
+		t.Errorf("reap of a claiming hold within the grace: %+v %v, want it skipped", r, err)
+	}
+	if _, err := b.s.Get(c, &reservation.GetParams{Shop: shop, Token: "cart"}); err != nil {
+		t.Errorf("the claiming hold after the reap: %v", err)
+	}
+
+	close(gate.proceed)
+	r := <-done
+	if r.err != nil || r.res.Outcome != reservation.OutcomeClaimed || r.res.Replayed {
+		t.Fatalf("the claim: %+v %v", r.res, r.err)
+	}
+	if _, err := b.s.Release(c, &reservation.ReleaseParams{Shop: shop, Token: "cart"}); !errors.Is(err, reservation.ErrAlreadyClaimed) {
+		t.Errorf("release after the claim: %v, want ErrAlreadyClaimed", err)
+	}
+	if l, q := b.ledgerAt(t, 1, 1), b.qty(t, 1, 1); l != 7 || q != 7 {
+		t.Errorf("ledger %d, quantity %d; want 7 and 7", l, q)
+	}
+}
+
+// A claiming hold older than the grace: its claim died somewhere. A
+// release asks the ledger which way it went.
+func TestReleaseResolvesAnOldClaim(t *testing.T) {
+	t.Parallel()
+	start := func(t *testing.T, edit func(*redisstore.Config)) bundle {
+		t.Helper()
+		b := setupWith(t, servers[0].new, edit)
+		b.stock(t, 1, 1, 10)
+		b.reserve(t, "cart", time.Minute, line(1, 3, 1))
+		b.age(t, "cart", -time.Minute, time.Minute) // live; its claim started a minute ago
+		return b
+	}
+	release := func(b bundle) (reservation.ReleaseResult, error) {
+		return b.s.Release(context.Background(), &reservation.ReleaseParams{Shop: shop, Token: "cart"})
+	}
+
+	t.Run("NotClaimed", func(t *testing.T) {
+		t.Parallel()
+		b := start(t, nil)
+		if r, err := release(b); err != nil || !r.Released || fmt.Sprint(r.Allocations) != "[{1 1 3}]" {
+			t.Fatalf("release: %+v %v, want released: the ledger has no claim", r, err)
+		}
+		if l, q := b.ledgerAt(t, 1, 1), b.qty(t, 1, 1); l != 10 || q != 10 {
+			t.Errorf("ledger %d, quantity %d; want 10 and 10", l, q)
+		}
+	})
+
+	t.Run("Claimed", func(t *testing.T) {
+		t.Parallel()
+		b := start(t, nil)
+		b.deduct(t, "cart", alloc(1, 1, 3)) // the claim's deduction committed; the rest was lost
+		if r, err := release(b); !errors.Is(err, reservation.ErrAlreadyClaimed) || r.Released {
+			t.Fatalf("release: %+v %v, want ErrAlreadyClaimed", r, err)
+		}
+		if l, q := b.ledgerAt(t, 1, 1), b.qty(t, 1, 1); l != 7 || q != 7 {
+			t.Errorf("ledger %d, quantity %d; want 7 and 7: settled as claimed, not given back", l, q)
+		}
+		if _, err := b.s.Get(context.Background(), &reservation.GetParams{Shop: shop, Token: "cart"}); !errors.Is(err, reservation.ErrAlreadyClaimed) {
+			t.Errorf("get: %v, want ErrAlreadyClaimed", err)
+		}
+	})
+
+	// Without a Source the claim cannot be resolved: the outcome stays
+	// unknown, and nothing is guessed.
+	t.Run("NoSource", func(t *testing.T) {
+		t.Parallel()
+		b := start(t, func(c *redisstore.Config) { c.Source = nil })
+		if _, err := release(b); !errors.Is(err, reservation.ErrClaimInProgress) {
+			t.Fatalf("release: %v, want ErrClaimInProgress", err)
+		}
+		if q := b.qty(t, 1, 1); q != 7 {
+			t.Errorf("quantity = %d, want 7: the hold stays", q)
+		}
+	})
+}
+
+// notDeciderLedger is the real ledger, except that MySQL has taken the
+// shop over: Deduct refuses, as mysqlstore does when its fence names
+// itself.
+type notDeciderLedger struct {
+	reservation.Ledger
+	refusal *reservation.NotDeciderError
+}
+
+func (l notDeciderLedger) Deduct(context.Context, *reservation.DeductParams) (reservation.DeductResult, error) {
+	return reservation.DeductResult{}, l.refusal
+}
+
+// A deduction the ledger refuses changes nothing: the claim returns the
+// ledger's error (a NotDeciderError exactly as the ledger gave it, so the
+// caller can route by it), the claiming mark goes, and the hold can be
+// released at once.
+func TestClaimRefusedByLedger(t *testing.T) {
+	t.Parallel()
+	t.Run("InsufficientStock", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, servers[0].new)
+		c := ctx(t)
+		b.stock(t, 1, 1, 10)
+		b.reserve(t, "cart", time.Minute, line(1, 5, 1))
+		two := int64(2)
+		// The merchant lowers the ledger below the hold (straight in the
+		// ledger, so Redis does not follow).
+		if _, err := b.ledger.AdjustStock(c, &reservation.AdjustParams{Shop: shop, Item: 1, Location: 1, Available: &two}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := b.s.Claim(c, &reservation.ClaimParams{Shop: shop, Token: "cart"})
+		if !errors.Is(err, reservation.ErrInsufficientStock) || res.Outcome != "" {
+			t.Fatalf("claim: %+v %v, want ErrInsufficientStock and no result", res, err)
+		}
+		if m := b.claiming(t, "cart"); m != "" {
+			t.Errorf("claiming mark %q left after a refusal", m)
+		}
+		if r, err := b.s.Release(c, &reservation.ReleaseParams{Shop: shop, Token: "cart"}); err != nil || !r.Released {
+			t.Errorf("release after the refused claim: %+v %v, want released", r, err)
+		}
+		if l := b.ledgerAt(t, 1, 1); l != 2 {
+			t.Errorf("ledger = %d, want 2", l)
+		}
+	})
+	t.Run("NotDecider", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, servers[0].new)
+		c := ctx(t)
+		b.stock(t, 1, 1, 10)
+		b.reserve(t, "cart", time.Minute, line(1, 5, 1))
+		refusal := &reservation.NotDeciderError{Shop: shop, Store: reservation.AuthorityMySQL, Fence: reservation.Fence{Decider: reservation.AuthorityMySQL, Epoch: 2}}
+		s, _ := b.store(t, func(c *redisstore.Config) { c.Ledger = notDeciderLedger{b.ledger, refusal} })
+		res, err := s.Claim(c, &reservation.ClaimParams{Shop: shop, Token: "cart"})
+		var nd *reservation.NotDeciderError
+		if err != error(refusal) || !errors.As(err, &nd) || res.Outcome != "" {
+			t.Fatalf("claim: %+v %v, want the ledger's NotDeciderError itself and no result", res, err)
+		}
+		if m := b.claiming(t, "cart"); m != "" {
+			t.Errorf("claiming mark %q left after a refusal", m)
+		}
+		if h, err := b.s.Get(c, &reservation.GetParams{Shop: shop, Token: "cart"}); err != nil || h.Quantity() != 5 {
+			t.Errorf("the hold after the refusal: %+v %v", h, err)
+		}
+	})
+}
+
+// A hold past its expiry that no claim has started is not claimed: the
+// answer is ErrExpired, the hold is left for the reaper, and it is not
+// marked claiming (which would keep the reaper off it).
+func TestClaimExpiredHoldIsLeftForTheReaper(t *testing.T) {
+	t.Parallel()
+	b := setup(t, servers[0].new)
+	c := ctx(t)
+	b.stock(t, 1, 1, 10)
+	b.reserve(t, "cart", time.Minute, line(1, 3, 1))
+	b.age(t, "cart", time.Second, -1)
+	if res, err := b.s.Claim(c, &reservation.ClaimParams{Shop: shop, Token: "cart"}); !errors.Is(err, reservation.ErrExpired) || res.Outcome != "" {
+		t.Fatalf("claim of an expired hold: %+v %v, want ErrExpired", res, err)
+	}
+	if m := b.claiming(t, "cart"); m != "" {
+		t.Errorf("the expired hold was marked claiming (%s)", m)
+	}
+	if r, err := b.s.Reap(c, &reservation.ReapParams{}); err != nil || r.Holds != 1 || r.Units != 3 {
+		t.Errorf("reap: %+v %v, want the hold of 3", r, err)
+	}
+	if l, q := b.ledgerAt(t, 1, 1), b.qty(t, 1, 1); l != 10 || q != 10 {
+		t.Errorf("ledger %d, quantity %d; want 10 and 10", l, q)
+	}
+}
+
+// A claim repeated after Redis forgot the token (its tombstone expired)
+// is answered from the ledger's claims row: replayed, and the quantity is
+// not moved again (it already follows the deduction).
+func TestClaimFinishesFromTheLedger(t *testing.T) {
+	t.Parallel()
+	b := setup(t, servers[0].new)
+	c := ctx(t)
+	b.stock(t, 1, 1, 10)
+	b.reserve(t, "cart", time.Minute, line(1, 3, 1))
+	if _, err := b.s.Claim(c, &reservation.ClaimParams{Shop: shop, Token: "cart"}); err != nil {
+		t.Fatal(err)
+	}
+	forget := func() {
+		t.Helper()
+		if err := b.r.Client.Del(c, b.key("tomb:", "cart")).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forget()
+	blind, _ := b.store(t, func(c *redisstore.Config) { c.Source = nil })
+	if _, err := blind.Claim(c, &reservation.ClaimParams{Shop: shop, Token: "cart"}); !errors.Is(err, reservation.ErrNotFound) {
+		t.Errorf("claim of a forgotten token without a Source: %v, want ErrNotFound", err)
+	}
+	res, err := b.s.Claim(c, &reservation.ClaimParams{Shop: shop, Token: "cart"})
+	if err != nil || !res.Replayed || res.Outcome != reservation.OutcomeClaimed || fmt.Sprint(res.Allocations) != "[{1 1 3}]" {
+		t.Fatalf("claim of a forgotten token: %+v %v, want claimed, replayed [{1 1 3}]", res, err)
+	}
+	if l, q := b.ledgerAt(t, 1, 1), b.qty(t, 1, 1); l != 7 || q != 7 {
+		t.Errorf("ledger %d, quantity %d; want 7 and 7", l, q)
+	}
+	if _, err := b.s.Release(c, &reservation.ReleaseParams{Shop: shop, Token: "cart"}); !errors.Is(err, reservation.ErrAlreadyClaimed) {
+		t.Errorf("release: %v, want ErrAlreadyClaimed (the tombstone is back)", err)
+	}
+}
+
+// A refused claim clears only its own claiming mark: if a later attempt
+// of the same claim stamped the hold meanwhile (its deduction may be in
+// flight, its outcome unknown), the mark stays and a release still waits.
+func TestClaimRefusalKeepsALaterAttemptsMark(t *testing.T) {
+	t.Parallel()
+	b := setup(t, servers[0].new)
+	c := ctx(t)
+	b.stock(t, 1, 1, 10)
+	b.reserve(t, "cart", time.Minute, line(1, 5, 1))
+	two := int64(2)
+	if _, err := b.ledger.AdjustStock(c, &reservation.AdjustParams{Shop: shop, Item: 1, Location: 1, Available: &two}); err != nil {
+		t.Fatal(err)
+	}
+	gate := gateLedger{Ledger: b.ledger, entered: make(chan struct{}), proceed: make(chan struct{})}
+	first, _ := b.store(t, func(c *redisstore.Config) { c.Ledger = gate })
+	done := make(chan error, 1)
+	go func() {
+		_, err := first.Claim(c, &reservation.ClaimParams{Shop: shop, Token: "cart"})
+		done <- err
+	}()
+	<-gate.entered
+	now, err := b.r.Client.Time(c).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := fmt.Sprint(now.Add(time.Second).UnixMilli()) // the stamp of a later attempt
+	if err := b.r.Client.HSet(c, b.key("hold:", "cart"), "claiming", later).Err(); err != nil {
+		t.Fatal(err)
+	}
+	close(gate.proceed)
+	if err := <-done; !errors.Is(err, reservation.ErrInsufficientStock) {
+		t.Fatalf("the first attempt: %v, want ErrInsufficientStock", err)
+	}
+	if m := b.claiming(t, "cart"); m != later {
+		t.Errorf("claiming mark = %q after the first attempt's refusal, want the later attempt's %q", m, later)
+	}
+	if _, err := b.s.Release(c, &reservation.ReleaseParams{Shop: shop, Token: "cart"}); !errors.Is(err, reservation.ErrClaimInProgress) {
+		t.Errorf("release: %v, want ErrClaimInProgress", err)
+	}
+}
+
+// Every claim attempt stamps the hold afresh: a retry of a claim whose
+// first attempt is long past the grace has a deduction in flight of its
+// own, so a release must wait for it rather than ask the ledger (which
+// may not have committed it yet) and release.
+func TestRetriedClaimStartsANewGrace(t *testing.T) {
+	t.Parallel()
+	b := setup(t, servers[0].new)
+	c := ctx(t)
+	b.stock(t, 1, 1, 10)
+	b.reserve(t, "cart", time.Minute, line(1, 3, 1))
+	b.age(t, "cart", -time.Minute, time.Minute) // a first attempt a minute ago
+	old := b.claiming(t, "cart")
+	retry, _ := b.store(t, func(c *redisstore.Config) { c.Ledger = failingLedger{b.ledger} })
+	if _, err := retry.Claim(c, &reservation.ClaimParams{Shop: shop, Token: "cart"}); err == nil {
+		t.Fatal("the retry's deduction failed, but the claim did not say so")
+	}
+	if m := b.claiming(t, "cart"); m == "" || m == old {
+		t.Fatalf("claiming mark %q after the retry, want a fresh stamp (was %q)", m, old)
+	}
+	if _, err := b.s.Release(c, &reservation.ReleaseParams{Shop: shop, Token: "cart"}); !errors.Is(err, reservation.ErrClaimInProgress) {
+		t.Errorf("release right after the retry: %v, want ErrClaimInProgress", err)
+	}
+}

@@ -1,0 +1,556 @@
+package redisstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seed31b0e981/reservoir/reservation"
+)
+
+// This file is the store's side of the handoffs and of the mirror
+// (docs/ownership.md, sections 3 and 4): the fence, the snapshot a handoff
+// to MySQL copies, the change feed applied while MySQL decides, and the
+// rewrite that rebuilds a shop from MySQL.
+
+// Fence returns the shop's fence: reservation.NoFence (Redis decides)
+// when the shop has none.
+func (s *Store) Fence(ctx context.Context, shop int64) (reservation.Fence, error) {
+	if err := validShop("shop", shop); err != nil {
+		return reservation.Fence{}, err
+	}
+	v, err := s.client.Get(ctx, s.shopKeys(shop).fence()).Result()
+	if errors.Is(err, redis.Nil) {
+		return reservation.NoFence, nil
+	}
+	if err != nil {
+		return reservation.Fence{}, fmt.Errorf("redisstore: fence of shop %d: %w", shop, err)
+	}
+	f, err := reservation.ParseFence(v)
+	if err != nil {
+		return reservation.Fence{}, fmt.Errorf("redisstore: fence of shop %d: %w", shop, err)
+	}
+	return f, nil
+}
+
+// Yield is the first step of a handoff from Redis to MySQL at epoch: if
+// the shop's fence has a lower epoch, it becomes mysql@epoch, atomically
+// with respect to every deciding script (one in flight finishes first;
+// every later one refuses). It returns the fence after the call, whatever
+// it is: mysql@epoch when this or an earlier call of the same handoff set
+// it, or a fence of a higher epoch that overtook it. Repeating it changes
+// nothing.
+func (s *Store) Yield(ctx context.Context, shop, epoch int64) (reservation.Fence, error) {
+	return s.raiseFence(ctx, "yield", shop, reservation.Fence{Decider: reservation.AuthorityMySQL, Epoch: epoch})
+}
+
+// Force is the forced takeover of the redis_only kill switch, when MySQL
+// cannot be drained: if the shop's fence has a lower epoch, it becomes
+// redis@epoch without waiting for the change feed. What the relay had not
+// delivered is at risk; the caller counts and logs it. It returns the
+// fence after the call, as Yield does.
+func (s *Store) Force(ctx context.Context, shop, epoch int64) (reservation.Fence, error) {
+	return s.raiseFence(ctx, "force", shop, reservation.Fence{Decider: reservation.AuthorityRedis, Epoch: epoch})
+}
+
+func (s *Store) raiseFence(ctx context.Context, caller string, shop int64, to reservation.Fence) (reservation.Fence, error) {
+	if err := validShop("shop", shop); err != nil {
+		return reservation.Fence{}, err
+	}
+	if to.Epoch < 1 {
+		return reservation.Fence{}, &reservation.ValidationError{Field: "epoch", Reason: fmt.Sprintf("must be positive (epoch 0 is the fence of a shop never handed off), got %d", to.Epoch)}
+	}
+	_, after, err := s.fenceScript(ctx, caller, shop, to)
+	return after, err
+}
+
+// fenceScript runs the fence script: it reports whether the fence was
+// raised, and the fence after.
+func (s *Store) fenceScript(ctx context.Context, caller string, shop int64, to reservation.Fence) (bool, reservation.Fence, error) {
+	reply, err := s.run(ctx, caller, scriptFence, []string{s.shopKeys(shop).fence()}, to.String(), to.Epoch)
+	if err != nil {
+		return false, reservation.Fence{}, err
+	}
+	str, _ := at(reply, 1).(string)
+	f, err := reservation.ParseFence(str)
+	if err != nil {
+		return false, reservation.Fence{}, fmt.Errorf("redisstore: %s shop %d: %w", caller, shop, err)
+	}
+	return reply[0] == "raised", f, nil
+}
+
+// snapshotPage is how many holds or tombstones one step of Snapshot reads.
+const snapshotPage = 500
+
+// Snapshot reads a shop's fence, holds and live tombstones, sorted by
+// token. It reads in pages, several commands in all, so a large shop never
+// blocks Redis for long; the pages agree with each other only when nothing
+// in the shop changes meanwhile, which is why a handoff calls it after
+// Yield. Hold expiries are the hold's own (Redis's clock for the holds it
+// decided).
+func (s *Store) Snapshot(ctx context.Context, shop int64) (reservation.Snapshot, error) {
+	if err := validShop("shop", shop); err != nil {
+		return reservation.Snapshot{}, err
+	}
+	f, err := s.Fence(ctx, shop)
+	if err != nil {
+		return reservation.Snapshot{}, err
+	}
+	snap := reservation.Snapshot{Shop: shop, Fence: f}
+	k := s.shopKeys(shop)
+	err = s.pages(ctx, k.expiry(), func(pipe redis.Pipeliner, token string) func() error {
+		cmd := pipe.HGetAll(ctx, k.hold(token))
+		return func() error {
+			m, err := cmd.Result()
+			if err != nil || len(m) == 0 {
+				return err // an index entry without a hold holds nothing
+			}
+			flat := make([]any, 0, 2*len(m))
+			for f, v := range m {
+				flat = append(flat, f, v)
+			}
+			h, err := parseHold(flat)
+			if err != nil {
+				return fmt.Errorf("token %q: %w", token, err)
+			}
+			snap.Holds = append(snap.Holds, h.hold(shop, token))
+			return nil
+		}
+	})
+	if err != nil {
+		return reservation.Snapshot{}, fmt.Errorf("redisstore: snapshot of shop %d: holds: %w", shop, err)
+	}
+	err = s.pages(ctx, k.tombs(), func(pipe redis.Pipeliner, token string) func() error {
+		cmd := pipe.Get(ctx, k.tomb(token))
+		return func() error {
+			v, err := cmd.Result()
+			if errors.Is(err, redis.Nil) {
+				return nil // forgotten, not yet trimmed from the index
+			}
+			if err != nil {
+				return err
+			}
+			t, err := decodeTomb(token, v)
+			if err != nil {
+				return err
+			}
+			snap.Tombstones = append(snap.Tombstones, t)
+			return nil
+		}
+	})
+	if err != nil {
+		return reservation.Snapshot{}, fmt.Errorf("redisstore: snapshot of shop %d: tombstones: %w", shop, err)
+	}
+	slices.SortFunc(snap.Holds, func(a, b reservation.Hold) int { return cmp.Compare(a.Token, b.Token) })
+	slices.SortFunc(snap.Tombstones, func(a, b reservation.Tombstone) int { return cmp.Compare(a.Token, b.Token) })
+	return snap, nil
+}
+
+// pages walks a sorted set by rank, snapshotPage members at a time, and
+// for each page pipelines one read per member (queue adds it and returns
+// what reads its result).
+func (s *Store) pages(ctx context.Context, zset string, queue func(pipe redis.Pipeliner, member string) func() error) error {
+	for start := int64(0); ; start += snapshotPage {
+		members, err := s.client.ZRange(ctx, zset, start, start+snapshotPage-1).Result()
+		if err != nil {
+			return err
+		}
+		if len(members) == 0 {
+			return nil
+		}
+		reads := make([]func() error, len(members))
+		_, err = s.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i, m := range members {
+				reads[i] = queue(pipe, m)
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		for _, read := range reads {
+			if err := read(); err != nil {
+				return err
+			}
+		}
+		if len(members) < snapshotPage {
+			return nil
+		}
+	}
+}
+
+// applyBatch bounds the changes one pipeline carries.
+const applyBatch = 256
+
+// Apply applies MySQL's change feed, in order, and returns how many
+// changes, from the first, were applied. It stops at the first failure
+// (an invalid change is a *reservation.ValidationError naming it); the
+// caller delivers the rest again later. Every change is idempotent and a
+// state change applies the reservation's current state, so delivering a
+// change twice, or a token's changes in another order, ends in the same
+// state. Changes run pipelined, except that a fence change runs only after
+// every change before it succeeded: a handoff to Redis must not let Redis
+// decide before it holds everything MySQL decided. When a pipelined change
+// fails, some after it may have been applied already: harmless, since they
+// are idempotent.
+//
+//   - ChangeState: see scriptApplyState. In short: held creates the hold
+//     (MySQL's allocations and expiry, authority mysql, its units taken
+//     out without a stock check) unless the token has a hold or a
+//     tombstone; a terminal state removes the hold (giving its units back),
+//     takes a claim's deduction out, and leaves the tombstone; a claim
+//     turns another tombstone into a claimed one. State "" applies
+//     nothing.
+//   - ChangeAdjust: the quantity moves by Delta once per change ID (the
+//     marker Adjust uses too).
+//   - ChangeFence: the fence is set if its epoch is higher.
+//
+// Each change is counted in reservoir_redis_mirror_applies_total by kind
+// and result.
+func (s *Store) Apply(ctx context.Context, changes []reservation.Change) (applied int, err error) {
+	for applied < len(changes) {
+		if changes[applied].Kind == reservation.ChangeFence {
+			if err := s.applyFence(ctx, applied, changes[applied]); err != nil {
+				return applied, err
+			}
+			applied++
+			continue
+		}
+		end := applied
+		for end < len(changes) && end-applied < applyBatch && changes[end].Kind != reservation.ChangeFence {
+			end++
+		}
+		n, err := s.applyPipelined(ctx, applied, changes[applied:end])
+		applied += n
+		if err != nil {
+			return applied, err
+		}
+	}
+	return applied, nil
+}
+
+func (s *Store) applyFence(ctx context.Context, i int, c reservation.Change) error {
+	if err := validChange(i, c); err != nil {
+		return err
+	}
+	raised, _, err := s.fenceScript(ctx, "apply_fence", c.Shop, c.Fence)
+	if err != nil {
+		s.metrics.mirrorApplies.WithLabelValues(string(c.Kind), "error").Inc()
+		return fmt.Errorf("redisstore: apply changes[%d] (id %d, fence %s for shop %d): %w", i, c.ID, c.Fence, c.Shop, err)
+	}
+	result := "unchanged"
+	if raised {
+		result = "raised"
+	}
+	s.metrics.mirrorApplies.WithLabelValues(string(c.Kind), result).Inc()
+	return nil
+}
+
+// applyPipelined applies a run of state and adjust changes (offset is the
+// first one's index in Apply's slice, for errors) and returns how many,
+// from the first, were applied.
+func (s *Store) applyPipelined(ctx context.Context, offset int, changes []reservation.Change) (int, error) {
+	var invalid error
+	for i, c := range changes {
+		if err := validChange(offset+i, c); err != nil {
+			changes, invalid = changes[:i], err
+			break
+		}
+	}
+	if len(changes) > 0 {
+		// Register the shops first, as Adjust does, so the reaper finds
+		// the holds mirrored here once Redis decides again.
+		shops := make([]any, 0, len(changes))
+		for _, c := range changes {
+			shops = append(shops, c.Shop)
+		}
+		if err := s.client.SAdd(ctx, s.shopsKey(), shops...).Err(); err != nil {
+			return 0, fmt.Errorf("redisstore: apply: register shops: %w", err)
+		}
+	}
+	done := 0
+	reloaded := false
+	for done < len(changes) {
+		n, noScript, err := s.applyOnce(ctx, offset+done, changes[done:])
+		done += n
+		if err == nil {
+			continue
+		}
+		if noScript && !reloaded {
+			// The server lost its script cache (a restart, a failover):
+			// load the scripts and go on from the change that failed.
+			reloaded = true
+			if err := s.loadApplyScripts(ctx); err != nil {
+				return done, err
+			}
+			continue
+		}
+		return done, err
+	}
+	return done, invalid
+}
+
+// applyOnce sends changes in one pipeline and returns how many, from the
+// first, were applied, and whether the first failure was a script missing
+// from the server's cache.
+func (s *Store) applyOnce(ctx context.Context, offset int, changes []reservation.Change) (int, bool, error) {
+	cmds := make([]*redis.Cmd, len(changes))
+	start := time.Now()
+	_, _ = s.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, c := range changes {
+			k := s.shopKeys(c.Shop)
+			switch {
+			case c.Kind == reservation.ChangeAdjust:
+				cmds[i] = scriptAdjust.EvalSha(ctx, pipe, []string{k.qty(c.Item), k.op(c.ID)}, c.Location, c.Delta, changeTTL.Milliseconds())
+			case c.State != "":
+				cmds[i] = scriptApplyState.EvalSha(ctx, pipe, []string{k.hold(c.Token), k.tomb(c.Token), k.fence()},
+					k.base, c.Token, string(c.State), reservation.EncodeAllocations(sortedAllocs(c.Allocations)),
+					timeMS(c.ExpiresAt), reservation.EncodeShort(c.Short), s.cfg.TombstoneTTL.Milliseconds())
+			}
+		}
+		return nil
+	})
+	for i, c := range changes {
+		if cmds[i] == nil {
+			s.metrics.mirrorApplies.WithLabelValues(string(c.Kind), "nothing").Inc()
+			continue
+		}
+		result, err := s.applied(c, cmds[i])
+		caller := "apply_state"
+		if c.Kind == reservation.ChangeAdjust {
+			caller = "apply_adjust"
+		}
+		s.metrics.observe(caller, start, err)
+		if err != nil {
+			if isNoScript(err) {
+				return i, true, err
+			}
+			s.metrics.mirrorApplies.WithLabelValues(string(c.Kind), "error").Inc()
+			return i, false, fmt.Errorf("redisstore: apply changes[%d] (id %d, %s of shop %d): %w", offset+i, c.ID, c.Kind, c.Shop, err)
+		}
+		s.metrics.mirrorApplies.WithLabelValues(string(c.Kind), result).Inc()
+		if result == "converted" || result == "tombstoned" {
+			s.metrics.tombstonesWritten.WithLabelValues(string(c.State)).Inc()
+		}
+	}
+	return len(changes), false, nil
+}
+
+// applied reads one change's script reply into its result label.
+func (s *Store) applied(c reservation.Change, cmd *redis.Cmd) (string, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return "", err
+	}
+	reply, ok := v.([]any)
+	if !ok || len(reply) == 0 {
+		return "", fmt.Errorf("unexpected reply %v", v)
+	}
+	if c.Kind == reservation.ChangeAdjust {
+		if n, err := toInt(reply[0]); err != nil {
+			return "", fmt.Errorf("unexpected reply %v", v)
+		} else if n == 0 {
+			return "duplicate", nil
+		}
+		return "applied", nil
+	}
+	switch what, _ := reply[0].(string); what {
+	case "unchanged", "kept", "replaced", "created", "converted", "tombstoned":
+		return what, nil
+	}
+	return "", fmt.Errorf("unexpected reply %v", v)
+}
+
+func (s *Store) loadApplyScripts(ctx context.Context) error {
+	for _, sc := range []*redis.Script{scriptAdjust, scriptApplyState} {
+		if err := sc.Load(ctx, s.client).Err(); err != nil {
+			return fmt.Errorf("redisstore: apply: load scripts: %w", err)
+		}
+	}
+	return nil
+}
+
+func isNoScript(err error) bool {
+	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// validChange checks a change of the feed before anything of it is
+// applied; errors name the change by its index.
+func validChange(i int, c reservation.Change) error {
+	field := fmt.Sprintf("changes[%d]", i)
+	bad := func(f, format string, args ...any) error {
+		return &reservation.ValidationError{Field: field + "." + f, Reason: fmt.Sprintf(format, args...)}
+	}
+	if err := validShop(field+".shop", c.Shop); err != nil {
+		return err
+	}
+	switch c.Kind {
+	case reservation.ChangeState:
+		if c.State == "" {
+			return nil
+		}
+		if err := reservation.DefaultLimits.ValidateGet(&reservation.GetParams{Shop: c.Shop, Token: c.Token}); err != nil {
+			return bad("token", "%v", err)
+		}
+		if !c.State.Valid() {
+			return bad("state", "unknown state %q", c.State)
+		}
+		if c.State == reservation.StateHeld && len(c.Allocations) == 0 {
+			return bad("allocations", "a held reservation holds at least one allocation")
+		}
+		if c.State == reservation.StateHeld && c.ExpiresAt.IsZero() {
+			return bad("expires_at", "a held reservation has an expiry")
+		}
+		if err := validAllocations(field+".allocations", c.Allocations); err != nil {
+			return err
+		}
+	case reservation.ChangeAdjust:
+		switch {
+		case c.ID <= 0:
+			return bad("id", "an adjust is applied once per change id, which must be positive, got %d", c.ID)
+		case c.Item <= 0:
+			return bad("item", "must be a positive id, got %d", c.Item)
+		case c.Location <= 0:
+			return bad("location", "must be a positive id, got %d", c.Location)
+		}
+	case reservation.ChangeFence:
+		if !c.Fence.Decider.Valid() || c.Fence.Epoch < 0 {
+			return bad("fence", "not a fence: %q", c.Fence.String())
+		}
+	default:
+		return bad("kind", "unknown kind %q", c.Kind)
+	}
+	return nil
+}
+
+// validAllocations checks allocations the store writes as they are given
+// (the mirror's and the rewrite's): positive ids and quantities, no
+// item x location twice.
+func validAllocations(field string, as []reservation.Allocation) error {
+	seen := make(map[cell]bool, len(as))
+	for i, a := range as {
+		if a.Item <= 0 || a.Location <= 0 || a.Quantity <= 0 {
+			return &reservation.ValidationError{Field: fmt.Sprintf("%s[%d]", field, i), Reason: fmt.Sprintf("ids and quantity must be positive, got %+v", a)}
+		}
+		if seen[cell{a.Item, a.Location}] {
+			return &reservation.ValidationError{Field: fmt.Sprintf("%s[%d]", field, i), Reason: fmt.Sprintf("item %d at location %d is listed twice", a.Item, a.Location)}
+		}
+		seen[cell{a.Item, a.Location}] = true
+	}
+	return nil
+}
+
+func validShop(field string, shop int64) error {
+	if shop <= 0 {
+		return &reservation.ValidationError{Field: field, Reason: fmt.Sprintf("must be a positive id, got %d", shop)}
+	}
+	return nil
+}
+
+// Rewrite is the copy step of "copy and catch-up" (docs/ownership.md,
+// section 4): it makes the shop exactly snap (its fence, holds and
+// tombstones; every other hold and tombstone of the shop goes) with every
+// quantity of an item the ledger or a hold names set to the ledger's
+// available minus what the holds hold there, in one script, so no write of
+// the shop interleaves. ledger is the shop's ledger rows, read while
+// MySQL decided nothing for the shop, like snap. covered are the ids of
+// the feed's adjust changes that the ledger rows already include: their
+// markers are set too, so a relay that read one of them before the copy
+// and delivers it after does not move the quantity a second time.
+// Tombstones live Config.TombstoneTTL from now.
+func (s *Store) Rewrite(ctx context.Context, snap reservation.Snapshot, ledger []reservation.StockLevel, covered []int64) error {
+	if err := validSnapshot(snap, ledger); err != nil {
+		return err
+	}
+	for i, id := range covered {
+		if id <= 0 {
+			return &reservation.ValidationError{Field: fmt.Sprintf("covered[%d]", i), Reason: fmt.Sprintf("a change id is positive, got %d", id)}
+		}
+	}
+	if err := s.client.SAdd(ctx, s.shopsKey(), snap.Shop).Err(); err != nil {
+		return fmt.Errorf("redisstore: rewrite: register shop %d: %w", snap.Shop, err)
+	}
+	k := s.shopKeys(snap.Shop)
+	args := []any{k.base, s.cfg.TombstoneTTL.Milliseconds(), snap.Fence.String(), changeTTL.Milliseconds(), len(ledger)}
+	for _, l := range ledger {
+		args = append(args, l.Item, l.Location, l.Available)
+	}
+	args = append(args, len(snap.Holds))
+	for _, h := range snap.Holds {
+		args = append(args, h.Token, h.ExpiresAt.UnixMilli(), string(h.Authority), reservation.EncodeAllocations(sortedAllocs(h.Allocations)))
+	}
+	args = append(args, len(snap.Tombstones))
+	for _, t := range snap.Tombstones {
+		args = append(args, t.Token, string(t.State), timeMS(t.ExpiresAt), reservation.EncodeAllocations(sortedAllocs(t.Allocations)), reservation.EncodeShort(t.Short))
+	}
+	args = append(args, len(covered))
+	for _, id := range covered {
+		args = append(args, id)
+	}
+	if _, err := s.run(ctx, "rewrite", scriptRewrite, []string{k.expiry(), k.tombs(), k.fence()}, args...); err != nil {
+		return fmt.Errorf("redisstore: rewrite shop %d: %w", snap.Shop, err)
+	}
+	return nil
+}
+
+func validSnapshot(snap reservation.Snapshot, ledger []reservation.StockLevel) error {
+	if err := validShop("snapshot.shop", snap.Shop); err != nil {
+		return err
+	}
+	if !snap.Fence.Decider.Valid() || snap.Fence.Epoch < 0 {
+		return &reservation.ValidationError{Field: "snapshot.fence", Reason: fmt.Sprintf("not a fence: %q", snap.Fence.String())}
+	}
+	tokens := map[string]string{}
+	token := func(field, t string) error {
+		if err := reservation.DefaultLimits.ValidateGet(&reservation.GetParams{Shop: snap.Shop, Token: t}); err != nil {
+			return &reservation.ValidationError{Field: field + ".token", Reason: err.Error()}
+		}
+		if prev, dup := tokens[t]; dup {
+			return &reservation.ValidationError{Field: field + ".token", Reason: fmt.Sprintf("token %q is also %s", t, prev)}
+		}
+		tokens[t] = field
+		return nil
+	}
+	for i, h := range snap.Holds {
+		field := fmt.Sprintf("snapshot.holds[%d]", i)
+		if err := token(field, h.Token); err != nil {
+			return err
+		}
+		if !h.Authority.Valid() {
+			return &reservation.ValidationError{Field: field + ".authority", Reason: fmt.Sprintf("must be %q or %q, got %q", reservation.AuthorityRedis, reservation.AuthorityMySQL, h.Authority)}
+		}
+		if len(h.Allocations) == 0 {
+			return &reservation.ValidationError{Field: field + ".allocations", Reason: "a hold holds at least one allocation"}
+		}
+		if err := validAllocations(field+".allocations", h.Allocations); err != nil {
+			return err
+		}
+	}
+	for i, t := range snap.Tombstones {
+		field := fmt.Sprintf("snapshot.tombstones[%d]", i)
+		if err := token(field, t.Token); err != nil {
+			return err
+		}
+		if !t.State.Terminal() {
+			return &reservation.ValidationError{Field: field + ".state", Reason: fmt.Sprintf("a tombstone's state is terminal, got %q", t.State)}
+		}
+		if err := validAllocations(field+".allocations", t.Allocations); err != nil {
+			return err
+		}
+	}
+	for i, l := range ledger {
+		field := fmt.Sprintf("ledger[%d]", i)
+		switch {
+		case l.Shop != snap.Shop:
+			return &reservation.ValidationError{Field: field + ".shop", Reason: fmt.Sprintf("a row of shop %d in a rewrite of shop %d", l.Shop, snap.Shop)}
+		case l.Item <= 0 || l.Location <= 0:
+			return &reservation.ValidationError{Field: field, Reason: fmt.Sprintf("ids must be positive, got item %d location %d", l.Item, l.Location)}
+		}
+	}
+	return nil
+}
