@@ -49,9 +49,9 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 	var reply []any
 	var err error
 	if p.As == reservation.AsShadow {
-		reply, err = s.runRO(ctx, "claim_check_shadow", scriptClaimCheck, keys, modeShadow)
+		reply, err = s.runRO(ctx, "claim_check_shadow", scriptClaimCheck, keys, modeShadow, k.base, p.Token, s.cfg.TombstoneTTL.Milliseconds())
 	} else {
-		reply, err = s.run(ctx, "claim_check", scriptClaimCheck, keys, modeDecide)
+		reply, err = s.run(ctx, "claim_check", scriptClaimCheck, keys, modeDecide, k.base, p.Token, s.cfg.TombstoneTTL.Milliseconds())
 	}
 	if err != nil {
 		return reservation.ClaimResult{}, err

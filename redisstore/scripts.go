@@ -302,14 +302,19 @@ return {'released', h}
 // alone) with a fresh stamp on every attempt, so the grace always covers
 // the latest attempt's ledger deduction.
 //
-// KEYS: hold, tomb, fence. ARGV: mode.
+// A hold past its expiry that no claim has started is expired on the spot
+// when deciding (units back, expired tombstone), as the reaper would: once
+// a claim answered "expired", no later call may treat the hold as live.
+//
+// KEYS: hold, tomb, fence. ARGV: mode, base, token, tombstone ttl ms.
 //
 // Replies: {"fence", fence}; {"tomb", tombstone}; {"none"}; {"expired",
-// expiry ms} (not claiming: left for the reaper); {"hold", HGETALL of the
-// hold, stamp} (the stamp only when deciding).
+// expiry ms}; {"hold", HGETALL of the hold, stamp} (the stamp only when
+// deciding).
 var scriptClaimCheck = newScript("claim_check", luaPrelude+`
 local hold, tomb, fence = KEYS[1], KEYS[2], KEYS[3]
 local decide = ARGV[1] == 'decide'
+local base, token, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4])
 if decide then
   local f = fence_of(fence)
   if not decides(f) then
@@ -327,6 +332,14 @@ end
 local now = now_ms()
 local exp = field(h, 'exp')
 if tonumber(exp) <= now and not field(h, 'claiming') then
+  if decide then
+    -- Expire it now, as the reaper would: an answer "expired" must not be
+    -- followed by another that treats the hold as live.
+    local allocs = hold_allocs(h)
+    move(base, allocs, 1)
+    drop(base, token)
+    entomb(base, token, 'expired', exp, encode(allocs), '', ttl, now)
+  end
   return {'expired', exp}
 end
 if not decide then

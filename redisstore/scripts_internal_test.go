@@ -61,7 +61,7 @@ func TestReadOnlyRunRefusesWrites(t *testing.T) {
 			return err
 		}},
 		{"claim_check", func(mode string) error {
-			_, err := s.runRO(c, "claim_check", scriptClaimCheck, []string{k.hold("t"), k.tomb("t"), k.fence()}, mode)
+			_, err := s.runRO(c, "claim_check", scriptClaimCheck, []string{k.hold("t"), k.tomb("t"), k.fence()}, mode, k.base, "t", 1000)
 			return err
 		}},
 	} {

@@ -10,21 +10,23 @@ import (
 	"strings"
 	"time"
 
-	"github.com/seed31b0e981/reservoir/reservation"
 )
 
-// Reconciler guards the changes of authority over a pod: before MySQL
-// becomes the authority it checks that Redis has a complete view (so the
-// kill switch stays lossless), and before a kill switch is released it
-// repairs MySQL from Redis.
+// Reconciler checks that Redis holds everything MySQL decided, before a
+// kill switch hands a pod running mysql_only back to Redis
+// (internal/reconcile implements it).
 type Reconciler interface {
 	// Clean reports whether the pod has no drift between the stores, with
 	// a one-line summary for status and refusals.
 	Clean(ctx context.Context, pod string) (clean bool, summary string, err error)
-	// RepairFrom makes the pod's other store follow authority (its holds
-	// and pools; never the authority itself) for shops (nil: every shop of
-	// the pod), with a one-line summary of what it found.
-	RepairFrom(ctx context.Context, pod string, authority reservation.Authority, shops []int64) (summary string, err error)
+}
+
+// LagReader reports how far each pod's Redis is behind MySQL's decisions
+// (the relay's backlog; package mirror measures it). The kill switch
+// reports it at the moment it switches.
+type LagReader interface {
+	// Lag returns the changes pending for Redis and the age of the oldest.
+	Lag(ctx context.Context, pod string) (changes int64, oldest time.Duration, err error)
 }
 
 // ControllerConfig configures a Controller.
@@ -38,15 +40,17 @@ type ControllerConfig struct {
 	Plan *Plan
 	// Stats feeds the gates. Required.
 	Stats StatsReader
-	// Reconciler guards stages that give MySQL authority. Without one,
-	// such a stage is refused unless overridden.
+	// Reconciler checks Redis before a kill switch over mysql_only (it is
+	// refused without one unless confirmed with Resynced). Optional.
 	Reconciler Reconciler
+	// Lag reports each pod's relay lag when the kill switch is engaged.
+	// Optional: without it the kill reports no lag.
+	Lag LagReader
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
 	// Propagation is how long a flags change takes to reach every replica
-	// (each watches the flags file; measured: tens of milliseconds). A
-	// release from redis_only waits it between turning dual writes back on
-	// and repairing MySQL. Default: 2s.
+	// (each watches the flags file; measured: tens of milliseconds).
+	// Default: 2s.
 	Propagation time.Duration
 }
 
@@ -189,9 +193,10 @@ type AdvanceOptions struct {
 var ErrGatesFail = errors.New("rollout: gates do not pass")
 
 // Advance applies the next stage when the current stage's gates pass (or
-// with an audited override), after the safety checks: reconciliation clean
-// before MySQL becomes an authority, explicit confirmation before
-// mysql_only. It returns the stage applied.
+// with an audited override), after explicit confirmation before
+// mysql_only. It returns the stage applied. A stage that gives MySQL the
+// decisions needs no reconcile first: each shop's handoff copies Redis's
+// state into MySQL as it takes over (docs/ownership.md).
 func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, error) {
 	if o.Actor == "" {
 		return Stage{}, errors.New("rollout: advance: an actor is required")
@@ -216,11 +221,6 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 	if next.Mode == ModeMySQLOnly && !o.ConfirmMySQLOnly {
 		return Stage{}, fmt.Errorf("rollout: advance: stage %q is mysql_only: Redis stops being written and the kill switch is no longer lossless; confirm explicitly", next.Name)
 	}
-	if next.GivesMySQLAuthority() && !o.Override {
-		if err := c.checkClean(ctx, next.Pods); err != nil {
-			return Stage{}, err
-		}
-	}
 	action := "advance"
 	if o.Override {
 		action = "override"
@@ -234,22 +234,6 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 		return Stage{}, fmt.Errorf("rollout: advance: flags written, state not recorded: %w", err)
 	}
 	return next, c.audit(ctx, now, o.Actor, action, strings.Join(next.Pods, ","), reasonOr(o.Reason, next.Name), st.Stage+1, before, after)
-}
-
-func (c *Controller) checkClean(ctx context.Context, pods []string) error {
-	if c.cfg.Reconciler == nil {
-		return errors.New("rollout: advance: MySQL would become an authority and no reconciler is configured to prove Redis is complete; override with a reason to proceed")
-	}
-	for _, pod := range pods {
-		clean, summary, err := c.cfg.Reconciler.Clean(ctx, pod)
-		if err != nil {
-			return fmt.Errorf("rollout: advance: reconcile pod %s: %w", pod, err)
-		}
-		if !clean {
-			return fmt.Errorf("rollout: advance: pod %s is not reconciled (%s): run `reservoir reconcile --pod %s --repair` first, so the kill switch stays lossless", pod, summary, pod)
-		}
-	}
-	return nil
 }
 
 func failing(rs []GateResult) string {
@@ -321,55 +305,34 @@ func (c *Controller) audit(ctx context.Context, at time.Time, actor, action, sco
 type KillOptions struct {
 	// Actor and Reason are required.
 	Actor, Reason string
-	// Resynced confirms Redis was rebuilt from MySQL for a scope that runs
-	// mysql_only (without it such a kill is refused).
+	// Resynced confirms that Redis holds what MySQL decided, for a scope
+	// that runs mysql_only, without the reconcile check (which, without a
+	// Reconciler, is otherwise refused).
 	Resynced bool
 	// DryRun prints the diff to Out and changes nothing.
 	DryRun bool
 	Out    io.Writer
 }
 
-// Kill engages the kill switch for a scope: Redis becomes the authority at
-// once (state KillRedis keeps dual writes; KillRedisOnly stops touching
-// MySQL). A scope running mysql_only has no current Redis view: the kill is
-// refused until Redis has been resynced.
+// Kill engages the kill switch for a scope: Redis decides again (state
+// KillRedis keeps comparing with MySQL's shadow; KillRedisOnly stops
+// touching MySQL's reservation tables). Each shop moves on its next call:
+// its handoff drains MySQL's change feed into Redis first, so the switch
+// loses nothing the relay had not delivered yet. The kill reports the
+// relay's lag per pod at the moment it switched (to Out, and in the
+// audit's reason).
+//
+// A scope running mysql_only is checked first: the relay keeps Redis
+// following MySQL there too, but if Redis lost its data (a flush, a
+// failover) the drain cannot bring it back, so the kill is refused while
+// the reconciler finds drift (`reservoir reconcile --repair` rebuilds
+// Redis by copy and catch-up), unless o.Resynced confirms it.
 func (c *Controller) Kill(ctx context.Context, scope Scope, k Kill, o KillOptions) error {
 	if k != KillRedis && k != KillRedisOnly {
 		return fmt.Errorf("rollout: kill: state must be %q or %q, got %q", KillRedis, KillRedisOnly, k)
 	}
 	if o.Actor == "" || strings.TrimSpace(o.Reason) == "" {
 		return errors.New("rollout: kill: an actor and a reason are required")
-	}
-	cur, err := c.cfg.Flags.Read()
-	if err != nil {
-		return err
-	}
-	if pods := c.mysqlOnlyUnder(cur, scope); len(pods) > 0 && !o.Resynced {
-		return fmt.Errorf("rollout: kill %s: %s runs mysql_only, so Redis has no current view and the switch would lose reservations; "+
-			"run `reservoir reconcile --pod %s --repair --from mysql` to rebuild Redis, then kill again with --resynced", scope, strings.Join(pods, ", "), pods[0])
-	}
-	return c.kill(ctx, scope, "kill", o, func(f *Flags) error {
-		return f.EngageKill(scope, k, Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()})
-	})
-}
-
-// Release turns a scope's kill switch off.
-//
-// MySQL is first repaired from Redis, the authority while the switch was
-// engaged (Reconciler.RepairFrom), on every pod of the plan the switch
-// covers: only the scope's shop for a shop scope, every shop otherwise.
-// Shadow writes MySQL lost meanwhile (it was down, say, or the switch was
-// redis_only and never wrote it) would otherwise let MySQL, once it
-// answers again, sell stock Redis holds for acknowledged carts (whose
-// claims the ledger then refuses), and refuse buyers for holds nobody
-// owns. A redis_only switch is first turned into a redis one (dual
-// writes), and the repair waits Propagation for every replica to write
-// MySQL again, so that nothing acknowledged after the repair misses it.
-// Without a reconciler the release is refused; a failed repair leaves the
-// switch engaged.
-func (c *Controller) Release(ctx context.Context, scope Scope, o KillOptions) error {
-	if o.Actor == "" || strings.TrimSpace(o.Reason) == "" {
-		return errors.New("rollout: release: an actor and a reason are required")
 	}
 	if o.Out == nil {
 		o.Out = io.Discard
@@ -378,53 +341,61 @@ func (c *Controller) Release(ctx context.Context, scope Scope, o KillOptions) er
 	if err != nil {
 		return err
 	}
-	pods := c.podsUnder(cur, scope, func(d Decision) bool { return d.Kill != KillOff })
-	var shops []int64
-	if scope.Kind == ScopeShop {
-		shops = []int64{scope.Shop}
-	}
-	redisOnly := cur.KillAt(scope).State == KillRedisOnly
-	dual := o
-	dual.Reason = "release of redis_only: dual writes before the repair; " + o.Reason
-	toDual := func(f *Flags) error {
-		return f.EngageKill(scope, KillRedis, Attribution{Actor: o.Actor, Reason: dual.Reason, At: c.cfg.Now().UTC()})
-	}
-	// earlier is what a dry run applies before the release: the switch to
-	// dual writes is a version of its own.
-	var earlier []func(*Flags) error
-	switch {
-	case len(pods) == 0:
-	case o.DryRun:
-		if redisOnly {
-			fmt.Fprintf(o.Out, "would turn the redis_only switch into redis (dual writes) and wait %s\n", c.cfg.Propagation)
-			earlier = append(earlier, toDual)
-		}
-		fmt.Fprintf(o.Out, "would repair MySQL from Redis first on %s\n", strings.Join(pods, ", "))
-	case c.cfg.Reconciler == nil:
-		return fmt.Errorf("rollout: release: MySQL would answer again on %s and no reconciler is configured to repair it from Redis first", strings.Join(pods, ", "))
-	default:
-		if redisOnly {
-			if err := c.kill(ctx, scope, "kill", dual, toDual); err != nil {
-				return err
-			}
-			fmt.Fprintf(o.Out, "redis_only turned into redis (dual writes); waiting %s for every replica\n", c.cfg.Propagation)
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(c.cfg.Propagation):
-			}
+	if pods := c.mysqlOnlyUnder(cur, scope); len(pods) > 0 && !o.Resynced {
+		if c.cfg.Reconciler == nil {
+			return fmt.Errorf("rollout: kill %s: %s runs mysql_only and no reconciler is configured to check that Redis holds what MySQL decided; "+
+				"check it, then kill again with --resynced", scope, strings.Join(pods, ", "))
 		}
 		for _, pod := range pods {
-			summary, err := c.cfg.Reconciler.RepairFrom(ctx, pod, reservation.AuthorityRedis, shops)
+			clean, summary, err := c.cfg.Reconciler.Clean(ctx, pod)
 			if err != nil {
-				return fmt.Errorf("rollout: release: repair pod %s from Redis before MySQL answers again: %w (the kill switch stays engaged)", pod, err)
+				return fmt.Errorf("rollout: kill %s: check pod %s: %w", scope, pod, err)
 			}
-			fmt.Fprintf(o.Out, "pod %s: MySQL repaired from Redis: %s\n", pod, summary)
+			if !clean {
+				return fmt.Errorf("rollout: kill %s: pod %s runs mysql_only and Redis does not hold what MySQL decided (%s); "+
+					"run `reservoir reconcile --pod %s --repair` to rebuild Redis, then kill again", scope, pod, summary, pod)
+			}
 		}
+	}
+	lag := c.lag(ctx, cur, scope)
+	if lag != "" {
+		fmt.Fprintf(o.Out, "relay lag at the switch: %s\n", lag)
+		o.Reason += " [relay lag at the switch: " + lag + "]"
+	}
+	return c.kill(ctx, scope, "kill", o, func(f *Flags) error {
+		return f.EngageKill(scope, k, Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()})
+	})
+}
+
+// lag describes the relay lag of the plan's pods within scope.
+func (c *Controller) lag(ctx context.Context, f *Flags, scope Scope) string {
+	if c.cfg.Lag == nil {
+		return ""
+	}
+	var parts []string
+	for _, pod := range c.podsUnder(f, scope, func(Decision) bool { return true }) {
+		n, oldest, err := c.cfg.Lag.Lag(ctx, pod)
+		if err != nil {
+			parts = append(parts, fmt.Sprintf("%s unknown (%v)", pod, err))
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %d change(s), oldest %s", pod, n, oldest.Round(time.Millisecond)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Release turns a scope's kill switch off. Nothing needs repairing first:
+// where the mode gives MySQL the decisions again, each shop's handoff
+// copies Redis's state into MySQL as it takes over (docs/ownership.md), so
+// what Redis decided while the switch was engaged, and anything MySQL's
+// shadow missed, reaches MySQL before MySQL decides.
+func (c *Controller) Release(ctx context.Context, scope Scope, o KillOptions) error {
+	if o.Actor == "" || strings.TrimSpace(o.Reason) == "" {
+		return errors.New("rollout: release: an actor and a reason are required")
 	}
 	return c.kill(ctx, scope, "release", o, func(f *Flags) error {
 		return f.ReleaseKill(scope, Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()})
-	}, earlier...)
+	})
 }
 
 // kill writes edit (a kill switch change) and audits it as action; earlier

@@ -15,7 +15,6 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
@@ -383,7 +382,6 @@ func inDoubt(err error) bool {
 // errKind names an error for the errors-by-kind column.
 func errKind(err error) string {
 	var me *mysql.MySQLError
-	var pe *redisstore.PartialClaimError
 	var ne net.Error
 	var re redis.Error
 	switch {
@@ -401,8 +399,10 @@ func errKind(err error) string {
 		return "expired"
 	case errors.Is(err, reservation.ErrInvalidInput):
 		return "invalid"
-	case errors.As(err, &pe):
-		return "partial_claim"
+	case errors.Is(err, reservation.ErrReleased):
+		return "released"
+	case errors.Is(err, reservation.ErrNotDecider):
+		return "not_decider"
 	case errors.As(err, &me):
 		return "mysql_" + strconv.Itoa(int(me.Number))
 	case errors.As(err, &re):

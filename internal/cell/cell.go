@@ -1,13 +1,14 @@
 // Package cell opens a topology: for every pod its MySQL database, unit-pool
-// store, Redis client, legacy Redis store and dual-write facade; one flag
+// store, Redis client, legacy Redis store, mirror (the relay of MySQL's
+// change feed into Redis, and handoffs) and dual-write facade; one flag
 // source every facade asks; one comparer on the control database. It is
 // what `reservoir serve` and `reservoir demo` run on.
 //
 // A Cell owns everything it opens and closes it in the safe order: reapers
-// first, then the facades' shadow work (bounded), then the comparer (its
-// last flush), then the flag source, then the connections. It never decides
-// authority or compares outcomes itself: that stays with dualwrite,
-// rollout and compare.
+// and relays first, then the facades' shadow work (bounded), then the
+// comparer (its last flush), then the flag source, then the connections.
+// It never decides authority or compares outcomes itself: that stays with
+// dualwrite, mirror, rollout and compare.
 package cell
 
 import (
@@ -28,6 +29,7 @@ import (
 	"github.com/seed31b0e981/reservoir/dualwrite"
 	"github.com/seed31b0e981/reservoir/internal/reconcile"
 	"github.com/seed31b0e981/reservoir/internal/topology"
+	"github.com/seed31b0e981/reservoir/mirror"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
@@ -65,6 +67,12 @@ type Config struct {
 	// FlagPollInterval is the flag source's stat poll (see
 	// rollout.FlagSourceConfig). Default: the source's (1s).
 	FlagPollInterval time.Duration
+	// MirrorPoll is how long each pod's relay waits when the change feed
+	// is empty (mirror.Config.Poll). Default: the mirror's (20ms).
+	MirrorPoll time.Duration
+	// NoRelay starts no relay: Redis follows MySQL only through handoffs.
+	// For tests that show what the relay protects. Default: false.
+	NoRelay bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -112,6 +120,8 @@ type Pod struct {
 	// RedisClient is the pod's Redis connection (possibly shared with
 	// other pods on the same server).
 	RedisClient redis.UniversalClient
+	// Mirror relays MySQL's change feed into Redis and hands shops off.
+	Mirror *mirror.Mirror
 	// Facade is what checkout calls go through.
 	Facade *dualwrite.Facade
 	// Limits are the input limits both stores of the pod accept: the
@@ -133,7 +143,7 @@ type Cell struct {
 	// Comparer receives every facade's observations.
 	Comparer *compare.Comparer
 	// Reconciler compares each pod's two stores (reconcile.Reconciler,
-	// the authority of each shop from Flags). It implements
+	// the decider of each shop from its fences). It implements
 	// rollout.Reconciler for the controller.
 	Reconciler *reconcile.Reconciler
 
@@ -144,6 +154,8 @@ type Cell struct {
 	clients []redis.UniversalClient
 	dbs     []*sql.DB
 	reaper  *reaper
+	relays  context.CancelFunc
+	relayWG sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -196,11 +208,18 @@ func Open(ctx context.Context, cfg Config) (_ *Cell, err error) {
 	}
 	rp := make([]reconcile.Pod, len(c.pods))
 	for i, p := range c.pods {
-		rp[i] = reconcile.Pod{Name: p.Name, MySQL: p.MySQL, Redis: p.Redis}
+		rp[i] = reconcile.Pod{Name: p.Name, MySQL: p.MySQL, Redis: p.Redis, Mirror: p.Mirror}
 	}
-	c.Reconciler = reconcile.New(rp, c.Flags)
+	c.Reconciler = reconcile.New(rp)
 	if cfg.ReapInterval > 0 {
 		c.reaper = startReaper(c, cfg.ReapInterval)
+	}
+	if !cfg.NoRelay {
+		rctx, cancel := context.WithCancel(context.Background())
+		c.relays = cancel
+		for _, p := range c.pods {
+			c.relayWG.Go(func() { _ = p.Mirror.Run(rctx) })
+		}
 	}
 	return c, nil
 }
@@ -258,11 +277,16 @@ func (c *Cell) openPod(tp topology.Pod, clients map[string]redis.UniversalClient
 	if err != nil {
 		return nil, fmt.Errorf("cell: pod %s: %w", tp.Name, err)
 	}
+	mr, err := mirror.New(mirror.Config{Pod: tp.Name, MySQL: my, Redis: rd, Registerer: c.cfg.Registerer, Logger: c.log, Poll: c.cfg.MirrorPoll})
+	if err != nil {
+		return nil, fmt.Errorf("cell: pod %s: %w", tp.Name, err)
+	}
 	f, err := dualwrite.New(dualwrite.Config{
 		Pod:           tp.Name,
 		Redis:         timer.wrap(tp.Name, rd),
 		MySQL:         timer.wrap(tp.Name, my),
 		Modes:         c.Flags,
+		Mirror:        mr,
 		Observer:      c.Comparer,
 		ShadowTimeout: c.cfg.ShadowTimeout,
 		ShadowSlots:   c.cfg.ShadowSlots,
@@ -272,7 +296,7 @@ func (c *Cell) openPod(tp topology.Pod, clients map[string]redis.UniversalClient
 	if err != nil {
 		return nil, fmt.Errorf("cell: pod %s: %w", tp.Name, err)
 	}
-	return &Pod{Name: tp.Name, DB: db, MySQL: my, Redis: rd, RedisClient: client, Facade: f, Limits: limits}, nil
+	return &Pod{Name: tp.Name, DB: db, MySQL: my, Redis: rd, RedisClient: client, Mirror: mr, Facade: f, Limits: limits}, nil
 }
 
 // Pods returns the pods in topology order.
@@ -338,7 +362,7 @@ func pingRedis(ctx context.Context, c redis.UniversalClient) error {
 // DriftReport is one reconciliation of a pod, for the admin API and the
 // dashboard.
 type DriftReport struct {
-	// Clean is true when nothing but empty-pool notes was found.
+	// Clean is true when nothing but notes was found.
 	Clean bool `json:"clean"`
 	// Summary is the report in one line.
 	Summary string `json:"summary"`
@@ -354,17 +378,11 @@ func (c *Cell) Reconcile(ctx context.Context, pod string) (DriftReport, error) {
 	if err != nil {
 		return DriftReport{}, err
 	}
-	clean := true
-	for _, f := range rep.Findings {
-		if f.Kind != string(mysqlstore.DriftEmptyPool) {
-			clean = false
-		}
-	}
-	return DriftReport{Clean: clean, Summary: rep.Summary(), Report: rep}, nil
+	return DriftReport{Clean: rep.Drift() == 0, Summary: rep.Summary(), Report: rep}, nil
 }
 
-// Close stops the reaper, waits (within ctx) for every facade's shadow
-// calls, closes the comparer (its last flush of stats and diffs, within
+// Close stops the reaper and the relays, waits (within ctx) for every
+// facade's shadow calls, closes the comparer (its last flush of stats and diffs, within
 // ctx), the flag source and every connection. It returns every problem
 // met, joined; calling it again returns the first result.
 func (c *Cell) Close(ctx context.Context) error {
@@ -372,6 +390,10 @@ func (c *Cell) Close(ctx context.Context) error {
 		var errs []error
 		if c.reaper != nil {
 			c.reaper.stop()
+		}
+		if c.relays != nil {
+			c.relays()
+			c.relayWG.Wait()
 		}
 		for _, p := range c.pods {
 			if err := p.Facade.Close(ctx); err != nil {
@@ -403,4 +425,15 @@ func (c *Cell) Close(ctx context.Context) error {
 		}
 	})
 	return c.closeErr
+}
+
+// Lag reports a pod's relay lag (rollout.LagReader): the changes MySQL
+// decided that Redis has not applied yet, and the age of the oldest.
+func (c *Cell) Lag(ctx context.Context, pod string) (int64, time.Duration, error) {
+	p := c.byName[pod]
+	if p == nil {
+		return 0, 0, fmt.Errorf("cell: no pod %q", pod)
+	}
+	l, err := p.Mirror.Lag(ctx)
+	return l.Changes, l.Oldest, err
 }

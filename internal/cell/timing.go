@@ -2,7 +2,6 @@ package cell
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,15 +55,7 @@ func (t *storeTimer) wrap(pod string, s reservation.Store) reservation.Store {
 
 // DomainError reports whether err is one of reservation's sentinel errors:
 // an answer about the reservation, not a failure of the store.
-func DomainError(err error) bool {
-	for _, e := range []error{reservation.ErrInvalidInput, reservation.ErrNotFound, reservation.ErrExpired,
-		reservation.ErrAlreadyClaimed, reservation.ErrTokenConflict, reservation.ErrInsufficientStock} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
-}
+func DomainError(err error) bool { return reservation.AnswerName(err) != "" }
 
 // timedStore is a reservation.Store that times each call of the one it
 // wraps. It adds nothing else: the facade still sees the store's answers

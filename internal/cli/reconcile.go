@@ -7,16 +7,14 @@ import (
 	"io"
 
 	"github.com/seed31b0e981/reservoir/internal/reconcile"
-	"github.com/seed31b0e981/reservoir/reservation"
 )
 
 func runReconcile(ctx context.Context, args []string, out, errOut io.Writer) error {
-	fs := newFlags("reconcile", "reconcile --topology FILE [--pod NAME] [--shop ID] [--repair] [--authority auto|mysql|redis] [--checkpoint FILE [--resume]] [--json]", errOut)
+	fs := newFlags("reconcile", "reconcile --topology FILE [--pod NAME] [--shop ID] [--repair] [--checkpoint FILE [--resume]] [--json]", errOut)
 	topo := topologyFlag(fs)
 	pod := fs.String("pod", "", "only this pod (default: every pod)")
 	shop := fs.Int64("shop", 0, "only this shop (default: every shop the pod's ledger knows)")
-	repair := fs.Bool("repair", false, "fix what is found on the side that is not the authority (never the authority)")
-	authority := fs.String("authority", "auto", "which store is the truth: auto (from the flags, per shop), mysql or redis")
+	repair := fs.Bool("repair", false, "fix what is found on the side that does not decide the shop (never the decider): Redis by copy and catch-up where MySQL decides, MySQL's shadow where Redis decides")
 	checkpoint := fs.String("checkpoint", "", "file recording the last shop finished, per pod (the pod's name is appended)")
 	resume := fs.Bool("resume", false, "start after the checkpoint")
 	asJSON := fs.Bool("json", false, "print the reports as JSON")
@@ -27,26 +25,18 @@ func runReconcile(ctx context.Context, args []string, out, errOut io.Writer) err
 		fs.Usage()
 		return errUsage
 	}
-	var auth reservation.Authority
-	switch *authority {
-	case "auto":
-	case "mysql", "redis":
-		auth = reservation.Authority(*authority)
-	default:
-		return fmt.Errorf("--authority must be auto, mysql or redis, got %q", *authority)
-	}
 	if *shop < 0 {
 		return fmt.Errorf("--shop must be a positive id, got %d", *shop)
 	}
 	if *resume && *checkpoint == "" {
 		return fmt.Errorf("--resume needs --checkpoint")
 	}
-	env, err := openOperatorEnv(ctx, *topo, false)
+	env, err := openOperatorEnv(ctx, *topo)
 	if err != nil {
 		return err
 	}
 	defer env.Close()
-	rc := reconcile.New(env.pods, env.modes)
+	rc := env.cell.Reconciler
 	rc.Progress = errOut
 	pods := env.topo.PodNames()
 	if *pod != "" {
@@ -62,7 +52,7 @@ func runReconcile(ctx context.Context, args []string, out, errOut io.Writer) err
 	drift := 0
 	var reports []reconcile.Report
 	for _, p := range pods {
-		o := reconcile.Options{Shops: shops, Repair: *repair, Authority: auth, Resume: *resume}
+		o := reconcile.Options{Shops: shops, Repair: *repair, Resume: *resume}
 		if *checkpoint != "" {
 			o.Checkpoint = *checkpoint + "." + p
 		}
@@ -72,7 +62,7 @@ func runReconcile(ctx context.Context, args []string, out, errOut io.Writer) err
 		}
 		reports = append(reports, rep)
 		for _, f := range rep.Findings {
-			if !f.Repaired {
+			if !f.Repaired && !f.Note {
 				drift++
 			}
 		}

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/seed31b0e981/reservoir/internal/reconcile"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/rollout"
 )
@@ -59,7 +58,7 @@ func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error
 	if err := sub.Parse(rest); err != nil {
 		return err
 	}
-	env, err := openOperatorEnv(ctx, *topo, true)
+	env, err := openOperatorEnv(ctx, *topo)
 	if err != nil {
 		return err
 	}
@@ -82,8 +81,8 @@ func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error
 		return err
 	}
 	defer db.Close()
-	rc := reconcile.New(env.pods, env.modes)
-	ctl, err := rollout.NewController(rollout.ControllerConfig{DB: db, Flags: rollout.FlagsFile{Path: env.topo.FlagsFile}, Plan: plan, Stats: env.cmp, Reconciler: rc})
+	ctl, err := rollout.NewController(rollout.ControllerConfig{DB: db, Flags: rollout.FlagsFile{Path: env.topo.FlagsFile}, Plan: plan,
+		Stats: env.cell.Comparer, Reconciler: env.cell.Reconciler, Lag: env.cell})
 	if err != nil {
 		return err
 	}
@@ -215,7 +214,7 @@ func orderPods(ctx context.Context, env *operatorEnv, since time.Duration, out i
 	}
 	var ps []podTraffic
 	for _, p := range env.topo.PodNames() {
-		t, err := env.cmp.Totals(ctx, p, time.Now().Add(-since))
+		t, err := env.cell.Comparer.Totals(ctx, p, time.Now().Add(-since))
 		if err != nil {
 			return err
 		}

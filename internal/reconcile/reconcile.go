@@ -1,12 +1,16 @@
-// Package reconcile compares the two stores of a pod item by item, like
+// Package reconcile compares the two stores of a pod shop by shop, like
 // Vitess's VDiff: the ledger against the MySQL unit pools and holds, and
-// against the Redis quantities and holds. It reports drift with counts and,
-// asked to, repairs the side that is not the authority, never the
-// authority. It is resumable per shop and prints progress on long runs.
+// against the Redis quantities and holds. The store that decides each shop
+// (its fence; docs/ownership.md) is the truth: where MySQL decides, Redis
+// must hold exactly what MySQL holds and its quantities must follow the
+// ledger; where Redis decides, MySQL's shadow holds are only compared
+// (noted, not drift: a handoff to MySQL copies Redis's state in). Changes
+// still in MySQL's change feed are not drift either: the relay is on its
+// way with them. Asked to, it repairs the side that does not decide, never
+// the decider. It is resumable per shop and prints progress on long runs.
 package reconcile
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,49 +21,45 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/mirror"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout"
 )
 
-// Pod is one pod's stores.
+// Pod is one pod's stores and mirror.
 type Pod struct {
-	Name  string
-	MySQL *mysqlstore.Store
-	Redis *redisstore.Store
+	Name   string
+	MySQL  *mysqlstore.Store
+	Redis  *redisstore.Store
+	Mirror *mirror.Mirror
 }
 
 // Reconciler reconciles pods. It implements rollout.Reconciler.
 type Reconciler struct {
-	pods  map[string]Pod
-	modes rollout.ModeSource
+	pods map[string]Pod
 	// Progress receives one line per shop on long runs. Default: io.Discard.
 	Progress io.Writer
 }
 
 var _ rollout.Reconciler = (*Reconciler)(nil)
 
-// New returns a reconciler over pods. modes tells which store is the
-// authority of each shop (nil: Redis everywhere).
-func New(pods []Pod, modes rollout.ModeSource) *Reconciler {
+// New returns a reconciler over pods.
+func New(pods []Pod) *Reconciler {
 	m := make(map[string]Pod, len(pods))
 	for _, p := range pods {
 		m[p.Name] = p
 	}
-	return &Reconciler{pods: m, modes: modes, Progress: io.Discard}
+	return &Reconciler{pods: m, Progress: io.Discard}
 }
 
 // Options qualify a run.
 type Options struct {
 	// Shops limits the run (default: every shop the pod's ledger knows).
 	Shops []int64
-	// Repair fixes what is found on the non-authoritative side.
+	// Repair fixes what is found on the side that does not decide.
 	Repair bool
-	// Authority forces which store is the truth; zero asks the mode source
-	// per shop (MySQL for mysql and mysql_only unless the kill switch is
-	// engaged; Redis otherwise).
-	Authority reservation.Authority
 	// Checkpoint, when set, is a file recording the last shop finished; a
 	// run with Resume starts after it.
 	Checkpoint string
@@ -71,12 +71,17 @@ type Finding struct {
 	Shop int64 `json:"shop"`
 	// Side is the store the finding is about: "mysql" or "redis".
 	Side string `json:"side"`
-	// Kind classifies it (mysqlstore.DriftKind or redisstore.DriftKind).
+	// Kind classifies it (mysqlstore.DriftKind, redisstore.DriftKind, or
+	// one of this package's: fence, shadow_*).
 	Kind string `json:"kind"`
 	// Detail is the finding with its numbers.
 	Detail string `json:"detail"`
-	// Authority is the store that was the truth for this shop.
-	Authority reservation.Authority `json:"authority"`
+	// Decider is the store that decides the shop (the truth).
+	Decider reservation.Authority `json:"decider"`
+	// Note is true for a finding that is not drift: an empty pool (the
+	// next reserve refills it), a MySQL shadow hold that differs from
+	// Redis in a shop Redis decides.
+	Note bool `json:"note"`
 	// Repaired is true when a repair fixed it.
 	Repaired bool `json:"repaired"`
 }
@@ -92,49 +97,47 @@ type Report struct {
 	Skipped int `json:"skipped"`
 }
 
-// Clean reports whether a pod has no drift that matters for a switch of
-// authority (the empty-pool note does not count).
-func (r *Reconciler) Clean(ctx context.Context, pod string) (bool, string, error) {
-	rep, err := r.Run(ctx, pod, Options{Authority: reservation.AuthorityMySQL})
-	if err != nil {
-		return false, "", err
-	}
+// Drift counts the findings that are drift (not notes).
+func (rep Report) Drift() int {
 	n := 0
 	for _, f := range rep.Findings {
-		if f.Kind != string(mysqlstore.DriftEmptyPool) {
+		if !f.Note {
 			n++
 		}
 	}
-	return n == 0, rep.Summary(), nil
+	return n
 }
 
-// RepairFrom runs a repair of pod's shops (nil: all) with authority as the
-// truth and returns the report's summary: rollout.Controller calls it before a released kill
-// switch hands a pod back to MySQL.
-func (r *Reconciler) RepairFrom(ctx context.Context, pod string, authority reservation.Authority, shops []int64) (string, error) {
-	rep, err := r.Run(ctx, pod, Options{Repair: true, Authority: authority, Shops: shops})
+// Clean reports whether a pod has no drift: where MySQL decides, Redis
+// holds what MySQL holds (so a kill switch would lose nothing), and no
+// pool or fence is wrong.
+func (r *Reconciler) Clean(ctx context.Context, pod string) (bool, string, error) {
+	rep, err := r.Run(ctx, pod, Options{})
 	if err != nil {
-		return "", err
+		return false, "", err
 	}
-	return rep.Summary(), nil
+	return rep.Drift() == 0, rep.Summary(), nil
 }
 
-// Summary is the report in one line. Empty pools are notes, not drift:
-// the next reserve refills them from the ledger.
+// Summary is the report in one line. Notes are counted apart from drift.
 func (rep Report) Summary() string {
 	drift, notes := 0, 0
-	kinds := make([]string, 0, len(rep.Counts))
-	for k, n := range rep.Counts {
-		if k == "mysql:"+string(mysqlstore.DriftEmptyPool) {
-			notes += n
+	var kinds []string
+	counted := map[string]bool{}
+	for _, f := range rep.Findings {
+		if f.Note {
+			notes++
 			continue
 		}
-		drift += n
-		kinds = append(kinds, k)
+		drift++
+		if k := f.Side + ":" + f.Kind; !counted[k] {
+			counted[k] = true
+			kinds = append(kinds, k)
+		}
 	}
 	note := ""
 	if notes > 0 {
-		note = fmt.Sprintf("; %d empty pool(s) noted", notes)
+		note = fmt.Sprintf("; %d note(s)", notes)
 	}
 	if drift == 0 {
 		return fmt.Sprintf("pod %s: %d shops, no drift%s", rep.Pod, rep.Shops, note)
@@ -152,9 +155,6 @@ func (r *Reconciler) Run(ctx context.Context, pod string, o Options) (Report, er
 	p, ok := r.pods[pod]
 	if !ok {
 		return Report{}, fmt.Errorf("reconcile: no pod %q", pod)
-	}
-	if o.Authority != "" && !o.Authority.Valid() {
-		return Report{}, fmt.Errorf("reconcile: authority must be %q or %q", reservation.AuthorityMySQL, reservation.AuthorityRedis)
 	}
 	shops := o.Shops
 	if shops == nil {
@@ -177,20 +177,14 @@ func (r *Reconciler) Run(ctx context.Context, pod string, o Options) (Report, er
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		auth := o.Authority
-		if auth == "" {
-			auth = r.authority(ctx, pod, shop)
-		}
-		fs, err := r.shop(ctx, p, shop, auth, o.Repair)
+		fs, decider, err := r.shop(ctx, p, shop, o.Repair)
 		if err != nil {
 			return rep, fmt.Errorf("reconcile: pod %s shop %d: %w", pod, shop, err)
 		}
 		rep.Shops++
 		for _, f := range fs {
 			rep.Counts[f.Side+":"+f.Kind]++
-			// Empty pools are notes, not drift (see Summary): a note gone
-			// after the repair is not a repair.
-			if f.Repaired && f.Kind != string(mysqlstore.DriftEmptyPool) {
+			if f.Repaired && !f.Note {
 				rep.Repaired++
 			}
 		}
@@ -200,36 +194,25 @@ func (r *Reconciler) Run(ctx context.Context, pod string, o Options) (Report, er
 				return rep, err
 			}
 		}
-		fmt.Fprintf(r.Progress, "reconcile %s: shop %d (%d/%d) authority %s: %d finding(s), %s elapsed\n",
-			pod, shop, i+1, len(shops), auth, len(fs), time.Since(start).Round(time.Millisecond))
+		fmt.Fprintf(r.Progress, "reconcile %s: shop %d (%d/%d) decided by %s: %d finding(s), %s elapsed\n",
+			pod, shop, i+1, len(shops), decider, len(fs), time.Since(start).Round(time.Millisecond))
 	}
 	return rep, nil
 }
 
-func (r *Reconciler) authority(ctx context.Context, pod string, shop int64) reservation.Authority {
-	if r.modes == nil {
-		return reservation.AuthorityRedis
-	}
-	d, err := r.modes.Decide(ctx, pod, shop)
-	if err != nil {
-		return reservation.AuthorityRedis
-	}
-	return d.Route().Authority
-}
-
-// shop reconciles one shop: find, then (asked to) repair the side that is
-// not the authority, then find again to confirm.
-func (r *Reconciler) shop(ctx context.Context, p Pod, shop int64, auth reservation.Authority, repair bool) ([]Finding, error) {
-	found, err := r.find(ctx, p, shop, auth)
+// shop reconciles one shop: find, then (asked to) repair, then find again
+// to confirm.
+func (r *Reconciler) shop(ctx context.Context, p Pod, shop int64, repair bool) ([]Finding, reservation.Authority, error) {
+	found, decider, err := r.find(ctx, p, shop)
 	if err != nil || !repair || len(found) == 0 {
-		return found, err
+		return found, decider, err
 	}
-	if err := r.repair(ctx, p, shop, auth, found); err != nil {
-		return found, err
+	if err := r.repair(ctx, p, shop, decider, found); err != nil {
+		return found, decider, err
 	}
-	after, err := r.find(ctx, p, shop, auth)
+	after, _, err := r.find(ctx, p, shop)
 	if err != nil {
-		return found, err
+		return found, decider, err
 	}
 	left := map[string]bool{}
 	for _, f := range after {
@@ -238,190 +221,238 @@ func (r *Reconciler) shop(ctx context.Context, p Pod, shop int64, auth reservati
 	for i := range found {
 		found[i].Repaired = !left[found[i].Side+found[i].Kind+found[i].Detail]
 	}
-	return found, nil
+	return found, decider, nil
 }
 
-// find lists the shop's drift. The MySQL pool is always checked against
-// the ledger; Redis against the ledger and the true holds; and where Redis
-// is the authority, MySQL's holds against Redis's.
-func (r *Reconciler) find(ctx context.Context, p Pod, shop int64, auth reservation.Authority) ([]Finding, error) {
+// decider reads both fences: the one with the higher epoch names the
+// decider; fences that disagree are a finding (a handoff in progress, or
+// one Redis made by force).
+func decider(mf, rf reservation.Fence) (reservation.Authority, string) {
+	switch {
+	case mf == rf:
+		return mf.Decider, ""
+	case rf.Epoch > mf.Epoch && rf.Decider == reservation.AuthorityRedis:
+		return rf.Decider, fmt.Sprintf("Redis's fence %s is newer than MySQL's %s: Redis took the shop without MySQL (a forced handoff), or a handoff to Redis is draining", rf, mf)
+	case rf.Epoch > mf.Epoch:
+		return reservation.AuthorityMySQL, fmt.Sprintf("Redis's fence %s is newer than MySQL's %s: a handoff to MySQL has not finished", rf, mf)
+	case mf.Epoch > rf.Epoch:
+		return mf.Decider, fmt.Sprintf("MySQL's fence %s is newer than Redis's %s: the relay has not delivered it yet", mf, rf)
+	}
+	return mf.Decider, fmt.Sprintf("the fences disagree at one epoch: MySQL %s, Redis %s", mf, rf)
+}
+
+// find lists the shop's drift.
+func (r *Reconciler) find(ctx context.Context, p Pod, shop int64) ([]Finding, reservation.Authority, error) {
+	mf, err := p.MySQL.Fence(ctx, shop)
+	if err != nil {
+		return nil, "", err
+	}
+	rf, err := p.Redis.Fence(ctx, shop)
+	if err != nil {
+		return nil, "", err
+	}
+	dec, fenceProblem := decider(mf, rf)
 	var out []Finding
+	add := func(side, kind, detail string, note bool) {
+		out = append(out, Finding{Shop: shop, Side: side, Kind: kind, Detail: detail, Decider: dec, Note: note})
+	}
+	pending, err := r.pending(ctx, p, shop)
+	if err != nil {
+		return nil, "", err
+	}
+	if fenceProblem != "" {
+		add("redis", "fence", fenceProblem, pending.any)
+	}
 	pool, err := p.MySQL.Reconcile(ctx, shop)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	for _, d := range pool {
-		out = append(out, Finding{Shop: shop, Side: "mysql", Kind: string(d.Kind), Detail: d.String(), Authority: auth})
+		add("mysql", string(d.Kind), d.String(), d.Kind == mysqlstore.DriftEmptyPool)
 	}
-	// Redis against the truth.
-	rd, err := p.Redis.Drift(ctx, &redisstore.DriftParams{Shop: shop, HoldsFrom: auth})
+	rd, err := p.Redis.Drift(ctx, &redisstore.DriftParams{Shop: shop})
+	if err != nil {
+		return nil, "", err
+	}
+	// A change still in the feed is on its way: the drift it explains is
+	// not drift. The feed is read again after Drift, so a change that was
+	// delivered (and left the feed) while Drift ran is not missed.
+	later, err := r.pending(ctx, p, shop)
+	if err != nil {
+		return nil, "", err
+	}
+	pending.merge(later)
+	for _, d := range rd {
+		if pending.explains(d) {
+			continue
+		}
+		add("redis", string(d.Kind), d.String(), false)
+	}
+	if dec == reservation.AuthorityRedis {
+		shadow, err := shadowDrift(ctx, p, shop)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, d := range shadow {
+			add("mysql", d.kind, d.detail, true)
+		}
+	}
+	return out, dec, nil
+}
+
+// feedState is what a shop has pending in MySQL's change feed.
+type feedState struct {
+	any    bool
+	tokens map[string]bool
+	// cells with a pending adjust, or touched by a pending state change
+	cells map[[2]int64]bool
+	all   bool // a fence change is pending: everything may move
+}
+
+func (r *Reconciler) pending(ctx context.Context, p Pod, shop int64) (feedState, error) {
+	fs := feedState{tokens: map[string]bool{}, cells: map[[2]int64]bool{}}
+	changes, err := p.MySQL.Pending(ctx, shop, 10000)
+	if err != nil {
+		return fs, err
+	}
+	for _, c := range changes {
+		fs.any = true
+		switch c.Kind {
+		case reservation.ChangeState:
+			fs.tokens[c.Token] = true
+			for _, a := range c.Allocations {
+				fs.cells[[2]int64{a.Item, a.Location}] = true
+			}
+		case reservation.ChangeAdjust:
+			fs.cells[[2]int64{c.Item, c.Location}] = true
+		case reservation.ChangeFence:
+			fs.all = true
+		}
+	}
+	return fs, nil
+}
+
+func (fs *feedState) merge(o feedState) {
+	fs.any = fs.any || o.any
+	fs.all = fs.all || o.all
+	for t := range o.tokens {
+		fs.tokens[t] = true
+	}
+	for c := range o.cells {
+		fs.cells[c] = true
+	}
+}
+
+func (fs feedState) explains(d redisstore.Drift) bool {
+	if fs.all || (d.Token != "" && fs.tokens[d.Token]) {
+		return true
+	}
+	if d.Item != 0 && fs.cells[[2]int64{d.Item, d.Location}] {
+		return true
+	}
+	for _, a := range d.Allocations {
+		if fs.cells[[2]int64{a.Item, a.Location}] {
+			return true
+		}
+	}
+	return false
+}
+
+type shadowFinding struct{ kind, detail string }
+
+// shadowDrift compares MySQL's shadow holds with Redis's holds in a shop
+// Redis decides.
+func shadowDrift(ctx context.Context, p Pod, shop int64) ([]shadowFinding, error) {
+	snap, err := p.Redis.Snapshot(ctx, shop)
 	if err != nil {
 		return nil, err
 	}
-	for _, d := range rd {
-		out = append(out, Finding{Shop: shop, Side: "redis", Kind: string(d.Kind), Detail: d.String(), Authority: auth})
+	mine, err := p.MySQL.Holds(ctx, shop)
+	if err != nil {
+		return nil, err
 	}
-	if auth == reservation.AuthorityRedis {
-		// MySQL's holds against Redis's: the comparison seen from MySQL.
-		cmp, err := p.Redis.Drift(ctx, &redisstore.DriftParams{Shop: shop, HoldsFrom: reservation.AuthorityMySQL})
-		if err != nil {
-			return nil, err
+	want := map[string][]reservation.Allocation{}
+	for _, h := range snap.Holds {
+		want[h.Token] = sorted(h.Allocations)
+	}
+	var out []shadowFinding
+	seen := map[string]bool{}
+	for _, h := range mine {
+		seen[h.Token] = true
+		w, ok := want[h.Token]
+		switch {
+		case !ok:
+			out = append(out, shadowFinding{"shadow_extra_hold", fmt.Sprintf("shop %d token %q: MySQL's shadow holds %v, Redis holds nothing", shop, h.Token, h.Allocations)})
+		case !slices.Equal(w, sorted(h.Allocations)):
+			out = append(out, shadowFinding{"shadow_hold_mismatch", fmt.Sprintf("shop %d token %q: MySQL's shadow holds %v, Redis %v", shop, h.Token, h.Allocations, w)})
 		}
-		for _, d := range cmp {
-			if kind, ok := mysqlHoldKind[d.Kind]; ok {
-				out = append(out, Finding{Shop: shop, Side: "mysql", Kind: kind, Detail: d.String(), Authority: auth})
-			}
+	}
+	for _, h := range snap.Holds {
+		if !seen[h.Token] {
+			out = append(out, shadowFinding{"shadow_missing_hold", fmt.Sprintf("shop %d token %q: Redis holds %v, MySQL's shadow nothing", shop, h.Token, h.Allocations)})
 		}
 	}
 	return out, nil
 }
 
-// mysqlHoldKind renames Redis-side hold findings (computed with MySQL as
-// the reference) as what they say about MySQL when Redis is the truth.
-var mysqlHoldKind = map[redisstore.DriftKind]string{
-	redisstore.DriftMissingHold:  "extra_hold",   // MySQL holds a token Redis does not
-	redisstore.DriftExtraHold:    "missing_hold", // Redis holds a token MySQL does not
-	redisstore.DriftHoldMismatch: "hold_mismatch",
+func sorted(as []reservation.Allocation) []reservation.Allocation {
+	out := slices.Clone(as)
+	reservation.SortAllocations(out)
+	return out
 }
 
-// repair fixes the non-authoritative side only.
-func (r *Reconciler) repair(ctx context.Context, p Pod, shop int64, auth reservation.Authority, found []Finding) error {
-	if auth == reservation.AuthorityMySQL {
-		// Redis follows MySQL: rebuild the shop's quantities and holds.
-		// MySQL's own pool drift is reported, not repaired here: the
-		// authority is never touched (an Adjust trims its pool).
-		_, err := p.Redis.Resync(ctx, &redisstore.ResyncParams{Shops: []int64{shop}, HoldsFrom: reservation.AuthorityMySQL})
-		return err
+// repair fixes the side that does not decide: Redis where MySQL decides
+// (copy and catch-up, mirror.Resync), MySQL's shadow and pools where Redis
+// decides (mysqlstore.Store.Repair from Redis's snapshot), and a MySQL
+// fence behind Redis's (MySQL yields to the same epoch). The decider's
+// reservations are never changed.
+func (r *Reconciler) repair(ctx context.Context, p Pod, shop int64, dec reservation.Authority, found []Finding) error {
+	var errs []error
+	redisDrift, shadow, fence := false, false, false
+	for _, f := range found {
+		switch {
+		case f.Kind == "fence":
+			fence = true
+		case f.Side == "redis":
+			redisDrift = true
+		case strings.HasPrefix(f.Kind, "shadow_"):
+			shadow = true
+		}
 	}
-	// MySQL follows Redis: its holds become Redis's, its pools are trimmed.
-	cmp, err := p.Redis.Drift(ctx, &redisstore.DriftParams{Shop: shop, HoldsFrom: reservation.AuthorityMySQL})
-	if err != nil {
-		return err
+	if fence {
+		mf, err1 := p.MySQL.Fence(ctx, shop)
+		rf, err2 := p.Redis.Fence(ctx, shop)
+		if err := errors.Join(err1, err2); err != nil {
+			return err
+		}
+		if rf.Decider == reservation.AuthorityRedis && rf.Epoch > mf.Epoch {
+			if _, err := p.MySQL.Yield(ctx, shop, rf.Epoch); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
-	var put []reservation.Hold
-	var drop []string
-	for _, d := range cmp {
-		switch d.Kind {
-		case redisstore.DriftMissingHold:
-			keep, err := acknowledgedByMySQL(ctx, p, shop, d.Token)
+	switch dec {
+	case reservation.AuthorityMySQL:
+		if redisDrift {
+			if err := p.Mirror.Resync(ctx, shop); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	case reservation.AuthorityRedis:
+		if shadow {
+			snap, err := p.Redis.Snapshot(ctx, shop)
+			if err == nil {
+				err = p.MySQL.Repair(ctx, &snap)
+			}
 			if err != nil {
-				return err
+				errs = append(errs, err)
 			}
-			if !keep {
-				drop = append(drop, d.Token)
-			}
-		case redisstore.DriftExtraHold, redisstore.DriftHoldMismatch:
-			h, err := p.Redis.Get(ctx, &reservation.GetParams{Shop: shop, Token: d.Token})
-			if errors.Is(err, reservation.ErrNotFound) {
-				continue // gone since: nothing to copy
-			}
-			if err != nil {
-				return err
-			}
-			put = append(put, h)
 		}
 	}
-	if len(put)+len(drop) > 0 {
-		if err := p.MySQL.RepairHolds(ctx, shop, put, drop); err != nil {
-			return err
-		}
-		if err := followRedis(ctx, p, shop, put, drop); err != nil {
-			return err
-		}
+	if _, err := p.MySQL.TrimPools(ctx, shop); err != nil {
+		errs = append(errs, err)
 	}
-	_, err = p.MySQL.TrimPools(ctx, shop)
-	return err
-}
-
-// acknowledgedByMySQL says whether MySQL's hold of token was made while
-// MySQL was the authority: a reservation acknowledged to a buyer that
-// Redis never got (its shadow reserve failed), claimable under a kill
-// switch through the facade's fallback to the store that holds it. Even
-// with Redis as the truth, such a hold is kept: dropping it would lose a
-// paid-for cart when MySQL answers again.
-func acknowledgedByMySQL(ctx context.Context, p Pod, shop int64, token string) (bool, error) {
-	h, err := p.MySQL.Get(ctx, &reservation.GetParams{Shop: shop, Token: token})
-	if errors.Is(err, reservation.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return h.Authority == reservation.AuthorityMySQL, nil
-}
-
-// followPasses bounds followRedis.
-const followPasses = 3
-
-// followRedis makes MySQL's holds of the tokens a repair touched agree
-// with Redis's once more, pass after pass until they do (at most
-// followPasses, then it checks once more and fails if they still differ).
-//
-// A repair under live traffic races the facade: a hold copied from Redis
-// may have been released or claimed between the lookup and the copy (the
-// shadow's release found nothing to release in MySQL, and the copy then
-// left a hold nobody owns, refusing buyers after the flip until it
-// expired); a hold dropped as unknown to Redis may have been the shadow's
-// half of a reserve whose Redis half landed just after the snapshot. Each
-// touched token is looked up in both stores again after the repair: any
-// write the facade made before that lookup is seen, and one it makes
-// after it finds the repaired hold and applies to it.
-func followRedis(ctx context.Context, p Pod, shop int64, put []reservation.Hold, drop []string) error {
-	tokens := drop
-	for _, h := range put {
-		tokens = append(tokens, h.Token)
-	}
-	for pass := 0; len(tokens) > 0; pass++ {
-		var again []reservation.Hold
-		var gone, next []string
-		for _, token := range tokens {
-			get := &reservation.GetParams{Shop: shop, Token: token}
-			want, werr := p.Redis.Get(ctx, get)
-			if werr != nil && !errors.Is(werr, reservation.ErrNotFound) {
-				return werr
-			}
-			have, herr := p.MySQL.Get(ctx, get)
-			if herr != nil && !errors.Is(herr, reservation.ErrNotFound) {
-				return herr
-			}
-			switch {
-			case werr != nil && herr == nil && have.Authority == reservation.AuthorityMySQL:
-				continue // see acknowledgedByMySQL
-			case werr != nil && herr == nil:
-				gone = append(gone, token)
-			case werr == nil && (herr != nil || !sameHold(want, have)):
-				again = append(again, want)
-			default:
-				continue
-			}
-			next = append(next, token)
-		}
-		if len(next) == 0 {
-			return nil
-		}
-		if pass == followPasses {
-			// Still moving: rather than leave the last pass's guess (a
-			// hold dropped just before its Redis half landed, say), say
-			// so; the caller keeps the switch engaged and runs it again.
-			return fmt.Errorf("reconcile: shop %d: %d hold(s) still changing after %d repair passes (live traffic on them); run the repair again", shop, len(next), followPasses)
-		}
-		if err := p.MySQL.RepairHolds(ctx, shop, again, gone); err != nil {
-			return err
-		}
-		tokens = next
-	}
-	return nil
-}
-
-// sameHold compares two stores' holds of a token: expiry and
-// allocations, in any order.
-func sameHold(a, b reservation.Hold) bool {
-	order := func(as []reservation.Allocation) []reservation.Allocation {
-		return slices.SortedFunc(slices.Values(as), func(x, y reservation.Allocation) int {
-			return cmp.Or(cmp.Compare(x.Item, y.Item), cmp.Compare(x.Location, y.Location))
-		})
-	}
-	return a.ExpiresAt.Equal(b.ExpiresAt) && slices.Equal(order(a.Allocations), order(b.Allocations))
+	return errors.Join(errs...)
 }
 
 func readCheckpoint(path string) int64 {
