@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
 )
 
 // Reconciler checks that Redis holds everything MySQL decided, before a
