@@ -62,8 +62,10 @@ type Config struct {
 	// forced (kill switch redis_only): past it Redis takes the shop without
 	// MySQL (see Handoff). Default: 1s.
 	ForceAfter time.Duration
-	// Disabled turns the relay off (Run returns at once; Handoff still
-	// drains). Only tests that show what the relay protects set it.
+	// Disabled stops the change feed from reaching Redis at all: Run
+	// returns at once, Flush delivers nothing, and a handoff to Redis sets
+	// Redis's fence without draining the shop's pending changes. Only
+	// tests that show what the feed protects set it.
 	Disabled bool
 }
 
@@ -277,6 +279,9 @@ func (m *Mirror) deliver(ctx context.Context, shop int64) (int, error) {
 // Flush applies every pending change of one shop now, in order: what a
 // handoff to Redis drains. It stops at the first failure.
 func (m *Mirror) Flush(ctx context.Context, shop int64) error {
+	if m.cfg.Disabled {
+		return nil
+	}
 	for {
 		n, err := m.deliver(ctx, shop)
 		if err != nil {
@@ -360,6 +365,10 @@ func (m *Mirror) toRedis(ctx context.Context, shop, epoch int64, force bool) (re
 	}
 	if mf.Decider != reservation.AuthorityRedis {
 		return mf, "overtaken", nil // a newer handoff gave it to MySQL
+	}
+	if m.cfg.Disabled {
+		rf, err := m.cfg.Redis.Force(ctx, shop, mf.Epoch)
+		return rf, "undrained", err
 	}
 	if err := m.Flush(ctx, shop); err != nil {
 		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to redis: drain: %w", shop, err)
