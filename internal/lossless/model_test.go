@@ -1,0 +1,484 @@
+package lossless_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/seed31b0e981/reservoir/dualwrite"
+	"github.com/seed31b0e981/reservoir/internal/history"
+	"github.com/seed31b0e981/reservoir/reservation"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// Environment knobs of TestModel.
+const (
+	// EnvSeed replays a run: the seed a failing run printed.
+	EnvSeed = "RESERVOIR_MODEL_SEED"
+	// EnvDuration sets how long the traffic runs (a Go duration).
+	EnvDuration = "RESERVOIR_MODEL_DURATION"
+)
+
+// TestModel is the randomized model test (see the package doc).
+func TestModel(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv(EnvSeed); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", EnvSeed, s, err)
+		}
+		seed = n
+	}
+	duration := 60 * time.Second
+	if s := os.Getenv(EnvDuration); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", EnvDuration, s, err)
+		}
+		duration = d
+	}
+	t.Logf("seed %d (replay: %s=%d), traffic for %s", seed, EnvSeed, seed, duration)
+	run := runModel(t, modelRun{seed: seed, duration: duration, callers: 32, faults: true})
+	t.Log(run.summary)
+	for _, v := range run.violations {
+		t.Errorf("%s", v)
+	}
+	if t.Failed() {
+		t.Logf("replay this run with %s=%d", EnvSeed, seed)
+	}
+}
+
+// TestModelCatchesAnUndeliveredFeed: the same world with MySQL's change
+// feed never reaching Redis. MySQL decides for a while, then the kill
+// switch hands every shop to Redis, which does not know what MySQL
+// holds: the checks must find it (re-sold units refuse acknowledged
+// claims, and the stores disagree).
+func TestModelCatchesAnUndeliveredFeed(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	run := runModel(t, modelRun{seed: seed, duration: 12 * time.Second, callers: 32, noFeed: true,
+		script: []func(*flags){
+			func(f *flags) { setAllModes(f, rollout.ModeShadow) },
+			func(f *flags) { setAllModes(f, rollout.ModeMySQL) },
+			func(f *flags) {},
+			func(f *flags) {},
+			func(f *flags) { f.global = rollout.KillRedis },
+			func(f *flags) {},
+			func(f *flags) {},
+		}, flipEvery: 1500 * time.Millisecond})
+	t.Log(run.summary)
+	if len(run.violations) == 0 {
+		t.Fatal("with the change feed off, the model test found no violation: its checks cannot fail")
+	}
+	t.Logf("found %d violation(s), as it must; the first: %s", len(run.violations), run.violations[0])
+}
+
+func setAllModes(f *flags, m rollout.Mode) {
+	for p := range f.mode {
+		f.mode[p] = m
+	}
+}
+
+// modelRun is one run's shape.
+type modelRun struct {
+	seed     uint64
+	duration time.Duration
+	callers  int
+	faults   bool
+	noFeed   bool
+	// script, when set, is the flips in order (one per flipEvery); after
+	// it the flags stay. Without it the flips are random (coverFirst).
+	script    []func(*flags)
+	flipEvery time.Duration
+}
+
+type runResult struct {
+	violations violations
+	summary    string
+}
+
+// runModel runs traffic and flips in a world, then checks the end state.
+func runModel(t *testing.T, m modelRun) runResult {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(m.seed, 0xf11b5))
+	// One replica of the first pod starts without its flags: it must
+	// serve nothing (503) until it reads them.
+	doubt := map[string]bool{"pod-a/2": true}
+	w := newWorld(t, worldConfig{noFeed: m.noFeed}, m.seed, doubt)
+	rec := history.New()
+	record := func(shop, item, loc, qty int64) {
+		rec.Stock(history.Key{Shop: shop, Item: item, Location: loc}, qty)
+	}
+	w.stockUp(record)
+	if m.faults {
+		w.setFaults(10, 20)
+	}
+
+	stats := &trafficStats{claims: claimsOutcome{acked: map[string]bool{}, unknown: map[string]bool{}}}
+	tctx, stopTraffic := context.WithTimeout(context.Background(), m.duration)
+	defer stopTraffic()
+	var callers sync.WaitGroup
+	for i := range m.callers {
+		c := &caller{w: w, id: i, rng: rand.New(rand.NewPCG(m.seed, uint64(i)+1)), stats: stats}
+		client := rec.Client(c)
+		callers.Go(func() { c.run(tctx, client) })
+	}
+
+	// A new batch of items every few seconds: claims use stock up.
+	var stocker sync.WaitGroup
+	stocker.Go(func() {
+		for {
+			select {
+			case <-tctx.Done():
+				return
+			case <-time.After(restockEvery):
+			}
+			w.stockUp(record)
+		}
+	})
+
+	// The replica in doubt reads its flags after two seconds.
+	go func() {
+		select {
+		case <-tctx.Done():
+		case <-time.After(2 * time.Second):
+		}
+		w.mu.Lock()
+		last := w.published[len(w.published)-1]
+		w.mu.Unlock()
+		w.pods[0].replicas[2].view.apply(last)
+	}()
+
+	var flips []string
+	flipEvery := m.flipEvery
+	if flipEvery == 0 {
+		flipEvery = 1200 * time.Millisecond
+	}
+	walk := newFlipWalk(rng, w)
+	for i := 0; ; i++ {
+		jitter := time.Duration(rng.Int64N(int64(flipEvery / 2)))
+		select {
+		case <-tctx.Done():
+		case <-time.After(flipEvery/2 + jitter):
+		}
+		if tctx.Err() != nil {
+			break
+		}
+		var f flags
+		switch {
+		case m.script != nil && i < len(m.script):
+			f = w.publish(m.script[i])
+		case m.script != nil:
+			continue
+		default:
+			f = w.publish(walk.next)
+		}
+		flips = append(flips, f.String())
+	}
+	callers.Wait()
+	stocker.Wait()
+
+	// The end: no faults, flags without a kill switch, every hold expired
+	// and reaped, every change delivered.
+	w.setFaults(0, 0)
+	final := w.publish(func(f *flags) {
+		f.global = rollout.KillOff
+		for p := range f.kill {
+			f.kill[p] = rollout.KillOff
+		}
+		for s := range f.shopKill {
+			f.shopKill[s] = rollout.KillOff
+		}
+	})
+	w.settle()
+	var out violations
+	expiry := time.Now().Add(maxTTL + w.cfg.claimGrace + time.Second)
+	w.waitFor("every hold to expire", maxTTL+w.cfg.claimGrace+30*time.Second, func() bool {
+		if time.Now().Before(expiry) {
+			return false
+		}
+		var v violations
+		w.checkNoHolds(&v)
+		return len(v) == 0
+	})
+	if !m.noFeed {
+		w.drainFeeds(30 * time.Second)
+	}
+	w.checkLedger(&out, stats.claims)
+	w.checkNoHolds(&out)
+	w.checkAgree(&out)
+	res, err := history.Check(rec.Entries(), history.CheckOptions{Dir: history.ArtifactDir(t), Name: "model", Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != porcupine.Ok {
+		out.add("history: %s", res)
+	}
+	var injected int64
+	for _, p := range w.pods {
+		for _, r := range p.replicas {
+			injected += r.faults.injected.Load()
+		}
+	}
+	summary := fmt.Sprintf("traffic %s, %d callers: %s; %d faults injected; %d flips (final %s): %s; history %s",
+		m.duration, m.callers, stats, injected, len(flips), final, strings.Join(flips, " | "), res)
+	return runResult{violations: out, summary: summary}
+}
+
+// maxTTL is the longest hold the callers ask for.
+const maxTTL = 3 * time.Second
+
+// restockEvery is how often a new batch of items is stocked.
+const restockEvery = 4 * time.Second
+
+// flipWalk chooses flips: first a path that visits every mode and every
+// kill switch variant at every scope, with the exits from mysql_only and
+// from the kill switches, then random steps.
+type flipWalk struct {
+	rng   *rand.Rand
+	w     *world
+	cover []func(*flags)
+}
+
+func newFlipWalk(rng *rand.Rand, w *world) *flipWalk {
+	a, b := w.pods[0].name, w.pods[len(w.pods)-1].name
+	shopB := w.pods[len(w.pods)-1].shops[0]
+	set := func(pod string, m rollout.Mode) func(*flags) { return func(f *flags) { f.mode[pod] = m } }
+	kill := func(pod string, k rollout.Kill) func(*flags) { return func(f *flags) { f.kill[pod] = k } }
+	return &flipWalk{rng: rng, w: w, cover: []func(*flags){
+		set(a, rollout.ModeShadow), set(b, rollout.ModeShadow),
+		set(a, rollout.ModeMySQL),
+		kill(a, rollout.KillRedis), set(b, rollout.ModeMySQL), kill(a, rollout.KillOff),
+		set(a, rollout.ModeMySQLOnly),
+		kill(a, rollout.KillRedisOnly), kill(a, rollout.KillOff),
+		func(f *flags) { f.global = rollout.KillRedis }, func(f *flags) { f.global = rollout.KillOff },
+		func(f *flags) { f.shopKill[shopB] = rollout.KillRedisOnly }, set(b, rollout.ModeMySQLOnly),
+		func(f *flags) { f.shopKill[shopB] = rollout.KillOff },
+		set(a, rollout.ModeMySQL), set(b, rollout.ModeShadow), set(a, rollout.ModeRedis),
+	}}
+}
+
+func (fw *flipWalk) next(f *flags) {
+	if len(fw.cover) > 0 {
+		fw.cover[0](f)
+		fw.cover = fw.cover[1:]
+		return
+	}
+	pods := fw.w.pods
+	p := pods[fw.rng.IntN(len(pods))].name
+	switch n := fw.rng.IntN(10); {
+	case n < 5:
+		f.mode[p] = rollout.Modes[fw.rng.IntN(len(rollout.Modes))]
+	case n < 8:
+		f.kill[p] = []rollout.Kill{rollout.KillOff, rollout.KillOff, rollout.KillRedis, rollout.KillRedisOnly}[fw.rng.IntN(4)]
+	case n < 9:
+		shop := pods[fw.rng.IntN(len(pods))].shops[0]
+		f.shopKill[shop] = []rollout.Kill{rollout.KillOff, rollout.KillRedis, rollout.KillRedisOnly}[fw.rng.IntN(3)]
+	default:
+		f.global = []rollout.Kill{rollout.KillOff, rollout.KillOff, rollout.KillRedis}[fw.rng.IntN(3)]
+	}
+}
+
+// trafficStats counts what the callers did and keeps the claims' outcomes.
+type trafficStats struct {
+	reserved, refused, claimed, released, abandoned, unknown, lateClaims atomic.Int64
+	mu                                                                   sync.Mutex
+	claims                                                               claimsOutcome
+}
+
+func (s *trafficStats) String() string {
+	return fmt.Sprintf("%d reserved, %d refused, %d claimed, %d released, %d abandoned, %d late or repeated calls, %d calls without an answer",
+		s.reserved.Load(), s.refused.Load(), s.claimed.Load(), s.released.Load(), s.abandoned.Load(), s.lateClaims.Load(), s.unknown.Load())
+}
+
+func (s *trafficStats) claim(shop int64, token string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := fmt.Sprintf("%d/%s", shop, token)
+	switch {
+	case err == nil:
+		s.claims.acked[id] = true
+	case reservation.AnswerName(err) == "":
+		s.claims.unknown[id] = true
+	}
+}
+
+// caller is one checkout client: it reserves carts and claims, releases
+// or abandons them, each call sent to a random replica of the shop's pod
+// and retried (same token) while its outcome is unknown. It is the
+// history.Reservations the recorder wraps.
+type caller struct {
+	w       *world
+	id      int
+	rng     *rand.Rand
+	stats   *trafficStats
+	retried bool
+	n       int
+}
+
+var _ history.Retrier = (*caller)(nil)
+
+func (c *caller) Retried() bool { return c.retried }
+
+// attempts is how often a call is tried before its outcome stays unknown.
+const attempts = 6
+
+func (c *caller) try(shop int64, call func(ctx context.Context, f *dualwrite.Facade) error) error {
+	p := c.w.podOf(shop)
+	c.retried = false
+	n := attempts
+	if c.rng.IntN(5) == 0 {
+		n = 1 + c.rng.IntN(2) // an impatient client gives up early: the outcome stays unknown
+	}
+	var err error
+	for i := range n {
+		r := p.replicas[c.rng.IntN(len(p.replicas))]
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		err = call(ctx, r.facade)
+		cancel()
+		if err == nil || reservation.AnswerName(err) != "" {
+			c.retried = i > 0
+			return err
+		}
+		time.Sleep(time.Duration(20+c.rng.IntN(80)) * time.Millisecond)
+	}
+	c.retried = true
+	return err
+}
+
+func (c *caller) Reserve(_ context.Context, p *reservation.ReserveParams) (res reservation.ReserveResult, err error) {
+	err = c.try(p.Shop, func(ctx context.Context, f *dualwrite.Facade) error {
+		var e error
+		res, e = f.Reserve(ctx, p)
+		return e
+	})
+	return res, err
+}
+
+func (c *caller) Claim(_ context.Context, p *reservation.ClaimParams) (res reservation.ClaimResult, err error) {
+	err = c.try(p.Shop, func(ctx context.Context, f *dualwrite.Facade) error {
+		var e error
+		res, e = f.Claim(ctx, p)
+		return e
+	})
+	return res, err
+}
+
+func (c *caller) Release(_ context.Context, p *reservation.ReleaseParams) (res reservation.ReleaseResult, err error) {
+	err = c.try(p.Shop, func(ctx context.Context, f *dualwrite.Facade) error {
+		var e error
+		res, e = f.Release(ctx, p)
+		return e
+	})
+	return res, err
+}
+
+// run makes carts until ctx ends.
+func (c *caller) run(ctx context.Context, client *history.Client) {
+	for ctx.Err() == nil {
+		c.cart(ctx, client)
+	}
+}
+
+func (c *caller) cart(ctx context.Context, client *history.Client) {
+	w := c.w
+	p := w.pods[c.rng.IntN(len(w.pods))]
+	shop := p.shops[c.rng.IntN(len(p.shops))]
+	c.n++
+	token := fmt.Sprintf("c%d-%d", c.id, c.n)
+	var lines []reservation.Line
+	nlines := 1
+	if c.rng.IntN(3) == 0 {
+		nlines = 2
+	}
+	first, last := w.items()
+	for _, item := range c.rng.Perm(int(last-first+1))[:nlines] {
+		locs := c.rng.Perm(w.cfg.locations)[:1+c.rng.IntN(w.cfg.locations)]
+		ln := reservation.Line{Item: first + int64(item), Quantity: 1 + int64(c.rng.IntN(2))}
+		for _, l := range locs {
+			ln.Locations = append(ln.Locations, int64(l+1))
+		}
+		lines = append(lines, ln)
+	}
+	ttl := 1200*time.Millisecond + time.Duration(c.rng.Int64N(int64(maxTTL-1200*time.Millisecond)))
+	rp := &reservation.ReserveParams{Shop: shop, Token: token, Lines: lines, TTL: ttl}
+	res, err := client.Reserve(ctx, rp)
+	switch {
+	case err != nil && reservation.AnswerName(err) == "":
+		c.stats.unknown.Add(1)
+		return
+	case err != nil:
+		return
+	case res.Status != reservation.StatusReserved:
+		c.stats.refused.Add(1)
+		if c.rng.IntN(10) == 0 { // a delayed repeat of the refused cart
+			c.stats.lateClaims.Add(1)
+			_, _ = client.Reserve(ctx, rp)
+		}
+		// A buyer told "sold out" does not come back at once.
+		time.Sleep(time.Duration(50+c.rng.IntN(200)) * time.Millisecond)
+		return
+	}
+	c.stats.reserved.Add(1)
+	// Paying takes a while; now and then longer than the hold.
+	pause := time.Duration(c.rng.Int64N(int64(ttl / 2)))
+	if c.rng.IntN(8) == 0 {
+		pause = ttl/2 + time.Duration(c.rng.Int64N(int64(ttl*3/4)))
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(pause):
+	}
+	if c.rng.IntN(20) == 0 { // a repeated reserve: the hold, replayed
+		c.stats.lateClaims.Add(1)
+		_, _ = client.Reserve(ctx, rp)
+	}
+	switch n := c.rng.IntN(100); {
+	case n < 60:
+		_, err := client.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: token})
+		c.stats.claim(shop, token, err)
+		if err == nil {
+			c.stats.claimed.Add(1)
+		} else if reservation.AnswerName(err) == "" {
+			c.stats.unknown.Add(1)
+		}
+		if c.rng.IntN(10) == 0 { // release after claim: already claimed
+			c.stats.lateClaims.Add(1)
+			_, _ = client.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: token})
+		}
+	case n < 85:
+		res, err := client.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: token})
+		if err == nil && res.Released {
+			c.stats.released.Add(1)
+		} else if err != nil && reservation.AnswerName(err) == "" {
+			c.stats.unknown.Add(1)
+		}
+		if c.rng.IntN(5) == 0 { // a claim after the release: never succeeds
+			c.stats.lateClaims.Add(1)
+			_, err := client.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: token})
+			c.stats.claim(shop, token, err)
+		}
+	default:
+		c.stats.abandoned.Add(1)
+		if c.rng.IntN(3) == 0 { // a late claim of the abandoned cart
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(ttl):
+			}
+			c.stats.lateClaims.Add(1)
+			_, err := client.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: token})
+			c.stats.claim(shop, token, err)
+		}
+	}
+}
