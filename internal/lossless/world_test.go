@@ -248,6 +248,9 @@ type worldConfig struct {
 	stockMin, stockMax int64
 	// noFeed: MySQL's change feed never reaches Redis (the knob).
 	noFeed bool
+	// noRelay: no relay runs; only handoffs deliver the feed (the cases
+	// use it to show no path relies on a best-effort write).
+	noRelay bool
 	// claimGrace is Redis's grace for a legacy claim in progress.
 	claimGrace time.Duration
 }
@@ -370,7 +373,9 @@ func newWorld(t testing.TB, cfg worldConfig, seed uint64, inDoubt map[string]boo
 			ch := make(chan flags, 1024)
 			w.delays = append(w.delays, ch)
 			w.wg.Go(func() { w.follow(r, ch) })
-			w.wg.Go(func() { _ = r.mirror.Run(w.ctx) })
+			if !cfg.noRelay {
+				w.wg.Go(func() { _ = r.mirror.Run(w.ctx) })
+			}
 			w.wg.Go(func() { w.reap(r) })
 		}
 	}
@@ -435,6 +440,52 @@ func (w *world) publish(edit func(f *flags)) flags {
 		ch <- next
 	}
 	return next
+}
+
+// flipTo makes the next version of the flags and applies it at once to
+// the given replicas only (every replica when none is given): the others
+// keep what they had, as a replica that has not seen a change yet does.
+func (w *world) flipTo(edit func(f *flags), rs ...*replica) flags {
+	w.mu.Lock()
+	next := w.published[len(w.published)-1].clone()
+	next.version++
+	edit(&next)
+	w.published = append(w.published, next)
+	w.mu.Unlock()
+	if len(rs) == 0 {
+		for _, p := range w.pods {
+			rs = append(rs, p.replicas...)
+		}
+	}
+	for _, r := range rs {
+		r.view.apply(next)
+	}
+	return next
+}
+
+// setStock sets an item x location's ledger (and Redis's quantity, which
+// follows it) and records it as the starting stock.
+func (w *world) setStock(shop, item, loc, n int64) {
+	w.t.Helper()
+	p := w.podOf(shop)
+	if _, err := p.replicas[0].rd.Adjust(w.ctx, &reservation.AdjustParams{Shop: shop, Item: item, Location: loc, Available: &n}); err != nil {
+		w.t.Fatalf("stock shop %d item %d location %d: %v", shop, item, loc, err)
+	}
+	w.mu.Lock()
+	w.stock[key{shop, item, loc}] = n
+	w.mu.Unlock()
+}
+
+// ledger reads an item x location's ledger.
+func (w *world) ledger(shop, item, loc int64) int64 {
+	w.t.Helper()
+	var n int64
+	err := w.podOf(shop).db.QueryRowContext(context.Background(),
+		"SELECT available FROM inventory_ledger WHERE shop_id = ? AND inventory_item_id = ? AND location_id = ?", shop, item, loc).Scan(&n)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return n
 }
 
 // settle waits until every replica has applied the newest flags.
