@@ -401,7 +401,7 @@ func (c *caller) cart(ctx context.Context, client *history.Client) {
 		nlines = 2
 	}
 	first, last := w.items()
-	for _, item := range c.rng.Perm(int(last-first+1))[:nlines] {
+	for _, item := range c.rng.Perm(int(last - first + 1))[:nlines] {
 		locs := c.rng.Perm(w.cfg.locations)[:1+c.rng.IntN(w.cfg.locations)]
 		ln := reservation.Line{Item: first + int64(item), Quantity: 1 + int64(c.rng.IntN(2))}
 		for _, l := range locs {
