@@ -24,11 +24,20 @@
 // lines. Both stores apply the same rule; the conformance suite in
 // reservation/storetest is the judge.
 //
-// # Authority and shadow
+// # Who decides, and tombstones
 //
-// During the migration both stores see every operation. The authority's
-// answer is final: its Claim deducts the ledger (exactly once per token,
-// enforced by a claims row). The shadow only settles: it removes its own
-// hold and follows the deduction the authority made, never touching the
-// ledger itself. Role says which of the two a call is.
+// For each shop exactly one store decides (Fence): only it places, claims,
+// releases and expires the shop's reservations; a store asked to decide
+// for a shop it does not decide answers *NotDeciderError and changes
+// nothing. The other store follows: MySQL keeps shadow holds to be
+// compared while Redis decides; Redis follows MySQL's change feed (Change)
+// while MySQL decides. Role says whether a call decides or only follows.
+// A claim deducts the ledger exactly once per token, enforced by a claims
+// row.
+//
+// A reservation that reached a terminal State (claimed, released,
+// expired, or refused) is kept as a Tombstone for longer than any hold
+// lives, so that a late claim answers ErrExpired or ErrReleased, and a late
+// or repeated reserve cannot hold the token again. docs/ownership.md has
+// the whole rule book.
 package reservation
