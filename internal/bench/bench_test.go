@@ -10,6 +10,7 @@ import (
 
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
+	"github.com/seed31b0e981/reservoir/reservation"
 )
 
 // A tiny run end to end: the unit pool on the hot item straight to the
@@ -94,5 +95,96 @@ func TestPlanAndNarrow(t *testing.T) {
 	}
 	if err := (Options{MySQLDSN: "x", RedisAddr: "y", Sweeps: []Sweep{{Scenario: "nope"}}}).WithDefaults().Validate(); err == nil || !strings.Contains(err.Error(), `unknown scenario "nope"`) {
 		t.Errorf("validate unknown scenario: %v", err)
+	}
+}
+
+// Every facade variant runs end to end next to the Redis store: answers
+// calls, no errors, invariants hold. In mysql mode the facade finds the
+// shop handed to MySQL at its flags' version and Redis follows through the
+// relay the point runs.
+func TestRunFacades(t *testing.T) {
+	opts := Options{
+		MySQLDSN:  testdb.ServerDSN(t),
+		RedisAddr: testredis.Addr(t),
+		Sweeps: []Sweep{{Scenario: ScenarioHot, Variants: []string{VariantRedis, VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL},
+			Concurrency: []int{2}, Latencies: []time.Duration{0}}},
+		Duration: 500 * time.Millisecond,
+		Warmup:   100 * time.Millisecond,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	opts.Progress = &progress
+	rep, err := Run(ctx, opts)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, progress.String())
+	}
+	if len(rep.Results) != 4 {
+		t.Fatalf("%d results, want 4", len(rep.Results))
+	}
+	for _, r := range rep.Results {
+		if r.Error != "" || r.OK == 0 || r.Invariant != "ok" || len(r.Errors) != 0 {
+			t.Errorf("%s %s: ok %d, invariant %q, error %q, errors %v", r.Point, r.Op, r.OK, r.Invariant, r.Error, r.ErrorSamples)
+		}
+	}
+}
+
+// The facade in mysql mode, with its relay running: the setup hands the
+// shop to MySQL; every hold MySQL decides through the facade reaches
+// Redis without anyone delivering it; closing the target stops the relay.
+func TestFacadeMySQLRelays(t *testing.T) {
+	opts := Options{MySQLDSN: testdb.ServerDSN(t), RedisAddr: testredis.Addr(t), Sweeps: []Sweep{}}.WithDefaults()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := openServers(ctx, opts, []time.Duration{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	sc := scenarios[ScenarioHot]
+	env := &pointEnv{path: srv.paths[0], prefix: srv.prefix, poolCap: opts.PoolCap, concurrency: 2}
+	tgt, err := newTarget(VariantFacadeMySQL, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ft := tgt.(*facadeTarget)
+	const shop = 1
+	if err := tgt.setup(ctx, shop, sc); err != nil {
+		t.Fatal(err)
+	}
+	tokens := []string{"x1", "x2", "x3"}
+	for i, tok := range tokens {
+		ok, err := tgt.reserve(ctx, shop, tok, []reservation.Line{line(int64(i + 1))})
+		if err != nil || !ok {
+			t.Fatalf("reserve %s: %v %v", tok, ok, err)
+		}
+		if h, err := ft.my.Get(ctx, &reservation.GetParams{Shop: shop, Token: tok}); err != nil || h.Authority != reservation.AuthorityMySQL {
+			t.Fatalf("MySQL's hold %s: %+v %v; want MySQL deciding", tok, h, err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, tok := range tokens {
+		for {
+			_, err := ft.rd.Get(ctx, &reservation.GetParams{Shop: shop, Token: tok})
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("hold %s never reached Redis: %v", tok, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if err := tgt.close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ft.relayDone:
+	default:
+		t.Error("close returned with the relay still running")
 	}
 }

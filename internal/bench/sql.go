@@ -85,6 +85,10 @@ const (
 	sqlCheckClaims = `SELECT COUNT(*) FROM reservation_claims WHERE shop_id = ?`
 )
 
+// sqlDiscardFeed drops a finished point's entries of the stores' change
+// feed (docs/ownership.md, section 4), once its target is closed.
+const sqlDiscardFeed = `/*caller='bench'*/ DELETE FROM reservation_outbox WHERE shop_id = ?`
+
 // Server counters and settings.
 const (
 	sqlFlushRead      = `SELECT @@GLOBAL.innodb_flush_log_at_trx_commit`

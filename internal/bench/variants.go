@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/dualwrite"
+	"github.com/seed31b0e981/reservoir/mirror"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
@@ -193,6 +195,16 @@ func newPoolTarget(env *pointEnv, cfg mysqlstore.Config) (*poolTarget, error) {
 	return &poolTarget{store: s, reg: reg, db: env.path}, nil
 }
 
+// takeOver makes MySQL the decider of shop (docs/ownership.md): the
+// handoff from a Redis that never held anything for it, at epoch 1. The
+// unit-pool variants measure MySQL deciding on its own.
+func takeOver(ctx context.Context, my *mysqlstore.Store, shop int64) error {
+	if _, err := my.TakeOver(ctx, &reservation.Snapshot{Shop: shop}, 1); err != nil {
+		return fmt.Errorf("make MySQL the decider of shop %d: %w", shop, err)
+	}
+	return nil
+}
+
 // stockPools sets the ledger of every item and primes the pools the
 // scenario asks for: a reserve of one unit makes the replenisher fill the
 // pool; its release leaves the pool full less that unit.
@@ -203,27 +215,35 @@ func stockPools(ctx context.Context, my *mysqlstore.Store, shop int64, sc *scena
 		if _, err := my.AdjustStock(ctx, &reservation.AdjustParams{Shop: shop, Item: item, Location: location, Available: &avail}); err != nil {
 			return err
 		}
-		return primePool(ctx, my, shop, sc, i)
+		return primePool(ctx, my, reservation.AsAuthority, shop, sc, i)
 	})
 }
 
-func primePool(ctx context.Context, my *mysqlstore.Store, shop int64, sc *scenario, i int) error {
+// primePool primes item i's pool when the scenario says so, with a reserve
+// and a release of one unit: as the decider (as AsAuthority) or as the
+// shadow of a shop Redis decides (AsShadow), whose pools fill the same way.
+func primePool(ctx context.Context, my *mysqlstore.Store, as reservation.Role, shop int64, sc *scenario, i int) error {
 	if !sc.prime(i) {
 		return nil
 	}
 	token := fmt.Sprintf("prime-%d", i+1)
-	res, err := my.Reserve(ctx, reserveParams(shop, token, []reservation.Line{line(int64(i + 1))}))
+	p := reserveParams(shop, token, []reservation.Line{line(int64(i + 1))})
+	p.As = as
+	res, err := my.Reserve(ctx, p)
 	if err != nil {
 		return fmt.Errorf("prime item %d: %w", i+1, err)
 	}
 	if res.Status != reservation.StatusReserved {
 		return fmt.Errorf("prime item %d: %s", i+1, res.Status)
 	}
-	_, err = my.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: token})
+	_, err = my.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: token, As: as})
 	return err
 }
 
 func (t *poolTarget) setup(ctx context.Context, shop int64, sc *scenario) error {
+	if err := takeOver(ctx, t.store, shop); err != nil {
+		return err
+	}
 	return stockPools(ctx, t.store, shop, sc)
 }
 
@@ -419,16 +439,24 @@ func (t *redisTarget) close(context.Context) error { return nil }
 
 // ------------------------------------------------------------------- facade
 
+// facadeTarget is the dual-write facade of one pod, as a cell runs it:
+// both stores, a comparer, flags at a version (the epoch of the handoffs
+// they cause) and the pod's mirror, whose relay runs for the target's
+// life in a goroutine the target owns.
 type facadeTarget struct {
-	mode   rollout.Mode
-	my     *mysqlstore.Store
-	myReg  *prometheus.Registry
-	rd     *redisstore.Store
-	cmp    *compare.Comparer
-	f      *dualwrite.Facade
-	fReg   *prometheus.Registry
-	path   *path
-	closed bool
+	mode  rollout.Mode
+	modes *rollout.Static
+	my    *mysqlstore.Store
+	myReg *prometheus.Registry
+	rd    *redisstore.Store
+	mr    *mirror.Mirror
+	cmp   *compare.Comparer
+	f     *dualwrite.Facade
+	fReg  *prometheus.Registry
+	path  *path
+	// stopRelay ends the relay; relayDone is closed once it returned.
+	stopRelay context.CancelFunc
+	relayDone chan struct{}
 }
 
 func newFacadeTarget(env *pointEnv, mode rollout.Mode) (*facadeTarget, error) {
@@ -441,29 +469,63 @@ func newFacadeTarget(env *pointEnv, mode rollout.Mode) (*facadeTarget, error) {
 		return nil, err
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	mr, err := mirror.New(mirror.Config{Pod: "bench", MySQL: my, Redis: rd, Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
 	cmp, err := compare.New(compare.Config{DB: env.path.db, Logger: quiet})
 	if err != nil {
 		return nil, err
 	}
+	// NewStatic is at version 1: a shop whose fence is older (every shop,
+	// at first) is handed off to the store the mode names.
+	modes := rollout.NewStatic(mode)
 	fReg := prometheus.NewRegistry()
-	f, err := dualwrite.New(dualwrite.Config{Pod: "bench", Redis: rd, MySQL: my, Modes: rollout.NewStatic(mode),
+	f, err := dualwrite.New(dualwrite.Config{Pod: "bench", Redis: rd, MySQL: my, Modes: modes, Mirror: mr,
 		Observer: cmp, Registerer: fReg, Logger: quiet})
 	if err != nil {
 		_ = cmp.Close(context.Background())
 		return nil, err
 	}
-	return &facadeTarget{mode: mode, my: my, myReg: myReg, rd: rd, cmp: cmp, f: f, fReg: fReg, path: env.path}, nil
+	t := &facadeTarget{mode: mode, modes: modes, my: my, myReg: myReg, rd: rd, mr: mr, cmp: cmp, f: f, fReg: fReg, path: env.path,
+		relayDone: make(chan struct{})}
+	var rctx context.Context
+	rctx, t.stopRelay = context.WithCancel(context.Background())
+	go func() {
+		defer close(t.relayDone)
+		_ = mr.Run(rctx)
+	}()
+	return t, nil
 }
 
+// setup stocks the shop through Redis, which decides every shop until it
+// is handed off. In mysql mode the shop is handed to MySQL at the flags'
+// version, as the facade's first call would do, so that the window
+// measures MySQL deciding (with Redis following through the relay) rather
+// than the handoff; the pools are then primed by MySQL as the decider,
+// otherwise as Redis's shadow.
 func (t *facadeTarget) setup(ctx context.Context, shop int64, sc *scenario) error {
 	if err := stockRedis(ctx, t.rd, shop, sc); err != nil {
 		return err
 	}
-	return forEach(ctx, sc.items, func(ctx context.Context, i int) error { return primePool(ctx, t.my, shop, sc, i) })
+	as := reservation.AsShadow
+	if t.mode == rollout.ModeMySQL {
+		f, err := t.mr.Handoff(ctx, shop, reservation.AuthorityMySQL, t.modes.Version(), false)
+		if err != nil {
+			return err
+		}
+		if f.Decider != reservation.AuthorityMySQL {
+			return fmt.Errorf("hand shop %d to MySQL: the fence is %s", shop, f)
+		}
+		as = reservation.AsAuthority
+	}
+	return forEach(ctx, sc.items, func(ctx context.Context, i int) error { return primePool(ctx, t.my, as, shop, sc, i) })
 }
 
 func (t *facadeTarget) reserve(ctx context.Context, shop int64, token string, lines []reservation.Line) (bool, error) {
-	res, err := t.f.Reserve(ctx, reserveParams(shop, token, lines))
+	// The facade's shadow call reads the cart after Reserve returned, and
+	// the caller reuses lines for its next cart: the facade gets its own.
+	res, err := t.f.Reserve(ctx, reserveParams(shop, token, slices.Clone(lines)))
 	return res.Status == reservation.StatusReserved, err
 }
 
@@ -478,7 +540,7 @@ func (t *facadeTarget) counters() counters {
 	return c
 }
 
-// check waits for the shadow calls in flight, then holds the authority to
+// check waits for the shadow calls in flight, then holds the decider to
 // the book exactly; the shadow side may miss calls (skipped when its slots
 // were full, timed out), so of MySQL as shadow only the projection is
 // checked.
@@ -495,6 +557,15 @@ func (t *facadeTarget) check(ctx context.Context, shop int64, b *book) error {
 	return checkRedis(ctx, t.rd, shop, b)
 }
 
+// close waits for the shadow calls, stops the relay (within ctx) and
+// closes the comparer.
 func (t *facadeTarget) close(ctx context.Context) error {
-	return errors.Join(t.f.Close(ctx), t.cmp.Close(ctx))
+	err := t.f.Close(ctx)
+	t.stopRelay()
+	select {
+	case <-t.relayDone:
+	case <-ctx.Done():
+		err = errors.Join(err, fmt.Errorf("bench: the relay did not stop: %w", ctx.Err()))
+	}
+	return errors.Join(err, t.cmp.Close(ctx))
 }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -28,7 +29,8 @@ import (
 	"github.com/seed31b0e981/reservoir/rollout"
 )
 
-// Pod is one pod's stores and mirror.
+// Pod is one pod's stores and mirror. A pod without a Mirror can be
+// compared, not repaired.
 type Pod struct {
 	Name   string
 	MySQL  *mysqlstore.Store
@@ -84,13 +86,22 @@ type Finding struct {
 	Note bool `json:"note"`
 	// Repaired is true when a repair fixed it.
 	Repaired bool `json:"repaired"`
+
+	// where is what the finding is about (a token, an item x location,
+	// or nothing for the fence), for telling after a repair whether it is
+	// still there: its Detail carries numbers that may have moved.
+	where string
 }
+
+// id names a finding without its numbers.
+func (f Finding) id() string { return f.Side + "|" + f.Kind + "|" + f.where }
 
 // Report is a run's result.
 type Report struct {
-	Pod      string         `json:"pod"`
-	Shops    int            `json:"shops"`
-	Findings []Finding      `json:"findings"`
+	Pod      string    `json:"pod"`
+	Shops    int       `json:"shops"`
+	Findings []Finding `json:"findings"`
+	// Counts are the findings per "side:kind", notes included.
 	Counts   map[string]int `json:"counts"`
 	Repaired int            `json:"repaired"`
 	// Skipped counts shops before the checkpoint on a resumed run.
@@ -121,33 +132,28 @@ func (r *Reconciler) Clean(ctx context.Context, pod string) (bool, string, error
 
 // Summary is the report in one line. Notes are counted apart from drift.
 func (rep Report) Summary() string {
-	drift, notes := 0, 0
-	var kinds []string
-	counted := map[string]bool{}
+	notes := 0
+	drift := map[string]int{} // side:kind -> drift findings (Counts also counts notes)
 	for _, f := range rep.Findings {
 		if f.Note {
 			notes++
 			continue
 		}
-		drift++
-		if k := f.Side + ":" + f.Kind; !counted[k] {
-			counted[k] = true
-			kinds = append(kinds, k)
-		}
+		drift[f.Side+":"+f.Kind]++
 	}
 	note := ""
 	if notes > 0 {
 		note = fmt.Sprintf("; %d note(s)", notes)
 	}
-	if drift == 0 {
+	if len(drift) == 0 {
 		return fmt.Sprintf("pod %s: %d shops, no drift%s", rep.Pod, rep.Shops, note)
 	}
-	slices.Sort(kinds)
+	kinds := slices.Sorted(maps.Keys(drift))
 	parts := make([]string, len(kinds))
 	for i, k := range kinds {
-		parts[i] = fmt.Sprintf("%s %d", k, rep.Counts[k])
+		parts[i] = fmt.Sprintf("%s %d", k, drift[k])
 	}
-	return fmt.Sprintf("pod %s: %d shops, %d drift finding(s) (%s), %d repaired%s", rep.Pod, rep.Shops, drift, strings.Join(parts, ", "), rep.Repaired, note)
+	return fmt.Sprintf("pod %s: %d shops, %d drift finding(s) (%s), %d repaired%s", rep.Pod, rep.Shops, rep.Drift(), strings.Join(parts, ", "), rep.Repaired, note)
 }
 
 // Run reconciles a pod.
@@ -216,29 +222,47 @@ func (r *Reconciler) shop(ctx context.Context, p Pod, shop int64, repair bool) (
 	}
 	left := map[string]bool{}
 	for _, f := range after {
-		left[f.Side+f.Kind+f.Detail] = true
+		left[f.id()] = true
 	}
 	for i := range found {
-		found[i].Repaired = !left[found[i].Side+found[i].Kind+found[i].Detail]
+		found[i].Repaired = !left[found[i].id()]
 	}
 	return found, decider, nil
 }
 
-// decider reads both fences: the one with the higher epoch names the
-// decider; fences that disagree are a finding (a handoff in progress, or
-// one Redis made by force).
-func decider(mf, rf reservation.Fence) (reservation.Authority, string) {
+// fenceState is what the two fences of a shop say together.
+type fenceState struct {
+	// decider is the store that decides (the truth for the comparison).
+	decider reservation.Authority
+	// problem describes fences that disagree ("" when they agree).
+	problem string
+	// relaying is set when the disagreement is a handoff to Redis whose
+	// fence change is on its way through the feed (at least epoch
+	// relaying): not drift while that change is pending.
+	relaying int64
+}
+
+// fences reads both fences: the one with the higher epoch names the
+// decider; fences that disagree are a finding. Only Force sets Redis's
+// fence to Redis above MySQL's (a handoff to Redis moves MySQL's fence
+// first, in the transaction that records the fence change for the relay),
+// so Redis ahead naming itself is a forced handoff; Redis ahead naming
+// MySQL is a handoff to MySQL that has not finished (neither store
+// decides until it does); MySQL ahead is a fence change the relay has not
+// delivered, or lost.
+func fences(mf, rf reservation.Fence) fenceState {
 	switch {
 	case mf == rf:
-		return mf.Decider, ""
+		return fenceState{decider: mf.Decider}
 	case rf.Epoch > mf.Epoch && rf.Decider == reservation.AuthorityRedis:
-		return rf.Decider, fmt.Sprintf("Redis's fence %s is newer than MySQL's %s: Redis took the shop without MySQL (a forced handoff), or a handoff to Redis is draining", rf, mf)
+		return fenceState{decider: rf.Decider, problem: fmt.Sprintf("Redis's fence %s is newer than MySQL's %s: Redis took the shop without MySQL (a forced handoff); what the feed held for it then reached Redis late or not at all", rf, mf)}
 	case rf.Epoch > mf.Epoch:
-		return reservation.AuthorityMySQL, fmt.Sprintf("Redis's fence %s is newer than MySQL's %s: a handoff to MySQL has not finished", rf, mf)
+		return fenceState{decider: reservation.AuthorityMySQL, problem: fmt.Sprintf("Redis's fence %s is newer than MySQL's %s: a handoff to MySQL has not finished, and neither store decides the shop", rf, mf)}
 	case mf.Epoch > rf.Epoch:
-		return mf.Decider, fmt.Sprintf("MySQL's fence %s is newer than Redis's %s: the relay has not delivered it yet", mf, rf)
+		return fenceState{decider: mf.Decider, relaying: mf.Epoch,
+			problem: fmt.Sprintf("MySQL's fence %s is newer than Redis's %s: the relay has not delivered it, or Redis lost it", mf, rf)}
 	}
-	return mf.Decider, fmt.Sprintf("the fences disagree at one epoch: MySQL %s, Redis %s", mf, rf)
+	return fenceState{decider: mf.Decider, problem: fmt.Sprintf("the fences disagree at one epoch: MySQL %s, Redis %s", mf, rf)}
 }
 
 // find lists the shop's drift.
@@ -251,24 +275,22 @@ func (r *Reconciler) find(ctx context.Context, p Pod, shop int64) ([]Finding, re
 	if err != nil {
 		return nil, "", err
 	}
-	dec, fenceProblem := decider(mf, rf)
+	fc := fences(mf, rf)
+	dec := fc.decider
 	var out []Finding
-	add := func(side, kind, detail string, note bool) {
-		out = append(out, Finding{Shop: shop, Side: side, Kind: kind, Detail: detail, Decider: dec, Note: note})
+	add := func(side, kind, where, detail string, note bool) {
+		out = append(out, Finding{Shop: shop, Side: side, Kind: kind, Detail: detail, Decider: dec, Note: note, where: where})
 	}
 	pending, err := r.pending(ctx, p, shop)
 	if err != nil {
 		return nil, "", err
-	}
-	if fenceProblem != "" {
-		add("redis", "fence", fenceProblem, pending.any)
 	}
 	pool, err := p.MySQL.Reconcile(ctx, shop)
 	if err != nil {
 		return nil, "", err
 	}
 	for _, d := range pool {
-		add("mysql", string(d.Kind), d.String(), d.Kind == mysqlstore.DriftEmptyPool)
+		add("mysql", string(d.Kind), cellOf(d.Item, d.Location), d.String(), d.Kind == mysqlstore.DriftEmptyPool)
 	}
 	rd, err := p.Redis.Drift(ctx, &redisstore.DriftParams{Shop: shop})
 	if err != nil {
@@ -282,11 +304,21 @@ func (r *Reconciler) find(ctx context.Context, p Pod, shop int64) ([]Finding, re
 		return nil, "", err
 	}
 	pending.merge(later)
+	if fc.problem != "" {
+		// Only a fence change still in the feed explains fences that
+		// disagree; other pending changes of the shop do not (after a
+		// forced handoff they are what Redis missed).
+		add("redis", "fence", "", fc.problem, fc.relaying > 0 && pending.fence >= fc.relaying)
+	}
 	for _, d := range rd {
 		if pending.explains(d) {
 			continue
 		}
-		add("redis", string(d.Kind), d.String(), false)
+		where := "token " + d.Token
+		if d.Token == "" {
+			where = cellOf(d.Item, d.Location)
+		}
+		add("redis", string(d.Kind), where, d.String(), false)
 	}
 	if dec == reservation.AuthorityRedis {
 		shadow, err := shadowDrift(ctx, p, shop)
@@ -294,7 +326,7 @@ func (r *Reconciler) find(ctx context.Context, p Pod, shop int64) ([]Finding, re
 			return nil, "", err
 		}
 		for _, d := range shadow {
-			add("mysql", d.kind, d.detail, true)
+			add("mysql", d.kind, "token "+d.token, d.detail, true)
 		}
 	}
 	return out, dec, nil
@@ -302,11 +334,12 @@ func (r *Reconciler) find(ctx context.Context, p Pod, shop int64) ([]Finding, re
 
 // feedState is what a shop has pending in MySQL's change feed.
 type feedState struct {
-	any    bool
 	tokens map[string]bool
 	// cells with a pending adjust, or touched by a pending state change
 	cells map[[2]int64]bool
 	all   bool // a fence change is pending: everything may move
+	// fence is the highest epoch of a pending fence change (0: none).
+	fence int64
 }
 
 func (r *Reconciler) pending(ctx context.Context, p Pod, shop int64) (feedState, error) {
@@ -316,7 +349,6 @@ func (r *Reconciler) pending(ctx context.Context, p Pod, shop int64) (feedState,
 		return fs, err
 	}
 	for _, c := range changes {
-		fs.any = true
 		switch c.Kind {
 		case reservation.ChangeState:
 			fs.tokens[c.Token] = true
@@ -327,14 +359,15 @@ func (r *Reconciler) pending(ctx context.Context, p Pod, shop int64) (feedState,
 			fs.cells[[2]int64{c.Item, c.Location}] = true
 		case reservation.ChangeFence:
 			fs.all = true
+			fs.fence = max(fs.fence, c.Fence.Epoch)
 		}
 	}
 	return fs, nil
 }
 
 func (fs *feedState) merge(o feedState) {
-	fs.any = fs.any || o.any
 	fs.all = fs.all || o.all
+	fs.fence = max(fs.fence, o.fence)
 	for t := range o.tokens {
 		fs.tokens[t] = true
 	}
@@ -358,7 +391,9 @@ func (fs feedState) explains(d redisstore.Drift) bool {
 	return false
 }
 
-type shadowFinding struct{ kind, detail string }
+type shadowFinding struct{ kind, token, detail string }
+
+func cellOf(item, location int64) string { return fmt.Sprintf("item %d location %d", item, location) }
 
 // shadowDrift compares MySQL's shadow holds with Redis's holds in a shop
 // Redis decides.
@@ -382,14 +417,14 @@ func shadowDrift(ctx context.Context, p Pod, shop int64) ([]shadowFinding, error
 		w, ok := want[h.Token]
 		switch {
 		case !ok:
-			out = append(out, shadowFinding{"shadow_extra_hold", fmt.Sprintf("shop %d token %q: MySQL's shadow holds %v, Redis holds nothing", shop, h.Token, h.Allocations)})
+			out = append(out, shadowFinding{"shadow_extra_hold", h.Token, fmt.Sprintf("shop %d token %q: MySQL's shadow holds %v, Redis holds nothing", shop, h.Token, h.Allocations)})
 		case !slices.Equal(w, sorted(h.Allocations)):
-			out = append(out, shadowFinding{"shadow_hold_mismatch", fmt.Sprintf("shop %d token %q: MySQL's shadow holds %v, Redis %v", shop, h.Token, h.Allocations, w)})
+			out = append(out, shadowFinding{"shadow_hold_mismatch", h.Token, fmt.Sprintf("shop %d token %q: MySQL's shadow holds %v, Redis %v", shop, h.Token, h.Allocations, w)})
 		}
 	}
 	for _, h := range snap.Holds {
 		if !seen[h.Token] {
-			out = append(out, shadowFinding{"shadow_missing_hold", fmt.Sprintf("shop %d token %q: Redis holds %v, MySQL's shadow nothing", shop, h.Token, h.Allocations)})
+			out = append(out, shadowFinding{"shadow_missing_hold", h.Token, fmt.Sprintf("shop %d token %q: Redis holds %v, MySQL's shadow nothing", shop, h.Token, h.Allocations)})
 		}
 	}
 	return out, nil
@@ -403,16 +438,23 @@ func sorted(as []reservation.Allocation) []reservation.Allocation {
 
 // repair fixes the side that does not decide: Redis where MySQL decides
 // (copy and catch-up, mirror.Resync), MySQL's shadow and pools where Redis
-// decides (mysqlstore.Store.Repair from Redis's snapshot), and a MySQL
-// fence behind Redis's (MySQL yields to the same epoch). The decider's
+// decides (mysqlstore.Store.Repair from Redis's snapshot). Fences that
+// disagree are settled first: after a forced handoff MySQL yields to the
+// epoch Redis took the shop at; a handoff to MySQL that did not finish is
+// finished (it is idempotent: any replica may finish it); a Redis fence
+// behind a MySQL that decides (Redis lost it) is rewritten by the copy. A
+// fence change still on its way is left to the relay. The decider's
 // reservations are never changed.
 func (r *Reconciler) repair(ctx context.Context, p Pod, shop int64, dec reservation.Authority, found []Finding) error {
+	if p.Mirror == nil {
+		return fmt.Errorf("pod %s has no mirror: nothing can repair it (reconcile.Pod.Mirror)", p.Name)
+	}
 	var errs []error
 	redisDrift, shadow, fence := false, false, false
 	for _, f := range found {
 		switch {
 		case f.Kind == "fence":
-			fence = true
+			fence = fence || !f.Note
 		case f.Side == "redis":
 			redisDrift = true
 		case strings.HasPrefix(f.Kind, "shadow_"):
@@ -425,10 +467,17 @@ func (r *Reconciler) repair(ctx context.Context, p Pod, shop int64, dec reservat
 		if err := errors.Join(err1, err2); err != nil {
 			return err
 		}
-		if rf.Decider == reservation.AuthorityRedis && rf.Epoch > mf.Epoch {
+		switch {
+		case rf.Epoch > mf.Epoch && rf.Decider == reservation.AuthorityRedis:
 			if _, err := p.MySQL.Yield(ctx, shop, rf.Epoch); err != nil {
 				errs = append(errs, err)
 			}
+		case rf.Epoch > mf.Epoch:
+			if _, err := p.Mirror.Handoff(ctx, shop, reservation.AuthorityMySQL, rf.Epoch, false); err != nil {
+				errs = append(errs, err)
+			}
+		case mf.Epoch > rf.Epoch && mf.Decider == reservation.AuthorityMySQL:
+			redisDrift = true
 		}
 	}
 	switch dec {

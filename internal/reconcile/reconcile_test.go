@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -12,23 +13,31 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/reconcile"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
+	"github.com/seed31b0e981/reservoir/mirror"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
-const shop = 5
+// The shops of the tests: MySQL decides mysqlShop (handed over at epoch
+// 1), Redis decides redisShop (never handed off).
+const (
+	mysqlShop = 5
+	redisShop = 6
+)
 
+// bundle is one pod: its two stores on a fresh database and Redis prefix,
+// its mirror (whose relay never runs: the tests deliver the feed with
+// Flush, so what is pending is up to them) and a reconciler over it.
 type bundle struct {
 	db *testdb.DB
 	r  *testredis.Redis
 	my *mysqlstore.Store
 	rd *redisstore.Store
+	mr *mirror.Mirror
 	rc *reconcile.Reconciler
 }
 
-// setup builds one pod whose two stores agree: the same stock, the same
-// two holds.
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	b := &bundle{db: testdb.New(t), r: testredis.New(t)}
@@ -40,49 +49,121 @@ func setup(t *testing.T) *bundle {
 		Limits: reservation.Limits{MaxQuantity: 20}}); err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	for item := int64(1); item <= 2; item++ {
-		n := int64(50)
-		// Redis as authority sets the ledger and its own quantity; MySQL's
-		// view is the same ledger.
-		if _, err := b.rd.Adjust(ctx, &reservation.AdjustParams{Shop: shop, Item: item, Location: 1, Available: &n}); err != nil {
-			t.Fatal(err)
-		}
+	if b.mr, err = mirror.New(mirror.Config{Pod: "p", MySQL: b.my, Redis: b.rd}); err != nil {
+		t.Fatal(err)
 	}
-	for i, st := range []reservation.Store{b.rd, b.my} {
-		for _, tok := range []string{"a", "b"} {
-			res, err := st.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: tok, TTL: time.Minute, Authority: reservation.AuthorityRedis,
-				Lines: []reservation.Line{{Item: 1, Quantity: 3, Locations: []int64{1}}}})
-			if err != nil || res.Status != reservation.StatusReserved {
-				t.Fatalf("store %d reserve %s: %+v %v", i, tok, res, err)
-			}
-		}
-	}
-	b.rc = reconcile.New([]reconcile.Pod{{Name: "p", MySQL: b.my, Redis: b.rd}}, nil)
-	if rep := b.run(t, reservation.AuthorityMySQL, false); len(kinds(rep)) != 0 {
-		t.Fatalf("fresh pod has drift: %s %v", rep.Summary(), rep.Findings)
-	}
+	b.rc = reconcile.New([]reconcile.Pod{{Name: "p", MySQL: b.my, Redis: b.rd, Mirror: b.mr}})
 	return b
 }
 
-func (b *bundle) run(t *testing.T, auth reservation.Authority, repair bool) reconcile.Report {
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// mysqlDecides hands shop to MySQL at epoch 1, in both stores: MySQL takes
+// it over (nothing to copy), and the handoff sets Redis's fence.
+func (b *bundle) mysqlDecides(t *testing.T, shop int64) {
 	t.Helper()
-	rep, err := b.rc.Run(context.Background(), "p", reconcile.Options{Authority: auth, Repair: repair})
+	if _, err := b.my.TakeOver(ctx(t), &reservation.Snapshot{Shop: shop}, 1); err != nil {
+		t.Fatal(err)
+	}
+	f, err := b.mr.Handoff(ctx(t), shop, reservation.AuthorityMySQL, 1, false)
+	want := reservation.Fence{Decider: reservation.AuthorityMySQL, Epoch: 1}
+	if err != nil || f != want {
+		t.Fatalf("handoff of shop %d to mysql: %s %v", shop, f, err)
+	}
+	if rf, err := b.rd.Fence(ctx(t), shop); err != nil || rf != want {
+		t.Fatalf("Redis's fence of shop %d: %s %v, want %s", shop, rf, err, want)
+	}
+}
+
+// stock sets the ledger of item at location 1 to n through st as
+// authority, and delivers the feed: Redis follows the ledger.
+func (b *bundle) stock(t *testing.T, st reservation.Store, shop, item, n int64) {
+	t.Helper()
+	if _, err := st.Adjust(ctx(t), &reservation.AdjustParams{Shop: shop, Item: item, Location: 1, Available: &n}); err != nil {
+		t.Fatalf("stock shop %d item %d: %v", shop, item, err)
+	}
+	b.flush(t, shop)
+}
+
+// reserve holds qty of item at location 1 for token in st, deciding or,
+// with as AsShadow, as MySQL's shadow of a Redis decision.
+func (b *bundle) reserve(t *testing.T, st reservation.Store, as reservation.Role, shop int64, token string, item, qty int64) {
+	t.Helper()
+	p := &reservation.ReserveParams{Shop: shop, Token: token, TTL: time.Minute, As: as,
+		Lines: []reservation.Line{{Item: item, Quantity: qty, Locations: []int64{1}}}}
+	if as == reservation.AsShadow {
+		p.Authority = reservation.AuthorityRedis
+	}
+	res, err := st.Reserve(ctx(t), p)
+	if err != nil || res.Status != reservation.StatusReserved {
+		t.Fatalf("%s reserve %s in shop %d: %+v %v", st.Name(), token, shop, res, err)
+	}
+}
+
+// flush delivers the shop's pending changes to Redis (what the relay does).
+func (b *bundle) flush(t *testing.T, shop int64) {
+	t.Helper()
+	if err := b.mr.Flush(ctx(t), shop); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pending is the number of changes of shop waiting in the feed.
+func (b *bundle) pending(t *testing.T, shop int64) []reservation.Change {
+	t.Helper()
+	cs, err := b.my.Pending(ctx(t), shop, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cs
+}
+
+func (b *bundle) run(t *testing.T, shop int64, repair bool) reconcile.Report {
+	t.Helper()
+	rep, err := b.rc.Run(ctx(t), "p", reconcile.Options{Shops: []int64{shop}, Repair: repair})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s (repair %v): %s", b.db.Name, repair, rep.Summary())
 	return rep
 }
 
-func kinds(rep reconcile.Report) []string {
+// clean fails the test if rep has drift.
+func clean(t *testing.T, what string, rep reconcile.Report) {
+	t.Helper()
+	if rep.Drift() != 0 {
+		t.Fatalf("%s: %s: %+v", what, rep.Summary(), rep.Findings)
+	}
+}
+
+// drift lists rep's drift findings as side:kind, sorted, each once.
+func drift(rep reconcile.Report) []string { return kinds(rep, false) }
+
+// notes lists rep's notes (empty pools aside) as side:kind.
+func notes(rep reconcile.Report) []string { return kinds(rep, true) }
+
+func kinds(rep reconcile.Report, note bool) []string {
 	var out []string
 	for _, f := range rep.Findings {
-		if f.Kind != string(mysqlstore.DriftEmptyPool) {
+		if f.Note == note && f.Kind != string(mysqlstore.DriftEmptyPool) {
 			out = append(out, f.Side+":"+f.Kind)
 		}
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// holdKey is the Redis key of a hold, for damaging Redis by hand.
+func (b *bundle) holdKey(shop int64, token string) string {
+	return fmt.Sprintf("%s{shop:%d}:hold:%s", b.r.Prefix, shop, token)
+}
+
+func (b *bundle) qtyKey(shop, item int64) string {
+	return fmt.Sprintf("%s{shop:%d}:qty:%d", b.r.Prefix, shop, item)
 }
 
 // redisState is every key of the pod's Redis prefix with its value, to
@@ -92,108 +173,380 @@ func (b *bundle) redisState(t *testing.T) string {
 	keys := b.r.Keys(t)
 	slices.Sort(keys)
 	var sb strings.Builder
+	c := ctx(t)
 	for _, k := range keys {
-		typ := b.r.Client.Type(context.Background(), k).Val()
-		switch typ {
+		switch b.r.Client.Type(c, k).Val() {
 		case "hash":
-			fmt.Fprintf(&sb, "%s=%v\n", k, b.r.Client.HGetAll(context.Background(), k).Val())
+			fmt.Fprintf(&sb, "%s=%v\n", k, b.r.Client.HGetAll(c, k).Val())
 		case "zset":
-			fmt.Fprintf(&sb, "%s=%v\n", k, b.r.Client.ZRangeWithScores(context.Background(), k, 0, -1).Val())
+			fmt.Fprintf(&sb, "%s=%v\n", k, b.r.Client.ZRangeWithScores(c, k, 0, -1).Val())
+		case "set":
+			fmt.Fprintf(&sb, "%s=%v\n", k, b.r.Client.SMembers(c, k).Val())
 		default:
-			fmt.Fprintf(&sb, "%s=%v\n", k, b.r.Client.Get(context.Background(), k).Val())
+			fmt.Fprintf(&sb, "%s=%v\n", k, b.r.Client.Get(c, k).Val())
 		}
 	}
 	return sb.String()
 }
 
+// mysqlState is MySQL's reservations, hold lines and ledger, to prove a
+// repair did not touch MySQL.
 func (b *bundle) mysqlState(t *testing.T) string {
 	t.Helper()
-	rows, err := b.db.Query("SELECT token, inventory_item_id, location_id, quantity FROM reserved_quantities ORDER BY 1, 2, 3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
 	var sb strings.Builder
-	for rows.Next() {
-		var tok string
-		var i, l, q int64
-		_ = rows.Scan(&tok, &i, &l, &q)
-		fmt.Fprintf(&sb, "%s %d %d %d\n", tok, i, l, q)
+	for _, q := range []string{
+		"SELECT shop_id, token, state, allocations FROM reservations ORDER BY 1, 2",
+		"SELECT shop_id, token, CONCAT(inventory_item_id, ':', location_id, ':', quantity) FROM reserved_quantities ORDER BY 1, 2, 3",
+		"SELECT shop_id, CONCAT(inventory_item_id, ':', location_id), available FROM inventory_ledger ORDER BY 1, 2",
+	} {
+		rows, err := b.db.Query(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols, _ := rows.Columns()
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range vals {
+				fmt.Fprintf(&sb, "%s ", v)
+			}
+			sb.WriteByte('\n')
+		}
+		rows.Close()
 	}
-	var ledger int64
-	_ = b.db.QueryRow("SELECT SUM(available) FROM inventory_ledger").Scan(&ledger)
-	fmt.Fprintf(&sb, "ledger %d\n", ledger)
 	return sb.String()
 }
 
-// f. With MySQL the authority, drift injected into Redis is found and
-// --repair rebuilds Redis; MySQL (holds and ledger) is not touched.
-func TestRepairRedisWhenMySQLIsTheAuthority(t *testing.T) {
-	t.Parallel()
+// mysqlShopWithHolds is a shop MySQL decides, with stock of items 1 and 2
+// and two holds, every change relayed to Redis.
+func mysqlShopWithHolds(t *testing.T) *bundle {
+	t.Helper()
 	b := setup(t)
-	ctx := context.Background()
-	qtyKey := fmt.Sprintf("%s{shop:%d}:qty:2", b.r.Prefix, shop)
-	b.r.Client.HIncrBy(ctx, qtyKey, "1", 7)                                                         // a quantity off by 7
-	b.r.Client.Del(ctx, fmt.Sprintf("%s{shop:%d}:hold:a", b.r.Prefix, shop))                        // a hold lost
-	if _, err := b.db.Exec("INSERT INTO available_units VALUES (?, 2, 1, 900)", shop); err != nil { // MySQL pool: fine, under the ledger
+	b.mysqlDecides(t, mysqlShop)
+	b.stock(t, b.my, mysqlShop, 1, 50)
+	b.stock(t, b.my, mysqlShop, 2, 50)
+	b.reserve(t, b.my, reservation.AsAuthority, mysqlShop, "a", 1, 3)
+	b.reserve(t, b.my, reservation.AsAuthority, mysqlShop, "b", 2, 2)
+	b.flush(t, mysqlShop)
+	if n := len(b.pending(t, mysqlShop)); n != 0 {
+		t.Fatalf("%d changes pending after the flush", n)
+	}
+	return b
+}
+
+// Where MySQL decides, Redis must hold exactly what MySQL holds. With
+// every change relayed the shop is clean; a hold lost from Redis and a
+// quantity changed behind its back are drift (the checker fails on a
+// planted problem); --repair rebuilds Redis by copy and catch-up, never
+// touching MySQL, and the next run is clean.
+func TestMySQLDecidesDamagedRedisIsRepaired(t *testing.T) {
+	t.Parallel()
+	b := mysqlShopWithHolds(t)
+	clean(t, "relayed shop", b.run(t, mysqlShop, false))
+	if ok, summary, err := b.rc.Clean(ctx(t), "p"); err != nil || !ok {
+		t.Fatalf("Clean of a relayed pod: %v %s %v", ok, summary, err)
+	}
+
+	c := ctx(t)
+	if err := b.r.Client.Del(c, b.holdKey(mysqlShop, "a")).Err(); err != nil { // a hold lost
+		t.Fatal(err)
+	}
+	if err := b.r.Client.HIncrBy(c, b.qtyKey(mysqlShop, 2), "1", 7).Err(); err != nil { // a quantity off by 7
 		t.Fatal(err)
 	}
 	mysqlBefore := b.mysqlState(t)
-	rep := b.run(t, reservation.AuthorityMySQL, false)
-	got := kinds(rep)
+	rep := b.run(t, mysqlShop, false)
+	got := drift(rep)
 	for _, want := range []string{"redis:missing_hold", "redis:quantity"} {
 		if !slices.Contains(got, want) {
-			t.Errorf("findings %v: no %s", got, want)
+			t.Errorf("drift %v: no %s", got, want)
 		}
 	}
-	rep = b.run(t, reservation.AuthorityMySQL, true)
-	t.Log(rep.Summary())
-	if rep.Repaired == 0 {
-		t.Errorf("nothing repaired: %v", rep.Findings)
+	for _, f := range rep.Findings {
+		if f.Decider != reservation.AuthorityMySQL || f.Shop != mysqlShop || f.Repaired {
+			t.Errorf("finding %+v: want shop %d decided by mysql, not repaired", f, mysqlShop)
+		}
 	}
-	if rep := b.run(t, reservation.AuthorityMySQL, false); len(kinds(rep)) != 0 {
-		t.Errorf("drift after repair: %v", rep.Findings)
+	if ok, summary, err := b.rc.Clean(ctx(t), "p"); err != nil || ok || !strings.Contains(summary, "redis:missing_hold") {
+		t.Errorf("Clean of a damaged pod: %v %q %v; want false, naming the drift", ok, summary, err)
 	}
+
+	rep = b.run(t, mysqlShop, true)
+	if rep.Repaired != rep.Drift() || rep.Repaired == 0 {
+		t.Errorf("repaired %d of %d drift findings: %+v", rep.Repaired, rep.Drift(), rep.Findings)
+	}
+	clean(t, "after the repair", b.run(t, mysqlShop, false))
 	if after := b.mysqlState(t); after != mysqlBefore {
-		t.Errorf("the repair touched the authority (MySQL):\nbefore %s\nafter %s", mysqlBefore, after)
+		t.Errorf("the repair touched the decider (MySQL):\nbefore %s\nafter %s", mysqlBefore, after)
+	}
+	if h, err := b.rd.Get(ctx(t), &reservation.GetParams{Shop: mysqlShop, Token: "a"}); err != nil || h.Quantity() != 3 {
+		t.Errorf("Redis's hold a after the repair: %+v %v", h, err)
+	}
+	if av, err := b.rd.Availability(ctx(t), &reservation.AvailabilityParams{Shop: mysqlShop, Item: 2}); err != nil || av.At(1) != 48 {
+		t.Errorf("Redis offers %d of item 2 after the repair (%v), want 48", av.At(1), err)
 	}
 }
 
-// f. With Redis the authority, drift injected into MySQL (a lost hold, an
-// extra hold, a pool over the ledger) is found and --repair fixes MySQL;
-// Redis is not touched.
-func TestRepairMySQLWhenRedisIsTheAuthority(t *testing.T) {
+// A change MySQL made that is still in the feed is on its way: what it
+// explains is not drift, although Redis's own drift check sees it. The
+// same gap without the change in the feed (a change lost on the way) is
+// drift, and --repair fills it by copy and catch-up.
+func TestPendingChangesAreNotDrift(t *testing.T) {
+	t.Parallel()
+	b := mysqlShopWithHolds(t)
+	b.reserve(t, b.my, reservation.AsAuthority, mysqlShop, "c", 1, 4) // not relayed yet
+	if len(b.pending(t, mysqlShop)) == 0 {
+		t.Fatal("nothing pending: the test shows nothing")
+	}
+	raw, err := b.rd.Drift(ctx(t), &redisstore.DriftParams{Shop: mysqlShop})
+	if err != nil || len(raw) == 0 {
+		t.Fatalf("Redis's own drift check finds %v (%v); want the missing hold c", raw, err)
+	}
+	clean(t, "a change pending", b.run(t, mysqlShop, false))
+	b.flush(t, mysqlShop)
+	clean(t, "the change delivered", b.run(t, mysqlShop, false))
+	if _, err := b.rd.Get(ctx(t), &reservation.GetParams{Shop: mysqlShop, Token: "c"}); err != nil {
+		t.Errorf("hold c not in Redis after the flush: %v", err)
+	}
+
+	// Planted: the change of hold d leaves the feed without reaching Redis.
+	b.reserve(t, b.my, reservation.AsAuthority, mysqlShop, "d", 2, 5)
+	var ids []int64
+	for _, c := range b.pending(t, mysqlShop) {
+		ids = append(ids, c.ID)
+	}
+	if err := b.my.Done(ctx(t), ids); err != nil {
+		t.Fatal(err)
+	}
+	rep := b.run(t, mysqlShop, false)
+	if got := drift(rep); !slices.Contains(got, "redis:missing_hold") {
+		t.Fatalf("a lost change: drift %v, want redis:missing_hold", got)
+	}
+	rep = b.run(t, mysqlShop, true)
+	if rep.Repaired == 0 {
+		t.Errorf("nothing repaired: %+v", rep.Findings)
+	}
+	clean(t, "after the repair", b.run(t, mysqlShop, false))
+	if _, err := b.rd.Get(ctx(t), &reservation.GetParams{Shop: mysqlShop, Token: "d"}); err != nil {
+		t.Errorf("hold d not in Redis after the repair: %v", err)
+	}
+}
+
+// Where Redis decides, MySQL's shadow holds are only compared: one Redis
+// lacks and one MySQL lacks are notes, not drift (a handoff to MySQL
+// copies Redis's state in). --repair makes MySQL's shadow Redis's, never
+// touching Redis.
+func TestRedisDecidesShadowDifferencesAreNotes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	if _, err := b.db.Exec("DELETE FROM reserved_quantities WHERE token = 'a'"); err != nil {
-		t.Fatal(err)
+	b.stock(t, b.rd, redisShop, 1, 50)
+	b.reserve(t, b.rd, reservation.AsAuthority, redisShop, "a", 1, 3)
+	b.reserve(t, b.my, reservation.AsShadow, redisShop, "a", 1, 3)     // the shadow agrees
+	b.reserve(t, b.my, reservation.AsShadow, redisShop, "ghost", 1, 4) // Redis refused it, say, or never saw it
+	b.reserve(t, b.rd, reservation.AsAuthority, redisShop, "lost", 1, 2)
+	b.flush(t, redisShop)
+
+	rep := b.run(t, redisShop, false)
+	clean(t, "shadow differences", rep)
+	if got, want := notes(rep), []string{"mysql:shadow_extra_hold", "mysql:shadow_missing_hold"}; !slices.Equal(got, want) {
+		t.Errorf("notes %v, want %v", got, want)
 	}
-	if _, err := b.db.Exec("INSERT INTO reserved_quantities (shop_id, token, inventory_item_id, location_id, quantity, expires_at, authority) VALUES (?, 'ghost', 2, 1, 4, NOW(3) + INTERVAL 1 HOUR, 'redis')", shop); err != nil {
-		t.Fatal(err)
-	}
-	for u := 1000; u < 1060; u++ { // 60 units over a ledger of 50
-		if _, err := b.db.Exec("INSERT INTO available_units VALUES (?, 2, 1, ?)", shop, u); err != nil {
-			t.Fatal(err)
+	for _, f := range rep.Findings {
+		if f.Decider != reservation.AuthorityRedis {
+			t.Errorf("finding %+v: want decided by redis", f)
 		}
 	}
+	if !strings.Contains(rep.Summary(), "no drift; 2 note(s)") {
+		t.Errorf("summary %q: the notes are not counted apart", rep.Summary())
+	}
+	if ok, summary, err := b.rc.Clean(ctx(t), "p"); err != nil || !ok {
+		t.Errorf("Clean with only notes: %v %s %v", ok, summary, err)
+	}
+
 	redisBefore := b.redisState(t)
-	rep := b.run(t, reservation.AuthorityRedis, false)
-	got := kinds(rep)
-	for _, want := range []string{"mysql:extra_hold", "mysql:missing_hold", "mysql:over_projected"} {
-		if !slices.Contains(got, want) {
-			t.Errorf("findings %v: no %s", got, want)
+	rep = b.run(t, redisShop, true)
+	for _, f := range rep.Findings {
+		if strings.HasPrefix(f.Kind, "shadow_") && !f.Repaired {
+			t.Errorf("note not repaired: %+v", f)
 		}
 	}
-	rep = b.run(t, reservation.AuthorityRedis, true)
-	t.Log(rep.Summary())
-	if rep := b.run(t, reservation.AuthorityRedis, false); len(kinds(rep)) != 0 {
-		t.Errorf("drift after repair: %v", rep.Findings)
+	rep = b.run(t, redisShop, false)
+	if got := notes(rep); len(got) != 0 || rep.Drift() != 0 {
+		t.Errorf("after the repair: notes %v, %s", got, rep.Summary())
 	}
 	if after := b.redisState(t); after != redisBefore {
-		t.Errorf("the repair touched the authority (Redis):\nbefore %s\nafter %s", redisBefore, after)
+		t.Errorf("the repair touched the decider (Redis):\nbefore %s\nafter %s", redisBefore, after)
 	}
-	if n := b.db.Count(t, "reserved_quantities"); n != 2 {
-		t.Errorf("MySQL holds %d rows after repair, want Redis's 2", n)
+	holds, err := b.my.Holds(ctx(t), redisShop)
+	var tokens []string
+	for _, h := range holds {
+		tokens = append(tokens, h.Token)
+	}
+	if err != nil || !slices.Equal(tokens, []string{"a", "lost"}) {
+		t.Errorf("MySQL's shadow holds after the repair: %v %v, want Redis's a and lost", tokens, err)
+	}
+}
+
+// Drift in the decider itself (a Redis quantity changed behind its back
+// in a shop Redis decides) is found, and --repair leaves it alone and says
+// so: the decider's state is the truth, never overwritten.
+func TestDeciderDriftIsNotRepaired(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.stock(t, b.rd, redisShop, 1, 50)
+	b.reserve(t, b.rd, reservation.AsAuthority, redisShop, "a", 1, 3)
+	b.flush(t, redisShop)
+	if err := b.r.Client.HIncrBy(ctx(t), b.qtyKey(redisShop, 1), "1", 5).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rep := b.run(t, redisShop, false)
+	if got := drift(rep); !slices.Equal(got, []string{"redis:quantity"}) {
+		t.Fatalf("drift %v, want redis:quantity", got)
+	}
+	redisBefore := b.redisState(t)
+	rep = b.run(t, redisShop, true)
+	for _, f := range rep.Findings {
+		if !f.Note && f.Repaired {
+			t.Errorf("drift in the decider reported repaired: %+v", f)
+		}
+	}
+	if rep.Repaired != 0 {
+		t.Errorf("repaired %d, want 0", rep.Repaired)
+	}
+	if after := b.redisState(t); after != redisBefore {
+		t.Errorf("the repair touched the decider (Redis):\nbefore %s\nafter %s", redisBefore, after)
+	}
+}
+
+// A forced handoff (kill switch redis_only, MySQL not answering) leaves
+// Redis's fence ahead of MySQL's: a fence finding, drift even while the
+// changes the force left behind are still in the feed. --repair makes
+// MySQL yield at Redis's epoch, and the next run is clean.
+func TestForcedHandoffIsAFenceFinding(t *testing.T) {
+	t.Parallel()
+	b := mysqlShopWithHolds(t)
+	b.reserve(t, b.my, reservation.AsAuthority, mysqlShop, "late", 1, 1) // the lag the force leaves behind
+	forced := reservation.Fence{Decider: reservation.AuthorityRedis, Epoch: 2}
+	if f, err := b.rd.Force(ctx(t), mysqlShop, forced.Epoch); err != nil || f != forced {
+		t.Fatalf("force: %s %v", f, err)
+	}
+
+	rep := b.run(t, mysqlShop, false)
+	if got := drift(rep); !slices.Contains(got, "redis:fence") {
+		t.Fatalf("drift %v after a forced handoff with changes pending: want redis:fence", got)
+	}
+	for _, f := range rep.Findings {
+		if f.Kind == "fence" && (f.Decider != reservation.AuthorityRedis || !strings.Contains(f.Detail, "forced")) {
+			t.Errorf("fence finding %+v: want Redis deciding, the detail naming the forced handoff", f)
+		}
+	}
+	if ok, _, err := b.rc.Clean(ctx(t), "p"); err != nil || ok {
+		t.Errorf("Clean after a forced handoff: %v %v; want false", ok, err)
+	}
+
+	rep = b.run(t, mysqlShop, true)
+	for _, f := range rep.Findings {
+		if f.Kind == "fence" && !f.Repaired {
+			t.Errorf("fence finding not repaired: %+v", f)
+		}
+	}
+	if mf, err := b.my.Fence(ctx(t), mysqlShop); err != nil || mf != forced {
+		t.Errorf("MySQL's fence after the repair: %s %v, want %s", mf, err, forced)
+	}
+	rep = b.run(t, mysqlShop, false)
+	clean(t, "after the repair", rep)
+	if got := notes(rep); len(got) != 0 {
+		t.Errorf("notes after the repair: %v", got)
+	}
+	// Redis decides again; MySQL refuses to.
+	b.flush(t, mysqlShop)
+	b.reserve(t, b.rd, reservation.AsAuthority, mysqlShop, "after", 1, 1)
+	_, err := b.my.Reserve(ctx(t), &reservation.ReserveParams{Shop: mysqlShop, Token: "mine", TTL: time.Minute,
+		Lines: []reservation.Line{{Item: 1, Quantity: 1, Locations: []int64{1}}}})
+	if !errors.Is(err, reservation.ErrNotDecider) {
+		t.Errorf("MySQL reserve after it yielded: %v, want a NotDeciderError", err)
+	}
+}
+
+// A handoff to Redis whose fence change is still in the feed (MySQL
+// yielded, the drain has not run) is a note: the relay is on its way.
+// Once delivered, the fences agree and nothing is found.
+func TestHandoffToRedisInFlightIsANote(t *testing.T) {
+	t.Parallel()
+	b := mysqlShopWithHolds(t)
+	if f, err := b.my.Yield(ctx(t), mysqlShop, 2); err != nil || f.Decider != reservation.AuthorityRedis {
+		t.Fatalf("yield: %s %v", f, err)
+	}
+	rep := b.run(t, mysqlShop, false)
+	clean(t, "fence change pending", rep)
+	if got := notes(rep); !slices.Equal(got, []string{"redis:fence"}) {
+		t.Errorf("notes %v, want the fence on its way", got)
+	}
+	b.flush(t, mysqlShop)
+	rep = b.run(t, mysqlShop, false)
+	clean(t, "fence change delivered", rep)
+	if got := notes(rep); len(got) != 0 {
+		t.Errorf("notes %v once the fence change was delivered", got)
+	}
+}
+
+// Redis yielded a shop to MySQL and MySQL never took it over (the handoff
+// stopped half way): neither store decides, which is drift. --repair
+// finishes the handoff (it is idempotent), copying Redis's holds into
+// MySQL, and the next run is clean.
+func TestUnfinishedHandoffToMySQLIsFinished(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.stock(t, b.rd, redisShop, 1, 50)
+	b.reserve(t, b.rd, reservation.AsAuthority, redisShop, "a", 1, 3)
+	b.flush(t, redisShop)
+	if f, err := b.rd.Yield(ctx(t), redisShop, 1); err != nil || f.Decider != reservation.AuthorityMySQL {
+		t.Fatalf("yield: %s %v", f, err)
+	}
+	rep := b.run(t, redisShop, false)
+	if got := drift(rep); !slices.Contains(got, "redis:fence") {
+		t.Fatalf("drift %v, want redis:fence", got)
+	}
+	b.run(t, redisShop, true)
+	clean(t, "after the repair", b.run(t, redisShop, false))
+	want := reservation.Fence{Decider: reservation.AuthorityMySQL, Epoch: 1}
+	if mf, err := b.my.Fence(ctx(t), redisShop); err != nil || mf != want {
+		t.Errorf("MySQL's fence after the repair: %s %v, want %s", mf, err, want)
+	}
+	if h, err := b.my.Get(ctx(t), &reservation.GetParams{Shop: redisShop, Token: "a"}); err != nil || h.Quantity() != 3 {
+		t.Errorf("MySQL's hold a after the repair: %+v %v; want Redis's, copied in", h, err)
+	}
+}
+
+// Redis lost its fence of a shop MySQL decides (a flush, a failover
+// without persistence): Redis would take itself for the decider. That is
+// drift even with every hold in place, and --repair rewrites the shop,
+// fence included, from MySQL.
+func TestRedisLostItsFence(t *testing.T) {
+	t.Parallel()
+	b := mysqlShopWithHolds(t)
+	if err := b.r.Client.Del(ctx(t), fmt.Sprintf("%s{shop:%d}:fence", b.r.Prefix, mysqlShop)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rep := b.run(t, mysqlShop, false)
+	if got := drift(rep); !slices.Equal(got, []string{"redis:fence"}) {
+		t.Fatalf("drift %v, want redis:fence", got)
+	}
+	rep = b.run(t, mysqlShop, true)
+	if rep.Repaired != 1 {
+		t.Errorf("repaired %d: %+v", rep.Repaired, rep.Findings)
+	}
+	clean(t, "after the repair", b.run(t, mysqlShop, false))
+	_, err := b.rd.Reserve(ctx(t), &reservation.ReserveParams{Shop: mysqlShop, Token: "mine", TTL: time.Minute,
+		Lines: []reservation.Line{{Item: 1, Quantity: 1, Locations: []int64{1}}}})
+	if !errors.Is(err, reservation.ErrNotDecider) {
+		t.Errorf("Redis reserve after the repair: %v, want a NotDeciderError", err)
 	}
 }
 
@@ -202,12 +555,24 @@ func TestResumeFromCheckpoint(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cp := filepath.Join(t.TempDir(), "checkpoint")
-	rep, err := b.rc.Run(context.Background(), "p", reconcile.Options{Shops: []int64{shop, shop + 1}, Checkpoint: cp, Authority: reservation.AuthorityRedis})
+	rep, err := b.rc.Run(ctx(t), "p", reconcile.Options{Shops: []int64{5, 6}, Checkpoint: cp})
 	if err != nil || rep.Shops != 2 {
 		t.Fatalf("first run: %+v %v", rep, err)
 	}
-	rep, err = b.rc.Run(context.Background(), "p", reconcile.Options{Shops: []int64{shop, shop + 1, shop + 2}, Checkpoint: cp, Resume: true, Authority: reservation.AuthorityRedis})
+	rep, err = b.rc.Run(ctx(t), "p", reconcile.Options{Shops: []int64{5, 6, 7}, Checkpoint: cp, Resume: true})
 	if err != nil || rep.Shops != 1 || rep.Skipped != 2 {
 		t.Fatalf("resumed run: shops %d skipped %d, %v; want 1 and 2", rep.Shops, rep.Skipped, err)
+	}
+}
+
+// A pod the reconciler does not know is an error, not a clean report.
+func TestUnknownPod(t *testing.T) {
+	t.Parallel()
+	rc := reconcile.New(nil)
+	if _, err := rc.Run(context.Background(), "nope", reconcile.Options{}); err == nil {
+		t.Fatal("run of an unknown pod: no error")
+	}
+	if ok, _, err := rc.Clean(context.Background(), "nope"); err == nil || ok {
+		t.Fatalf("Clean of an unknown pod: %v %v", ok, err)
 	}
 }
