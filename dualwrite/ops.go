@@ -2,6 +2,7 @@ package dualwrite
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/seed31b0e981/reservoir/compare"
@@ -18,6 +19,8 @@ type call struct {
 	obs      compare.Observation
 	authDone chan compare.Outcome
 	shadow   shadowCall
+	// finished is set by finish (in the caller's goroutine).
+	finished bool
 }
 
 // compared starts the shadow side of a compared call, when the mode
@@ -61,6 +64,7 @@ func (c *call) finish(decider reservation.Authority, a compare.Outcome) {
 	if c == nil {
 		return
 	}
+	c.finished = true
 	if decider != c.plan.Authority {
 		a.Store = ""
 	} else {
@@ -73,6 +77,16 @@ func (c *call) finish(decider reservation.Authority, a compare.Outcome) {
 		return
 	}
 	c.authDone <- a
+}
+
+// abandon tells the shadow side, when finish was never called (the
+// decider panicked), that there is nothing to compare: the shadow waits
+// for the decider's outcome in its slot, and would otherwise hold it for
+// ever. Every compared call defers it.
+func (c *call) abandon() {
+	if c != nil && !c.finished {
+		c.finish("", compare.Outcome{})
+	}
 }
 
 func (c *call) observe(a, s compare.Outcome) {
@@ -103,8 +117,10 @@ func (f *Facade) Reserve(ctx context.Context, p *reservation.ReserveParams) (res
 	}
 	q := *p
 	q.As, q.Authority = reservation.AsAuthority, ""
+	// The shadow runs after Reserve may have returned: it gets a copy of
+	// the cart, since the caller may reuse its slices.
 	sq := *p
-	sq.As, sq.Authority = reservation.AsShadow, plan.Authority
+	sq.As, sq.Authority, sq.Lines = reservation.AsShadow, plan.Authority, cloneLines(p.Lines)
 	c := f.compared(ctx, plan, compare.OpReserve, p.Shop, p.Token,
 		func(sctx context.Context, shadow reservation.Store) compare.Outcome {
 			return reserveOutcome(shadow.Reserve(sctx, &sq))
@@ -114,6 +130,7 @@ func (f *Facade) Reserve(ctx context.Context, p *reservation.ReserveParams) (res
 				f.releaseShadow(ctx, p.Shop, p.Token)
 			}
 		})
+	defer c.abandon()
 	start := time.Now()
 	var res reservation.ReserveResult
 	decider, err := f.decided(ctx, p.Shop, d, plan, func(s reservation.Store) error {
@@ -131,6 +148,15 @@ func (f *Facade) Reserve(ctx context.Context, p *reservation.ReserveParams) (res
 		f.cfg.Mirror.Push()
 	}
 	return res, nil
+}
+
+func cloneLines(lines []reservation.Line) []reservation.Line {
+	out := make([]reservation.Line, len(lines))
+	for i, ln := range lines {
+		out[i] = ln
+		out[i].Locations = slices.Clone(ln.Locations)
+	}
+	return out
 }
 
 // shadowHoldsAlone says whether MySQL's shadow holds a cart Redis, which
@@ -176,6 +202,7 @@ func (f *Facade) Claim(ctx context.Context, p *reservation.ClaimParams) (reserva
 		func(sctx context.Context, shadow reservation.Store) compare.Outcome {
 			return claimOutcome(shadow.Claim(sctx, &sq))
 		}, nil)
+	defer c.abandon()
 	start := time.Now()
 	var res reservation.ClaimResult
 	decider, err := f.decided(ctx, p.Shop, d, plan, func(s reservation.Store) error {
@@ -216,6 +243,7 @@ func (f *Facade) Release(ctx context.Context, p *reservation.ReleaseParams) (res
 		func(sctx context.Context, shadow reservation.Store) compare.Outcome {
 			return releaseOutcome(shadow.Release(sctx, &sq))
 		}, nil)
+	defer c.abandon()
 	start := time.Now()
 	var res reservation.ReleaseResult
 	decider, err := f.decided(ctx, p.Shop, d, plan, func(s reservation.Store) error {

@@ -214,7 +214,7 @@ func (m *Mirror) Run(ctx context.Context) error {
 		}
 		if time.Since(lastCheck) >= m.cfg.Standby {
 			lastCheck = time.Now()
-			if !lease.Held(ctx) {
+			if !lease.Held(ctx) && ctx.Err() == nil {
 				lease.Release()
 				lease = nil
 				m.metrics.leader.Set(0)
@@ -252,28 +252,48 @@ func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
 
 // deliver applies one batch of pending changes (of one shop, or of every
 // shop for shop 0) to Redis and deletes those applied. It returns how many
-// it read.
+// it read. A change Redis does not apply stops its shop, not the batch:
+// the shop's later changes wait (their order matters), the other shops'
+// are applied, so one shop whose change keeps failing cannot hold up the
+// pod's relay (it is counted and returned as the round's error).
 func (m *Mirror) deliver(ctx context.Context, shop int64) (int, error) {
 	changes, err := m.cfg.MySQL.Pending(ctx, shop, m.cfg.Batch)
 	if err != nil || len(changes) == 0 {
 		return 0, err
 	}
-	start := time.Now()
-	applied, aerr := m.cfg.Redis.Apply(ctx, changes)
-	m.metrics.applySeconds.Observe(time.Since(start).Seconds())
-	ids := make([]int64, 0, applied)
-	for _, c := range changes[:applied] {
-		ids = append(ids, c.ID)
-		m.metrics.applied.WithLabelValues(string(c.Kind)).Inc()
-	}
-	if err := m.cfg.MySQL.Done(ctx, ids); err != nil {
-		return len(changes), errors.Join(aerr, err)
-	}
-	if aerr != nil {
+	var done []int64
+	var errs []error
+	rest := changes
+	for len(rest) > 0 {
+		start := time.Now()
+		applied, aerr := m.cfg.Redis.Apply(ctx, rest)
+		m.metrics.applySeconds.Observe(time.Since(start).Seconds())
+		for _, c := range rest[:applied] {
+			done = append(done, c.ID)
+			m.metrics.applied.WithLabelValues(string(c.Kind)).Inc()
+		}
+		if aerr == nil {
+			break
+		}
 		m.metrics.failures.Inc()
-		return len(changes), fmt.Errorf("mirror: apply change %d: %w", changes[applied].ID, aerr)
+		if ctx.Err() != nil {
+			errs = append(errs, aerr)
+			break
+		}
+		stuck := rest[applied]
+		errs = append(errs, fmt.Errorf("mirror: apply change %d (shop %d, %s): %w", stuck.ID, stuck.Shop, stuck.Kind, aerr))
+		var next []reservation.Change
+		for _, c := range rest[applied+1:] {
+			if c.Shop != stuck.Shop {
+				next = append(next, c)
+			}
+		}
+		rest = next
 	}
-	return len(changes), nil
+	if err := m.cfg.MySQL.Done(ctx, done); err != nil {
+		errs = append(errs, err)
+	}
+	return len(changes), errors.Join(errs...)
 }
 
 // Flush applies every pending change of one shop now, in order: what a
@@ -308,9 +328,10 @@ var ErrForcedHandoff = errors.New("mirror: Redis took the shop without MySQL (a 
 // deciding transactions in flight), then the shop's pending changes are
 // applied to Redis in order, the last of them setting Redis's fence. With
 // force (the kill switch redis_only: MySQL itself may be the problem) and
-// MySQL not answering within Config.ForceAfter, Redis takes the shop
-// without it: whatever the feed held for the shop then is lost to Redis
-// (the lag, shown next to the kill switch); counted and logged.
+// MySQL not answering within Config.ForceAfter (its yield, or the drain),
+// Redis takes the shop without it: whatever the feed held for the shop
+// then is lost to Redis (the lag, shown next to the kill switch); counted
+// and logged.
 //
 // To MySQL: Redis yields (its fence moves to mysql@epoch, atomically with
 // its scripts), its holds and tombstones of the shop are read, and MySQL
@@ -370,8 +391,23 @@ func (m *Mirror) toRedis(ctx context.Context, shop, epoch int64, force bool) (re
 		rf, err := m.cfg.Redis.Force(ctx, shop, mf.Epoch)
 		return rf, "undrained", err
 	}
-	if err := m.Flush(ctx, shop); err != nil {
-		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to redis: drain: %w", shop, err)
+	dctx, dcancel := ctx, context.CancelFunc(func() {})
+	if force {
+		dctx, dcancel = context.WithTimeout(ctx, m.cfg.ForceAfter)
+	}
+	err = m.Flush(dctx, shop)
+	dcancel()
+	if err != nil {
+		if !force || ctx.Err() != nil {
+			return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to redis: drain: %w", shop, err)
+		}
+		rf, ferr := m.cfg.Redis.Force(ctx, shop, mf.Epoch)
+		if ferr != nil {
+			return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to redis by force after the drain failed (%v): %w", shop, err, ferr)
+		}
+		m.log.Error("mirror: Redis took a shop without finishing the drain (kill switch redis_only, MySQL did not answer); changes still in the feed for it are lost to Redis",
+			"shop", shop, "epoch", mf.Epoch, "err", err, "lag", m.LastLag())
+		return rf, "forced", nil
 	}
 	rf, err := m.cfg.Redis.Fence(ctx, shop)
 	if err != nil {

@@ -180,8 +180,10 @@ type AdvanceOptions struct {
 	Override bool
 	// DryRun prints the exact flags file change to Out and changes nothing.
 	DryRun bool
-	// ConfirmMySQLOnly must be set to enter a mysql_only stage: after it
-	// the kill switch is no longer lossless.
+	// ConfirmMySQLOnly must be set to enter a mysql_only stage: Redis
+	// leaves the request path and follows only through the relay, so the
+	// way back depends on the relay (and, if Redis loses its data, on a
+	// rebuild by copy and catch-up).
 	ConfirmMySQLOnly bool
 	// Out receives the dry-run diff. Default: io.Discard.
 	Out io.Writer
@@ -218,7 +220,7 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 		return Stage{}, fmt.Errorf("%w for stage %q: %s", ErrGatesFail, st.StageName, failing(st.Gates))
 	}
 	if next.Mode == ModeMySQLOnly && !o.ConfirmMySQLOnly {
-		return Stage{}, fmt.Errorf("rollout: advance: stage %q is mysql_only: Redis stops being written and the kill switch is no longer lossless; confirm explicitly", next.Name)
+		return Stage{}, fmt.Errorf("rollout: advance: stage %q is mysql_only: Redis leaves the request path and follows MySQL only through the relay (a kill switch back to Redis is then checked by reconcile first); confirm explicitly", next.Name)
 	}
 	action := "advance"
 	if o.Override {
@@ -357,13 +359,14 @@ func (c *Controller) Kill(ctx context.Context, scope Scope, k Kill, o KillOption
 		}
 	}
 	lag := c.lag(ctx, cur, scope)
-	if lag != "" {
+	if lag != "" && !o.DryRun {
 		fmt.Fprintf(o.Out, "relay lag at the switch: %s\n", lag)
-		o.Reason += " [relay lag at the switch: " + lag + "]"
 	}
-	return c.kill(ctx, scope, "kill", o, func(f *Flags) error {
-		return f.EngageKill(scope, k, Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()})
-	})
+	attribution := Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()}
+	if lag != "" {
+		o.Reason += " [relay lag at the switch: " + lag + "]" // the audit's reason; the flags keep the operator's
+	}
+	return c.kill(ctx, scope, "kill", o, func(f *Flags) error { return f.EngageKill(scope, k, attribution) })
 }
 
 // lag describes the relay lag of the plan's pods within scope.
@@ -502,7 +505,7 @@ func (c *Controller) AutoStep(ctx context.Context, actor string) (AutoAction, er
 				why := fmt.Sprintf("auto: gate %s broke in stage %q: %s", g.Gate, cur.Name, g.Why)
 				for _, pod := range cur.Pods {
 					if c.cfg.Plan != nil && cur.Mode == ModeMySQLOnly {
-						return AutoAction{Did: "none", Why: why + "; stage is mysql_only, a person must resync Redis before the kill switch"}, nil
+						return AutoAction{Did: "none", Why: why + "; stage is mysql_only: a person engages the kill switch there (it is checked by reconcile first)"}, nil
 					}
 					if err := c.Kill(ctx, PodScope(pod), KillRedis, KillOptions{Actor: actor, Reason: why}); err != nil {
 						return AutoAction{}, err

@@ -16,17 +16,19 @@ import (
 type Mode string
 
 const (
-	// ModeRedis: Redis is the authority and the only store written.
+	// ModeRedis: Redis decides; MySQL's reservation tables are not
+	// written (the ledger is).
 	ModeRedis Mode = "redis"
-	// ModeShadow: Redis is the authority; MySQL is written concurrently and
-	// compared; the caller never waits for MySQL.
+	// ModeShadow: Redis decides; MySQL keeps shadow holds, compared with
+	// Redis's answers; the caller never waits for MySQL.
 	ModeShadow Mode = "shadow"
-	// ModeMySQL: MySQL is the authority; Redis is written concurrently and
-	// the call waits for it too, so Redis keeps a complete view and the
-	// kill switch stays lossless.
+	// ModeMySQL: MySQL decides; Redis follows MySQL's change feed (the
+	// relay) and is asked what it would have done, for comparison; the
+	// caller never waits for Redis.
 	ModeMySQL Mode = "mysql"
-	// ModeMySQLOnly: MySQL only (decommission). The kill switch is no longer
-	// lossless: Redis must be resynced first.
+	// ModeMySQLOnly: MySQL decides and Redis is off the request path; the
+	// relay keeps Redis following MySQL's change feed for as long as Redis
+	// answers, so the kill switch stays lossless (docs/ownership.md).
 	ModeMySQLOnly Mode = "mysql_only"
 )
 
@@ -91,9 +93,6 @@ type Route struct {
 	Authority reservation.Authority
 	// Shadow is true when the other store is written and compared.
 	Shadow bool
-	// WaitShadow is true when the call waits for the shadow (mysql mode:
-	// Redis must keep a complete view).
-	WaitShadow bool
 	// Effective is the mode actually applied after the kill switch.
 	Effective Mode
 }
@@ -112,7 +111,7 @@ func (d Decision) Route() Route {
 	case ModeShadow:
 		return Route{Authority: reservation.AuthorityRedis, Shadow: true, Effective: ModeShadow}
 	case ModeMySQL:
-		return Route{Authority: reservation.AuthorityMySQL, Shadow: true, WaitShadow: true, Effective: ModeMySQL}
+		return Route{Authority: reservation.AuthorityMySQL, Shadow: true, Effective: ModeMySQL}
 	case ModeMySQLOnly:
 		return Route{Authority: reservation.AuthorityMySQL, Effective: ModeMySQLOnly}
 	default:
