@@ -33,7 +33,7 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 	outDir := fs.String("out", "docs/bench", "directory for bench.json, bench.md and the charts (empty: none)")
 	keep := fs.Bool("keep", false, "keep the run's database and Redis keys")
 	planOnly := fs.Bool("plan", false, "print the points that would run, and exit")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {

@@ -21,7 +21,7 @@ type command struct {
 
 var commands = map[string]command{
 	"migrate":   {"apply or inspect the MySQL schema migrations", runMigrate},
-	"reconcile": {"compare each pod's stores item by item; --repair fixes the non-authoritative side", runReconcile},
+	"reconcile": {"compare each pod's stores shop by shop, against the store that decides each shop; --repair fixes the other side", runReconcile},
 	"rollout":   {"status, advance, kill switch, history and the automatic controller", runRollout},
 	"bench":     {"benchmark the stores and the facade under load, with network latency", runBench},
 	"serve":     {"run the HTTP API, the admin API, /metrics and the diff dashboard", runServe},
@@ -81,6 +81,19 @@ func newFlags(name, synopsis string, errOut io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// parseFlags parses args with fs. A flag fs does not define, or a value it
+// cannot parse, is bad usage (exit code 2): fs has printed the error and
+// the usage already, so Main prints nothing more.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return nil
 }
 
 // topologyFlag registers --topology, defaulting to $RESERVOIR_TOPOLOGY.

@@ -22,7 +22,7 @@ func runDemo(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs.Int64Var(&cfg.MinObservations, "min-observations", 0, "the demo plan's min_observations per stage (default 200)")
 	fs.DurationVar(&cfg.FlashEvery, "flash-every", 0, "how often a flash sale drains an item (default 90s)")
 	logLevel := fs.String("log-level", "", "write the server's log at this level to stderr (default: warnings to server.log in --dir)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {

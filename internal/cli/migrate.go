@@ -15,7 +15,7 @@ func runMigrate(ctx context.Context, args []string, out, errOut io.Writer) error
 	fs := newFlags("migrate", "migrate [--dsn DSN] [--create] up|status", errOut)
 	dsn := dsnFlag(fs)
 	create := fs.Bool("create", false, "create the DSN's database first if it does not exist")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 || (fs.Arg(0) != "up" && fs.Arg(0) != "status") {

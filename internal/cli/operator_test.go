@@ -75,8 +75,11 @@ func TestRolloutCommands(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "reason") {
 		t.Fatalf("kill without reason: %d %q", code, errOut)
 	}
+	// The kill switch prints the relay lag at the switch (nothing MySQL
+	// decided here), and the audit records it with the reason.
 	code, out, errOut = run(t, "rollout", "--topology", topo, "--actor", "ana", "kill", "--scope", "pod:pod-a", "--reason", "drill")
-	if code != 0 || !strings.Contains(out, "kill pod:pod-a") {
+	const lag = "relay lag at the switch: pod-a 0 change(s), oldest 0s"
+	if code != 0 || !strings.Contains(out, lag+"\n") || !strings.Contains(out, "kill pod:pod-a") {
 		t.Fatalf("kill: %d %q %q", code, out, errOut)
 	}
 	code, out, _ = run(t, "rollout", "--topology", topo, "status")
@@ -84,11 +87,25 @@ func TestRolloutCommands(t *testing.T) {
 		t.Fatalf("status after kill: %d %q", code, out)
 	}
 	code, out, _ = run(t, "rollout", "--topology", topo, "history")
-	if code != 0 || !strings.Contains(out, "ana") || !strings.Contains(out, "drill") || strings.Count(out, "\n") != 2 {
+	if code != 0 || !strings.Contains(out, "ana") || !strings.Contains(out, "drill ["+lag+"]") || strings.Count(out, "\n") != 2 {
 		t.Fatalf("history: %d %q", code, out)
 	}
 	code, out, errOut = run(t, "reconcile", "--topology", topo)
 	if code != 0 || !strings.Contains(out, "pod pod-a: 0 shops, no drift") {
 		t.Fatalf("reconcile: %d %q %q", code, out, errOut)
+	}
+	// The decider of each shop comes from its fences: there is no
+	// --authority to give.
+	if code, _, errOut = run(t, "reconcile", "--topology", topo, "--authority", "mysql"); code != 2 || !strings.Contains(errOut, "flag provided but not defined: -authority") {
+		t.Fatalf("reconcile --authority: %d %q", code, errOut)
+	}
+	// Released without a repair first.
+	code, out, errOut = run(t, "rollout", "--topology", topo, "--actor", "ana", "release", "--scope", "pod:pod-a", "--reason", "drill over")
+	if code != 0 || !strings.Contains(out, "release pod:pod-a") {
+		t.Fatalf("release: %d %q %q", code, out, errOut)
+	}
+	code, out, _ = run(t, "rollout", "--topology", topo, "status")
+	if code != 0 || strings.Contains(out, "KILL SWITCH") {
+		t.Fatalf("status after release: %d %q", code, out)
 	}
 }

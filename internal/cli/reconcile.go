@@ -9,6 +9,11 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/reconcile"
 )
 
+// runReconcile compares each pod's two stores, each shop against the store
+// that decides it (its fences say which; there is nothing to choose), and
+// with --repair fixes the other side: Redis by copy and catch-up where
+// MySQL decides (what a kill switch over mysql_only asks for), MySQL's
+// shadow where Redis decides.
 func runReconcile(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs := newFlags("reconcile", "reconcile --topology FILE [--pod NAME] [--shop ID] [--repair] [--checkpoint FILE [--resume]] [--json]", errOut)
 	topo := topologyFlag(fs)
@@ -18,7 +23,7 @@ func runReconcile(ctx context.Context, args []string, out, errOut io.Writer) err
 	checkpoint := fs.String("checkpoint", "", "file recording the last shop finished, per pod (the pod's name is appended)")
 	resume := fs.Bool("resume", false, "start after the checkpoint")
 	asJSON := fs.Bool("json", false, "print the reports as JSON")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {

@@ -23,8 +23,13 @@ actions:
   advance    [--dry-run] [--override --reason R] [--confirm-mysql-only]
                                              apply the next stage when the gates pass
   kill       --scope S --reason R [--state redis|redis_only] [--resynced] [--dry-run]
-                                             engage the kill switch (S: global, pod:NAME, shop:ID)
+                                             engage the kill switch (S: global, pod:NAME, shop:ID);
+                                             prints the relay lag at the switch (each shop's handoff
+                                             drains it into Redis); over mysql_only it is refused while
+                                             the reconciler finds drift: reconcile --pod NAME --repair
   release    --scope S --reason R [--dry-run]
+                                             turn it off (nothing to repair first: each shop's handoff
+                                             copies Redis's state into MySQL)
   history    [--limit N]                     every change: who, when, why
   auto       [--interval D] [--once]         advance when gates pass; kill the stage's pods when one breaks
   order-pods [--since D]                     the pods ordered by observed traffic, lowest first`
@@ -34,7 +39,7 @@ func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error
 	topo := topologyFlag(fs)
 	planPath := fs.String("plan", "", "rollout plan (TOML) (default: the topology's plan_file)")
 	actor := fs.String("actor", defaultActor(), "who is acting, for the audit (default $USER)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
@@ -49,13 +54,13 @@ func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error
 	reason := sub.String("reason", "", "why (required for kill, release and overrides)")
 	confirm := sub.Bool("confirm-mysql-only", false, "advance: confirm entering a mysql_only stage")
 	scope := sub.String("scope", "", "kill/release: global, pod:NAME or shop:ID")
-	state := sub.String("state", "redis", "kill: redis (dual writes go on) or redis_only (stop touching MySQL)")
-	resynced := sub.Bool("resynced", false, "kill: Redis was rebuilt from MySQL (needed over a mysql_only scope)")
+	state := sub.String("state", "redis", "kill: redis (MySQL keeps a shadow, compared) or redis_only (stop touching MySQL's reservation tables)")
+	resynced := sub.Bool("resynced", false, "kill: over a mysql_only scope, skip the reconciler's check that Redis holds what MySQL decided (you checked it)")
 	limit := sub.Int("limit", 50, "history: how many changes")
 	interval := sub.Duration("interval", 15*time.Second, "auto: time between steps")
 	once := sub.Bool("once", false, "auto: one step, then exit")
 	since := sub.Duration("since", 24*time.Hour, "order-pods: how far back to count traffic")
-	if err := sub.Parse(rest); err != nil {
+	if err := parseFlags(sub, rest); err != nil {
 		return err
 	}
 	env, err := openOperatorEnv(ctx, *topo)

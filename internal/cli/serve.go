@@ -57,7 +57,7 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	drain := fs.Duration("drain-timeout", 10*time.Second, "then, how long shadow calls and the comparer's last flush may take")
 	logFormat := fs.String("log-format", "json", "log format: json or text")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
@@ -80,6 +80,9 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return err
 	}
 	reg := server.NewRegistry()
+	// A flags file that is missing or unreadable does not stop the start:
+	// the replica serves, is not ready and answers reservation calls 503
+	// flags_unavailable until a valid file is in place (it watches it).
 	c, err := cell.Open(ctx, cell.Config{Topology: topo, Registerer: reg, Logger: log})
 	if err != nil {
 		return err
@@ -93,7 +96,8 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if topo.PlanFile != "" {
 		plan, err := rollout.LoadPlan(topo.PlanFile)
 		if err == nil {
-			ctl, err = rollout.NewController(rollout.ControllerConfig{DB: c.Control, Flags: rollout.FlagsFile{Path: topo.FlagsFile}, Plan: plan, Stats: c.Comparer, Reconciler: c.Reconciler})
+			ctl, err = rollout.NewController(rollout.ControllerConfig{DB: c.Control, Flags: rollout.FlagsFile{Path: topo.FlagsFile}, Plan: plan,
+				Stats: c.Comparer, Reconciler: c.Reconciler, Lag: c})
 		}
 		if err != nil {
 			return errors.Join(err, closeCell())

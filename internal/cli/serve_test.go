@@ -233,3 +233,91 @@ func writeServeFile(t *testing.T, path, text string) {
 		t.Fatal(err)
 	}
 }
+
+// `reservoir serve` starts although its flags file cannot be read (a
+// symlink loop: unreadable even for root): the replica is not ready and
+// answers reservation calls 503 flags_unavailable, touching no store,
+// until a valid file is renamed into place; then it is ready and serves.
+// It stops cleanly either way.
+func TestServeStartsWithoutFlags(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	control, pod := testdb.New(t), testdb.New(t)
+	r := testredis.New(t)
+	flags := filepath.Join(dir, "flags.json")
+	if err := os.Symlink("flags.json", flags); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadFile(flags); err == nil {
+		t.Fatal("the flags file is readable: the test would prove nothing")
+	}
+	topo := filepath.Join(dir, "topology.toml")
+	writeServeFile(t, topo, fmt.Sprintf(`control_dsn = %q
+flags_file = %q
+[[pods]]
+name = "pod-a"
+mysql_dsn = %q
+redis_addr = %q
+redis_prefix = %q
+shops = [1001]
+`, control.DSN, flags, pod.DSN, testredis.Addr(t), r.Prefix))
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	out, errOut := &serveOutput{}, &serveOutput{}
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, []string{"serve", "--topology", topo, "--addr", "127.0.0.1:0", "--log-level", "warn"}, out, errOut)
+	}()
+	base := out.waitFor(t, regexp.MustCompile(`listening on (http://[0-9.:]+)`), 30*time.Second)
+
+	code, body := apiCall(t, "GET", base+"/readyz", "", nil)
+	if code != http.StatusServiceUnavailable || body["flags_loaded"] != false || !strings.Contains(fmt.Sprint(body["not_ready"]), "flags_not_loaded") {
+		t.Fatalf("readyz without flags: %d %v", code, body)
+	}
+	cart := map[string]any{"token": "c1", "lines": []map[string]any{{"item": 7, "quantity": 1, "locations": []int64{1}}}}
+	if code, body := apiCall(t, "POST", base+"/v1/shops/1001/reservations", "", cart); code != http.StatusServiceUnavailable || body["error"] != "flags_unavailable" {
+		t.Fatalf("reserve without flags: %d %v", code, body)
+	}
+	if keys := r.Keys(t); len(keys) != 0 {
+		t.Errorf("Redis was written without flags: %v", keys)
+	}
+
+	// A valid file renamed into place.
+	tmp := filepath.Join(dir, "flags.json.new")
+	if _, _, err := (rollout.FlagsFile{Path: tmp}).Update(func(f *rollout.Flags) error {
+		return f.SetMode(rollout.PodScope("pod-a"), rollout.ModeShadow)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, flags); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body = apiCall(t, "GET", base+"/readyz", "", nil)
+		if code == http.StatusOK && body["flags_loaded"] == true {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readyz after a valid flags file was renamed into place: %d %v", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, body := apiCall(t, "POST", base+"/v1/shops/1001/items/7/locations/1/adjust", "", map[string]any{"available": 3}); code != 200 {
+		t.Fatalf("adjust: %d %v", code, body)
+	}
+	if code, body := apiCall(t, "POST", base+"/v1/shops/1001/reservations", "", cart); code != http.StatusCreated || body["authority"] != "redis" {
+		t.Fatalf("reserve once the flags loaded: %d %v", code, body)
+	}
+
+	stop()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("serve exited %d:\n%s", code, errOut.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}

@@ -261,7 +261,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	ctl, err := rollout.NewController(rollout.ControllerConfig{
-		DB: c.Control, Flags: rollout.FlagsFile{Path: env.topo.FlagsFile}, Plan: plan, Stats: c.Comparer, Reconciler: c.Reconciler,
+		DB: c.Control, Flags: rollout.FlagsFile{Path: env.topo.FlagsFile}, Plan: plan, Stats: c.Comparer, Reconciler: c.Reconciler, Lag: c,
 	})
 	if err != nil {
 		return err
@@ -360,7 +360,7 @@ func printWelcome(p *printer, info Info, cfg Config) {
 	p.say("")
 	p.say("  What to try:")
 	p.say("    - watch pod-a go from shadow to mysql once its gates pass (%s, %d observations)", cfg.GateDuration, cfg.MinObservations)
-	p.say("    - press \"Kill switch...\" on pod-a in the dashboard: Redis answers again within milliseconds")
+	p.say("    - press \"Kill switch...\" on pod-a in the dashboard: Redis decides again within milliseconds, after the relay lag shown next to it is drained")
 	p.say("    - or from a shell:")
 	p.say("        export TOKEN=%s", info.Token)
 	p.say(`        curl -s -X POST -H "Authorization: Bearer $TOKEN" -d '{"scope":"pod:pod-a","reason":"trying the demo"}' http://%s/admin/killswitch`, host)

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/internal/cell"
+	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout"
 )
 
 // walker prints progress and walks the rollout up to walkTo, through the
-// controller: it advances only when the stage's gates pass and the
-// reconciler finds the pod clean, exactly as `reservoir rollout advance`
-// would.
+// controller: it advances only when the stage's gates pass, exactly as
+// `reservoir rollout advance` would (no reconcile first: each shop's
+// handoff copies Redis's state into MySQL as MySQL takes over).
 type walker struct {
 	ctl   *rollout.Controller
 	c     *cell.Cell
@@ -58,14 +59,15 @@ func (w *walker) step(ctx context.Context) {
 	case err == nil:
 		w.p.say("rollout: the gates of %q pass (%d observations, every ceiling held): applied %q", st.StageName, st.Evidence.Observations, next.Name)
 		if next.Mode == rollout.ModeMySQL {
-			w.p.say("rollout: MySQL now answers for %s; Redis is still written and waited for, so the kill switch is lossless. Try it.",
+			w.p.say("rollout: MySQL now decides for %s, shop by shop on each shop's next call; Redis follows through the relay "+
+				"(the relay lag is on the dashboard next to the kill switch), so the kill switch is lossless. Try it.",
 				strings.Join(next.Pods, ", "))
 		}
 	case errors.Is(err, rollout.ErrGatesFail):
 		// A gate broke between the status and the advance: the next step tells.
 	default:
-		// The reconciler refuses while holds are in flight between the
-		// stores; it usually passes on a later try.
+		// The control database or the flags file did not answer: the next
+		// step tries again.
 		w.refusals++
 		if w.refusals == 1 || w.refusals%10 == 0 {
 			w.p.say("rollout: %v (will retry)", err)
@@ -87,6 +89,11 @@ func (w *walker) progress(ctx context.Context, gen *traffic) {
 		fmt.Fprintf(&b, " %s %s", p.Name, rt.Effective)
 		if d.Kill != rollout.KillOff {
 			fmt.Fprintf(&b, " (KILL %s)", d.Kill)
+		}
+		if rt.Authority == reservation.AuthorityMySQL {
+			// What a kill switch now would drain into Redis first.
+			l := p.Mirror.LastLag()
+			fmt.Fprintf(&b, " [relay lag %d, oldest %s]", l.Changes, l.Oldest.Round(time.Millisecond))
 		}
 		if rt.Shadow {
 			if t, err := w.c.Comparer.Totals(ctx, p.Name, w.since); err == nil {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -64,6 +65,21 @@ func actor(r *http.Request) string {
 	return a
 }
 
+// incident runs h (the kill switch) outside load shedding and the request
+// timeout: the switch must work while the replica sheds checkout calls,
+// and its check over a mysql_only scope reconciles whole pods. Its work is
+// bounded by ReconcileTimeout, plus KillWait to report how fast this
+// replica obeyed.
+func (s *Server) incident(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		d := s.cfg.ReconcileTimeout + s.cfg.KillWait
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d + 5*time.Second))
+		ctx, cancel := context.WithTimeout(r.Context(), d)
+		defer cancel()
+		h(w, r.WithContext(ctx))
+	}
+}
+
 // KillView is a kill switch as the admin API shows it.
 type KillView struct {
 	// State is "off", "redis" or "redis_only".
@@ -92,22 +108,26 @@ type DecisionView struct {
 	// Mode and Kill are the flag values.
 	Mode rollout.Mode `json:"mode"`
 	Kill rollout.Kill `json:"kill"`
-	// Authority is the store that answers.
+	// Authority is the store the flags say should decide ("none" when
+	// the flag source failed). Which store does decide a shop is its
+	// fence (docs/ownership.md): it follows the flags on the shop's next
+	// call, unless the fence carries newer flags.
 	Authority string `json:"authority"`
 	// Effective is the mode applied after the kill switch.
 	Effective rollout.Mode `json:"effective"`
-	// Error is set when the flag source failed and answered Redis-safe.
+	// Error is set when the flag source failed: this replica then serves
+	// no reservation call of the scope (503 flags_unavailable), and Mode,
+	// Kill and Effective mean nothing.
 	Error string `json:"error,omitempty"`
 }
 
 func (s *Server) decide(ctx context.Context, pod string, shop int64) DecisionView {
 	d, err := s.cfg.Cell.Flags.Decide(ctx, pod, shop)
-	rt := d.Route()
-	v := DecisionView{Mode: d.Mode, Kill: d.Kill, Authority: string(rt.Authority), Effective: rt.Effective}
 	if err != nil {
-		v.Error = err.Error()
+		return DecisionView{Mode: d.Mode, Kill: d.Kill, Authority: "none", Error: err.Error()}
 	}
-	return v
+	rt := d.Route()
+	return DecisionView{Mode: d.Mode, Kill: d.Kill, Authority: string(rt.Authority), Effective: rt.Effective}
 }
 
 // PodView is one pod's flags and what this replica does with them.
@@ -130,6 +150,9 @@ type PodView struct {
 	Effective DecisionView `json:"effective"`
 	// Shops are the shops the topology routes to the pod explicitly.
 	Shops []int64 `json:"shops"`
+	// RelayLag is how far the pod's Redis is behind MySQL's decisions:
+	// what the kill switch would drain into Redis if engaged now.
+	RelayLag LagView `json:"relay_lag"`
 }
 
 // ShopView is a shop with its own flags.
@@ -150,7 +173,9 @@ type RolloutView struct {
 	// FlagsFile is the flags file every replica watches.
 	FlagsFile string `json:"flags_file"`
 	// FlagsLoaded is this replica's flag source's own state (not the
-	// OpenFeature SDK's): false while the file is invalid since start.
+	// OpenFeature SDK's): false while the file is missing, unreadable or
+	// invalid since start; the replica then answers every reservation
+	// call 503 flags_unavailable and /readyz 503.
 	FlagsLoaded bool `json:"flags_loaded"`
 	// FlagsError is set when the file cannot be read or parsed now.
 	FlagsError string `json:"flags_error,omitempty"`
@@ -190,6 +215,7 @@ func (s *Server) rolloutStatus(w http.ResponseWriter, r *http.Request) {
 			File:      DecisionView{Mode: d.Mode, Kill: d.Kill, Authority: string(rt.Authority), Effective: rt.Effective},
 			Effective: s.decide(ctx, tp.Name, 0),
 			Shops:     append([]int64{}, tp.Shops...),
+			RelayLag:  s.podLag(ctx, c.Pod(tp.Name)),
 		})
 	}
 	shops := make([]int64, 0, len(flags.Shops))
@@ -255,14 +281,17 @@ func (s *Server) internal(w http.ResponseWriter, r *http.Request, what string, e
 type KillRequest struct {
 	// Scope is "global", "pod:<name>" or "shop:<id>". Required.
 	Scope string `json:"scope"`
-	// State is "redis" (default: Redis answers, dual writes go on) or
-	// "redis_only" (MySQL is not touched at all). Engage only.
+	// State is "redis" (default: Redis decides, MySQL keeps a shadow that
+	// is compared) or "redis_only" (MySQL's reservation tables are not
+	// touched). Engage only.
 	State rollout.Kill `json:"state"`
 	// Reason says why, for the on-call engineer who reads the flags file
 	// or the audit. Required.
 	Reason string `json:"reason"`
-	// Resynced confirms Redis was rebuilt from MySQL for a scope that runs
-	// mysql_only; without it such a kill is refused (409). Engage only.
+	// Resynced confirms that Redis holds what MySQL decided for a scope
+	// that runs mysql_only, without the reconciler's check; without it
+	// such a kill is refused (409) while the reconciler finds drift.
+	// Engage only.
 	Resynced bool `json:"resynced"`
 }
 
@@ -282,6 +311,12 @@ type KillResponse struct {
 	ObeyedAfterMs *float64 `json:"obeyed_after_ms"`
 	// Effective is this replica's decision for the scope now.
 	Effective DecisionView `json:"effective"`
+	// RelayLag is, for an engage, the relay lag of the scope's pods at the
+	// moment of the switch ("pod-a 12 change(s), oldest 40ms"), as the
+	// audit (or, without a controller, the server's log) records it: what
+	// each shop's handoff drains into Redis before Redis decides (and what
+	// a forced handoff would lose). Empty for a release.
+	RelayLag string `json:"relay_lag,omitempty"`
 }
 
 // readKill reads a kill request from the JSON body, or (DELETE only, for
@@ -362,9 +397,10 @@ func (s *Server) engageKill(w http.ResponseWriter, r *http.Request) {
 		req.State = rollout.KillRedis
 	}
 	if req.State != rollout.KillRedis && req.State != rollout.KillRedisOnly {
-		writeProblem(w, r, *badInput("state", `state: want "redis" (dual writes go on) or "redis_only" (MySQL untouched), got %q`, req.State))
+		writeProblem(w, r, *badInput("state", `state: want "redis" (MySQL keeps a shadow, compared) or "redis_only" (MySQL untouched), got %q`, req.State))
 		return
 	}
+	ctx := r.Context()
 	who := actor(r)
 	ff := rollout.FlagsFile{Path: s.cfg.Cell.Topology.FlagsFile}
 	cur, err := ff.Read()
@@ -372,17 +408,42 @@ func (s *Server) engageKill(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, "read the flags file", err)
 		return
 	}
-	if pods := s.mysqlOnlyUnder(cur, scope); len(pods) > 0 && !req.Resynced {
-		writeProblem(w, r, problem{Status: http.StatusConflict, Code: "refused", Field: "resynced",
-			Message: fmt.Sprintf("%s runs mysql_only: Redis has no current view, so the kill switch would lose reservations; "+
-				"rebuild Redis from MySQL first (reservoir reconcile --pod %s --repair --from mysql), then send resynced: true", strings.Join(pods, ", "), pods[0])})
-		return
-	}
+	// A kill over a scope running mysql_only is checked first, by a
+	// reconciler: a handoff's drain brings Redis up to date only if Redis
+	// still holds what the relay delivered before (docs/ownership.md,
+	// section 4). The relay lag is taken at the switch: the answer says
+	// it, and the audit (or, without a controller, the log) records it.
 	start := time.Now()
 	audited := s.cfg.Controller != nil
+	var lag string
 	if audited {
-		err = s.cfg.Controller.Kill(r.Context(), scope, req.State, rollout.KillOptions{Actor: who, Reason: req.Reason, Resynced: req.Resynced})
+		// The controller runs the check (its Reconciler) and reports the
+		// lag to Out and in the audit.
+		var out bytes.Buffer
+		err = s.cfg.Controller.Kill(ctx, scope, req.State, rollout.KillOptions{Actor: who, Reason: req.Reason, Resynced: req.Resynced, Out: &out})
+		lag = lagFromOutput(out.String())
+		// The controller reports the lag only once the check passed, so
+		// an error without it, over a scope it checks, is the check's
+		// refusal (or its failure to check, which refuses too). (rollout
+		// has no sentinel for it; the controller checks a shop scope in
+		// every pod whose flags resolve the shop to mysql_only.)
+		if err != nil && !req.Resynced && len(s.controllerChecks(cur, scope)) > 0 && lag == "" && ctx.Err() == nil {
+			s.refuseKill(w, r, err.Error())
+			return
+		}
+		if err == nil && lag == "" {
+			lag = s.lagText(ctx, s.podsUnder(scope)) // a controller without a LagReader
+		}
 	} else {
+		if pods := s.mysqlOnlyUnder(cur, scope); len(pods) > 0 && !req.Resynced {
+			if msg := s.checkMirrored(ctx, scope, pods); msg != "" {
+				s.refuseKill(w, r, msg)
+				return
+			}
+		}
+		// No audit without a controller: the lag goes to the log line
+		// below and the answer. The flags keep the operator's reason.
+		lag = s.lagText(ctx, s.podsUnder(scope))
 		_, _, err = ff.Update(func(f *rollout.Flags) error {
 			return f.EngageKill(scope, req.State, rollout.Attribution{Actor: who, Reason: req.Reason})
 		})
@@ -391,9 +452,33 @@ func (s *Server) engageKill(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, "engage the kill switch", err)
 		return
 	}
-	s.log.Warn("server: kill switch engaged", "request_id", RequestID(r.Context()), "scope", scope.String(), "state", req.State,
-		"actor", who, "reason", req.Reason, "audited", audited)
-	s.killAnswer(w, r, ff, scope, who, audited, start)
+	s.log.Warn("server: kill switch engaged", "request_id", RequestID(ctx), "scope", scope.String(), "state", req.State,
+		"actor", who, "reason", req.Reason, "audited", audited, "relay_lag", lag)
+	s.killAnswer(w, r, ff, scope, who, audited, start, lag)
+}
+
+// refuseKill answers a kill switch refused over a mysql_only scope.
+func (s *Server) refuseKill(w http.ResponseWriter, r *http.Request, msg string) {
+	writeProblem(w, r, problem{Status: http.StatusConflict, Code: "refused", Field: "resynced",
+		Message: msg + ` (send "resynced": true only once Redis holds what MySQL decided)`})
+}
+
+// checkMirrored is the check a kill over pods running mysql_only needs
+// when no controller (which runs it itself) is configured: the cell's
+// reconciler must find Redis holding what MySQL decided in each pod. It
+// returns why the kill is refused, or "".
+func (s *Server) checkMirrored(ctx context.Context, scope rollout.Scope, pods []string) string {
+	for _, pod := range pods {
+		clean, summary, err := s.cfg.Cell.Reconciler.Clean(ctx, pod)
+		if err != nil {
+			return fmt.Sprintf("kill %s: pod %s runs mysql_only and could not be checked (%v); retry, or run `reservoir reconcile --pod %s`", scope, pod, err, pod)
+		}
+		if !clean {
+			return fmt.Sprintf("kill %s: pod %s runs mysql_only and Redis does not hold what MySQL decided (%s); "+
+				"run `reservoir reconcile --pod %s --repair` to rebuild Redis, then kill again", scope, pod, summary, pod)
+		}
+	}
+	return ""
 }
 
 func (s *Server) releaseKill(w http.ResponseWriter, r *http.Request) {
@@ -424,31 +509,39 @@ func (s *Server) releaseKill(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Warn("server: kill switch released", "request_id", RequestID(r.Context()), "scope", scope.String(),
 		"actor", who, "reason", req.Reason, "audited", audited)
-	s.killAnswer(w, r, ff, scope, who, audited, start)
+	s.killAnswer(w, r, ff, scope, who, audited, start, "")
 }
 
-func (s *Server) killAnswer(w http.ResponseWriter, r *http.Request, ff rollout.FlagsFile, scope rollout.Scope, who string, audited bool, start time.Time) {
+func (s *Server) killAnswer(w http.ResponseWriter, r *http.Request, ff rollout.FlagsFile, scope rollout.Scope, who string, audited bool, start time.Time, lag string) {
 	obeyed, eff := s.waitObeyed(r.Context(), scope, start)
-	resp := KillResponse{Scope: scope.String(), Actor: who, Audited: audited, ObeyedAfterMs: obeyed, Effective: eff}
+	resp := KillResponse{Scope: scope.String(), Actor: who, Audited: audited, ObeyedAfterMs: obeyed, Effective: eff, RelayLag: lag}
 	if f, err := ff.Read(); err == nil {
 		resp.Kill = killView(f.KillAt(scope))
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
 
-// mysqlOnlyUnder lists the topology's pods within scope that run
-// mysql_only (for a shop scope: the shop's own decision).
-func (s *Server) mysqlOnlyUnder(f *rollout.Flags, scope rollout.Scope) []string {
+// controllerChecks lists the pods whose check rollout.Controller.Kill
+// runs for scope: as mysqlOnlyUnder, except that a shop scope resolves the
+// shop in every pod.
+func (s *Server) controllerChecks(f *rollout.Flags, scope rollout.Scope) []string {
 	var out []string
 	for _, name := range s.cfg.Cell.Topology.PodNames() {
 		if scope.Kind == rollout.ScopePod && scope.Pod != name {
 			continue
 		}
-		if scope.Kind == rollout.ScopeShop {
-			if pod, _ := s.representative(scope); pod != name {
-				continue
-			}
+		if f.Resolve(name, scope.Shop).Mode == rollout.ModeMySQLOnly {
+			out = append(out, name)
 		}
+	}
+	return out
+}
+
+// mysqlOnlyUnder lists the topology's pods within scope that run
+// mysql_only (for a shop scope: the shop's own decision).
+func (s *Server) mysqlOnlyUnder(f *rollout.Flags, scope rollout.Scope) []string {
+	var out []string
+	for _, name := range s.podsUnder(scope) {
 		if f.Resolve(name, scope.Shop).Mode == rollout.ModeMySQLOnly {
 			out = append(out, name)
 		}

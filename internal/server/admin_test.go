@@ -3,8 +3,10 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -86,7 +88,8 @@ func TestAdminDisabledWithoutToken(t *testing.T) {
 // The kill switch through the admin API: a pod in mysql mode answers with
 // MySQL authority; engaged, the next reserve is answered by Redis (the
 // flags file records who and why, and this replica reports how fast it
-// obeyed); released, MySQL answers again. Bad requests name the field.
+// obeyed, and the relay lag at the switch, which the log records too);
+// released, MySQL answers again. Bad requests name the field.
 func TestAdminKillSwitch(t *testing.T) {
 	t.Parallel()
 	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeMySQL}})
@@ -111,16 +114,20 @@ func TestAdminKillSwitch(t *testing.T) {
 	}
 
 	r := h.do("POST", "/admin/killswitch", map[string]any{"scope": "pod:pod-a", "reason": "p99 over 2s"}, adminToken, "X-Reservoir-Actor", "alice")
-	if r.status != 200 || r.body["audited"] != false || r.body["obeyed_after_ms"] == nil {
+	lag := str(r.body["relay_lag"])
+	if r.status != 200 || r.body["audited"] != false || r.body["obeyed_after_ms"] == nil || !lagRE.MatchString(lag) || strings.Contains(lag, "pod-b") {
 		t.Fatalf("engage: %d %s", r.status, r.raw)
 	}
-	t.Logf("this replica obeyed the kill switch %.1f ms after the flags file was written", num(r.body["obeyed_after_ms"]))
+	t.Logf("this replica obeyed the kill switch %.1f ms after the flags file was written; relay lag at the switch: %s", num(r.body["obeyed_after_ms"]), lag)
 	f, err := h.flags.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if k := f.KillAt(rollout.PodScope("pod-a")); k.State != rollout.KillRedis || k.Actor != "alice" || k.Reason != "p99 over 2s" {
 		t.Fatalf("flags file: %+v", k)
+	}
+	if !strings.Contains(h.logBuf.String(), `"relay_lag":"`+lag+`"`) {
+		t.Error("the log does not record the relay lag at the switch (there is no audit without a plan)")
 	}
 	if r := h.reserve(1001, "after", 7, 1); r.status != 201 || str(r.body["authority"]) != "redis" {
 		t.Fatalf("reserve with the kill switch engaged: %d %s", r.status, r.raw)
@@ -143,14 +150,27 @@ func TestAdminKillSwitch(t *testing.T) {
 	}
 }
 
+// lagPlan is a plan over the harness's pods, for a controller (an audit).
+const lagPlan = `
+pods = ["pod-a", "pod-b"]
+[[stages]]
+name = "mysql on pod-a"
+mode = "mysql"
+pods = ["pod-a"]
+`
+
+// lagRE is the relay lag at a switch of pod-a, as the audit and the kill
+// switch's answer say it.
+var lagRE = regexp.MustCompile(`^pod-a \d+ change\(s\), oldest \d`)
+
 func mapOf(v any) map[string]any {
 	m, _ := v.(map[string]any)
 	return m
 }
 
 // /healthz, /readyz and /metrics: the stores answer, and one scrape has
-// the API's, the stores', the facade's, the comparer's and the Go
-// runtime's metrics, plus the flags this replica obeys.
+// the API's, the stores', the facade's, the mirror's, the comparer's and
+// the Go runtime's metrics, plus the flags this replica obeys.
 func TestHealthAndMetrics(t *testing.T) {
 	t.Parallel()
 	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeShadow}})
@@ -175,6 +195,13 @@ func TestHealthAndMetrics(t *testing.T) {
 		`reservoir_rollout_mode{mode="shadow",pod="pod-a"} 1`,
 		`reservoir_rollout_kill_switch{pod="pod-a",state="off"} 1`,
 		`reservoir_http_requests_total{code="201",route="POST /v1/shops/{shop}/reservations"} 1`,
+		`reservoir_rollout_flags_loaded 1`,
+		`reservoir_dualwrite_flags_unavailable_total{pod="pod-a"} 0`,
+		`reservoir_mirror_backlog_changes{pod="pod-a"}`,
+		`reservoir_mirror_lag_seconds{pod="pod-a"}`,
+		`reservoir_mirror_relay_active{pod="pod-a"}`,
+		`reservoir_redis_not_decider_total{op="reserve",pod="pod-a"} 0`,
+		`reservoir_redis_tombstones_written_total{pod="pod-a",state="refused"} 0`,
 		`go_goroutines`,
 		`process_open_fds`,
 	} {
@@ -299,7 +326,7 @@ func TestAuthorityDown(t *testing.T) {
 			strings.Contains(raw, `"pod":"pod-b","mysql":"ok","redis":"timeout","ok":false`)
 	}
 	r := h.do("GET", "/readyz", nil, "")
-	if r.status != http.StatusServiceUnavailable || r.body["ready"] != false ||
+	if r.status != http.StatusServiceUnavailable || r.body["ready"] != false || !strings.Contains(fmt.Sprint(r.body["not_ready"]), "store_failed: pod-b mysql ok, redis ") ||
 		!down(r.raw) || !strings.Contains(r.raw, `"pod":"pod-a","mysql":"ok","redis":"ok","ok":true}`) {
 		t.Fatalf("readyz: %d %s", r.status, r.raw)
 	}
@@ -322,5 +349,88 @@ func TestAuthorityDown(t *testing.T) {
 	h.stock(1001, 7, 1, 5)
 	if r := h.reserve(1001, "up", 7, 1); r.status != http.StatusCreated {
 		t.Fatalf("the other pod: %d %s", r.status, r.raw)
+	}
+}
+
+// The relay lag next to the kill switch: with no relay running, what MySQL
+// decides stays in the change feed; the admin status shows it per pod,
+// the kill switch answers it (and the audit records it), and the shop's
+// next call drains it into Redis before Redis decides, after which the lag
+// is gone.
+func TestAdminRelayLag(t *testing.T) {
+	t.Parallel()
+	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeMySQL}, noRelay: true, plan: lagPlan})
+	h.stock(1001, 7, 1, 100)
+	for i := range 3 {
+		if r := h.reserve(1001, fmt.Sprintf("lag-%d", i), 7, 1); r.status != 201 || str(r.body["authority"]) != "mysql" {
+			t.Fatalf("reserve in mysql mode: %d %s", r.status, r.raw)
+		}
+	}
+	lagOf := func(pod string) map[string]any {
+		t.Helper()
+		st := h.admin("GET", "/admin/rollout/status", nil)
+		for _, p := range st.body["pods"].([]any) {
+			if pv := mapOf(p); str(pv["pod"]) == pod {
+				return mapOf(pv["relay_lag"])
+			}
+		}
+		t.Fatalf("no pod %s in the status: %s", pod, st.raw)
+		return nil
+	}
+	if l := lagOf("pod-a"); num(l["changes"]) < 3 || num(l["oldest_ms"]) <= 0 || l["error"] != nil || l["at"] == nil {
+		t.Fatalf("pod-a's relay lag with 3 reservations undelivered: %v", l)
+	}
+	if l := lagOf("pod-b"); num(l["changes"]) != 0 || l["error"] != nil {
+		t.Errorf("pod-b's relay lag: %v", l)
+	}
+
+	r := h.admin("POST", "/admin/killswitch", map[string]any{"scope": "pod:pod-a", "reason": "lag drill"})
+	lag := str(r.body["relay_lag"])
+	if r.status != 200 || !lagRE.MatchString(lag) || strings.HasPrefix(lag, "pod-a 0 ") {
+		t.Fatalf("engage with changes undelivered: %d %s", r.status, r.raw)
+	}
+	t.Logf("relay lag at the switch: %s", lag)
+	if hist, err := h.ctl.History(context.Background(), 1); err != nil || len(hist) != 1 || hist[0].Reason != "lag drill [relay lag at the switch: "+lag+"]" {
+		t.Fatalf("the audit does not record the lag at the switch: %+v %v", hist, err)
+	}
+	if f, err := h.flags.Read(); err != nil || f.KillAt(rollout.PodScope("pod-a")).Reason != "lag drill" {
+		t.Fatalf("the flags file keeps the operator's reason: %v %v", f, err)
+	}
+	// The shop's next call hands it to Redis: the drain delivers every
+	// pending change first, so Redis holds the three carts.
+	if r := h.reserve(1001, "after-kill", 7, 1); r.status != 201 || str(r.body["authority"]) != "redis" {
+		t.Fatalf("reserve with the kill switch engaged: %d %s", r.status, r.raw)
+	}
+	for i := range 3 {
+		if r := h.do("GET", fmt.Sprintf("/v1/shops/1001/reservations/lag-%d", i), nil, ""); r.status != 200 {
+			t.Errorf("Redis lacks lag-%d after the drain: %d %s", i, r.status, r.raw)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second) // the status may show the switch's measurement for a moment
+	for l := lagOf("pod-a"); num(l["changes"]) != 0; l = lagOf("pod-a") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lag after the drain: %v", l)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A shop whose deciding store cannot be settled: pod-b's flags say MySQL,
+// its fence still says Redis, and Redis is down, so the handoff cannot
+// finish. The answer is 503 "unavailable" saying the outcome is unknown
+// (retry the same call), never a guess from the other store.
+func TestDeciderUnreachable(t *testing.T) {
+	t.Parallel()
+	h := setup(t, options{deadRedis: "pod-b", modes: map[string]rollout.Mode{"pod-b": rollout.ModeMySQL}})
+	r := h.reserve(2001, "stranded", 7, 1)
+	if r.status != http.StatusServiceUnavailable || str(r.body["error"]) != "unavailable" || r.header.Get("Retry-After") == "" ||
+		!strings.Contains(str(r.body["message"]), "outcome is unknown") || !strings.Contains(str(r.body["message"]), "handoff") {
+		t.Fatalf("reserve while the handoff cannot finish: %d %s", r.status, r.raw)
+	}
+	if strings.Contains(r.raw, "127.0.0.1:1") {
+		t.Errorf("the answer leaks the store's error: %s", r.raw)
+	}
+	if m := h.do("GET", "/metrics", nil, ""); !strings.Contains(m.raw, `reservoir_dualwrite_owner_unreachable_total{pod="pod-b",reason="handoff"} 1`) {
+		t.Error("the unreachable decider is not counted")
 	}
 }

@@ -25,8 +25,8 @@ func (s *Server) routes() http.Handler {
 	// Admin API (bearer token).
 	s.route(mux, "GET /admin/rollout/status", true, s.admin(s.rolloutStatus))
 	s.route(mux, "GET /admin/rollout/history", true, s.admin(s.rolloutHistory))
-	s.route(mux, "POST /admin/killswitch", true, s.admin(s.engageKill))
-	s.route(mux, "DELETE /admin/killswitch", true, s.admin(s.releaseKill))
+	s.route(mux, "POST /admin/killswitch", false, s.admin(s.incident(s.engageKill)))
+	s.route(mux, "DELETE /admin/killswitch", false, s.admin(s.incident(s.releaseKill)))
 	s.route(mux, "GET /admin/diffs", true, s.admin(s.diffs))
 	s.route(mux, "GET /admin/stats", true, s.admin(s.stats))
 	s.route(mux, "GET /admin/series", true, s.admin(s.series))
@@ -149,13 +149,15 @@ type Reservation struct {
 	Pod string `json:"pod"`
 	// Status is "reserved" or "insufficient" (reserve); "held" (get).
 	Status string `json:"status"`
-	// Authority is the store that is the source of truth for the hold.
+	// Authority is the store that decided the hold (the shop's decider
+	// when it was placed).
 	Authority reservation.Authority `json:"authority,omitempty"`
 	// Allocations say which location serves how many units of each item.
 	Allocations []reservation.Allocation `json:"allocations,omitempty"`
 	// ExpiresAt is the hold's expiry on the store's clock.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-	// Replayed is true when a repeated reserve returned the first hold.
+	// Replayed is true when a repeated reserve returned the token's first
+	// answer (its hold) instead of deciding again.
 	Replayed bool `json:"replayed,omitempty"`
 }
 
@@ -195,9 +197,7 @@ func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if res.Status != reservation.StatusReserved {
-		s.fail(w, r, pod, op, &problem{Status: http.StatusConflict, Code: "insufficient",
-			Message: strconv.Itoa(len(res.Short)) + " line(s) cannot be served from their eligible locations; nothing is held",
-			Extra:   map[string]any{"status": string(reservation.StatusInsufficient), "short": res.Short, "pod": pod.Name}})
+		s.fail(w, r, pod, op, insufficient(pod.Name, res))
 		return
 	}
 	status := http.StatusCreated
@@ -208,6 +208,22 @@ func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
 	s.op(pod, op, status)
 	writeJSON(w, status, Reservation{Shop: shop, Token: req.Token, Pod: pod.Name, Status: string(res.Status),
 		Authority: res.Authority, Allocations: res.Allocations, ExpiresAt: &exp, Replayed: res.Replayed})
+}
+
+// insufficient is the answer of a reserve the decider refused. A refusal
+// spends the token: its tombstone answers every later reserve with the
+// same refusal (Replayed), so a delayed first attempt can never hold
+// anything. Both answers are the same 409, short lines included; the
+// message says so, and a replay says it is one.
+func insufficient(pod string, res reservation.ReserveResult) *problem {
+	msg := strconv.Itoa(len(res.Short)) + " line(s) cannot be served from their eligible locations; nothing is held. " +
+		"This token is spent: use a new token to try again"
+	extra := map[string]any{"status": string(reservation.StatusInsufficient), "short": res.Short, "pod": pod}
+	if res.Replayed {
+		msg = "this token was refused before (this is its first answer, replayed): " + msg
+		extra["replayed"] = true
+	}
+	return &problem{Status: http.StatusConflict, Code: "insufficient", Message: msg, Extra: extra}
 }
 
 // tokenParams reads {shop} and {token} and validates them.
@@ -282,7 +298,7 @@ type ReleaseResponse struct {
 	Token string `json:"token"`
 	Pod   string `json:"pod"`
 	// Released is false when there was nothing to release (released
-	// before, or expired): release is idempotent.
+	// before, expired, refused or never reserved): release is idempotent.
 	Released bool `json:"released"`
 	// Allocations are the units given back.
 	Allocations []reservation.Allocation `json:"allocations,omitempty"`

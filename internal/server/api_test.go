@@ -185,3 +185,91 @@ func trim(s string) string {
 	}
 	return s
 }
+
+// A token's final answer is kept (its tombstone) and answered again,
+// whichever store decides the shop: a refused token stays refused (the
+// replayed refusal is the first one, short lines included, and says the
+// token is spent), a released one is never claimed nor reserved again, a
+// refused one was never held (claim 404), an expired one answers 410, and
+// releasing twice releases once. docs/api.md's client contract lists
+// these answers.
+func TestAPITombstoneAnswers(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		mode      rollout.Mode
+		authority string
+	}{{rollout.ModeShadow, "redis"}, {rollout.ModeMySQL, "mysql"}} {
+		t.Run(string(c.mode), func(t *testing.T) {
+			t.Parallel()
+			h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": c.mode}})
+			h.stock(1001, 7, 1, 5)
+			do := func(method, path string) response {
+				t.Helper()
+				return h.do(method, path, nil, "")
+			}
+			want := func(what string, r response, status int, code string) {
+				t.Helper()
+				if r.status != status || str(r.body["error"]) != code {
+					t.Fatalf("%s: %d %s, want %d %q", what, r.status, r.raw, status, code)
+				}
+			}
+
+			// Refused, then refused again: the same answer, replayed.
+			first := h.reserve(1001, "short", 7, 6)
+			want("insufficient reserve", first, http.StatusConflict, "insufficient")
+			if first.body["replayed"] != nil || !strings.Contains(str(first.body["message"]), "use a new token") {
+				t.Errorf("first refusal: %s", first.raw)
+			}
+			h.stock(1001, 7, 1, 50) // enough now: the token stays refused all the same
+			again := h.reserve(1001, "short", 7, 6)
+			want("reserve of a refused token", again, http.StatusConflict, "insufficient")
+			if again.body["replayed"] != true || !strings.Contains(str(again.body["message"]), "spent") ||
+				fmt.Sprint(again.body["short"]) != fmt.Sprint(first.body["short"]) {
+				t.Errorf("replayed refusal: %s\nfirst: %s", again.raw, first.raw)
+			}
+			want("claim of a refused token", do("POST", "/v1/shops/1001/reservations/short/claim"), http.StatusNotFound, "not_found")
+			if r := do("POST", "/v1/shops/1001/reservations/short/release"); r.status != 200 || r.body["released"] != false {
+				t.Errorf("release of a refused token: %d %s", r.status, r.raw)
+			}
+
+			// Released: never claimed, never reserved again.
+			if r := h.reserve(1001, "gone", 7, 2); r.status != http.StatusCreated || str(r.body["authority"]) != c.authority {
+				t.Fatalf("reserve: %d %s", r.status, r.raw)
+			}
+			if r := do("POST", "/v1/shops/1001/reservations/gone/release"); r.status != 200 || r.body["released"] != true {
+				t.Fatalf("release: %d %s", r.status, r.raw)
+			}
+			want("claim after release", do("POST", "/v1/shops/1001/reservations/gone/claim"), http.StatusConflict, "released")
+			want("reserve after release", h.reserve(1001, "gone", 7, 2), http.StatusConflict, "released")
+			want("get after release", do("GET", "/v1/shops/1001/reservations/gone"), http.StatusConflict, "released")
+			if r := do("POST", "/v1/shops/1001/reservations/gone/release"); r.status != 200 || r.body["released"] != false {
+				t.Errorf("second release: %d %s", r.status, r.raw)
+			}
+
+			// Claimed: reserve and release refuse, claim replays.
+			h.reserve(1001, "paid", 7, 1)
+			if r := do("POST", "/v1/shops/1001/reservations/paid/claim"); r.status != 200 || str(r.body["outcome"]) != "claimed" {
+				t.Fatalf("claim: %d %s", r.status, r.raw)
+			}
+			want("reserve after claim", h.reserve(1001, "paid", 7, 1), http.StatusConflict, "already_claimed")
+			want("release after claim", do("POST", "/v1/shops/1001/reservations/paid/release"), http.StatusConflict, "already_claimed")
+			if r := do("POST", "/v1/shops/1001/reservations/paid/claim"); r.status != 200 || r.body["replayed"] != true {
+				t.Errorf("claim again: %d %s", r.status, r.raw)
+			}
+
+			// Expired: a claim after the expiry (on the store's clock; no
+			// reaper runs here) answers 410, and so does everything after.
+			r := h.do("POST", "/v1/shops/1001/reservations", map[string]any{"token": "late", "ttl_ms": 1000,
+				"lines": []map[string]any{{"item": 7, "quantity": 1, "locations": []int64{1}}}}, "")
+			if r.status != http.StatusCreated {
+				t.Fatalf("reserve for 1s: %d %s", r.status, r.raw)
+			}
+			time.Sleep(1500 * time.Millisecond) // the hold's own clock: nothing to poll for
+			want("claim after expiry", do("POST", "/v1/shops/1001/reservations/late/claim"), http.StatusGone, "expired")
+			want("claim after expiry, again", do("POST", "/v1/shops/1001/reservations/late/claim"), http.StatusGone, "expired")
+			if r := do("POST", "/v1/shops/1001/reservations/late/release"); r.status != 200 || r.body["released"] != false {
+				t.Errorf("release after expiry: %d %s", r.status, r.raw)
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,6 +43,9 @@ mode = "shadow"
 pods = ["pod-b"]
 `
 
+// pageLagRE is a pod's relay lag as the dashboard words it.
+var pageLagRE = regexp.MustCompile(`^relay lag: ([0-9]+) changes?(?:, oldest [0-9.]+ ms)?$`)
+
 // waitDecision waits until the cell's flag source answers mode and kill
 // for pod.
 func (h *harness) waitDecision(pod string, mode rollout.Mode, kill rollout.Kill) {
@@ -65,7 +69,9 @@ func (h *harness) waitDecision(pod string, mode rollout.Mode, kill rollout.Kill)
 // file changes and the next reserve is answered with Redis authority.
 func TestDashboardInChromium(t *testing.T) {
 	t.Parallel()
-	h := setup(t, options{plan: dashboardPlan})
+	// No relay: what MySQL decides stays in the change feed, so pod-a's
+	// relay lag is not zero when the page shows it.
+	h := setup(t, options{plan: dashboardPlan, noRelay: true})
 	bctx := servertest.Browser(t, 1400, 1800)
 	ctx := context.Background()
 
@@ -162,6 +168,16 @@ func TestDashboardInChromium(t *testing.T) {
 		}
 		if got := text(`#pods tr[data-pod="` + pod + `"] [data-field="kill"]`); got != str(eff["kill"]) {
 			t.Errorf("pod %s kill switch: page %q, API %q", pod, got, eff["kill"])
+		}
+		// The relay lag next to it: the API's changes, as the page words
+		// them (the oldest one's age grows between the two reads).
+		got := text(`#pods tr[data-pod="` + pod + `"] [data-field="relay-lag"]`)
+		m := pageLagRE.FindStringSubmatch(got)
+		if m == nil || m[1] != strconv.Itoa(int(num(mapOf(pv["relay_lag"])["changes"]))) {
+			t.Errorf("pod %s relay lag: page %q, API %v", pod, got, pv["relay_lag"])
+		}
+		if pod == "pod-a" && m != nil && m[1] == "0" {
+			t.Errorf("pod-a shows no relay lag with MySQL's changes undelivered: %q", got)
 		}
 	}
 
@@ -262,8 +278,11 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatalf("no answer to the kill switch on the page: %v (dialog error: %q)", err, text("#kill-error"))
 	}
 	t.Logf("kill switch engaged and obeyed %s after the click: %s", time.Since(clicked).Round(time.Millisecond), answer)
-	if !strings.Contains(answer, `"audited":true`) || strings.Contains(answer, `"obeyed_after_ms":null`) {
+	if !strings.Contains(answer, `"audited":true`) || strings.Contains(answer, `"obeyed_after_ms":null`) || !regexp.MustCompile(`"relay_lag":"pod-a [1-9][0-9]* change`).MatchString(answer) {
 		t.Errorf("kill answer on the page: %s", answer)
+	}
+	if got := text("#toast"); !strings.Contains(got, "relay lag at the switch: pod-a ") {
+		t.Errorf("the page does not tell the relay lag at the switch: %q", got)
 	}
 	f, err := h.flags.Read()
 	if err != nil {
@@ -279,7 +298,8 @@ func TestDashboardInChromium(t *testing.T) {
 	if got := text(`#pods tr[data-pod="pod-a"] [data-field="kill"]`); !strings.HasPrefix(got, "redis by dashboard") {
 		t.Errorf("pod-a kill switch on the page after engaging: %q", got)
 	}
-	if hist, err := h.ctl.History(ctx, 1); err != nil || len(hist) != 1 || hist[0].Action != "kill" || hist[0].Actor != "dashboard" {
+	if hist, err := h.ctl.History(ctx, 1); err != nil || len(hist) != 1 || hist[0].Action != "kill" || hist[0].Actor != "dashboard" ||
+		!strings.HasPrefix(hist[0].Reason, "mismatch spike seen on the dashboard [relay lag at the switch: pod-a ") {
 		t.Errorf("audit: %+v %v", hist, err)
 	}
 }

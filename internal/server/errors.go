@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/dualwrite"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
@@ -422,17 +423,38 @@ func validation(err error, renames map[string]string) *problem {
 	return badInput(field, "%s: %s", field, ve.Reason)
 }
 
-// storeProblem maps a facade error to its answer. Domain errors are
-// answers (404, 409, 410, 400); anything else means the authority did not
-// answer: 503 with Retry-After, the cause logged, not returned.
+// storeProblem maps a facade error to its answer (docs/api.md, "Client
+// contract", says what a caller does with each). A domain answer (404,
+// 409, 410, 400) is definite. Everything else is a 503 whose outcome is
+// unknown: the caller retries the same call with the same token until it
+// gets a definite answer, and never refunds on it. The errors that say
+// the outcome is unknown are checked first: whatever they wrap, no
+// answer comes with them (docs/ownership.md, section 6).
 func (s *Server) storeProblem(r *http.Request, pod string, err error) *problem {
 	switch {
+	case errors.Is(err, dualwrite.ErrFlagsUnavailable):
+		// The facade logged it (rate-limited) and counted it in
+		// reservoir_dualwrite_flags_unavailable_total.
+		return &problem{Status: http.StatusServiceUnavailable, Code: "flags_unavailable", RetryAfter: time.Second,
+			Message: "this replica cannot read its flags, so it does not know which store decides the shop; nothing was done; " +
+				"retry the same call (another replica may answer)"}
+	case errors.Is(err, reservation.ErrClaimInProgress):
+		return &problem{Status: http.StatusServiceUnavailable, Code: "claim_in_progress", RetryAfter: time.Second,
+			Message: "a claim of this token is in progress and its outcome is not known yet; nothing was released; retry the same call"}
+	case errors.Is(err, dualwrite.ErrDeciderUnreachable):
+		s.log.Warn("server: the shop's deciding store could not be reached", "request_id", RequestID(r.Context()), "pod", pod, "err", err)
+		return &problem{Status: http.StatusServiceUnavailable, Code: "unavailable", RetryAfter: time.Second,
+			Message: "the store that decides this shop could not be reached (a handoff between the stores did not finish); " +
+				"the outcome is unknown: retry the same call with the same token"}
 	case errors.Is(err, reservation.ErrInvalidInput):
 		return validation(err, nil)
 	case errors.Is(err, reservation.ErrNotFound):
 		return &problem{Status: http.StatusNotFound, Code: "not_found", Message: "no such reservation (or item x location) in this shop"}
 	case errors.Is(err, reservation.ErrExpired):
 		return &problem{Status: http.StatusGone, Code: "expired", Message: "the reservation expired before it was claimed; its units went back to stock"}
+	case errors.Is(err, reservation.ErrReleased):
+		return &problem{Status: http.StatusConflict, Code: "released",
+			Message: "the reservation was released; a released token is never claimed or reserved again: use a new token"}
 	case errors.Is(err, reservation.ErrAlreadyClaimed):
 		return &problem{Status: http.StatusConflict, Code: "already_claimed", Message: "this token's reservation was already claimed"}
 	case errors.Is(err, reservation.ErrTokenConflict):
@@ -441,12 +463,12 @@ func (s *Server) storeProblem(r *http.Request, pod string, err error) *problem {
 		return &problem{Status: http.StatusConflict, Code: "insufficient_stock", Message: "the ledger no longer has the stock for this change (a merchant lowered it)"}
 	case errors.Is(err, reservation.ErrContention):
 		return &problem{Status: http.StatusServiceUnavailable, Code: "contention", RetryAfter: time.Second,
-			Message: "the store could not settle the answer under contention; nothing was held; retry"}
+			Message: "the store could not settle the answer under contention; nothing was held; retry the same call"}
 	}
 	s.log.Error("server: authority store failed", "request_id", RequestID(r.Context()), "pod", pod, "err", err)
-	msg := "the authority store is unavailable; nothing can be promised; retry later"
+	msg := "the store that decides this shop did not answer; the outcome is unknown: retry the same call with the same token"
 	if errors.Is(err, context.DeadlineExceeded) {
-		msg = fmt.Sprintf("the authority store did not answer within %s; retry later", s.cfg.RequestTimeout)
+		msg = fmt.Sprintf("the store that decides this shop did not answer within %s; the outcome is unknown: retry the same call with the same token", s.cfg.RequestTimeout)
 	}
 	return &problem{Status: http.StatusServiceUnavailable, Code: "unavailable", RetryAfter: time.Second, Message: msg}
 }

@@ -57,15 +57,7 @@ func newEnv(tb testing.TB, o envOptions) *env {
 	if err := topo.Validate(); err != nil {
 		tb.Fatal(err)
 	}
-	flags := rollout.NewFlags()
-	for pod, m := range o.modes {
-		if err := flags.SetMode(rollout.PodScope(pod), m); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	if err := (rollout.FlagsFile{Path: topo.FlagsFile}).Write(flags); err != nil {
-		tb.Fatal(err)
-	}
+	writeFlags(tb, topo.FlagsFile, o.modes)
 	c, reg, log, logBuf := openCell(tb, topo)
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -199,7 +191,10 @@ func reserveWithinBounds(req server.ReserveRequest, maxQty int64) string {
 // decodes strictly and satisfies every documented bound; and the answer
 // agrees with a reference strict decode + bounds check (a body the
 // reference finds valid is not rejected). Invalid bodies never reach a
-// store: validation runs before the facade call.
+// store: validation runs before the facade call. A store's answer carries
+// one of the codes the client contract lists for a reserve: a token the
+// corpus repeats may have been refused (its refusal is replayed),
+// released, claimed or expired before.
 func FuzzDecodeReserve(f *testing.F) {
 	// The seed corpus is testdata/fuzz/FuzzDecodeReserve: valid bodies,
 	// malformed JSON, unknown fields, huge numbers, a negative quantity,
@@ -222,14 +217,38 @@ func FuzzDecodeReserve(f *testing.F) {
 			if why == "" && len(body) <= 256<<10 {
 				t.Fatalf("a valid body was rejected: %q -> %s", body, rec.Body)
 			}
-		case http.StatusCreated, http.StatusOK, http.StatusConflict, http.StatusServiceUnavailable:
+		case http.StatusCreated, http.StatusOK, http.StatusConflict, http.StatusGone, http.StatusServiceUnavailable:
 			if why != "" {
 				t.Fatalf("accepted (%d) a body outside the bounds (%s): %q -> %s", rec.Code, why, body, rec.Body)
+			}
+			if code := answerCode(t, rec); !reserveAnswers[rec.Code][code] {
+				t.Fatalf("a reserve answered %d %q, which the client contract does not list: %q -> %s", rec.Code, code, body, rec.Body)
 			}
 		default:
 			t.Fatalf("unexpected status %d for %q: %s", rec.Code, body, rec.Body)
 		}
 	})
+}
+
+// reserveAnswers are the codes a store's answer to a valid reserve may
+// carry, per status (docs/api.md, "Client contract"; "" is a success).
+var reserveAnswers = map[int]map[string]bool{
+	http.StatusCreated:            {"": true},
+	http.StatusOK:                 {"": true},
+	http.StatusConflict:           {"insufficient": true, "token_conflict": true, "already_claimed": true, "released": true},
+	http.StatusGone:               {"expired": true},
+	http.StatusServiceUnavailable: {"unavailable": true, "flags_unavailable": true, "contention": true, "overloaded": true},
+}
+
+// answerCode is the error code of an answer ("" for a success), which
+// must be a JSON object.
+func answerCode(t *testing.T, rec *httptest.ResponseRecorder) string {
+	t.Helper()
+	var raw map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &raw); err != nil {
+		t.Fatalf("answer %d is not a JSON object: %v: %s", rec.Code, err, rec.Body)
+	}
+	return str(raw["error"])
 }
 
 // FuzzDecodeAdjust does the same for the adjust body: exactly one of

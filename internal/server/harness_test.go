@@ -60,6 +60,9 @@ type options struct {
 	noHTTP bool
 	// deadRedis names a pod whose Redis address answers nothing.
 	deadRedis string
+	// noRelay starts no relay (cell.Config.NoRelay): MySQL's changes stay
+	// in the feed until a handoff drains them, so the relay lag grows.
+	noRelay bool
 }
 
 // syncBuffer is a goroutine-safe log sink.
@@ -87,31 +90,41 @@ func topologyFor(t *testing.T, dir string) (*topology.Config, map[string]*podBun
 	return topo, pods
 }
 
-func writeFlags(t *testing.T, path string, modes map[string]rollout.Mode) {
-	t.Helper()
-	f := rollout.NewFlags()
-	for pod, m := range modes {
-		if err := f.SetMode(rollout.PodScope(pod), m); err != nil {
-			t.Fatal(err)
+// writeFlags writes the flags file with modes per pod, through
+// FlagsFile.Update as the controller does, so the flags carry a version
+// (the epoch a handoff to the store they name needs: at version 0 a shop
+// stays with Redis whatever the mode). Without modes it is the default
+// file, at version 0.
+func writeFlags(tb testing.TB, path string, modes map[string]rollout.Mode) {
+	tb.Helper()
+	if _, _, err := (rollout.FlagsFile{Path: path}).Update(func(f *rollout.Flags) error {
+		for pod, m := range modes {
+			if err := f.SetMode(rollout.PodScope(pod), m); err != nil {
+				return err
+			}
 		}
-	}
-	if err := (rollout.FlagsFile{Path: path}).Write(f); err != nil {
-		t.Fatal(err)
+		return nil
+	}); err != nil {
+		tb.Fatal(err)
 	}
 }
 
 // openCell opens a cell on topo as the server tests run it: no reaper,
 // fast flag polling and comparer flushes, a debug log kept in a buffer.
 // The caller closes it.
-func openCell(tb testing.TB, topo *topology.Config) (*cell.Cell, *prometheus.Registry, *slog.Logger, *syncBuffer) {
+func openCell(tb testing.TB, topo *topology.Config, edit ...func(*cell.Config)) (*cell.Cell, *prometheus.Registry, *slog.Logger, *syncBuffer) {
 	tb.Helper()
 	logBuf := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	reg := server.NewRegistry()
-	c, err := cell.Open(context.Background(), cell.Config{
+	cfg := cell.Config{
 		Topology: topo, Registerer: reg, Logger: log, ReapInterval: -1, FlagPollInterval: 20 * time.Millisecond,
 		Compare: compare.Config{FlushInterval: 100 * time.Millisecond, CleanupInterval: -1},
-	})
+	}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	c, err := cell.Open(context.Background(), cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -128,7 +141,7 @@ func setup(t *testing.T, o options) *harness {
 		}
 	}
 	writeFlags(t, topo.FlagsFile, o.modes)
-	c, reg, log, logBuf := openCell(t, topo)
+	c, reg, log, logBuf := openCell(t, topo, func(c *cell.Config) { c.NoRelay = o.noRelay })
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -146,7 +159,8 @@ func setup(t *testing.T, o options) *harness {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h.ctl, err = rollout.NewController(rollout.ControllerConfig{DB: c.Control, Flags: h.flags, Plan: plan, Stats: c.Comparer, Reconciler: c.Reconciler})
+		h.ctl, err = rollout.NewController(rollout.ControllerConfig{DB: c.Control, Flags: h.flags, Plan: plan, Stats: c.Comparer,
+			Reconciler: c.Reconciler, Lag: c})
 		if err != nil {
 			t.Fatal(err)
 		}

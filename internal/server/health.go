@@ -21,15 +21,22 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 
 // ReadyView is the answer of /readyz.
 type ReadyView struct {
-	// Ready is true when the control database and every pod's MySQL and
-	// Redis answered, and the server is not shutting down.
+	// Ready is true when this replica has loaded its flags, the control
+	// database and every pod's MySQL and Redis answered, and the server is
+	// not shutting down.
 	Ready bool `json:"ready"`
+	// NotReady says why Ready is false, one reason per entry, in words an
+	// operator can act on (none when ready).
+	NotReady []string `json:"not_ready,omitempty"`
 	// Draining is true once shutdown began.
 	Draining bool `json:"draining,omitempty"`
 	// Stores is each pod's (and the control database's) reachability.
 	Stores []StoreHealth `json:"stores"`
-	// FlagsLoaded is informational: a replica whose flags file is broken
-	// answers Redis-safe and stays ready.
+	// FlagsLoaded is false while this replica has no valid version of
+	// its flags file in force (docs/ownership.md, section 7): it does not
+	// know which store decides a shop, so it answers every reservation
+	// call 503 flags_unavailable and is not ready. Once loaded, a file
+	// that turns bad leaves the last valid version in force.
 	FlagsLoaded bool `json:"flags_loaded"`
 }
 
@@ -68,9 +75,12 @@ type StoreHealth struct {
 	RedisError string `json:"redis_error,omitempty"`
 }
 
-// readyz pings every store (1s budget). It does not look at the flag
-// SDK's state: flagd's provider can stay in ERROR after one bad file while
-// the source keeps answering from the last valid version.
+// readyz pings every store (1s budget) and checks that this replica's
+// flags are loaded: a replica that cannot say which store decides a shop
+// serves no reservation call, so it must not take traffic. It asks the
+// flag source itself (FlagSource.Loaded), not the flag SDK's state:
+// flagd's provider can stay in ERROR after one bad file while the source
+// keeps answering from the last valid version.
 //
 // It needs no token (probes have none), so a failed store is shown as its
 // pod, its kind and a class of failure only; the driver's error is logged,
@@ -85,11 +95,25 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		// A wrong token is worth counting wherever it is tried.
 		s.metrics.authFailures.WithLabelValues(code).Inc()
 	}
-	v := ReadyView{Ready: true, Draining: s.draining.Load(), Stores: s.pingStores(ctx, r, detail), FlagsLoaded: s.cfg.Cell.Flags.Loaded()}
-	for _, h := range v.Stores {
-		v.Ready = v.Ready && h.OK
+	v := ReadyView{Draining: s.draining.Load(), Stores: s.pingStores(ctx, r, detail), FlagsLoaded: s.cfg.Cell.Flags.Loaded()}
+	if !v.FlagsLoaded {
+		v.NotReady = append(v.NotReady, "flags_not_loaded: this replica has no valid flags file in force (missing, unreadable or invalid since it started); "+
+			"it answers every reservation call 503 flags_unavailable until a valid file is in place (it watches the file)")
 	}
-	v.Ready = v.Ready && !v.Draining
+	for _, h := range v.Stores {
+		if h.OK {
+			continue
+		}
+		why := "store_failed: " + h.Pod + " mysql " + h.MySQL
+		if h.Redis != "" {
+			why += ", redis " + h.Redis
+		}
+		v.NotReady = append(v.NotReady, why)
+	}
+	if v.Draining {
+		v.NotReady = append(v.NotReady, "draining: the server is shutting down")
+	}
+	v.Ready = len(v.NotReady) == 0
 	status := http.StatusOK
 	if !v.Ready {
 		status = http.StatusServiceUnavailable

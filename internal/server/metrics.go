@@ -38,7 +38,7 @@ func newMetrics(reg prometheus.Registerer, c *cell.Cell) (*metrics, error) {
 		operations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: OperationsMetric,
 			Help: "Checkout API operations by pod, operation (reserve, claim, release, get, availability, adjust) " +
-				"and status code (201 reserved, 409 insufficient or conflict, 503 authority unavailable, ...).",
+				"and status code (201 reserved, 409 insufficient or conflict, 503 outcome unknown: retry, ...).",
 		}, []string{"pod", "op", "code"}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reservoir_admin_auth_failures_total",
@@ -61,6 +61,9 @@ func newMetrics(reg prometheus.Registerer, c *cell.Cell) (*metrics, error) {
 // rolloutCollector exports, at scrape time, what this replica's flag
 // source answers per pod: the mode and the kill switch, one series per
 // value so that alerts can say `reservoir_rollout_kill_switch{state!="off"} == 1`.
+// A pod whose decision fails (flags not loaded) has every value at 0: the
+// replica applies no mode (it answers 503), and reservoir_rollout_flags_loaded
+// says why.
 type rolloutCollector struct {
 	c *cell.Cell
 }
@@ -73,10 +76,10 @@ var (
 		"1 for the kill switch state this replica's flag source answers for a shop of the pod, 0 for the others.",
 		[]string{"pod", "state"}, nil)
 	descAuthority = prometheus.NewDesc("reservoir_rollout_mysql_authority",
-		"1 when MySQL is the authority for a shop of the pod without an override (after the kill switch).",
+		"1 when this replica's flags say MySQL decides a shop of the pod without an override (after the kill switch); each shop's fence follows on its next call.",
 		[]string{"pod"}, nil)
 	descLoaded = prometheus.NewDesc("reservoir_rollout_flags_loaded",
-		"1 when this replica's flag source has a valid flags file in force; 0 means it answers Redis-safe.",
+		"1 when this replica's flag source has a valid flags file in force; 0 means it answers every reservation call 503 flags_unavailable and is not ready.",
 		nil, nil)
 	descShopKills = prometheus.NewDesc("reservoir_rollout_shop_kill_switches",
 		"Shops whose own kill switch is engaged in the flags file (shops are never a label).",
@@ -101,14 +104,15 @@ func (rc *rolloutCollector) Collect(ch chan<- prometheus.Metric) {
 		return 0
 	}
 	for _, pod := range rc.c.Topology.PodNames() {
-		d, _ := rc.c.Flags.Decide(ctx, pod, 0) // an error answers RedisSafe, which is what the facade uses too
+		d, err := rc.c.Flags.Decide(ctx, pod, 0)
+		ok := err == nil // else the facade answers 503 flags_unavailable: no mode applies
 		for _, m := range rollout.Modes {
-			ch <- prometheus.MustNewConstMetric(descMode, prometheus.GaugeValue, b(d.Mode == m), pod, string(m))
+			ch <- prometheus.MustNewConstMetric(descMode, prometheus.GaugeValue, b(ok && d.Mode == m), pod, string(m))
 		}
 		for _, k := range rollout.Kills {
-			ch <- prometheus.MustNewConstMetric(descKill, prometheus.GaugeValue, b(d.Kill == k), pod, string(k))
+			ch <- prometheus.MustNewConstMetric(descKill, prometheus.GaugeValue, b(ok && d.Kill == k), pod, string(k))
 		}
-		ch <- prometheus.MustNewConstMetric(descAuthority, prometheus.GaugeValue, b(d.Route().Authority == "mysql"), pod)
+		ch <- prometheus.MustNewConstMetric(descAuthority, prometheus.GaugeValue, b(ok && d.Route().Authority == "mysql"), pod)
 	}
 	ch <- prometheus.MustNewConstMetric(descLoaded, prometheus.GaugeValue, b(rc.c.Flags.Loaded()))
 	n := 0

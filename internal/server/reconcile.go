@@ -25,8 +25,8 @@ type ReportFunc func(ctx context.Context, pod string) (any, error)
 func (f ReportFunc) Report(ctx context.Context, pod string) (any, error) { return f(ctx, pod) }
 
 // CleanReconciler adapts a rollout.Reconciler (the check the controller
-// runs before giving MySQL authority) to a Reconciler: its report is
-// {"clean": bool, "summary": string}.
+// runs before a kill switch over a mysql_only scope) to a Reconciler: its
+// report is {"clean": bool, "summary": string}.
 type CleanReconciler struct {
 	// R answers whether a pod is clean.
 	R rollout.Reconciler

@@ -36,9 +36,12 @@ type Config struct {
 	// server never closes it: whoever opened it does, after Serve returns.
 	Cell *cell.Cell
 	// Controller moves the rollout (status with gates, audited kill
-	// switch). Optional: without a plan file there is none; the kill
-	// switch then writes the flags file directly (not audited) and status
-	// says no plan is configured.
+	// switch). Give it the cell as its LagReader (ControllerConfig.Lag)
+	// so the audit records the relay lag at each switch. Optional:
+	// without a plan file there is none; the kill switch then writes the
+	// flags file directly (not audited; the cell's reconciler checks a
+	// mysql_only scope, and the log records the relay lag) and status says
+	// no plan is configured.
 	Controller *rollout.Controller
 	// Reconciler reports cross-store drift per pod for POST
 	// /admin/reconcile. Optional: without one that endpoint answers 501.
@@ -77,7 +80,8 @@ type Config struct {
 	// rates and quantiles cover. Default: 10s.
 	SeriesWindow time.Duration
 	// ReconcileTimeout bounds POST /admin/reconcile (a whole pod, shop by
-	// shop). Default: 5m.
+	// shop), and a kill switch change (whose check over a mysql_only
+	// scope reconciles whole pods). Default: 5m.
 	ReconcileTimeout time.Duration
 	// KillWait is how long a kill switch change waits for this replica's
 	// flag source to obey, to report the propagation time. Default: 3s.
@@ -85,8 +89,9 @@ type Config struct {
 	// MaxInFlight caps the API and admin calls served at once; beyond it a
 	// call answers 503 "overloaded" with Retry-After at once instead of
 	// queueing (load shedding: a flood costs a goroutine and a small
-	// answer each, not a store connection). Health, metrics and the
-	// dashboard are not counted. Default: 1024.
+	// answer each, not a store connection). Health, metrics, the
+	// dashboard and the kill switch are not counted: an operator can
+	// engage it while the replica sheds checkout calls. Default: 1024.
 	MaxInFlight int
 }
 

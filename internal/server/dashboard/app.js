@@ -120,6 +120,22 @@ function killText(k) {
   return k.state + (k.actor ? " by " + k.actor : "") + (k.reason ? ": " + k.reason : "");
 }
 
+// lagText says a pod's relay lag: "relay lag: 0 changes",
+// "relay lag: 12 changes, oldest 40 ms", or why it is unknown.
+function lagText(l) {
+  if (!l) return "relay lag: –";
+  if (l.error) return "relay lag: " + l.error;
+  if (!l.changes) return "relay lag: 0 changes";
+  return "relay lag: " + l.changes + (l.changes === 1 ? " change" : " changes") + ", oldest " + ms(l.oldest_ms);
+}
+
+// lagClass colours a lag: late past 1 s, bad past 5 s (the alert's bound).
+function lagClass(l) {
+  if (!l || l.error) return "warn";
+  if (l.oldest_ms > 5000) return "bad";
+  return l.oldest_ms > 1000 ? "warn" : "";
+}
+
 function last(points) { return points && points.length ? points[points.length - 1] : null; }
 
 function mismatchRate(p) {
@@ -146,6 +162,8 @@ function renderPods(st) {
       el("td", { "data-field": "mode", title: pod.mode ? "set on the pod" : "follows the global mode" },
         eff.mode + ramp, propagating ? el("span", { class: "warn" }, " (file: " + pod.file.mode + ", propagating)") : ""),
       el("td", { "data-field": "kill", class: killed ? "bad" : "" }, killText(pod.kill.state !== "off" ? pod.kill : { state: eff.kill })),
+      el("td", { "data-field": "relay-lag", class: lagClass(pod.relay_lag),
+        title: pod.relay_lag && pod.relay_lag.at ? "measured " + time(pod.relay_lag.at) : "" }, lagText(pod.relay_lag)),
       el("td", { "data-field": "authority" }, el("span", { class: "badge " + eff.authority }, eff.authority),
         eff.effective !== eff.mode ? el("div", { class: "sub" }, "applied: " + eff.effective) : ""),
       el("td", { "data-field": "ops", class: "num" }, rate(p && p.ops_per_sec)),
@@ -160,7 +178,7 @@ function renderPods(st) {
   }
   const g = st.global_kill;
   $("#pods-note").textContent = "global mode " + st.global_mode + ", global kill switch " + killText(g) +
-    (st.flags_loaded ? "" : " — flags file NOT loaded at this replica: answering redis") +
+    (st.flags_loaded ? "" : " — flags file NOT loaded at this replica: it answers every reservation call 503 flags_unavailable and is not ready") +
     (st.flags_error ? " — flags file: " + st.flags_error : "");
   const rel = $("#release-global");
   if (g.state !== "off" && !rel) {
@@ -443,7 +461,7 @@ function initKill() {
     kill.reason = reason;
     const state2 = $("#kill-state").value;
     $("#kill-summary").textContent = kill.action === "engage"
-      ? "Engage the kill switch (" + state2 + ") for " + scope + "? Redis becomes the authority at once for every shop in the scope. Reason: “" + reason + "”"
+      ? "Engage the kill switch (" + state2 + ") for " + scope + "? Redis decides again for every shop in the scope, each on its next call, once the relay lag is drained into it. Reason: “" + reason + "”"
       : "Release the kill switch of " + scope + "? The mode in the flags file applies again. Reason: “" + reason + "”";
     $("#kill-step1").hidden = true;
     $("#kill-step2").hidden = false;
@@ -459,6 +477,7 @@ function initKill() {
         $("#kill-dialog").close();
         const obeyed = r.data.obeyed_after_ms === null ? "not yet obeyed by this replica" : "this replica obeyed after " + r.data.obeyed_after_ms.toFixed(1) + " ms";
         toast((kill.action === "engage" ? "kill switch engaged for " : "kill switch released for ") + r.data.scope + ": " + obeyed +
+          (r.data.relay_lag ? "; relay lag at the switch: " + r.data.relay_lag : "") +
           (r.data.audited ? " (audited)" : " (not audited: no plan configured)"));
         document.body.dataset.lastKill = JSON.stringify(r.data);
       } else {

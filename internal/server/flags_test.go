@@ -1,0 +1,104 @@
+package server_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/internal/server"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// A replica whose flags file cannot be read when it starts does not know
+// which store decides a shop (docs/ownership.md, section 7): it starts
+// all the same, is not ready (/readyz 503, saying why), and answers every
+// reservation call 503 flags_unavailable, touching no store. Once a valid
+// file is renamed into place it loads it, becomes ready and serves.
+func TestFlagsNotLoadedNotReady(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	topo, pods := topologyFor(t, dir)
+	// A symlink loop: unreadable (ELOOP) even for root, and a rename over
+	// it replaces the link.
+	if err := os.Symlink(filepath.Base(topo.FlagsFile), topo.FlagsFile); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadFile(topo.FlagsFile); err == nil {
+		t.Fatal("the flags file is readable: the test would prove nothing")
+	}
+	c, reg, log, logBuf := openCell(t, topo)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+	})
+	srv, err := server.New(server.Config{Cell: c, AdminToken: adminToken, Registry: reg, Logger: log, SampleInterval: 100 * time.Millisecond, SeriesWindow: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	h := &harness{t: t, cell: c, srv: srv, http: hs, topo: topo, pods: pods, logBuf: logBuf, flags: rollout.FlagsFile{Path: topo.FlagsFile}}
+
+	r := h.do("GET", "/readyz", nil, "")
+	if r.status != http.StatusServiceUnavailable || r.body["ready"] != false || r.body["flags_loaded"] != false ||
+		!strings.Contains(r.raw, "flags_not_loaded") || strings.Count(r.raw, `"ok":true`) != 3 {
+		t.Fatalf("readyz without flags: %d %s", r.status, r.raw)
+	}
+	for _, call := range []struct{ method, path string }{
+		{"POST", "/v1/shops/1001/reservations"},
+		{"POST", "/v1/shops/1001/reservations/t1/claim"},
+		{"POST", "/v1/shops/1001/reservations/t1/release"},
+		{"GET", "/v1/shops/1001/items/7/availability"},
+	} {
+		var body any
+		if strings.HasSuffix(call.path, "/reservations") {
+			body = map[string]any{"token": "t1", "lines": []map[string]any{{"item": 7, "quantity": 1, "locations": []int64{1}}}}
+		}
+		r := h.do(call.method, call.path, body, "")
+		if r.status != http.StatusServiceUnavailable || str(r.body["error"]) != "flags_unavailable" || r.header.Get("Retry-After") == "" {
+			t.Errorf("%s %s without flags: %d %s", call.method, call.path, r.status, r.raw)
+		}
+	}
+	for name, p := range pods {
+		if keys := p.redis.Keys(t); len(keys) != 0 {
+			t.Errorf("pod %s: Redis was written without flags: %v", name, keys)
+		}
+	}
+	st := h.admin("GET", "/admin/rollout/status", nil)
+	if st.status != 200 || st.body["flags_loaded"] != false || !strings.Contains(st.raw, `"authority":"none"`) {
+		t.Errorf("status without flags: %d %s", st.status, trim(st.raw))
+	}
+	if m := h.do("GET", "/metrics", nil, ""); !strings.Contains(m.raw, "reservoir_rollout_flags_loaded 0") ||
+		!strings.Contains(m.raw, `reservoir_dualwrite_flags_unavailable_total{pod="pod-a"} 4`) ||
+		!strings.Contains(m.raw, `reservoir_rollout_mode{mode="redis",pod="pod-a"} 0`) {
+		t.Error("the metrics do not say the flags are unavailable")
+	}
+
+	// A valid file renamed into place: loaded, ready, served.
+	tmp := filepath.Join(dir, "flags.json.new")
+	writeFlags(t, tmp, map[string]rollout.Mode{"pod-a": rollout.ModeShadow})
+	if err := os.Rename(tmp, topo.FlagsFile); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for r = h.do("GET", "/readyz", nil, ""); r.status != http.StatusOK; r = h.do("GET", "/readyz", nil, "") {
+		if time.Now().After(deadline) {
+			t.Fatalf("readyz after a valid file was renamed into place: %d %s", r.status, r.raw)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r.body["flags_loaded"] != true || r.body["not_ready"] != nil {
+		t.Errorf("readyz once loaded: %s", r.raw)
+	}
+	h.stock(1001, 7, 1, 5)
+	if r := h.reserve(1001, "t1", 7, 1); r.status != http.StatusCreated || str(r.body["authority"]) != "redis" {
+		t.Fatalf("reserve once the flags loaded: %d %s", r.status, r.raw)
+	}
+}
