@@ -28,6 +28,11 @@ const (
 	// ClassShadowError: the shadow failed with an error that is not a
 	// domain answer (connection, contention, a bug).
 	ClassShadowError Class = "shadow_error"
+	// ClassShadowLate: the shadow's answer comes from a later call of the
+	// same token: a reserve's shadow, still running, found the
+	// reservation already claimed (the caller's claim overtook it). It
+	// says nothing about either store's stock: nothing to compare.
+	ClassShadowLate Class = "shadow_late"
 	// ClassShadowMissing: the authority claimed, released or adjusted, and
 	// the shadow had no prior state for it (ErrNotFound, or "not_released").
 	ClassShadowMissing Class = "shadow_missing"
@@ -47,7 +52,7 @@ const (
 // Classes lists every class, in the order of precedence.
 var Classes = []Class{
 	ClassAuthorityError, ClassShadowSkipped, ClassShadowTimeout, ClassShadowPanic,
-	ClassShadowError, ClassShadowMissing, ClassStockoutRace, ClassOutcomeMismatch,
+	ClassShadowError, ClassShadowLate, ClassShadowMissing, ClassStockoutRace, ClassOutcomeMismatch,
 	ClassAllocationMismatch, ClassMatch,
 }
 
@@ -133,6 +138,9 @@ func (r Rules) margin(requested int64) int64 {
 //     context.DeadlineExceeded.
 //  4. shadow_panic: Shadow.Panicked.
 //  5. shadow_error: the shadow's Err is not a domain answer.
+//  5b. shadow_late: a reserve the authority reserved and the shadow
+//     answered reservation.ErrAlreadyClaimed: the caller's claim overtook
+//     the shadow reserve (the facade never makes the caller wait for it).
 //  6. shadow_missing: the authority claimed, released or adjusted, and the
 //     shadow answered reservation.ErrNotFound (or, for a release, released
 //     nothing): the shadow never saw the reservation (made before it was
@@ -192,6 +200,8 @@ func Classify(o Observation, r Rules) Class {
 		return ClassShadowPanic
 	case s.Err != nil && !isAnswer(s.Err):
 		return ClassShadowError
+	case o.Op == OpReserve && a.Err == nil && a.Result == ResultReserved && errors.Is(s.Err, reservation.ErrAlreadyClaimed):
+		return ClassShadowLate
 	}
 	if answer(a) != answer(s) {
 		switch {

@@ -92,7 +92,10 @@ func TestClassify(t *testing.T) {
 		{"race class off", compare.OpReserve, reserved, insufficient(mysql, short(1, 2, 1)), compare.Rules{RaceMargin: -1}, compare.ClassOutcomeMismatch},
 		{"one short line near, one far", compare.OpReserve, reserved,
 			insufficient(mysql, short(1, 2, 1), short(2, 30, 3)), compare.Rules{}, compare.ClassOutcomeMismatch},
-		{"shadow already claimed the token", compare.OpReserve, reserved, failed(mysql, wrapped(reservation.ErrAlreadyClaimed)), compare.Rules{}, compare.ClassOutcomeMismatch},
+		// The caller's claim overtook the reserve's shadow: nothing to
+		// compare. Only for a reserve the authority reserved.
+		{"shadow reserve overtaken by the claim", compare.OpReserve, reserved, failed(mysql, wrapped(reservation.ErrAlreadyClaimed)), compare.Rules{}, compare.ClassShadowLate},
+		{"already claimed against a refusal", compare.OpReserve, ok(redis, "insufficient"), failed(mysql, reservation.ErrAlreadyClaimed), compare.Rules{}, compare.ClassOutcomeMismatch},
 		{"shadow holds other lines for the token", compare.OpReserve, reserved, failed(mysql, reservation.ErrTokenConflict), compare.Rules{}, compare.ClassOutcomeMismatch},
 		{"authority conflict, shadow reserved", compare.OpReserve, failed(redis, reservation.ErrTokenConflict), ok(mysql, "reserved", a1), compare.Rules{}, compare.ClassOutcomeMismatch},
 		{"different domain errors", compare.OpReserve, failed(redis, reservation.ErrTokenConflict), failed(mysql, reservation.ErrAlreadyClaimed), compare.Rules{}, compare.ClassOutcomeMismatch},

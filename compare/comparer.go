@@ -187,7 +187,7 @@ func (c *Comparer) flushLoop() {
 // logObservation logs a non-match observation, within the log rate cap.
 func (c *Comparer) logObservation(o Observation, class Class) {
 	level := slog.LevelWarn
-	if class == ClassStockoutRace || class == ClassShadowSkipped {
+	if class == ClassStockoutRace || class == ClassShadowSkipped || class == ClassShadowLate {
 		level = slog.LevelInfo
 	}
 	if !c.log.Enabled(context.Background(), level) {

@@ -61,6 +61,8 @@ type Mirror interface {
 	Handoff(ctx context.Context, shop int64, to reservation.Authority, epoch int64, force bool) (reservation.Fence, error)
 	// Push tells the relay MySQL recorded a change; it never blocks.
 	Push()
+	// Flush delivers the shop's pending changes to Redis now.
+	Flush(ctx context.Context, shop int64) error
 }
 
 // ErrFlagsUnavailable is returned, touching no store, when the replica
@@ -242,7 +244,11 @@ func (f *Facade) decided(ctx context.Context, shop int64, d rollout.Decision, pl
 			if _, err := f.cfg.Mirror.Handoff(ctx, shop, want, epoch, force && want == reservation.AuthorityRedis); err != nil {
 				f.metrics.unreachable.WithLabelValues("handoff").Inc()
 				f.warn("dualwrite: a handoff did not finish; answering 503", "pod", f.cfg.Pod, "shop", shop, "to", want, "epoch", epoch, "err", err)
-				return want, fmt.Errorf("%w: shop %d: %w", ErrDeciderUnreachable, shop, err)
+				// The cause is kept as text, not wrapped: it may wrap a
+				// domain sentinel (a takeover refusing an invalid snapshot,
+				// a drain refusing an invalid change), and the caller must
+				// see only "unknown, retry", never an answer.
+				return want, fmt.Errorf("%w: shop %d: %v", ErrDeciderUnreachable, shop, err)
 			}
 			continue
 		}

@@ -150,6 +150,18 @@ func (f *Facade) Reserve(ctx context.Context, p *reservation.ReserveParams) (res
 	return res, nil
 }
 
+// followsOnly is the plan for comparing a claim or a release: only where
+// Redis decides and MySQL keeps shadow holds. Where MySQL decides, Redis's
+// copy of a reservation arrives through the relay, and asking it at once
+// would mostly measure the relay's lag (a claim right after its reserve
+// would find nothing yet); reserves are still compared there.
+func followsOnly(plan rollout.Route) rollout.Route {
+	if plan.Authority == reservation.AuthorityMySQL {
+		plan.Shadow = false
+	}
+	return plan
+}
+
 func cloneLines(lines []reservation.Line) []reservation.Line {
 	out := make([]reservation.Line, len(lines))
 	for i, ln := range lines {
@@ -198,7 +210,7 @@ func (f *Facade) Claim(ctx context.Context, p *reservation.ClaimParams) (reserva
 	}
 	q := reservation.ClaimParams{Shop: p.Shop, Token: p.Token, As: reservation.AsAuthority}
 	sq := reservation.ClaimParams{Shop: p.Shop, Token: p.Token, As: reservation.AsShadow}
-	c := f.compared(ctx, plan, compare.OpClaim, p.Shop, p.Token,
+	c := f.compared(ctx, followsOnly(plan), compare.OpClaim, p.Shop, p.Token,
 		func(sctx context.Context, shadow reservation.Store) compare.Outcome {
 			return claimOutcome(shadow.Claim(sctx, &sq))
 		}, nil)
@@ -239,7 +251,7 @@ func (f *Facade) Release(ctx context.Context, p *reservation.ReleaseParams) (res
 	}
 	q := reservation.ReleaseParams{Shop: p.Shop, Token: p.Token, As: reservation.AsAuthority}
 	sq := reservation.ReleaseParams{Shop: p.Shop, Token: p.Token, As: reservation.AsShadow}
-	c := f.compared(ctx, plan, compare.OpRelease, p.Shop, p.Token,
+	c := f.compared(ctx, followsOnly(plan), compare.OpRelease, p.Shop, p.Token,
 		func(sctx context.Context, shadow reservation.Store) compare.Outcome {
 			return releaseOutcome(shadow.Release(sctx, &sq))
 		}, nil)
@@ -289,8 +301,14 @@ func (f *Facade) Adjust(ctx context.Context, p *reservation.AdjustParams) (reser
 	if err != nil {
 		return reservation.AdjustResult{}, err
 	}
-	if plan.Authority == reservation.AuthorityMySQL {
-		f.cfg.Mirror.Push()
+	if plan.Authority == reservation.AuthorityMySQL && res.ChangeID != 0 {
+		// Redis follows the ledger through the relay; delivering the
+		// shop's changes now (bounded, best effort: the relay delivers
+		// them anyway) keeps a stale replica that sends the next reserve
+		// to Redis from refusing units the merchant just added.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ShadowTimeout)
+		_ = f.cfg.Mirror.Flush(fctx, p.Shop)
+		cancel()
 	}
 	return res, nil
 }

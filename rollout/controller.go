@@ -315,6 +315,11 @@ type KillOptions struct {
 	Out    io.Writer
 }
 
+// ErrKillRefused is wrapped by Kill's error when it refuses to engage the
+// switch over a scope running mysql_only whose Redis it could not show to
+// hold what MySQL decided (nothing was written).
+var ErrKillRefused = errors.New("rollout: kill refused")
+
 // Kill engages the kill switch for a scope: Redis decides again (state
 // KillRedis keeps comparing with MySQL's shadow; KillRedisOnly stops
 // touching MySQL's reservation tables). Each shop moves on its next call:
@@ -344,17 +349,17 @@ func (c *Controller) Kill(ctx context.Context, scope Scope, k Kill, o KillOption
 	}
 	if pods := c.mysqlOnlyUnder(cur, scope); len(pods) > 0 && !o.Resynced {
 		if c.cfg.Reconciler == nil {
-			return fmt.Errorf("rollout: kill %s: %s runs mysql_only and no reconciler is configured to check that Redis holds what MySQL decided; "+
-				"check it, then kill again with --resynced", scope, strings.Join(pods, ", "))
+			return fmt.Errorf("%w: kill %s: %s runs mysql_only and no reconciler is configured to check that Redis holds what MySQL decided; "+
+				"check it, then kill again with --resynced", ErrKillRefused, scope, strings.Join(pods, ", "))
 		}
 		for _, pod := range pods {
 			clean, summary, err := c.cfg.Reconciler.Clean(ctx, pod)
 			if err != nil {
-				return fmt.Errorf("rollout: kill %s: check pod %s: %w", scope, pod, err)
+				return fmt.Errorf("%w: kill %s: check pod %s: %w", ErrKillRefused, scope, pod, err)
 			}
 			if !clean {
-				return fmt.Errorf("rollout: kill %s: pod %s runs mysql_only and Redis does not hold what MySQL decided (%s); "+
-					"run `reservoir reconcile --pod %s --repair` to rebuild Redis, then kill again", scope, pod, summary, pod)
+				return fmt.Errorf("%w: kill %s: pod %s runs mysql_only and Redis does not hold what MySQL decided (%s); "+
+					"run `reservoir reconcile --pod %s --repair` to rebuild Redis, then kill again", ErrKillRefused, scope, pod, summary, pod)
 			}
 		}
 	}

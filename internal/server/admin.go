@@ -422,12 +422,7 @@ func (s *Server) engageKill(w http.ResponseWriter, r *http.Request) {
 		var out bytes.Buffer
 		err = s.cfg.Controller.Kill(ctx, scope, req.State, rollout.KillOptions{Actor: who, Reason: req.Reason, Resynced: req.Resynced, Out: &out})
 		lag = lagFromOutput(out.String())
-		// The controller reports the lag only once the check passed, so
-		// an error without it, over a scope it checks, is the check's
-		// refusal (or its failure to check, which refuses too). (rollout
-		// has no sentinel for it; the controller checks a shop scope in
-		// every pod whose flags resolve the shop to mysql_only.)
-		if err != nil && !req.Resynced && len(s.controllerChecks(cur, scope)) > 0 && lag == "" && ctx.Err() == nil {
+		if errors.Is(err, rollout.ErrKillRefused) {
 			s.refuseKill(w, r, err.Error())
 			return
 		}
@@ -519,22 +514,6 @@ func (s *Server) killAnswer(w http.ResponseWriter, r *http.Request, ff rollout.F
 		resp.Kill = killView(f.KillAt(scope))
 	}
 	writeJSON(w, http.StatusOK, resp)
-}
-
-// controllerChecks lists the pods whose check rollout.Controller.Kill
-// runs for scope: as mysqlOnlyUnder, except that a shop scope resolves the
-// shop in every pod.
-func (s *Server) controllerChecks(f *rollout.Flags, scope rollout.Scope) []string {
-	var out []string
-	for _, name := range s.cfg.Cell.Topology.PodNames() {
-		if scope.Kind == rollout.ScopePod && scope.Pod != name {
-			continue
-		}
-		if f.Resolve(name, scope.Shop).Mode == rollout.ModeMySQLOnly {
-			out = append(out, name)
-		}
-	}
-	return out
 }
 
 // mysqlOnlyUnder lists the topology's pods within scope that run

@@ -7,7 +7,7 @@ const REFRESH_MS = 2000;
 const CLASS_COLORS = {
   outcome_mismatch: "#d62728", allocation_mismatch: "#ff7f0e", shadow_missing: "#9467bd",
   stockout_race: "#8c8c8c", shadow_error: "#e377c2", shadow_timeout: "#bcbd22",
-  shadow_panic: "#17becf", shadow_skipped: "#7f7f7f", authority_error: "#8c564b",
+  shadow_panic: "#17becf", shadow_skipped: "#7f7f7f", shadow_late: "#c7c7c7", authority_error: "#8c564b",
 };
 const STORE_COLORS = { redis: "#d62728", mysql: "#1f77b4" };
 const MISMATCH = ["outcome_mismatch", "allocation_mismatch", "shadow_missing"];
