@@ -250,18 +250,19 @@ func (s *Store) Release(ctx context.Context, p *reservation.ReleaseParams) (rese
 		if !deciding {
 			by = reservation.AuthorityRedis
 		}
-		if _, err := s.endState(ctx, tx, callerRelease, p.Shop, p.Token, reservation.StateReleased, by, false); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, tag(callerRelease)+sqlHoldsDelete, p.Shop, p.Token); err != nil {
-			return fmt.Errorf("mysqlstore: release: delete hold: %w", err)
-		}
+		// The row is locked and held: its state, its lines and (deciding)
+		// the change for Redis go in one round trip.
+		args := []any{string(reservation.StateReleased), string(by), s.forgetSeconds(), p.Shop, p.Token, p.Shop, p.Token}
 		if deciding {
-			err = s.feedState(ctx, tx, callerRelease, p.Shop, p.Token)
-		} else {
-			err = s.checkShadowFence(ctx, tx, callerRelease, p.Shop, fence)
+			args = append(args, p.Shop, p.Token)
 		}
-		if err != nil {
+		if _, err := tx.ExecContext(ctx, releaseWritesQuery(deciding), args...); err != nil {
+			return fmt.Errorf("mysqlstore: release: %w", err)
+		}
+		s.metrics.tombstones.WithLabelValues(string(reservation.StateReleased)).Inc()
+		if deciding {
+			s.metrics.feedWritten.WithLabelValues(string(reservation.ChangeState)).Inc()
+		} else if err := s.checkShadowFence(ctx, tx, callerRelease, p.Shop, fence); err != nil {
 			return err
 		}
 		res = reservation.ReleaseResult{Released: true, Allocations: st.allocs}

@@ -149,22 +149,13 @@ func (r *reserveCall) attempt(ctx context.Context) (res reservation.ReserveResul
 		if hook := r.s.beforeHoldInsert; hook != nil {
 			hook()
 		}
-		if err := r.insertHolds(ctx, tx, expires); err != nil {
+		if err := r.write(ctx, tx, expires); err != nil {
 			return err
 		}
-		inserted, err := r.s.insertState(ctx, tx, callerReserve, r.p.Shop, r.p.Token, reservation.StateHeld, r.authority, r.allocations(), nil, expires)
-		if err != nil {
-			return err
-		}
-		if !inserted {
-			return errTokenRace
-		}
-		if r.deciding {
-			if err := r.s.feedState(ctx, tx, callerReserve, r.p.Shop, r.p.Token); err != nil {
+		if !r.deciding {
+			if err := r.s.checkShadowFence(ctx, tx, callerReserve, r.p.Shop, fence); err != nil {
 				return err
 			}
-		} else if err := r.s.checkShadowFence(ctx, tx, callerReserve, r.p.Shop, fence); err != nil {
-			return err
 		}
 		if hook := r.s.beforeReserveCommit; hook != nil {
 			hook()
@@ -410,16 +401,28 @@ func (r *reserveCall) deleteUnits(ctx context.Context, tx *sql.Tx, units [][]int
 	return nil
 }
 
-func (r *reserveCall) insertHolds(ctx context.Context, tx *sql.Tx, expires time.Time) error {
-	args := make([]any, 0, 7*len(r.lines))
+// write inserts the hold lines, the reservation's row and, deciding, the
+// change Redis must follow, in one round trip (reserveWritesQuery). A
+// duplicate key (the token's row or lines) means another call with the
+// token got there first: errTokenRace.
+func (r *reserveCall) write(ctx context.Context, tx *sql.Tx, expires time.Time) error {
+	args := make([]any, 0, 7*len(r.lines)+11)
 	for i, ln := range r.lines {
 		args = append(args, r.p.Shop, r.p.Token, ln.Item, r.loc(i), ln.Quantity, expires, string(r.authority))
 	}
-	if _, err := tx.ExecContext(ctx, insertHoldsQuery(callerReserve, len(r.lines)), args...); err != nil {
+	args = append(args, r.p.Shop, r.p.Token, string(reservation.StateHeld), string(r.authority),
+		reservation.EncodeAllocations(r.allocations()), "", expires, string(reservation.StateHeld), r.s.forgetSeconds())
+	if r.deciding {
+		args = append(args, r.p.Shop, r.p.Token)
+	}
+	if _, err := tx.ExecContext(ctx, reserveWritesQuery(len(r.lines), r.deciding), args...); err != nil {
 		if mysqlErrno(err) == errDupEntry {
 			return errTokenRace
 		}
-		return fmt.Errorf("mysqlstore: reserve: insert holds: %w", err)
+		return fmt.Errorf("mysqlstore: reserve: write the hold: %w", err)
+	}
+	if r.deciding {
+		r.s.metrics.feedWritten.WithLabelValues(string(reservation.ChangeState)).Inc()
 	}
 	return nil
 }

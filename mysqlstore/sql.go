@@ -300,6 +300,36 @@ const (
 	sqlShopHoldsDeletePrefix = `DELETE FROM reserved_quantities WHERE shop_id = ? AND token IN (`
 )
 
+// Batches: the writes a transaction makes together once its decision is
+// taken, sent as one round trip (the DSN allows several statements). A
+// failing statement stops the batch and its error is returned; the
+// transaction is then rolled back. Only the last statement's row count is
+// reported, so a statement whose count is checked stays out of a batch.
+
+// reserveWritesQuery is a reserve's writes after its units are deleted:
+// the hold lines, the reservation's row and, deciding, the change for
+// Redis. Arguments: the hold lines' (see insertHoldsQuery), then
+// sqlStateInsert's, then (feed) sqlFeedState's.
+func reserveWritesQuery(lines int, feed bool) string {
+	q := insertHoldsQuery(callerReserve, lines) + ";\n" + tag(callerReserve) + sqlStateInsert
+	if feed {
+		q += ";\n" + tag(callerReserve) + sqlFeedState
+	}
+	return q
+}
+
+// releaseWritesQuery is a release's writes once the reservation's row is
+// locked and held: its state, its hold lines and, deciding, the change
+// for Redis. Arguments: sqlStateEnd's, sqlHoldsDelete's, then (feed)
+// sqlFeedState's.
+func releaseWritesQuery(feed bool) string {
+	q := tag(callerRelease) + sqlStateEnd + ";\n" + tag(callerRelease) + sqlHoldsDelete
+	if feed {
+		q += ";\n" + tag(callerRelease) + sqlFeedState
+	}
+	return q
+}
+
 func stateUpsertQuery(caller string, rows int) string {
 	return tag(caller) + sqlStateUpsertPrefix + repeatJoin(sqlStateUpsertRow, ",", rows) + sqlStateUpsertSuffix
 }

@@ -119,7 +119,7 @@ func TestCheckCatchesAValueSplicedIntoTheStore(t *testing.T) {
 	planted := `package mysqlstore
 
 func (s *Store) holdsOf(token string) string {
-	return tag(callerRead) + sqlHoldsRead + " AND token = '" + token + "'"
+	return tag(callerRead) + sqlStateRead + " AND token = '" + token + "'"
 }
 `
 	if err := os.WriteFile(filepath.Join(dir, "planted.go"), []byte(planted), 0o644); err != nil {
