@@ -43,7 +43,7 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 			return err
 		}
 		if !st.found {
-			return s.claimWithoutState(ctx, tx, p, &res)
+			return fmt.Errorf("mysqlstore: claim shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
 		}
 		switch st.state {
 		case reservation.StateHeld:
@@ -98,21 +98,6 @@ func (s *Store) expireHeld(ctx context.Context, tx *sql.Tx, caller string, shop 
 		return fmt.Errorf("mysqlstore: %s: delete expired hold: %w", caller, err)
 	}
 	return s.feedState(ctx, tx, caller, shop, token)
-}
-
-// claimWithoutState answers a claim of a token without a reservation row:
-// a claims row from before reservations had rows answers as a replay;
-// anything else was never held here.
-func (s *Store) claimWithoutState(ctx context.Context, tx *sql.Tx, p *reservation.ClaimParams, res *reservation.ClaimResult) error {
-	allocs, found, err := readClaim(ctx, tx, callerClaim, p.Shop, p.Token)
-	if err != nil {
-		return err
-	}
-	if !found {
-		return fmt.Errorf("mysqlstore: claim shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
-	}
-	*res = reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: allocs, Replayed: true}
-	return nil
 }
 
 // deductLedger subtracts allocations from the ledger, in (item, location)
@@ -230,13 +215,7 @@ func (s *Store) Release(ctx context.Context, p *reservation.ReleaseParams) (rese
 			}
 		}
 		if !st.found {
-			if _, claimed, err := readClaim(ctx, tx, callerRelease, p.Shop, p.Token); err != nil || claimed {
-				if err == nil {
-					err = fmt.Errorf("mysqlstore: release shop %d token %q: %w", p.Shop, p.Token, reservation.ErrAlreadyClaimed)
-				}
-				return err
-			}
-			return nil
+			return nil // never reserved here: nothing to release
 		}
 		switch st.state {
 		case reservation.StateHeld:

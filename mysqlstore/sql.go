@@ -129,14 +129,18 @@ func reserveUnheldQuery(locations int) string {
 const sqlFenceAndState = `(SELECT 'fence' AS kind, decider AS a, '' AS b, '' AS c, epoch AS n, NULL AS t
   FROM reservation_fences WHERE shop_id = ? LOCK IN SHARE MODE)
 UNION ALL
-(SELECT 'state', state, allocations, short, 0, expires_at FROM reservations WHERE shop_id = ? AND token = ?)`
+(SELECT 'state', state, allocations, short, 0, expires_at FROM reservations WHERE shop_id = ? AND token = ?)
+UNION ALL
+(SELECT 'claim', '', allocations, '', 0, NULL FROM reservation_claims WHERE shop_id = ? AND token = ?)`
 
 // The same with the state row locked for update: every transition of a
 // reservation (claim, release, settle) takes it first.
 const sqlFenceAndStateLock = `(SELECT 'fence' AS kind, decider AS a, '' AS b, '' AS c, epoch AS n, NULL AS t
   FROM reservation_fences WHERE shop_id = ? LOCK IN SHARE MODE)
 UNION ALL
-(SELECT 'state', state, allocations, short, 0, expires_at FROM reservations WHERE shop_id = ? AND token = ? FOR UPDATE)`
+(SELECT 'state', state, allocations, short, 0, expires_at FROM reservations WHERE shop_id = ? AND token = ? FOR UPDATE)
+UNION ALL
+(SELECT 'claim', '', allocations, '', 0, NULL FROM reservation_claims WHERE shop_id = ? AND token = ?)`
 
 // Reservation state rows and their hold lines.
 const (

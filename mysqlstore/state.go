@@ -3,6 +3,7 @@ package mysqlstore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -41,13 +42,15 @@ type stateRow struct {
 
 // readFenceAndState runs one of the sqlFenceAndState statements.
 func readFenceAndState(ctx context.Context, tx *sql.Tx, query string, shop int64, token string) (fenceRow, stateRow, error) {
-	rows, err := tx.QueryContext(ctx, query, shop, shop, token)
+	rows, err := tx.QueryContext(ctx, query, shop, shop, token, shop, token)
 	if err != nil {
 		return fenceRow{}, stateRow{}, err
 	}
 	defer rows.Close()
 	var f fenceRow
 	var st stateRow
+	var claimed []reservation.Allocation
+	var wasClaimed bool
 	for rows.Next() {
 		var kind, a, b, c string
 		var n int64
@@ -58,6 +61,11 @@ func readFenceAndState(ctx context.Context, tx *sql.Tx, query string, shop int64
 		switch kind {
 		case "fence":
 			f = fenceRow{found: true, fence: reservation.Fence{Decider: reservation.Authority(a), Epoch: n}}
+		case "claim":
+			wasClaimed = true
+			if err := json.Unmarshal([]byte(b), &claimed); err != nil {
+				return fenceRow{}, stateRow{}, fmt.Errorf("mysqlstore: claims row of shop %d token %q: %w", shop, token, err)
+			}
 		case "state":
 			st = stateRow{found: true, state: reservation.State(a), expiresAt: t.Time}
 			if st.allocs, err = reservation.DecodeAllocations(b); err != nil {
@@ -68,7 +76,15 @@ func readFenceAndState(ctx context.Context, tx *sql.Tx, query string, shop int64
 			}
 		}
 	}
-	return f, st, rows.Err()
+	if err := rows.Err(); err != nil {
+		return fenceRow{}, stateRow{}, err
+	}
+	if wasClaimed && !st.found {
+		// The tombstone was forgotten; the ledger's claim never is.
+		reservation.SortAllocations(claimed)
+		st = stateRow{found: true, state: reservation.StateClaimed, allocs: claimed}
+	}
+	return f, st, nil
 }
 
 // decides refuses a deciding call when MySQL does not decide the shop.

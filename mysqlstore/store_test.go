@@ -736,3 +736,36 @@ func TestShadowReserveAfterTheClaimHoldsNothing(t *testing.T) {
 		t.Errorf("a buyer can reserve %d at 1 and %d at 2, want 5 and 3", a.At(1), a.At(2))
 	}
 }
+
+// A claim outlives its tombstone: the ledger keeps the claims row for
+// good, so once the reservation's row is forgotten a repeated reserve still
+// answers already claimed, a claim is a replay and a release is refused.
+func TestClaimOutlivesItsTombstone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 10)
+	ctx := context.Background()
+	b.stock(t, 1, 1, 5)
+	lines := []reservation.Line{{Item: 1, Quantity: 2, Locations: []int64{1}}}
+	if res, err := b.s.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "old", Lines: lines, TTL: time.Minute}); err != nil || res.Status != reservation.StatusReserved {
+		t.Fatalf("reserve: %+v %v", res, err)
+	}
+	if _, err := b.s.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: "old"}); err != nil {
+		t.Fatal(err)
+	}
+	// What the tombstone collector does past Config.TombstoneTTL.
+	if _, err := b.db.Exec("DELETE FROM reservations WHERE shop_id = ? AND token = 'old'", shop); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := b.s.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "old", Lines: lines, TTL: time.Minute}); !errors.Is(err, reservation.ErrAlreadyClaimed) {
+		t.Errorf("reserve of a token claimed long ago: %+v %v, want ErrAlreadyClaimed", res, err)
+	}
+	if res, err := b.s.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: "old"}); err != nil || !res.Replayed || len(res.Allocations) != 1 {
+		t.Errorf("claim again: %+v %v, want replayed with its allocations", res, err)
+	}
+	if _, err := b.s.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: "old"}); !errors.Is(err, reservation.ErrAlreadyClaimed) {
+		t.Errorf("release: %v, want ErrAlreadyClaimed", err)
+	}
+	if l := b.ledger(t, 1, 1); l != 3 {
+		t.Errorf("ledger %d, want 3", l)
+	}
+}
