@@ -190,7 +190,7 @@ func (m *Mirror) Run(ctx context.Context) error {
 			m.metrics.leader.Set(0)
 		}
 	}()
-	lastCheck, lastLag := time.Time{}, time.Time{}
+	lastCheck, lastLag, lastStuckLog := time.Time{}, time.Time{}, time.Time{}
 	backoff := m.cfg.Poll
 	for ctx.Err() == nil {
 		if time.Since(lastLag) >= time.Second {
@@ -224,6 +224,15 @@ func (m *Mirror) Run(ctx context.Context) error {
 		}
 		n, err := m.deliver(ctx, 0)
 		switch {
+		case err != nil && onlyStuck(err):
+			// Some shop's change was not applied; the others were. That
+			// shop is retried next round; the rest of the pod must not
+			// slow down for it.
+			if ctx.Err() == nil && time.Since(lastStuckLog) >= 10*time.Second {
+				lastStuckLog = time.Now()
+				m.log.Warn("mirror: a shop's change was not applied; its shop waits, the others go on (logged every 10s at most)", "err", err)
+			}
+			sleep(ctx, m.cfg.Poll, m.wake)
 		case err != nil:
 			if ctx.Err() == nil {
 				m.log.Warn("mirror: relay round failed; retrying", "err", err)
@@ -257,11 +266,39 @@ func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
 // are applied, so one shop whose change keeps failing cannot hold up the
 // pod's relay (it is counted and returned as the round's error).
 func (m *Mirror) deliver(ctx context.Context, shop int64) (int, error) {
-	changes, err := m.cfg.MySQL.Pending(ctx, shop, m.cfg.Batch)
-	if err != nil || len(changes) == 0 {
-		return 0, err
+	var stuck []int64 // shops stopped at a change Redis did not apply
+	var errs []error
+	read := 0
+	for {
+		var changes []reservation.Change
+		var err error
+		if shop == 0 && len(stuck) > 0 {
+			changes, err = m.cfg.MySQL.PendingExcept(ctx, stuck, m.cfg.Batch)
+		} else {
+			changes, err = m.cfg.MySQL.Pending(ctx, shop, m.cfg.Batch)
+		}
+		if err != nil {
+			return read, errors.Join(append(errs, err)...)
+		}
+		read += len(changes)
+		newStuck, err := m.applyBatch(ctx, changes)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		// A full batch that stopped shops hides the other shops' changes
+		// behind them: read again without those shops.
+		if shop != 0 || len(newStuck) == 0 || len(changes) < m.cfg.Batch || ctx.Err() != nil {
+			return read, errors.Join(errs...)
+		}
+		stuck = append(stuck, newStuck...)
 	}
-	var done []int64
+}
+
+func (m *Mirror) applyBatch(ctx context.Context, changes []reservation.Change) ([]int64, error) {
+	if len(changes) == 0 {
+		return nil, nil
+	}
+	var done, stuckShops []int64
 	var errs []error
 	rest := changes
 	for len(rest) > 0 {
@@ -281,7 +318,8 @@ func (m *Mirror) deliver(ctx context.Context, shop int64) (int, error) {
 			break
 		}
 		stuck := rest[applied]
-		errs = append(errs, fmt.Errorf("mirror: apply change %d (shop %d, %s): %w", stuck.ID, stuck.Shop, stuck.Kind, aerr))
+		stuckShops = append(stuckShops, stuck.Shop)
+		errs = append(errs, fmt.Errorf("mirror: apply change %d (shop %d, %s): %w: %w", stuck.ID, stuck.Shop, stuck.Kind, errShopStuck, aerr))
 		var next []reservation.Change
 		for _, c := range rest[applied+1:] {
 			if c.Shop != stuck.Shop {
@@ -293,7 +331,7 @@ func (m *Mirror) deliver(ctx context.Context, shop int64) (int, error) {
 	if err := m.cfg.MySQL.Done(ctx, done); err != nil {
 		errs = append(errs, err)
 	}
-	return len(changes), errors.Join(errs...)
+	return stuckShops, errors.Join(errs...)
 }
 
 // Flush applies every pending change of one shop now, in order: what a
@@ -311,6 +349,33 @@ func (m *Mirror) Flush(ctx context.Context, shop int64) error {
 			return nil
 		}
 	}
+}
+
+// errShopStuck marks the error of a change Redis did not apply: its shop
+// waits, the relay goes on with the others.
+var errShopStuck = errors.New("its shop waits")
+
+// onlyStuck reports whether every error joined in err is a stuck shop's.
+func onlyStuck(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !onlyStuck(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return errors.Is(err, errShopStuck)
+}
+
+// lagText is the last measured lag for a log line ("unknown" when it was
+// never measured on this replica).
+func (m *Mirror) lagText() string {
+	l := m.LastLag()
+	if l.At.IsZero() {
+		return "unknown (not measured on this replica)"
+	}
+	return fmt.Sprintf("%d change(s), oldest %s, measured %s ago", l.Changes, l.Oldest.Round(time.Millisecond), time.Since(l.At).Round(time.Millisecond))
 }
 
 // ErrForcedHandoff wraps nothing: it is the error of Resync refusing a
@@ -381,7 +446,7 @@ func (m *Mirror) toRedis(ctx context.Context, shop, epoch int64, force bool) (re
 			return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to redis by force after MySQL failed (%v): %w", shop, err, ferr)
 		}
 		m.log.Error("mirror: Redis took a shop without MySQL (kill switch redis_only, MySQL did not answer); changes still in the feed for it are lost to Redis",
-			"shop", shop, "epoch", epoch, "mysql_err", err, "lag", m.LastLag())
+			"shop", shop, "epoch", epoch, "mysql_err", err, "lag", m.lagText())
 		return rf, "forced", nil
 	}
 	if mf.Decider != reservation.AuthorityRedis {
@@ -406,7 +471,7 @@ func (m *Mirror) toRedis(ctx context.Context, shop, epoch int64, force bool) (re
 			return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to redis by force after the drain failed (%v): %w", shop, err, ferr)
 		}
 		m.log.Error("mirror: Redis took a shop without finishing the drain (kill switch redis_only, MySQL did not answer); changes still in the feed for it are lost to Redis",
-			"shop", shop, "epoch", mf.Epoch, "err", err, "lag", m.LastLag())
+			"shop", shop, "epoch", mf.Epoch, "err", err, "lag", m.lagText())
 		return rf, "forced", nil
 	}
 	rf, err := m.cfg.Redis.Fence(ctx, shop)
@@ -415,6 +480,9 @@ func (m *Mirror) toRedis(ctx context.Context, shop, epoch int64, force bool) (re
 	}
 	if rf.Epoch < mf.Epoch {
 		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to redis: drained, but Redis's fence is %s, not %s", shop, rf, mf)
+	}
+	if rf.Decider != reservation.AuthorityRedis {
+		return rf, "overtaken", nil // a newer handoff gave it to MySQL meanwhile
 	}
 	return rf, "done", nil
 }
@@ -435,6 +503,9 @@ func (m *Mirror) toMySQL(ctx context.Context, shop, epoch int64) (reservation.Fe
 	if err != nil {
 		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
 	}
+	if mf.Decider != reservation.AuthorityMySQL {
+		return mf, "overtaken", nil // a newer handoff gave it to Redis meanwhile
+	}
 	return mf, "done", nil
 }
 
@@ -444,19 +515,17 @@ func (m *Mirror) toMySQL(ctx context.Context, shop, epoch int64) (reservation.Fe
 // whose Redis state was lost or damaged; it refuses a shop Redis decides
 // (Redis's state is the truth there) and one Redis took by force.
 func (m *Mirror) Resync(ctx context.Context, shop int64) error {
-	rf, err := m.cfg.Redis.Fence(ctx, shop)
-	if err != nil {
-		return fmt.Errorf("mirror: resync shop %d: %w", shop, err)
-	}
 	return m.cfg.MySQL.CopyShop(ctx, shop, func(ctx context.Context, cp *mysqlstore.ShopCopy) error {
 		mf := cp.Snapshot.Fence
-		switch {
-		case mf.Decider != reservation.AuthorityMySQL:
+		if mf.Decider != reservation.AuthorityMySQL {
 			return fmt.Errorf("mirror: resync shop %d: MySQL does not decide it (fence %s): Redis's state is the truth", shop, mf)
-		case rf.Epoch > mf.Epoch:
-			return fmt.Errorf("mirror: resync shop %d: Redis's fence %s is newer than MySQL's %s: %w", shop, rf, mf, ErrForcedHandoff)
 		}
-		return m.cfg.Redis.Rewrite(ctx, cp.Snapshot, cp.Ledger, cp.CoveredAdjusts)
+		err := m.cfg.Redis.Rewrite(ctx, cp.Snapshot, cp.Ledger, cp.CoveredAdjusts)
+		var newer *redisstore.NewerFenceError
+		if errors.As(err, &newer) {
+			return fmt.Errorf("mirror: resync shop %d: Redis's fence %s is newer than MySQL's %s: %w", shop, newer.Fence, mf, ErrForcedHandoff)
+		}
+		return err
 	})
 }
 

@@ -31,17 +31,19 @@ func (s *Store) Pending(ctx context.Context, shop int64, limit int) ([]reservati
 	if shop < 0 || limit < 1 || limit > maxFeedBatch {
 		return nil, &reservation.ValidationError{Field: "shop, limit", Reason: fmt.Sprintf("want shop >= 0 and limit in 1..%d, got %d and %d", maxFeedBatch, shop, limit)}
 	}
+	if shop == 0 {
+		return s.pending(ctx, sqlFeedPending, limit)
+	}
+	return s.pending(ctx, sqlFeedPendingShop, shop, limit)
+}
+
+func (s *Store) pending(ctx context.Context, query string, args ...any) ([]reservation.Change, error) {
 	c, err := s.acquire(ctx, callerFeed)
 	if err != nil {
 		return nil, err
 	}
 	defer c.release()
-	var rows *sql.Rows
-	if shop == 0 {
-		rows, err = c.QueryContext(ctx, sqlFeedPending, limit)
-	} else {
-		rows, err = c.QueryContext(ctx, sqlFeedPendingShop, shop, limit)
-	}
+	rows, err := c.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("mysqlstore: pending changes: %w", err)
 	}
@@ -65,6 +67,23 @@ func (s *Store) Pending(ctx context.Context, shop int64, limit int) ([]reservati
 		out = append(out, ch)
 	}
 	return out, rows.Err()
+}
+
+// PendingExcept is Pending of every shop but those of skip: what the relay
+// reads past shops stopped at a change Redis does not apply.
+func (s *Store) PendingExcept(ctx context.Context, skip []int64, limit int) ([]reservation.Change, error) {
+	if len(skip) == 0 {
+		return s.Pending(ctx, 0, limit)
+	}
+	if limit < 1 || limit > maxFeedBatch || len(skip) > maxDoneBatch {
+		return nil, &reservation.ValidationError{Field: "skip, limit", Reason: fmt.Sprintf("want at most %d shops and limit in 1..%d, got %d and %d", maxDoneBatch, maxFeedBatch, len(skip), limit)}
+	}
+	args := make([]any, 0, len(skip)+1)
+	for _, sh := range skip {
+		args = append(args, sh)
+	}
+	args = append(args, limit)
+	return s.pending(ctx, sqlFeedPendingSelect+` WHERE o.shop_id NOT IN (`+repeatJoin("?", ",", len(skip))+`) ORDER BY o.id LIMIT ?`, args...)
 }
 
 // Done deletes delivered changes. Deleting one twice (two deliverers) is

@@ -492,10 +492,31 @@ func (s *Store) Rewrite(ctx context.Context, snap reservation.Snapshot, ledger [
 	for _, id := range covered {
 		args = append(args, id)
 	}
-	if _, err := s.run(ctx, "rewrite", scriptRewrite, []string{k.expiry(), k.tombs(), k.fence()}, args...); err != nil {
+	reply, err := s.run(ctx, "rewrite", scriptRewrite, []string{k.expiry(), k.tombs(), k.fence()}, args...)
+	if err != nil {
 		return fmt.Errorf("redisstore: rewrite shop %d: %w", snap.Shop, err)
 	}
+	if what, _ := at(reply, 0).(string); what == "newer" {
+		cur, _ := at(reply, 1).(string)
+		f, err := reservation.ParseFence(cur)
+		if err != nil {
+			return fmt.Errorf("redisstore: rewrite shop %d: %w", snap.Shop, err)
+		}
+		return &NewerFenceError{Shop: snap.Shop, Fence: f, Snapshot: snap.Fence}
+	}
 	return nil
+}
+
+// NewerFenceError is Rewrite's refusal of a shop whose Redis fence has a
+// higher epoch than the snapshot's: Redis took the shop after the snapshot
+// was read (a forced handoff), and nothing was written.
+type NewerFenceError struct {
+	Shop            int64
+	Fence, Snapshot reservation.Fence
+}
+
+func (e *NewerFenceError) Error() string {
+	return fmt.Sprintf("redisstore: rewrite shop %d: Redis's fence %s is newer than the snapshot's %s", e.Shop, e.Fence, e.Snapshot)
 }
 
 func validSnapshot(snap reservation.Snapshot, ledger []reservation.StockLevel) error {

@@ -650,6 +650,10 @@ return {holds, qty}
 var scriptRewrite = newScript("rewrite", luaPrelude+`
 local expiry, tombs, fence = KEYS[1], KEYS[2], KEYS[3]
 local base, ttl, marker_ttl = ARGV[1], tonumber(ARGV[2]), ARGV[4]
+local cur = redis.call('GET', fence) or 'redis@0'
+if tonumber(string.match(cur, '@(%d+)$') or '0') > tonumber(string.match(ARGV[3], '@(%d+)$') or '0') then
+  return {'newer', cur}
+end
 local now = now_ms()
 local old = redis.call('ZRANGE', expiry, 0, -1)
 for _, token in ipairs(old) do
