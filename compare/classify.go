@@ -30,8 +30,10 @@ const (
 	ClassShadowError Class = "shadow_error"
 	// ClassShadowLate: the shadow's answer comes from a later call of the
 	// same token: a reserve's shadow, still running, found the
-	// reservation already claimed (the caller's claim overtook it). It
-	// says nothing about either store's stock: nothing to compare.
+	// reservation already claimed, released or expired (the caller's
+	// next call overtook it, or the relay delivered that call's result
+	// first). It says nothing about either store's stock: nothing to
+	// compare.
 	ClassShadowLate Class = "shadow_late"
 	// ClassShadowMissing: the authority claimed, released or adjusted, and
 	// the shadow had no prior state for it (ErrNotFound, or "not_released").
@@ -139,8 +141,9 @@ func (r Rules) margin(requested int64) int64 {
 //  4. shadow_panic: Shadow.Panicked.
 //  5. shadow_error: the shadow's Err is not a domain answer.
 //  5b. shadow_late: a reserve the authority reserved and the shadow
-//     answered reservation.ErrAlreadyClaimed: the caller's claim overtook
-//     the shadow reserve (the facade never makes the caller wait for it).
+//     answered with a later state of the token (ErrAlreadyClaimed,
+//     ErrReleased, ErrExpired): the caller's next call overtook the shadow
+//     reserve (the facade never makes the caller wait for it).
 //  6. shadow_missing: the authority claimed, released or adjusted, and the
 //     shadow answered reservation.ErrNotFound (or, for a release, released
 //     nothing): the shadow never saw the reservation (made before it was
@@ -200,7 +203,7 @@ func Classify(o Observation, r Rules) Class {
 		return ClassShadowPanic
 	case s.Err != nil && !isAnswer(s.Err):
 		return ClassShadowError
-	case o.Op == OpReserve && a.Err == nil && a.Result == ResultReserved && errors.Is(s.Err, reservation.ErrAlreadyClaimed):
+	case o.Op == OpReserve && a.Err == nil && a.Result == ResultReserved && laterState(s.Err):
 		return ClassShadowLate
 	}
 	if answer(a) != answer(s) {
@@ -220,6 +223,12 @@ func Classify(o Observation, r Rules) Class {
 
 // notRun reports whether a shadow outcome is empty: the facade did not ask
 // the shadow (as opposed to Skipped: it wanted to and had no room).
+// laterState reports whether a shadow reserve's error is a later state of
+// the token (a tombstone the caller's next call left).
+func laterState(err error) bool {
+	return errors.Is(err, reservation.ErrAlreadyClaimed) || errors.Is(err, reservation.ErrReleased) || errors.Is(err, reservation.ErrExpired)
+}
+
 func notRun(s Outcome) bool {
 	return s.Result == "" && s.Err == nil && !s.Skipped && !s.TimedOut && !s.Panicked
 }

@@ -95,6 +95,7 @@ func TestClassify(t *testing.T) {
 		// The caller's claim overtook the reserve's shadow: nothing to
 		// compare. Only for a reserve the authority reserved.
 		{"shadow reserve overtaken by the claim", compare.OpReserve, reserved, failed(mysql, wrapped(reservation.ErrAlreadyClaimed)), compare.Rules{}, compare.ClassShadowLate},
+		{"shadow reserve overtaken by the release", compare.OpReserve, reserved, failed(mysql, wrapped(reservation.ErrReleased)), compare.Rules{}, compare.ClassShadowLate},
 		{"already claimed against a refusal", compare.OpReserve, ok(redis, "insufficient"), failed(mysql, reservation.ErrAlreadyClaimed), compare.Rules{}, compare.ClassOutcomeMismatch},
 		{"shadow holds other lines for the token", compare.OpReserve, reserved, failed(mysql, reservation.ErrTokenConflict), compare.Rules{}, compare.ClassOutcomeMismatch},
 		{"authority conflict, shadow reserved", compare.OpReserve, failed(redis, reservation.ErrTokenConflict), ok(mysql, "reserved", a1), compare.Rules{}, compare.ClassOutcomeMismatch},

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,17 +32,17 @@ func traffic(t *testing.T, b *bundle, workers int, d time.Duration, items int64,
 	claimed = map[string][]reservation.Allocation{}
 	deadline := time.Now().Add(d)
 	var stop atomic.Bool
+	var wg, watcher sync.WaitGroup
 	if done != nil {
-		go func() {
+		watcher.Go(func() {
 			for !stop.Load() && time.Now().Before(deadline) {
 				if done() {
 					stop.Store(true)
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
-		}()
+		})
 	}
-	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(w), 3))
@@ -63,7 +63,7 @@ func traffic(t *testing.T, b *bundle, workers int, d time.Duration, items int64,
 					}
 					continue
 				}
-				c, err := b.f.Claim(context.Background(), &reservation.ClaimParams{Shop: shop, Token: token})
+				c, err := b.claim(context.Background(), token)
 				if err != nil {
 					t.Errorf("claim: %v", err)
 					return
@@ -76,19 +76,39 @@ func traffic(t *testing.T, b *bundle, workers int, d time.Duration, items int64,
 	}
 	wg.Wait()
 	stop.Store(true)
+	watcher.Wait()
 	b.drain(t)
 	return claimed
 }
 
-// a. Shadow mode, 32 callers, stock that runs out: every observation is
+// Shadow mode, 32 callers, stock that runs out: every observation is
 // classified; the differences at the boundary land in the race class, not
-// in outcome mismatches; with plenty of stock there is no mismatch at all.
+// in outcome mismatches; with plenty of stock there is no mismatch at all
+// (a shadow that ran after the caller's claim is shadow_late, see
+// TestLateShadowIsNotAMismatch).
 func TestShadowModeClassifiesEveryObservation(t *testing.T) {
 	t.Parallel()
-	// A generous shadow deadline: this test is about classification, and
-	// a shadow that times out on a loaded 2-core machine (race detector on)
-	// turns its follow-up claim into a shadow_missing.
+	// A generous shadow deadline: this test is about classification.
 	const deadline = 2 * time.Second
+	check := func(t *testing.T, b *bundle) map[compare.Class]int {
+		classes := b.rec.classes()
+		t.Logf("%d observations: %v", b.rec.count(), classes)
+		total := 0
+		for c, n := range classes {
+			if !validClass(c) {
+				t.Errorf("unclassified observation: class %q", c)
+			}
+			total += n
+		}
+		if total != b.rec.count() || total == 0 {
+			t.Errorf("classified %d of %d observations", total, b.rec.count())
+		}
+		if classes[compare.ClassOutcomeMismatch] != 0 || classes[compare.ClassAllocationMismatch] != 0 {
+			t.Errorf("real mismatches: %v", classes)
+			b.rec.dumpMismatches(t, 3)
+		}
+		return classes
+	}
 	t.Run("stock runs out", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, options{shadowTimeout: deadline})
@@ -108,21 +128,8 @@ func TestShadowModeClassifiesEveryObservation(t *testing.T) {
 		}
 		// Until every item is sold out (or 60 s on a very slow machine).
 		claimed := traffic(t, b, 32, 60*time.Second, 3, soldOut)
-		classes := b.rec.classes()
-		t.Logf("%d observations: %v; %d claims", b.rec.count(), classes, len(claimed))
-		total := 0
-		for c, n := range classes {
-			if !validClass(c) {
-				t.Errorf("unclassified observation: class %q", c)
-			}
-			total += n
-		}
-		if total != b.rec.count() || total == 0 {
-			t.Errorf("classified %d of %d observations", total, b.rec.count())
-		}
-		if classes[compare.ClassOutcomeMismatch] != 0 || classes[compare.ClassAllocationMismatch] != 0 {
-			t.Errorf("real mismatches at the stock-out boundary: %v (want them in %s)", classes, compare.ClassStockoutRace)
-		}
+		t.Logf("%d claims", len(claimed))
+		check(t, b)
 		if !reached.Load() {
 			t.Errorf("the run never sold every item out: the boundary was not tested")
 		}
@@ -134,13 +141,95 @@ func TestShadowModeClassifiesEveryObservation(t *testing.T) {
 			b.stock(t, item, 1, 1_000_000)
 		}
 		traffic(t, b, 32, 3*time.Second, 3, nil)
-		classes := b.rec.classes()
-		t.Logf("%d observations: %v", b.rec.count(), classes)
-		if classes[compare.ClassMatch] != b.rec.count() {
-			t.Errorf("with plenty of stock every observation must match: %v", classes)
-			b.rec.dumpMismatches(t, 10)
+		if classes := check(t, b); classes[compare.ClassStockoutRace] != 0 {
+			t.Errorf("stock-out races with plenty of stock: %v", classes)
 		}
 	})
+}
+
+// A shadow that runs late (its reserve still queued when a later call of
+// the caller, decided by the other store, already reached the shadow
+// store: Redis's legacy claim records the claim in MySQL through the
+// ledger, and the relay records MySQL's claims and releases in Redis)
+// answers the reserve from the token's later tombstone. That is not the
+// two stores disagreeing, and must not count as an outcome mismatch, which
+// the rollout's gates read as a reason to stop: compare files it as
+// shadow_late.
+//
+// Known gap (the release case fails today): only "already claimed" is
+// filed as shadow_late. In mysql mode a release overtakes the Redis
+// shadow reserve the same way (the relay delivers the released
+// tombstone) and the shadow answers "released": an outcome_mismatch.
+// Proposed fix (package compare): file a reserve the decider held whose
+// shadow answered from any later tombstone (already_claimed, released,
+// expired) as shadow_late.
+func TestLateShadowIsNotAMismatch(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		mode rollout.Mode
+		// then is the caller's call that overtakes the shadow reserve.
+		then string
+	}{
+		{"claim overtakes mysql's shadow", rollout.ModeShadow, "claim"},
+		{"claim overtakes redis's shadow", rollout.ModeMySQL, "claim"},
+		{"release overtakes redis's shadow", rollout.ModeMySQL, "release"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// The shadow reserve waits until the caller's next call has
+			// reached the shadow store.
+			overtaken := make(chan struct{})
+			fault := func(ctx context.Context, op string, as reservation.Role) error {
+				if op == "reserve" && as == reservation.AsShadow {
+					select {
+					case <-overtaken:
+					case <-ctx.Done():
+					}
+				}
+				return nil
+			}
+			o := options{mode: tc.mode, shadowTimeout: 10 * time.Second}
+			if tc.mode == rollout.ModeShadow {
+				o.wrapMySQL = func(s reservation.Store) reservation.Store { return faulty{s, fault} }
+			} else {
+				o.wrapRedis = func(s reservation.Store) reservation.Store { return faulty{s, fault} }
+			}
+			b := setup(t, o)
+			b.stock(t, 1, 1, 10)
+			b.mustReserve(t, "t", line(1, 2))
+			ctx := context.Background()
+			var tomb error = reservation.ErrAlreadyClaimed
+			if tc.then == "claim" {
+				if _, err := b.claim(ctx, "t"); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				tomb = reservation.ErrReleased
+				if _, err := b.f.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: "t"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var shadow reservation.Store = b.my
+			if tc.mode == rollout.ModeMySQL {
+				shadow = b.rd
+			}
+			waitFor(t, "the shadow store has the later tombstone", func() (bool, string) {
+				_, err := shadow.Get(ctx, &reservation.GetParams{Shop: shop, Token: "t"})
+				return errors.Is(err, tomb), fmt.Sprint(err)
+			})
+			close(overtaken)
+			b.drain(t)
+			classes := b.rec.classes()
+			if classes[compare.ClassOutcomeMismatch] != 0 {
+				t.Errorf("classes %v: a late shadow counted as an outcome mismatch", classes)
+				b.rec.dumpMismatches(t, 3)
+			}
+			if classes[compare.ClassShadowLate] != 1 {
+				t.Errorf("classes %v: want the reserve filed as %s", classes, compare.ClassShadowLate)
+			}
+		})
+	}
 }
 
 func validClass(c compare.Class) bool {
@@ -152,58 +241,60 @@ func validClass(c compare.Class) bool {
 	return false
 }
 
-// b. A broken shadow (a store configured with the wrong pool cap, one that
-// sleeps past the deadline ignoring its context, one that panics) changes no
-// answer, adds at most a small bound to the caller's latency, and each
-// fault shows in its class.
-func TestBrokenShadowChangesNoAnswer(t *testing.T) {
+// The decider answers. A broken shadow (a store configured with the wrong
+// pool cap, one that sleeps past the deadline ignoring its context, one
+// that panics), whether MySQL shadows a shop Redis decides or Redis one
+// MySQL decides, changes no answer and adds nothing to the caller's
+// latency: the caller never waits for a shadow. Each fault shows in its
+// class.
+func TestShadowNeverChangesTheAnswer(t *testing.T) {
 	t.Parallel()
 	const deadline = 200 * time.Millisecond
+	// The shadow sleeps well past its deadline: a caller that waited for
+	// it would take at least this long.
+	const nap = 5 * deadline
 	cases := []struct {
 		name  string
 		mode  rollout.Mode
 		wrap  func(b *bundle) options
 		class compare.Class
-		// budget is what the fault may add to the caller's latency: a
-		// claim waits (up to the deadline) for the shadow of its own
-		// reserve, and in mysql mode every call waits for its shadow.
-		budget time.Duration
 	}{
-		{"wrong pool cap", rollout.ModeShadow, func(b *bundle) options {
+		{"redis decides, mysql shadow has the wrong pool cap", rollout.ModeShadow, func(b *bundle) options {
 			return options{wrapMySQL: func(reservation.Store) reservation.Store {
 				// A MySQL store with a pool cap of 1 refuses 2-unit lines.
-				s, err := mysqlstore.New(mysqlstore.Config{DB: b.db.DB, PoolCap: 1, Registerer: nil})
+				s, err := mysqlstore.New(mysqlstore.Config{DB: b.db.DB, PoolCap: 1})
 				if err != nil {
 					panic(err)
 				}
 				return s
 			}}
-		}, compare.ClassOutcomeMismatch, 0},
-		{"sleeps past the deadline", rollout.ModeShadow, func(*bundle) options {
-			return options{wrapMySQL: func(s reservation.Store) reservation.Store { return faulty{s, sleeper(5 * deadline)} }}
-		}, compare.ClassShadowTimeout, deadline},
-		{"panics", rollout.ModeShadow, func(*bundle) options {
-			return options{wrapMySQL: func(s reservation.Store) reservation.Store { return faulty{s, panicker} }}
-		}, compare.ClassShadowPanic, 0},
-		// In mysql mode the caller waits for the Redis shadow, up to its
-		// deadline and no more.
-		{"redis shadow sleeps (mysql mode)", rollout.ModeMySQL, func(*bundle) options {
-			return options{wrapRedis: func(s reservation.Store) reservation.Store { return faulty{s, sleeper(5 * deadline)} }}
-		}, compare.ClassShadowTimeout, 2 * deadline},
+		}, compare.ClassOutcomeMismatch},
+		{"redis decides, mysql shadow sleeps", rollout.ModeShadow, func(*bundle) options {
+			return options{wrapMySQL: func(s reservation.Store) reservation.Store { return faulty{s, onShadow(sleeper(nap))} }}
+		}, compare.ClassShadowTimeout},
+		{"redis decides, mysql shadow panics", rollout.ModeShadow, func(*bundle) options {
+			return options{wrapMySQL: func(s reservation.Store) reservation.Store { return faulty{s, onShadow(panicker)} }}
+		}, compare.ClassShadowPanic},
+		{"mysql decides, redis shadow sleeps", rollout.ModeMySQL, func(*bundle) options {
+			return options{wrapRedis: func(s reservation.Store) reservation.Store { return faulty{s, onShadow(sleeper(nap))} }}
+		}, compare.ClassShadowTimeout},
+		{"mysql decides, redis shadow panics", rollout.ModeMySQL, func(*bundle) options {
+			return options{wrapRedis: func(s reservation.Store) reservation.Store { return faulty{s, onShadow(panicker)} }}
+		}, compare.ClassShadowPanic},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			probe := setup(t, options{mode: tc.mode})
+			probe := setup(t, options{mode: tc.mode, shadowTimeout: deadline})
 			o := tc.wrap(probe)
 			o.mode, o.shadowTimeout = tc.mode, deadline
 			b := setup(t, o)
 			b.stock(t, 1, 1, 10)
 			// The same calls on the probe (no fault): the machine's own
-			// latency today, which the fault's budget is added to.
+			// latency today, a handoff included in mysql mode.
 			probe.stock(t, 1, 1, 10)
 			control := sequence(probe)
-			// The answers the authority alone gives.
+			// The answers the decider alone gives.
 			want := []string{"reserved [{1 1 2}]", "claimed [{1 1 2}]", "reserved [{1 1 2}]", "released", "insufficient"}
 			var got []string
 			var slowest time.Duration
@@ -214,7 +305,7 @@ func TestBrokenShadowChangesNoAnswer(t *testing.T) {
 			}
 			timed(func() string { return reserveAnswer(b.reserve(context.Background(), "a", time.Minute, line(1, 2))) })
 			timed(func() string {
-				c, err := b.f.Claim(context.Background(), &reservation.ClaimParams{Shop: shop, Token: "a"})
+				c, err := b.claim(context.Background(), "a")
 				return fmt.Sprint(c.Outcome, " ", c.Allocations, errString(err))
 			})
 			timed(func() string { return reserveAnswer(b.reserve(context.Background(), "b", time.Minute, line(1, 2))) })
@@ -229,18 +320,19 @@ func TestBrokenShadowChangesNoAnswer(t *testing.T) {
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Errorf("answers %q, want %q", got, want)
 			}
-			// A waited-for shadow adds at most its deadline to what the
-			// same calls take without the fault; slack for a shared 2-core
-			// machine.
-			if limit := tc.budget + 2*control + 150*time.Millisecond; slowest > limit {
-				t.Errorf("slowest call took %s, want under %s (budget %s + 2 x %s without the fault + slack)", slowest, limit, tc.budget, control)
+			// Nothing of the fault reaches the caller: what the same calls
+			// take without it, with slack for a shared 2-core machine,
+			// and below the shadow's nap (which a caller that waited for
+			// the shadow would take).
+			if limit := min(2*control+150*time.Millisecond, nap*9/10); slowest > limit {
+				t.Errorf("slowest call took %s, want under %s (2 x %s without the fault + slack): the caller waited for the shadow", slowest, limit, control)
 			}
 			b.drain(t)
 			classes := b.rec.classes()
 			if classes[tc.class] == 0 {
 				t.Errorf("classes %v: no %s", classes, tc.class)
 			}
-			t.Logf("slowest call %s; classes %v", slowest, classes)
+			t.Logf("slowest call %s (%s without the fault); classes %v", slowest, control, classes)
 		})
 	}
 }
@@ -256,7 +348,7 @@ func sequence(b *bundle) time.Duration {
 	}
 	ctx := context.Background()
 	timed(func() { b.reserve(ctx, "a", time.Minute, line(1, 2)) })
-	timed(func() { b.f.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: "a"}) })
+	timed(func() { b.claim(ctx, "a") })
 	timed(func() { b.reserve(ctx, "b", time.Minute, line(1, 2)) })
 	timed(func() { b.f.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: "b"}) })
 	return slowest
@@ -279,255 +371,147 @@ func errString(err error) string {
 	return ""
 }
 
-// c. Bounded shadow: with MySQL made slow, shadow goroutines never exceed
-// the slots, the callers do not wait, and the calls that found no free
-// slot are skipped and counted.
-//
-// Not parallel: it counts the process's goroutines, so no other test may
-// run beside it.
-func TestShadowWorkIsBounded(t *testing.T) {
-	// With slots = 100000 instead the peak reaches ~650 and the check fails.
-	const slots, callers = 8, 64
-	b := setup(t, options{slots: slots, shadowTimeout: 2 * time.Second, wrapMySQL: func(s reservation.Store) reservation.Store {
-		return faulty{s, func(ctx context.Context, _ string) error {
-			select {
-			case <-time.After(300 * time.Millisecond):
-			case <-ctx.Done():
-			}
-			return nil
-		}}
+// Shadow work is bounded: with the MySQL shadow made slow, no more shadow
+// calls run at once than there are slots, the callers do not wait, and
+// the calls that found no free slot are skipped and counted.
+func TestShadowSlotsAreBounded(t *testing.T) {
+	t.Parallel()
+	const slots, callers, nap = 8, 64, time.Second
+	var running, peak atomic.Int64
+	slow := func(ctx context.Context) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		select {
+		case <-time.After(nap):
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	b := setup(t, options{slots: slots, shadowTimeout: 2 * nap, wrapMySQL: func(s reservation.Store) reservation.Store {
+		return faulty{s, onShadow(slow)}
 	}})
 	b.stock(t, 1, 1, 100_000)
-	base := runtime.NumGoroutine()
-	var peak atomic.Int64
-	stop := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-				if n := int64(runtime.NumGoroutine()); n > peak.Load() {
-					peak.Store(n)
-				}
-			}
-		}
-	}()
+	var slowest atomic.Int64
 	var wg sync.WaitGroup
 	for w := range callers {
 		wg.Go(func() {
 			for i := range 10 {
+				start := time.Now()
 				if _, err := b.reserve(context.Background(), tok("c", w, "-", i), time.Minute, line(1, 1)); err != nil {
 					t.Errorf("reserve: %v", err)
+				}
+				for d, s := int64(time.Since(start)), slowest.Load(); d > s && !slowest.CompareAndSwap(s, d); s = slowest.Load() {
 				}
 			}
 		})
 	}
 	wg.Wait()
-	close(stop)
 	b.drain(t)
-	skipped := b.counter(t, "reservoir_dualwrite_shadow_skipped_total")
+	skipped := b.counter(t, "reservoir_dualwrite_shadow_skipped_total", nil)
 	classes := b.rec.classes()
-	t.Logf("goroutines: %d before, peak %d; skipped %v; classes %v", base, peak.Load(), skipped, classes)
-	// The callers, the sampler, the slots and the drivers' own goroutines;
-	// without the bound it would be callers x 10 shadow goroutines.
-	if limit := int64(base + callers + slots + 64); peak.Load() > limit {
-		t.Errorf("peak goroutines %d > %d: shadow work is not bounded", peak.Load(), limit)
+	t.Logf("peak shadow calls at once %d (slots %d); skipped %v; slowest reserve %s; classes %v",
+		peak.Load(), slots, skipped, time.Duration(slowest.Load()), classes)
+	if peak.Load() > slots {
+		t.Errorf("%d shadow calls ran at once, the slots are %d: shadow work is not bounded", peak.Load(), slots)
+	}
+	if peak.Load() == 0 {
+		t.Errorf("no shadow call ran")
 	}
 	if skipped == 0 || classes[compare.ClassShadowSkipped] != int(skipped) {
 		t.Errorf("skipped %v, shadow_skipped observations %d: want equal and > 0", skipped, classes[compare.ClassShadowSkipped])
 	}
+	if d := time.Duration(slowest.Load()); d >= nap {
+		t.Errorf("the slowest reserve took %s, a shadow call %s: callers waited for the shadow", d, nap)
+	}
 }
 
-// d. Flip under load. Reservations made in shadow mode are claimed or
-// released after the flip to mysql, and reservations made in mysql mode
-// after the kill switch put Redis back in charge: every claim succeeds
-// exactly once, the ledger is deducted once per claimed reservation (the
-// claims table and the ledger agree), and after expiry no hold is left in
-// either store.
-func TestFlipUnderLoadHonoursEveryReservation(t *testing.T) {
+// A replica that cannot read its flags, or reads flags it does not
+// understand, answers ErrFlagsUnavailable to every call and touches no
+// store and no handoff: it never guesses that Redis decides.
+func TestFlagsInDoubtTouchNoStore(t *testing.T) {
 	t.Parallel()
-	b := setup(t, options{mode: rollout.ModeShadow})
-	const items, stock = 4, 10_000
-	for item := int64(1); item <= items; item++ {
-		b.stock(t, item, 1, stock)
+	sources := map[string]rollout.ModeSource{
+		"flags cannot be read":   failingSource{},
+		"flags name no mode":     fixedSource{rollout.Decision{Mode: "turbo", Kill: rollout.KillOff, Version: 3}},
+		"flags name no kill":     fixedSource{rollout.Decision{Mode: rollout.ModeMySQL, Kill: "maybe", Version: 3}},
+		"error beside a mode":    failingSource{rollout.Decision{Mode: rollout.ModeRedis, Kill: rollout.KillOff, Version: 9}},
+		"error beside redisSafe": failingSource{rollout.RedisSafe},
 	}
-	// Holds expire soon after the test is done with them, so the end can
-	// check that nothing is left in either store, whatever shadow calls
-	// timed out on the way.
-	const ttl = 6 * time.Second
-	expireBy := time.Now().Add(time.Minute)
-	var deducted [items + 1]atomic.Int64
-	var claims atomic.Int64
-	phase := func(name string, flip func()) {
-		// Reserve under the current mode...
-		var tokens sync.Map
-		var wg sync.WaitGroup
-		for w := range 16 {
-			wg.Go(func() {
-				for i := range 20 {
-					token := fmt.Sprintf("%s-%d-%d", name, w, i)
-					res, err := b.reserve(context.Background(), token, ttl, line(1+int64((w+i)%items), 1+int64(i%3)))
-					if err != nil || res.Status != reservation.StatusReserved {
-						t.Errorf("%s: reserve: %+v %v", name, res, err)
-						continue
-					}
-					tokens.Store(token, true)
-				}
-			})
-		}
-		expireBy = time.Now().Add(ttl)
-		// ...flip while they are in flight...
-		time.Sleep(20 * time.Millisecond)
-		flip()
-		wg.Wait()
-		// ...then claim three of four and release the rest, twice each
-		// (a retry must change nothing).
-		n := 0
-		tokens.Range(func(k, _ any) bool {
-			token, i := k.(string), n
-			n++
-			wg.Go(func() {
-				for attempt := range 2 {
-					if i%4 == 0 {
-						if _, err := b.f.Release(context.Background(), &reservation.ReleaseParams{Shop: shop, Token: token}); err != nil {
-							t.Errorf("%s: release %s: %v", name, token, err)
-						}
-						continue
-					}
-					c, err := b.f.Claim(context.Background(), &reservation.ClaimParams{Shop: shop, Token: token})
-					if err != nil {
-						t.Errorf("%s: claim %s (attempt %d): %v", name, token, attempt, err)
-						return
-					}
-					if c.Replayed != (attempt == 1) {
-						t.Errorf("%s: claim %s attempt %d: replayed = %v", name, token, attempt, c.Replayed)
-					}
-					if attempt == 0 {
-						claims.Add(1)
-						for _, a := range c.Allocations {
-							deducted[a.Item].Add(a.Quantity)
-						}
-					}
-				}
-			})
-			return true
-		})
-		wg.Wait()
-		b.drain(t)
-	}
-	phase("shadow-to-mysql", func() { _ = b.modes.SetMode(rollout.ModeMySQL) })
-	phase("mysql-to-kill", func() { _ = b.modes.SetKill(rollout.KillRedis) })
-	_ = b.modes.SetKill(rollout.KillOff)
-	phase("back-to-mysql", func() {})
-
-	for item := int64(1); item <= items; item++ {
-		if l := b.ledger(t, item, 1); l != stock-deducted[item].Load() {
-			t.Errorf("item %d: ledger %d, want %d - %d claimed", item, l, stock, deducted[item].Load())
-		}
-	}
-	if n := b.db.Count(t, "reservation_claims"); n != claims.Load() {
-		t.Errorf("claims rows %d, claims answered %d", n, claims.Load())
-	}
-
-	// Holds that are never claimed expire in both stores.
-	for i := range 10 {
-		if _, err := b.reserve(context.Background(), tok("late", i), time.Second, line(1, 1)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b.drain(t)
-	time.Sleep(time.Until(expireBy) + 300*time.Millisecond)
-	for _, s := range []reservation.Store{b.my, b.rd} {
-		if _, err := s.Reap(context.Background(), &reservation.ReapParams{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := b.db.Count(t, "reserved_quantities"); n != 0 {
-		t.Errorf("%d MySQL holds left after expiry", n)
-	}
-	for item := int64(1); item <= items; item++ {
-		l := b.ledger(t, item, 1)
-		if u := b.unheld(t, b.rd, item, 1); u != l {
-			t.Errorf("item %d: Redis unheld %d, ledger %d: a Redis hold was left or a deduction not followed", item, u, l)
-		}
-		if u := b.unheld(t, b.my, item, 1); u != l {
-			t.Errorf("item %d: MySQL unheld %d, ledger %d", item, u, l)
-		}
-	}
-	if d, err := b.rd.Drift(context.Background(), nil); err == nil && len(d) != 0 {
-		t.Logf("redis drift: %v", d)
-	}
-	if d, _ := b.my.Reconcile(context.Background(), 0); len(d) != 0 {
-		for _, x := range d {
-			if x.Kind != mysqlstore.DriftEmptyPool {
-				t.Errorf("mysql reconcile: %v", x)
+	for name, src := range sources {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var touched atomic.Int64
+			m := &mirrorSpy{}
+			reg := prometheus.NewRegistry()
+			f, err := dualwrite.New(dualwrite.Config{Pod: pod, Modes: src, Mirror: m, Registerer: reg, Logger: testLogger(t),
+				Redis: untouchable{reservation.AuthorityRedis, &touched}, MySQL: untouchable{reservation.AuthorityMySQL, &touched}})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
+			ctx := context.Background()
+			n := int64(5)
+			calls := map[string]func() (any, error){
+				"reserve": func() (any, error) {
+					return f.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "t", Lines: line(1, 1), TTL: time.Minute})
+				},
+				"claim":   func() (any, error) { return f.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: "t"}) },
+				"release": func() (any, error) { return f.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: "t"}) },
+				"adjust": func() (any, error) {
+					return f.Adjust(ctx, &reservation.AdjustParams{Shop: shop, Item: 1, Location: 1, Available: &n})
+				},
+				"get":          func() (any, error) { return f.Get(ctx, &reservation.GetParams{Shop: shop, Token: "t"}) },
+				"availability": func() (any, error) { return f.Availability(ctx, &reservation.AvailabilityParams{Shop: shop, Item: 1}) },
+			}
+			for op, call := range calls {
+				res, err := call()
+				if !errors.Is(err, dualwrite.ErrFlagsUnavailable) {
+					t.Errorf("%s: %v, want ErrFlagsUnavailable", op, err)
+				}
+				if name := reservation.AnswerName(err); name != "" {
+					t.Errorf("%s: the error is the domain answer %q: it must mean 'unknown, retry'", op, name)
+				}
+				if fmt.Sprint(res) != fmt.Sprint(zero(res)) {
+					t.Errorf("%s: a result %+v came with the error", op, res)
+				}
+			}
+			drain(t, f)
+			if n := touched.Load(); n != 0 {
+				t.Errorf("%d store calls made with the flags in doubt", n)
+			}
+			if m.handoffs.Load() != 0 || m.pushes.Load() != 0 || m.flushes.Load() != 0 {
+				t.Errorf("%d handoffs, %d pushes and %d flushes with the flags in doubt", m.handoffs.Load(), m.pushes.Load(), m.flushes.Load())
+			}
+			if got := counter(t, reg, "reservoir_dualwrite_flags_unavailable_total", nil); got != float64(len(calls)) {
+				t.Errorf("flags_unavailable counted %v, want %d", got, len(calls))
+			}
+		})
 	}
 }
 
-// The recorded authority routes a claim: a reservation made while Redis was
-// the authority is claimed by Redis after the flip to mysql, even when the
-// MySQL shadow never saw it.
-func TestClaimGoesToTheReservationsAuthority(t *testing.T) {
-	t.Parallel()
-	b := setup(t, options{mode: rollout.ModeRedis})
-	b.stock(t, 1, 1, 10)
-	if _, err := b.reserve(context.Background(), "old", time.Minute, line(1, 3)); err != nil {
-		t.Fatal(err)
+// zero returns the zero value of res's type.
+func zero(res any) any {
+	switch res.(type) {
+	case reservation.ReserveResult:
+		return reservation.ReserveResult{}
+	case reservation.ClaimResult:
+		return reservation.ClaimResult{}
+	case reservation.ReleaseResult:
+		return reservation.ReleaseResult{}
+	case reservation.AdjustResult:
+		return reservation.AdjustResult{}
+	case reservation.Hold:
+		return reservation.Hold{}
+	case reservation.AvailabilityResult:
+		return reservation.AvailabilityResult{}
 	}
-	_ = b.modes.SetMode(rollout.ModeMySQL)
-	c, err := b.f.Claim(context.Background(), &reservation.ClaimParams{Shop: shop, Token: "old"})
-	if err != nil || c.Outcome != reservation.OutcomeClaimed {
-		t.Fatalf("claim after flip: %+v %v", c, err)
-	}
-	b.drain(t)
-	if l := b.ledger(t, 1, 1); l != 7 {
-		t.Errorf("ledger %d, want 7", l)
-	}
-	if classes := b.rec.classes(); classes[compare.ClassShadowMissing] != 1 {
-		t.Errorf("classes %v: the MySQL shadow never saw the reservation, want one %s", classes, compare.ClassShadowMissing)
-	}
-	if _, err := b.rd.Get(context.Background(), &reservation.GetParams{Shop: shop, Token: "old"}); !errors.Is(err, reservation.ErrNotFound) {
-		t.Errorf("Redis hold after claim: %v", err)
-	}
+	return nil
 }
 
-// A failing mode source falls back to the Redis-safe decision.
-func TestModeSourceFailureFallsBackToRedis(t *testing.T) {
-	t.Parallel()
-	b := setup(t, options{mode: rollout.ModeMySQL})
-	broken, err := dualwrite.New(dualwrite.Config{Pod: pod, Redis: b.rd, MySQL: b.my, Modes: failingSource{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.stock(t, 1, 1, 5)
-	res, err := broken.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "t", Lines: line(1, 1), TTL: time.Minute})
-	if err != nil || res.Authority != reservation.AuthorityRedis {
-		t.Fatalf("reserve with a failing source: %+v %v, want Redis authority", res, err)
-	}
-	if _, err := b.my.Get(context.Background(), &reservation.GetParams{Shop: shop, Token: "t"}); !errors.Is(err, reservation.ErrNotFound) {
-		t.Errorf("MySQL was written in redis mode: %v", err)
-	}
-}
-
-type failingSource struct{}
-
-func (failingSource) Decide(context.Context, string, int64) (rollout.Decision, error) {
-	return rollout.Decision{Mode: rollout.ModeMySQLOnly}, errors.New("flag provider down")
-}
-
-func TestConfigValidate(t *testing.T) {
-	_, err := dualwrite.New(dualwrite.Config{})
-	if err == nil || err.Error() != "dualwrite: Config.Pod is required" {
-		t.Errorf("empty config: %v", err)
-	}
-}
-
-// e. Wired to a real comparer, a broken shadow's diffs are written to
-// MySQL at the capped rate, survive a restart of the comparer, and the
-// class counters are on the registry.
+// Wired to a real comparer, a broken shadow's diffs are written to MySQL
+// at the capped rate, survive a restart of the comparer, and the class
+// counters are on the registry.
 func TestDiffsPersistedThroughTheFacade(t *testing.T) {
 	t.Parallel()
 	probe := setup(t, options{})
@@ -537,7 +521,7 @@ func TestDiffsPersistedThroughTheFacade(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := setup(t, options{observer: cmp, shadowTimeout: 100 * time.Millisecond,
-		wrapMySQL: func(s reservation.Store) reservation.Store { return faulty{s, panicker} }})
+		wrapMySQL: func(s reservation.Store) reservation.Store { return faulty{s, onShadow(panicker)} }})
 	// The comparer writes into the probe's database; the stores use b's.
 	b.stock(t, 1, 1, 100)
 	for i := range 20 {
@@ -560,7 +544,7 @@ func TestDiffsPersistedThroughTheFacade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 20 panics (plus the adjust's), burst 3 at 1/s: a handful, not all.
+	// 20 panics, burst 3 at 1/s: a handful, not all.
 	if len(diffs) < 3 || len(diffs) > 6 {
 		t.Errorf("%d diff records persisted, want the burst of 3 (+1 per second of the run)", len(diffs))
 	}
@@ -569,66 +553,75 @@ func TestDiffsPersistedThroughTheFacade(t *testing.T) {
 			t.Errorf("diff %+v: want a shadow_panic with the panic's text", d)
 		}
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var panics float64
-	for _, mf := range mfs {
-		if mf.GetName() != "reservoir_compare_observations_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "class" && l.GetValue() == string(compare.ClassShadowPanic) {
-					panics += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	if panics < 20 {
-		t.Errorf("shadow_panic counter = %v, want every one of the 20 reserves", panics)
+	if n := counter(t, reg, "reservoir_compare_observations_total", map[string]string{"class": string(compare.ClassShadowPanic)}); n < 20 {
+		t.Errorf("shadow_panic counter = %v, want every one of the 20 reserves", n)
 	}
 }
 
-// Invariant 3 at a stock-out: in mysql mode MySQL accepts a reservation
-// Redis refused (its view was short); after the kill switch puts Redis in
-// charge, the reservation is still claimed, once, through the store that
-// holds it, and Redis follows the deduction.
-func TestKillSwitchHonoursAReservationOnlyMySQLHolds(t *testing.T) {
+func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	b := setup(t, options{mode: rollout.ModeMySQL})
-	b.stock(t, 1, 1, 5)
-	// Redis believes there is nothing left (drift, or a lost race).
-	key := fmt.Sprintf("%s{shop:%d}:qty:1", b.r.Prefix, shop)
-	if err := b.r.Client.HIncrBy(context.Background(), key, "1", -5).Err(); err != nil {
-		t.Fatal(err)
+	var calls atomic.Int64
+	full := dualwrite.Config{Pod: pod, Modes: rollout.NewStatic(rollout.ModeRedis), Mirror: &mirrorSpy{},
+		Redis: untouchable{reservation.AuthorityRedis, &calls}, MySQL: untouchable{reservation.AuthorityMySQL, &calls}}
+	if _, err := dualwrite.New(full); err != nil {
+		t.Fatalf("a complete config: %v", err)
 	}
-	res, err := b.reserve(context.Background(), "only-mysql", time.Minute, line(1, 2))
-	if err != nil || res.Status != reservation.StatusReserved {
-		t.Fatalf("reserve in mysql mode: %+v %v", res, err)
-	}
-	b.drain(t)
-	if _, err := b.rd.Get(context.Background(), &reservation.GetParams{Shop: shop, Token: "only-mysql"}); !errors.Is(err, reservation.ErrNotFound) {
-		t.Fatalf("precondition: Redis must not hold it: %v", err)
-	}
-	for _, kill := range []rollout.Kill{rollout.KillRedis} {
-		_ = b.modes.SetKill(kill)
-		c, err := b.f.Claim(context.Background(), &reservation.ClaimParams{Shop: shop, Token: "only-mysql"})
-		if err != nil || c.Outcome != reservation.OutcomeClaimed {
-			t.Fatalf("claim under kill switch %s: %+v %v", kill, c, err)
+	for _, tc := range []struct {
+		name string
+		edit func(*dualwrite.Config)
+		want string
+	}{
+		{"no pod", func(c *dualwrite.Config) { c.Pod = "" }, "Config.Pod is required"},
+		{"no redis", func(c *dualwrite.Config) { c.Redis = nil }, "Config.Redis is required"},
+		{"no mysql", func(c *dualwrite.Config) { c.MySQL = nil }, "Config.MySQL is required"},
+		{"no modes", func(c *dualwrite.Config) { c.Modes = nil }, "Config.Modes is required"},
+		{"no mirror", func(c *dualwrite.Config) { c.Mirror = nil }, "Config.Mirror is required"},
+		{"negative shadow timeout", func(c *dualwrite.Config) { c.ShadowTimeout = -time.Second }, "Config.ShadowTimeout must be > 0"},
+		{"negative slots", func(c *dualwrite.Config) { c.ShadowSlots = -1 }, "Config.ShadowSlots must be >= 1"},
+	} {
+		c := full
+		tc.edit(&c)
+		if _, err := dualwrite.New(c); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
 		}
 	}
+}
+
+// A decider that panics (the net/http server recovers a handler's panic
+// and the process goes on) must not leak the shadow's slot: the shadow
+// side waits for the decider's outcome, so a call that never reports it
+// holds a slot for ever, and Close never returns. With one slot, every
+// later comparison is then skipped.
+func TestPanickingDeciderReleasesTheShadowSlot(t *testing.T) {
+	t.Parallel()
+	var boom atomic.Bool
+	b := setup(t, options{mode: rollout.ModeShadow, slots: 1, wrapRedis: func(s reservation.Store) reservation.Store {
+		return faulty{s, func(_ context.Context, op string, as reservation.Role) error {
+			if as == reservation.AsAuthority && boom.Load() {
+				panic("decider bug")
+			}
+			return nil
+		}}
+	}})
+	b.stock(t, 1, 1, 10)
+	boom.Store(true)
+	func() {
+		defer func() {
+			if r := recover(); r == nil {
+				t.Fatal("the decider's panic did not reach the caller")
+			}
+		}()
+		_, _ = b.reserve(context.Background(), "boom", time.Minute, line(1, 1))
+	}()
+	boom.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := b.f.Close(ctx); err != nil {
+		t.Errorf("after a decider panicked, Close: %v (a shadow call waits for ever)", err)
+	}
+	b.mustReserve(t, "after", line(1, 1))
 	b.drain(t)
-	if l := b.ledger(t, 1, 1); l != 3 {
-		t.Errorf("ledger %d, want 3", l)
-	}
-	// Redis followed the deduction: 0 - 2 after the drift (its own view is
-	// short by the injected 5; reconcile repairs that).
-	if u := b.unheld(t, b.rd, 1, 1); u != 0 {
-		t.Errorf("Redis unheld %d, want 0 (clamped): it must not offer the claimed units", u)
-	}
-	if n := b.db.Count(t, "reservation_claims"); n != 1 {
-		t.Errorf("%d claim rows, want 1", n)
+	if n := b.counter(t, "reservoir_dualwrite_shadow_skipped_total", nil); n != 0 {
+		t.Errorf("%v comparisons skipped after the panic: its shadow still holds the only slot", n)
 	}
 }

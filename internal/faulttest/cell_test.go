@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/faults"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
+	"github.com/seed31b0e981/reservoir/mirror"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
@@ -32,14 +34,18 @@ const (
 // items are the items carts pick from, each stocked at location 1 only.
 const items = 3
 
-// timings are a cell's phases. The fault window sits inside the traffic;
-// after the traffic every caller finishes what it started (settle), then
-// the cell waits for every hold to expire before reaping and checking.
+// timings are a cell's phases. The fault window sits inside the traffic,
+// and so does the kill switch of the kill column, in the middle of the
+// window; after the traffic every caller finishes what it started
+// (settle), then the cell waits for every hold to expire before reaping
+// and checking.
 type timings struct {
 	// traffic is how long callers start new carts.
 	traffic time.Duration
 	// faultAt and healAt bound the fault window, from the traffic's start.
 	faultAt, healAt time.Duration
+	// killAt is when the kill column engages its kill switch.
+	killAt time.Duration
 	// settle bounds how long after the traffic callers may take to get an
 	// answer for the cart they are on.
 	settle time.Duration
@@ -62,14 +68,14 @@ type timings struct {
 
 func cellTimings() timings {
 	if longRun() {
-		return timings{traffic: 30 * time.Second, faultAt: 5 * time.Second, healAt: 20 * time.Second, settle: 15 * time.Second,
+		return timings{traffic: 30 * time.Second, faultAt: 5 * time.Second, healAt: 20 * time.Second, killAt: 12 * time.Second, settle: 15 * time.Second,
 			ttl: 60 * time.Second, op: 2 * time.Second, shadow: 500 * time.Millisecond, workers: 8, think: 5 * time.Millisecond,
 			stock: map[int64]int64{1: 600, 2: 12000, 3: 12000}}
 	}
 	// A call's deadline is generous for a loaded 2-core CI machine (the
 	// race detector, other packages' tests): a timeout must come from the
 	// fault, not from the machine.
-	return timings{traffic: 2 * time.Second, faultAt: 400 * time.Millisecond, healAt: 1500 * time.Millisecond, settle: 3 * time.Second,
+	return timings{traffic: 2 * time.Second, faultAt: 400 * time.Millisecond, healAt: 1500 * time.Millisecond, killAt: 900 * time.Millisecond, settle: 3 * time.Second,
 		ttl: 8 * time.Second, op: 2 * time.Second, shadow: 400 * time.Millisecond, workers: 5, think: 10 * time.Millisecond,
 		stock: map[int64]int64{1: 30, 2: 250, 3: 250}}
 }
@@ -78,6 +84,9 @@ func cellTimings() timings {
 type mode struct {
 	name string
 	mode rollout.Mode
+	// kill, when set, is engaged at timings.killAt, inside the fault
+	// window: the traffic starts in mode and the kill switch hands the
+	// shop back to Redis under the fault.
 	kill rollout.Kill
 }
 
@@ -107,22 +116,43 @@ type cell struct {
 
 	my, myDirect *mysqlstore.Store
 	rd, rdDirect *redisstore.Store
-	modes        *rollout.Static
-	facade       *dualwrite.Facade
-	obs          *observations
+	// mirror is the pod's mirror on the proxied stores: the facade hands
+	// shops off through it and its relay runs for the cell's life.
+	// direct is one on the direct stores, for reconciliation's repairs.
+	mirror, direct *mirror.Mirror
+	// noFeed: the mirror was built Disabled (the feed never reaches
+	// Redis): a cell that shows what the feed protects.
+	noFeed bool
+	modes  *rollout.Static
+	facade *dualwrite.Facade
+	obs    *observations
 }
 
-// wrapper replaces the MySQL store the facade calls, to show that the
-// checks catch a broken store.
-type wrapper func(*mysqlstore.Store) reservation.Store
+// cellOptions change what setup builds, to show that the checks catch a
+// broken pod.
+type cellOptions struct {
+	// wrap replaces the MySQL store the facade calls.
+	wrap func(*mysqlstore.Store) reservation.Store
+	// noFeed builds the mirror Disabled: MySQL's change feed never reaches
+	// Redis, neither by the relay nor by a handoff's drain.
+	noFeed bool
+	// stockIn is the mode the stock is set in (default: the cell's):
+	// stocked in redis mode, Redis's quantities are set at once rather
+	// than by the feed.
+	stockIn rollout.Mode
+}
+
+// quietLogger drops the logs of the pod's mirror and facade: under a
+// fault they log every failed round, and the cell report counts what
+// matters.
+var quietLogger = slog.New(slog.DiscardHandler)
 
 // setup builds a cell: a fresh database and Redis prefix, a proxy in front
-// of each server, the stores on the proxies, the facade in mode m (its
-// MySQL store wrapped by wrap, when given), and the stock set through the
-// facade.
-func setup(t *testing.T, m mode, tm timings, wrap wrapper) *cell {
+// of each server, the stores and the mirror (its relay running) on the
+// proxies, the facade in mode m, and the stock set through the facade.
+func setup(t *testing.T, m mode, tm timings, o cellOptions) *cell {
 	t.Helper()
-	c := &cell{t: tm, mode: m, db: testdb.New(t), r: testredis.New(t), obs: &observations{}, proxy: map[server]*faults.Proxy{}}
+	c := &cell{t: tm, mode: m, db: testdb.New(t), r: testredis.New(t), obs: &observations{}, proxy: map[server]*faults.Proxy{}, noFeed: o.noFeed}
 	cfg, err := mysql.ParseDSN(c.db.DSN)
 	if err != nil {
 		t.Fatal(err)
@@ -167,16 +197,28 @@ func setup(t *testing.T, m mode, tm timings, wrap wrapper) *cell {
 		t.Fatal(err)
 	}
 
-	c.modes = rollout.NewStatic(m.mode)
-	if err := c.modes.SetKill(m.kill); err != nil {
+	if c.mirror, err = mirror.New(mirror.Config{Pod: pod, MySQL: c.my, Redis: c.rd, Logger: quietLogger, Disabled: o.noFeed}); err != nil {
 		t.Fatal(err)
 	}
-	var my reservation.Store = c.my
-	if wrap != nil {
-		my = wrap(c.my)
+	if c.direct, err = mirror.New(mirror.Config{Pod: pod, MySQL: c.myDirect, Redis: c.rdDirect, Logger: quietLogger}); err != nil {
+		t.Fatal(err)
 	}
-	if c.facade, err = dualwrite.New(dualwrite.Config{Pod: pod, Redis: c.rd, MySQL: my, Modes: c.modes, Observer: c.obs,
-		ShadowTimeout: tm.shadow, Registerer: prometheus.NewRegistry()}); err != nil {
+	relay, stopRelay := context.WithCancel(context.Background())
+	relayDone := make(chan struct{})
+	go func() { defer close(relayDone); _ = c.mirror.Run(relay) }()
+	t.Cleanup(func() { stopRelay(); <-relayDone })
+
+	stockIn := m.mode
+	if o.stockIn != "" {
+		stockIn = o.stockIn
+	}
+	c.modes = rollout.NewStatic(stockIn)
+	var my reservation.Store = c.my
+	if o.wrap != nil {
+		my = o.wrap(c.my)
+	}
+	if c.facade, err = dualwrite.New(dualwrite.Config{Pod: pod, Redis: c.rd, MySQL: my, Modes: c.modes, Mirror: c.mirror, Observer: c.obs,
+		ShadowTimeout: tm.shadow, Registerer: prometheus.NewRegistry(), Logger: quietLogger}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.drain(t) })
@@ -187,9 +229,21 @@ func setup(t *testing.T, m mode, tm timings, wrap wrapper) *cell {
 			t.Fatalf("stock item %d: %v", item, err)
 		}
 	}
+	if err := c.modes.SetMode(m.mode); err != nil {
+		t.Fatal(err)
+	}
 	c.drain(t)
 	c.obs.reset() // the stock's observations are setup, not traffic
 	return c
+}
+
+// engageKill engages the cell's kill switch (the kill column does it in
+// the middle of the traffic).
+func (c *cell) engageKill(t testing.TB) {
+	t.Helper()
+	if err := c.modes.SetKill(c.mode.kill); err != nil {
+		t.Errorf("engage the kill switch: %v", err) // not Fatal: called from the traffic's goroutine
+	}
 }
 
 // drain waits for the facade's shadow calls in flight.

@@ -12,14 +12,16 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed31b0e981/reservoir/dualwrite"
 	"github.com/seed31b0e981/reservoir/internal/history"
-	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
+	"github.com/seed31b0e981/reservoir/rollout"
 )
 
 // Error kinds a caller can see. The retryable ones are what a fault may
@@ -28,28 +30,37 @@ import (
 // store decided something). "unclear" is anything else: a fault must never
 // surface that way.
 const (
-	kindTimeout      = "timeout"
-	kindConn         = "conn"
-	kindContention   = "contention"
-	kindPartialClaim = "partial_claim"
-	kindUnclear      = "unclear"
+	kindTimeout    = "timeout"
+	kindConn       = "conn"
+	kindContention = "contention"
+	// kindUnreachable: the shop's decider could not be settled (a handoff
+	// did not finish): dualwrite.ErrDeciderUnreachable.
+	kindUnreachable = "decider_unreachable"
+	// kindInProgress: a release met a legacy claim under way.
+	kindInProgress = "claim_in_progress"
+	kindUnclear    = "unclear"
 )
 
 func retryable(kind string) bool {
-	return kind == kindTimeout || kind == kindConn || kind == kindContention || kind == kindPartialClaim
+	switch kind {
+	case kindTimeout, kindConn, kindContention, kindUnreachable, kindInProgress:
+		return true
+	}
+	return false
 }
 
 // errKind classifies a caller's error.
 func errKind(err error) string {
-	var partial *redisstore.PartialClaimError
 	var ne net.Error
 	switch {
+	case errors.Is(err, dualwrite.ErrDeciderUnreachable):
+		return kindUnreachable
 	case history.Answer(err) != "":
 		return "answer:" + history.Answer(err)
-	case errors.As(err, &partial):
-		return kindPartialClaim
 	case errors.Is(err, reservation.ErrContention):
 		return kindContention
+	case errors.Is(err, reservation.ErrClaimInProgress):
+		return kindInProgress
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout(), errors.Is(err, redis.ErrPoolTimeout):
 		return kindTimeout
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, mysql.ErrInvalidConn),
@@ -70,6 +81,14 @@ type fate struct {
 	allocs  []reservation.Allocation
 	// released: a release answered (released or not: the hold is gone).
 	released bool
+	// abandoned: the checkout never came back (neither claim nor
+	// release): the hold expires.
+	abandoned bool
+	// refused: the reserve was answered insufficient.
+	refused bool
+	// slow: acknowledged before the middle of the fault window (the kill
+	// switch), claimed after it.
+	slow bool
 	// unresolved names the call that got no answer before its deadline.
 	unresolved string
 }
@@ -118,6 +137,15 @@ func newRun(c *cell) *run {
 	return r
 }
 
+// takeViolations returns the violations noted so far and forgets them.
+func (r *run) takeViolations() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v := r.violations
+	r.violations = nil
+	return v
+}
+
 func (r *run) violate(format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -128,17 +156,24 @@ func (r *run) violate(format string, args ...any) {
 
 // traffic runs the callers from r.start until the traffic phase ends and
 // every caller has an answer for its cart (or its settle deadline passed).
-func (r *run) traffic() {
+// The kill column's kill switch is engaged at timings.killAt.
+func (r *run) traffic(t testing.TB) {
 	tm := r.c.t
 	end := r.start.Add(tm.traffic)
 	settleEnd := end.Add(tm.settle)
 	var wg sync.WaitGroup
+	if r.c.mode.kill != rollout.KillOff {
+		wg.Go(func() {
+			time.Sleep(time.Until(r.start.Add(tm.killAt)))
+			r.c.engageKill(t)
+		})
+	}
 	for w := range tm.workers {
 		wg.Go(func() {
-			c := r.rec.Client(r.c.facade)
+			c := r.newCaller()
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(r.start.UnixNano())))
 			for i := 0; time.Now().Before(end); i++ {
-				r.cart(c, rng, fmt.Sprintf("w%d-%d", w, i), settleEnd)
+				r.cart(c, rng, fmt.Sprintf("w%d-%d", w, i), settleEnd, i == 0)
 				time.Sleep(tm.think)
 			}
 		})
@@ -158,31 +193,126 @@ func lines(rng *rand.Rand) []reservation.Line {
 	return out
 }
 
-// cart is one checkout: reserve, then claim (payment succeeded) or release
-// (it failed). Every call that gets no answer is repeated with the same
-// token until it does or its deadline passes: what a checkout service does,
-// and what the stores' idempotency exists for. A claim is never given up
-// for a release: once payment succeeded, the reservation must be claimed.
-func (r *run) cart(c *history.Client, rng *rand.Rand, token string, settleEnd time.Time) {
+// retrier is a checkout client's view of the facade: a call that gets no
+// answer (a retryable error) is repeated with the same token, after a
+// short jittered pause, until it is answered or the deadline of its
+// context passes; each attempt has its own deadline (timings.op). What a
+// checkout service does, and what the stores' idempotency exists for.
+// The history records each call as one operation, from its first attempt
+// to its answer, whose answer may replay its own earlier attempt
+// (history.Retrier): one operation per call, not one of unknown outcome
+// per failed attempt, keeps the history's search small. A retrier serves
+// one caller at a time.
+type retrier struct {
+	r       *run
+	retried bool
+}
+
+var _ history.Retrier = (*retrier)(nil)
+
+// Retried implements history.Retrier.
+func (t *retrier) Retried() bool { return t.retried }
+
+// do runs the attempts of one call and returns the last one's error.
+func (t *retrier) do(ctx context.Context, op, token string, attempt func(ctx context.Context) error) error {
+	deadline, _ := ctx.Deadline()
+	t.retried = false
+	for n := 0; ; n++ {
+		t.retried = n > 0
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.r.c.t.op)
+		start := time.Now()
+		err := attempt(actx)
+		took := time.Since(start)
+		cancel()
+		kind := ""
+		if err != nil {
+			kind = errKind(err)
+		}
+		t.r.note(op, token, kind, err, start, took)
+		if answered(err) || time.Now().After(deadline) {
+			return err
+		}
+		// Back off a little, with jitter, as a checkout client would.
+		time.Sleep(time.Duration(20+rand.IntN(40)) * time.Millisecond)
+	}
+}
+
+// answered reports whether a call's error is an answer: none, or a domain
+// answer.
+func answered(err error) bool { return err == nil || strings.HasPrefix(errKind(err), "answer:") }
+
+func (t *retrier) Reserve(ctx context.Context, p *reservation.ReserveParams) (res reservation.ReserveResult, err error) {
+	err = t.do(ctx, "reserve", p.Token, func(ctx context.Context) error {
+		t.r.mu.Lock()
+		t.r.lastReserve = time.Now()
+		t.r.mu.Unlock()
+		start := time.Now()
+		var err error
+		res, err = t.r.c.facade.Reserve(ctx, p)
+		t.r.trace(p.Token, "reserve", start, res.Status, res.Replayed, err)
+		return err
+	})
+	return res, err
+}
+
+func (t *retrier) Claim(ctx context.Context, p *reservation.ClaimParams) (res reservation.ClaimResult, err error) {
+	err = t.do(ctx, "claim", p.Token, func(ctx context.Context) error {
+		start := time.Now()
+		var err error
+		res, err = t.r.c.facade.Claim(ctx, p)
+		t.r.trace(p.Token, "claim", start, res.Outcome, res.Replayed, err)
+		return err
+	})
+	return res, err
+}
+
+func (t *retrier) Release(ctx context.Context, p *reservation.ReleaseParams) (res reservation.ReleaseResult, err error) {
+	err = t.do(ctx, "release", p.Token, func(ctx context.Context) error {
+		start := time.Now()
+		var err error
+		res, err = t.r.c.facade.Release(ctx, p)
+		t.r.trace(p.Token, "release", start, releaseAnswer(res), false, err)
+		return err
+	})
+	return res, err
+}
+
+// caller is one checkout client: its retrier, recorded.
+type caller struct {
+	*history.Client
+	t *retrier
+}
+
+func (r *run) newCaller() caller {
+	t := &retrier{r: r}
+	return caller{Client: r.rec.Client(t), t: t}
+}
+
+// until is a context whose deadline is when a caller gives a call up.
+func until(deadline time.Time) (context.Context, context.CancelFunc) {
+	return context.WithDeadline(context.Background(), deadline)
+}
+
+// cart is one checkout: reserve, then claim (payment succeeded), release
+// (it failed) or nothing (the buyer left: the hold expires). A call that
+// gets no answer is repeated (see retrier). A claim is never given up for
+// a release: once payment succeeded, the reservation must be claimed.
+//
+// A slow cart's payment takes until the middle of the fault window (when
+// the kill column engages its kill switch), and then succeeds: its hold,
+// acknowledged before, is claimed across the fault (and the kill switch).
+func (r *run) cart(c caller, rng *rand.Rand, token string, settleEnd time.Time, slow bool) {
 	f := &fate{lines: lines(rng)}
 	r.mu.Lock()
 	r.fates[token] = f
 	r.mu.Unlock()
 	p := &reservation.ReserveParams{Shop: shop, Token: token, Lines: f.lines, TTL: r.c.t.ttl}
-	var res reservation.ReserveResult
 	first := time.Now()
-	answered, retried, err := r.retry("reserve", token, settleEnd, func(ctx context.Context) error {
-		r.mu.Lock()
-		r.lastReserve = time.Now()
-		r.mu.Unlock()
-		start := time.Now()
-		var err error
-		res, err = c.Reserve(ctx, p)
-		r.trace(token, "reserve", start, res.Status, res.Replayed, err)
-		return err
-	})
+	ctx, cancel := until(settleEnd)
+	res, err := c.Reserve(ctx, p)
+	cancel()
 	switch {
-	case !answered:
+	case !answered(err):
 		r.mu.Lock()
 		f.unresolved = "reserve"
 		r.mu.Unlock()
@@ -191,11 +321,14 @@ func (r *run) cart(c *history.Client, rng *rand.Rand, token string, settleEnd ti
 		r.violate("reserve %s: answered %v", token, err)
 		return
 	case res.Status != reservation.StatusReserved:
+		r.mu.Lock()
+		f.refused = true
+		r.mu.Unlock()
 		return
 	}
 	r.mu.Lock()
 	f.acked = true
-	if retried && res.Replayed {
+	if c.t.Retried() && res.Replayed {
 		r.applied++
 	}
 	r.mu.Unlock()
@@ -206,25 +339,32 @@ func (r *run) cart(c *history.Client, rng *rand.Rand, token string, settleEnd ti
 	if settleEnd.Before(deadline) {
 		deadline = settleEnd
 	}
-	if rng.IntN(10) < 3 {
-		r.release(c, token, f, deadline)
+	if slow {
+		time.Sleep(time.Until(r.start.Add(r.c.t.killAt + 50*time.Millisecond)))
+		r.mu.Lock()
+		f.slow = true
+		r.mu.Unlock()
+		r.claim(c, rng, token, f, deadline)
 		return
 	}
-	r.claim(c, rng, token, f, deadline)
+	switch n := rng.IntN(20); {
+	case n < 2:
+		r.mu.Lock()
+		f.abandoned = true
+		r.mu.Unlock()
+	case n < 7:
+		r.release(c, token, f, deadline)
+	default:
+		r.claim(c, rng, token, f, deadline)
+	}
 }
 
-func (r *run) claim(c *history.Client, rng *rand.Rand, token string, f *fate, deadline time.Time) {
-	var res reservation.ClaimResult
-	claim := func(ctx context.Context) error {
-		start := time.Now()
-		var err error
-		res, err = c.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: token})
-		r.trace(token, "claim", start, res.Outcome, res.Replayed, err)
-		return err
-	}
-	answered, retried, err := r.retry("claim", token, deadline, claim)
+func (r *run) claim(c caller, rng *rand.Rand, token string, f *fate, deadline time.Time) {
+	ctx, cancel := until(deadline)
+	defer cancel()
+	res, err := c.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: token})
 	switch {
-	case !answered:
+	case !answered(err):
 		r.mu.Lock()
 		f.unresolved = "claim"
 		r.mu.Unlock()
@@ -238,7 +378,7 @@ func (r *run) claim(c *history.Client, rng *rand.Rand, token string, f *fate, de
 	}
 	r.mu.Lock()
 	f.claimed, f.allocs = true, res.Allocations
-	if retried && res.Replayed {
+	if c.t.Retried() && res.Replayed {
 		r.applied++
 	}
 	r.mu.Unlock()
@@ -246,61 +386,26 @@ func (r *run) claim(c *history.Client, rng *rand.Rand, token string, f *fate, de
 		// A checkout that retries a claim it already got an answer for:
 		// the answer must be the same claim, replayed, never a second
 		// deduction.
-		if answered, err := r.call("claim", token, deadline, claim); answered && (err != nil || !res.Replayed) {
-			r.violate("claim %s again: %+v %v, want replayed", token, res, err)
+		again, err := c.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: token})
+		if answered(err) && (err != nil || !again.Replayed) {
+			r.violate("claim %s again: %+v %v, want replayed", token, again, err)
 		}
 	}
 }
 
-func (r *run) release(c *history.Client, token string, f *fate, deadline time.Time) {
-	answered, err := r.call("release", token, deadline, func(ctx context.Context) error {
-		start := time.Now()
-		res, err := c.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: token})
-		r.trace(token, "release", start, releaseAnswer(res), false, err)
-		return err
-	})
+func (r *run) release(c caller, token string, f *fate, deadline time.Time) {
+	ctx, cancel := until(deadline)
+	defer cancel()
+	_, err := c.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: token})
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
-	case !answered:
+	case !answered(err):
 		f.unresolved = "release"
 	case err != nil:
 		r.violations = append(r.violations, fmt.Sprintf("release %s: acknowledged reservation answered %v", token, err))
 	default:
 		f.released = true
-	}
-}
-
-// call runs fn until it returns nil or a domain answer, or until deadline
-// passes with only retryable errors. It reports whether the caller got an
-// answer, and the last error.
-func (r *run) call(op, token string, deadline time.Time, fn func(ctx context.Context) error) (answered bool, err error) {
-	answered, _, err = r.retry(op, token, deadline, fn)
-	return answered, err
-}
-
-// retry is call, also reporting whether an attempt failed first.
-func (r *run) retry(op, token string, deadline time.Time, fn func(ctx context.Context) error) (answered, retried bool, err error) {
-	for attempt := 0; ; attempt++ {
-		retried = attempt > 0
-		ctx, cancel := context.WithTimeout(context.Background(), r.c.t.op)
-		start := time.Now()
-		err = fn(ctx)
-		took := time.Since(start)
-		cancel()
-		kind := ""
-		if err != nil {
-			kind = errKind(err)
-		}
-		r.note(op, token, kind, err, start, took)
-		if err == nil || strings.HasPrefix(kind, "answer:") {
-			return true, retried, err
-		}
-		if time.Now().After(deadline) {
-			return false, retried, err
-		}
-		// Back off a little, with jitter, as a checkout client would.
-		time.Sleep(time.Duration(20+rand.IntN(40)) * time.Millisecond)
 	}
 }
 
@@ -346,8 +451,11 @@ func (r *run) summary() string {
 		errs = append(errs, fmt.Sprintf("%s %d", k, n))
 	}
 	sort.Strings(errs)
-	acked, claimed, released := 0, 0, 0
+	acked, claimed, released, abandoned, slow := 0, 0, 0, 0, 0
 	for _, f := range r.fates {
+		if f.slow && f.claimed {
+			slow++
+		}
 		if f.acked {
 			acked++
 		}
@@ -357,9 +465,12 @@ func (r *run) summary() string {
 		if f.released {
 			released++
 		}
+		if f.abandoned {
+			abandoned++
+		}
 	}
-	return fmt.Sprintf("carts %d (acked %d, claimed %d, released %d); calls reserve %d claim %d release %d; errors during fault %d, after heal %d: [%s]; failed calls found applied on retry %d; slowest answer: reserve %s, claim %s, release %s",
-		len(r.fates), acked, claimed, released, r.calls["reserve"], r.calls["claim"], r.calls["release"], r.faultErrs, r.healedErrs, strings.Join(errs, ", "), r.applied,
+	return fmt.Sprintf("carts %d (acked %d, claimed %d (%d across the fault), released %d, abandoned %d); calls reserve %d claim %d release %d; errors during fault %d, after heal %d: [%s]; failed calls found applied on retry %d; slowest answer: reserve %s, claim %s, release %s",
+		len(r.fates), acked, claimed, slow, released, abandoned, r.calls["reserve"], r.calls["claim"], r.calls["release"], r.faultErrs, r.healedErrs, strings.Join(errs, ", "), r.applied,
 		r.maxLatency["reserve"].Round(time.Millisecond), r.maxLatency["claim"].Round(time.Millisecond), r.maxLatency["release"].Round(time.Millisecond))
 }
 
