@@ -140,7 +140,7 @@ func (r Rules) margin(requested int64) int64 {
 //     context.DeadlineExceeded.
 //  4. shadow_panic: Shadow.Panicked.
 //  5. shadow_error: the shadow's Err is not a domain answer.
-//  5b. shadow_late: a reserve the authority reserved and the shadow
+//     5b. shadow_late: a reserve the authority reserved and the shadow
 //     answered with a later state of the token (ErrAlreadyClaimed,
 //     ErrReleased, ErrExpired): the caller's next call overtook the shadow
 //     reserve (the facade never makes the caller wait for it).
