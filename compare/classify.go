@@ -140,22 +140,22 @@ func (r Rules) margin(requested int64) int64 {
 //     context.DeadlineExceeded.
 //  4. shadow_panic: Shadow.Panicked.
 //  5. shadow_error: the shadow's Err is not a domain answer.
-//     5b. shadow_late: a reserve the authority reserved and the shadow
+//  6. shadow_late: a reserve the authority reserved and the shadow
 //     answered with a later state of the token (ErrAlreadyClaimed,
 //     ErrReleased, ErrExpired): the caller's next call overtook the shadow
 //     reserve (the facade never makes the caller wait for it).
-//  6. shadow_missing: the authority claimed, released or adjusted, and the
+//  7. shadow_missing: the authority claimed, released or adjusted, and the
 //     shadow answered reservation.ErrNotFound (or, for a release, released
 //     nothing): the shadow never saw the reservation (made before it was
 //     dual-written, or already gone from it).
-//  7. stockout_race: a reserve where one side said reserved and the other
+//  8. stockout_race: a reserve where one side said reserved and the other
 //     insufficient, and every short line of the insufficient side has
 //     Requested - margin <= Unheld < Requested (see Rules.RaceMargin).
-//  8. outcome_mismatch: the answers differ (see "answers" below).
-//  9. allocation_mismatch: the same answer, different allocations (compared
-//     as a multiset of (item, location, quantity): reserve, claim/settle,
-//     release).
-//  10. match.
+//  9. outcome_mismatch: the answers differ (see "answers" below).
+//  10. allocation_mismatch: the same answer, different allocations
+//     (compared as a multiset of (item, location, quantity): reserve,
+//     claim/settle, release).
+//  11. match.
 //
 // # Answers
 //
