@@ -313,7 +313,10 @@ func (f *Facade) Adjust(ctx context.Context, p *reservation.AdjustParams) (reser
 	return res, nil
 }
 
-// Get returns a reservation's hold from the store the flags name.
+// Get returns a reservation's hold from the store the flags name. It is a
+// read, not a decision, so it takes no fence: a replica whose flags are
+// stale may read the store that only follows, which lags the decider by
+// the relay (while MySQL decides) or by a shadow write (while Redis does).
 func (f *Facade) Get(ctx context.Context, p *reservation.GetParams) (reservation.Hold, error) {
 	_, plan, err := f.decide(ctx, p.Shop)
 	if err != nil {
@@ -322,7 +325,7 @@ func (f *Facade) Get(ctx context.Context, p *reservation.GetParams) (reservation
 	return f.store(plan.Authority).Get(ctx, p)
 }
 
-// Availability reads the store the flags name.
+// Availability reads the store the flags name (a read: see Get).
 func (f *Facade) Availability(ctx context.Context, p *reservation.AvailabilityParams) (reservation.AvailabilityResult, error) {
 	_, plan, err := f.decide(ctx, p.Shop)
 	if err != nil {
