@@ -256,8 +256,21 @@ func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
 	case <-ctx.Done():
 	case <-t.C:
 	case <-wake:
+		// Woken by a Push: go, but not at once. Under load every decision
+		// pushes; a round per decision would cost the database a read and
+		// a delete per change. A short gap lets a round carry a batch,
+		// for a few milliseconds of lag.
+		g := time.NewTimer(min(d, wakeGap))
+		defer g.Stop()
+		select {
+		case <-ctx.Done():
+		case <-g.C:
+		}
 	}
 }
+
+// wakeGap is the least time between two relay rounds a Push woke.
+const wakeGap = 5 * time.Millisecond
 
 // deliver applies one batch of pending changes (of one shop, or of every
 // shop for shop 0) to Redis and deletes those applied. It returns how many

@@ -2,15 +2,18 @@ package soak
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -47,12 +50,14 @@ type lockedBuffer = testbuf.Buffer
 
 // proc is one `reservoir serve` OS process.
 type proc struct {
-	name   string
-	base   string
-	cmd    *exec.Cmd
-	stderr *lockedBuffer
-	done   chan struct{}
-	err    error // set before done is closed
+	name    string
+	topo    string
+	base    string
+	started time.Time
+	cmd     *exec.Cmd
+	stderr  *lockedBuffer
+	done    chan struct{}
+	err     error // set before done is closed
 }
 
 var listening = regexp.MustCompile(`listening on (http://[0-9.:]+)`)
@@ -64,7 +69,7 @@ func startServe(t *testing.T, name, topo, token string) *proc {
 	cmd := exec.Command(binary, "serve", "--topology", topo, "--addr", "127.0.0.1:0",
 		"--log-level", "warn", "--shutdown-timeout", "10s", "--drain-timeout", "10s")
 	cmd.Env = append(os.Environ(), "RESERVOIR_ADMIN_TOKEN="+token)
-	p := &proc{name: name, cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, topo: topo, started: time.Now(), cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -121,52 +126,107 @@ func (p *proc) stop(within time.Duration) (time.Duration, error) {
 	}
 }
 
-// resources is what a process's /metrics says about it.
-type resources struct {
-	goroutines float64
-	rss        float64
-	// counters are the nonzero samples of the failure-window counters
-	// (see counterPrefixes), by sample name with labels.
-	counters map[string]float64
+// crash kills the process with SIGKILL (no shutdown at all: requests in
+// flight are cut, the relay lease is dropped with its connection) and
+// waits for it to be gone.
+func (p *proc) crash(within time.Duration) error {
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(within):
+		return fmt.Errorf("%s still running %s after SIGKILL", p.name, within)
+	}
 }
 
-// counterPrefixes name the counters the summary reports: the windows
-// where the two stores may disagree, and what repaired them.
-var counterPrefixes = []string{
-	"reservoir_redis_legacy_claim_failures_total",
-	"reservoir_redis_reap_settled_total",
-	"reservoir_redis_follow_settled_total",
-	"reservoir_dualwrite_shadow_",
+// sample is one Prometheus sample: a metric name and its labels.
+type sample struct {
+	name   string
+	labels map[string]string
 }
 
-func scrape(client *http.Client, base string) (resources, error) {
+// metrics is a scrape of one process's /metrics: the reservoir_ samples
+// (histogram buckets left out) and the process's resources.
+type metrics struct {
+	goroutines, rss float64
+	samples         map[string]float64 // by the sample's text, name{labels}
+}
+
+var labelPair = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
+
+func parseSample(key string) sample {
+	name, rest, _ := strings.Cut(key, "{")
+	s := sample{name: name, labels: map[string]string{}}
+	for _, m := range labelPair.FindAllStringSubmatch(rest, -1) {
+		s.labels[m[1]] = m[2]
+	}
+	return s
+}
+
+// sum adds the samples of a metric whose labels match every pair of where,
+// grouped by the value of the label by ("" for one total).
+func (m metrics) sum(name string, by string, where map[string]string) map[string]float64 {
+	out := map[string]float64{}
+	for key, v := range m.samples {
+		s := parseSample(key)
+		if s.name != name {
+			continue
+		}
+		match := true
+		for k, want := range where {
+			if s.labels[k] != want {
+				match = false
+			}
+		}
+		if match {
+			out[s.labels[by]] += v
+		}
+	}
+	return out
+}
+
+// add adds o's samples to m's (counters of several processes).
+func (m *metrics) add(o metrics) {
+	if m.samples == nil {
+		m.samples = map[string]float64{}
+	}
+	for k, v := range o.samples {
+		m.samples[k] += v
+	}
+}
+
+func scrape(client *http.Client, base string) (metrics, error) {
 	res, err := client.Get(base + "/metrics")
 	if err != nil {
-		return resources{}, err
+		return metrics{}, err
 	}
 	defer res.Body.Close()
 	if res.StatusCode != 200 {
-		return resources{}, fmt.Errorf("/metrics: %d", res.StatusCode)
+		return metrics{}, fmt.Errorf("/metrics: %d", res.StatusCode)
 	}
-	r := resources{counters: map[string]float64{}}
+	m := metrics{samples: map[string]float64{}}
 	var seen int
 	sc := bufio.NewScanner(res.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		for _, prefix := range counterPrefixes {
-			if strings.HasPrefix(line, prefix) {
-				name, v, _ := strings.Cut(line, " ")
-				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && f != 0 {
-					r.counters[name] = f
-				}
+		if strings.HasPrefix(line, "reservoir_") {
+			key, v, _ := strings.Cut(line, " ")
+			if strings.Contains(key, "_bucket{") {
+				continue
 			}
+			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+				m.samples[key] = f
+			}
+			continue
 		}
-		for name, dst := range map[string]*float64{"go_goroutines": &r.goroutines, "process_resident_memory_bytes": &r.rss} {
+		for name, dst := range map[string]*float64{"go_goroutines": &m.goroutines, "process_resident_memory_bytes": &m.rss} {
 			if v, ok := strings.CutPrefix(line, name+" "); ok {
 				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 				if err != nil {
-					return r, fmt.Errorf("/metrics %s: %w", name, err)
+					return m, fmt.Errorf("/metrics %s: %w", name, err)
 				}
 				*dst = f
 				seen++
@@ -174,45 +234,164 @@ func scrape(client *http.Client, base string) (resources, error) {
 		}
 	}
 	if seen != 2 {
-		return r, fmt.Errorf("/metrics: go_goroutines or process_resident_memory_bytes missing")
+		return m, fmt.Errorf("/metrics: go_goroutines or process_resident_memory_bytes missing")
 	}
-	return r, sc.Err()
+	return m, sc.Err()
 }
 
-// effective reads what a replica's /admin/rollout/status says a pod gets,
-// as "mode/kill/authority".
-func effective(ctx context.Context, client *http.Client, base, token, pod string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", base+"/admin/rollout/status", nil)
-	if err != nil {
-		return "", err
+// decisionView is a decision as /admin/rollout/status shows it.
+type decisionView struct {
+	Mode      string `json:"mode"`
+	Kill      string `json:"kill"`
+	Authority string `json:"authority"`
+	Error     string `json:"error"`
+}
+
+func (d decisionView) String() string { return d.Mode + "/" + d.Kill + "/" + d.Authority }
+
+// rolloutStatus is the part of /admin/rollout/status the soak reads.
+type rolloutStatus struct {
+	FlagsLoaded bool `json:"flags_loaded"`
+	Pods        []struct {
+		Pod       string       `json:"pod"`
+		Effective decisionView `json:"effective"`
+		RelayLag  struct {
+			Changes  int64   `json:"changes"`
+			OldestMs float64 `json:"oldest_ms"`
+			Error    string  `json:"error"`
+		} `json:"relay_lag"`
+	} `json:"pods"`
+	Shops []struct {
+		Shop      int64        `json:"shop"`
+		Effective decisionView `json:"effective"`
+	} `json:"shops"`
+}
+
+// effective is what a replica applies, by scope ("pod:<name>",
+// "shop:<id>"), as "mode/kill/authority".
+func (st rolloutStatus) effective() map[string]string {
+	out := map[string]string{}
+	for _, p := range st.Pods {
+		out["pod:"+p.Pod] = p.Effective.String()
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
+	for _, s := range st.Shops {
+		out[fmt.Sprintf("shop:%d", s.Shop)] = s.Effective.String()
+	}
+	return out
+}
+
+// adminCall sends an admin API call with the token and decodes a 2xx
+// answer into out (when not nil). It returns the status and the body.
+func adminCall(ctx context.Context, client *http.Client, base, method, path, token string, body, out any) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("X-Reservoir-Actor", "soak")
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	res, err := client.Do(req)
 	if err != nil {
-		return "", err
+		return 0, nil, err
 	}
 	defer res.Body.Close()
-	var st struct {
-		Pods []struct {
-			Pod       string `json:"pod"`
-			Effective struct {
-				Mode      string `json:"mode"`
-				Kill      string `json:"kill"`
-				Authority string `json:"authority"`
-			} `json:"effective"`
-		} `json:"pods"`
+	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if err != nil {
+		return res.StatusCode, nil, err
 	}
-	if res.StatusCode != 200 {
-		return "", fmt.Errorf("status: %d", res.StatusCode)
-	}
-	if err := json.NewDecoder(res.Body).Decode(&st); err != nil {
-		return "", err
-	}
-	for _, p := range st.Pods {
-		if p.Pod == pod {
-			e := p.Effective
-			return e.Mode + "/" + e.Kill + "/" + e.Authority, nil
+	if res.StatusCode/100 == 2 && out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return res.StatusCode, b, fmt.Errorf("%s %s: %w", method, path, err)
 		}
 	}
-	return "", fmt.Errorf("no pod %s in the status", pod)
+	return res.StatusCode, b, nil
+}
+
+// status reads a replica's /admin/rollout/status.
+func status(ctx context.Context, client *http.Client, base, token string) (rolloutStatus, error) {
+	var st rolloutStatus
+	code, body, err := adminCall(ctx, client, base, "GET", "/admin/rollout/status", token, nil, &st)
+	if err == nil && code != 200 {
+		err = fmt.Errorf("/admin/rollout/status: %d %s", code, body)
+	}
+	return st, err
+}
+
+// readiness is the part of /readyz the soak reads.
+type readiness struct {
+	Ready       bool     `json:"ready"`
+	NotReady    []string `json:"not_ready"`
+	FlagsLoaded bool     `json:"flags_loaded"`
+	Stores      []struct {
+		Pod   string `json:"pod"`
+		MySQL string `json:"mysql"`
+		Redis string `json:"redis"`
+	} `json:"stores"`
+}
+
+// store is the state /readyz gives a pod's store ("mysql" or "redis").
+func (r readiness) store(pod, which string) string {
+	for _, s := range r.Stores {
+		if s.Pod == pod {
+			if which == "redis" {
+				return s.Redis
+			}
+			return s.MySQL
+		}
+	}
+	return ""
+}
+
+// ready reads a replica's /readyz (without the token: as a probe does).
+func ready(ctx context.Context, client *http.Client, base string) (int, readiness, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", base+"/readyz", nil)
+	if err != nil {
+		return 0, readiness{}, err
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		return 0, readiness{}, err
+	}
+	defer res.Body.Close()
+	var r readiness
+	if err := json.NewDecoder(res.Body).Decode(&r); err != nil {
+		return res.StatusCode, r, fmt.Errorf("/readyz: %w", err)
+	}
+	return res.StatusCode, r, nil
+}
+
+// waitFor polls cond every 10ms until it holds (nil) or within passes
+// (then the last error cond gave).
+func waitFor(within time.Duration, cond func() error) (time.Duration, error) {
+	return poll(within, 10*time.Millisecond, cond)
+}
+
+// sortedJoin formats counts as "k n, k n" in key order, zeros left out.
+func sortedJoin(m map[string]float64) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if m[k] != 0 {
+			name := k
+			if name == "" {
+				name = "total"
+			}
+			parts = append(parts, fmt.Sprintf("%s %.0f", name, m[k]))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }

@@ -1,10 +1,37 @@
-// Package soak runs the soak test of issue 8: several `reservoir serve`
-// OS processes on two pods under cart traffic, with the mode flipped, the
-// kill switch toggled and one server restarted on a schedule; then the
-// invariants of DESIGN section 4, the claims table against the ledger,
-// reconciliation, and the processes' resources are checked, and every
-// answer a client got is checked with porcupine against the model of one
-// authority (internal/history).
+// Package soak runs reservoir as it is deployed, under cart traffic, while
+// the rollout is flipped through every mode and kill switch: three
+// `reservoir serve` OS processes on two pods, pod-a's MySQL and Redis
+// behind proxies the test can take down.
+//
+// The traffic is real clients of the HTTP API (docs/api.md, "Client
+// contract"): carts that are reserved, then claimed, released or
+// abandoned; a 503 or a cut connection is retried with the same token on
+// the next replica; and the late and repeated calls a checkout makes (a
+// refused cart sent again, a double click, a claim after a release, a
+// release after a claim, a claim of an abandoned cart after its hold
+// expired). Meanwhile the schedule moves each pod through redis, shadow,
+// mysql and mysql_only and back, engages and releases the kill switch
+// (redis and redis_only; per pod, per shop and global, the exit from
+// mysql_only included) through the admin API, and waits each time until
+// every replica obeys; it takes pod-a's MySQL down while Redis decides
+// under the kill switch and pod-a's Redis down while MySQL decides, and
+// kills one replica with SIGKILL and starts it again. One replica starts
+// unable to read its flags: until its flags file becomes readable it must
+// be unready and answer every reservation call 503 flags_unavailable,
+// which the clients retry elsewhere.
+//
+// Once the traffic stops, with no kill switch left, every hold expired and
+// reaped and every pod's change feed delivered to Redis, it checks what
+// the model test (internal/lossless) checks: the ledger went down by
+// exactly the acknowledged claims (and claims whose outcome the client
+// never learned) and never below zero; every answer a client got is
+// consistent with one store that decided every reservation (porcupine,
+// internal/history: no acknowledged hold refused or lost before its
+// expiry, nothing claimed after a release or an expiry, a refusal
+// replayed); neither store holds anything; reconcile finds no drift
+// between the stores without repairing anything. It also bounds the
+// processes' goroutines and memory, and checks that each exits cleanly on
+// SIGTERM.
 //
 // It runs about a minute of traffic by default; RESERVOIR_SOAK=10m runs
 // longer.
@@ -12,9 +39,9 @@ package soak
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,17 +53,15 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
-	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/internal/faults"
 	"github.com/seed31b0e981/reservoir/internal/history"
 	"github.com/seed31b0e981/reservoir/internal/reconcile"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
+	"github.com/seed31b0e981/reservoir/mirror"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
-	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout"
 )
 
@@ -47,8 +72,17 @@ const EnvDuration = "RESERVOIR_SOAK"
 const (
 	defaultDuration = 60 * time.Second
 	replicas        = 3
-	workers         = 16
+	workers         = 24
 	adminToken      = "soak-admin-token-0123456789abcdef"
+	// doubtReplica starts unable to read its flags.
+	doubtReplica = 2
+	// crashReplica is killed with SIGKILL and started again.
+	crashReplica = 1
+	// outageMin is how long a proxied store stays down, at least.
+	outageMin = 2 * time.Second
+	// killAttempts bounds the tries of a kill switch the controller
+	// refuses (a mysql_only scope whose reconcile found drift).
+	killAttempts = 5
 	// Resource bounds between the midpoint and the end of the traffic.
 	goroutineSlack = 1.5 // times the midpoint, plus goroutineExtra
 	goroutineExtra = 64
@@ -56,8 +90,10 @@ const (
 	rssExtra       = 64 << 20
 )
 
-// soakPlan is the rollout plan the controller is given: the soak flips
-// modes itself on its schedule, so the stages only name the pods.
+// soakPlan is the rollout plan the servers' controller is given (it
+// audits the kill switches the soak engages through the admin API); the
+// soak sets modes itself on its schedule, so the stages only name the
+// pods.
 const soakPlan = `
 pods = ["pod-a", "pod-b"]
 
@@ -76,15 +112,6 @@ var (
 	podAShops = []int64{1001, 1002}
 	podBShops = []int64{2001, 2002}
 )
-
-type pod struct {
-	name   string
-	db     *testdb.DB
-	redis  *testredis.Redis
-	shops  []int64
-	myDSN  string // what serve uses (through a proxy for pod-a)
-	rdAddr string
-}
 
 func TestSoak(t *testing.T) {
 	duration := defaultDuration
@@ -118,54 +145,127 @@ func TestSoak(t *testing.T) {
 	a.myDSN, a.rdAddr = myCfg.FormatDSN(), rdProxy.Addr()
 	b.myDSN, b.rdAddr = b.db.DSN, redisAddr
 	pods := []*pod{a, b}
+	podOf := map[int64]string{}
+	var shops []int64
+	for _, p := range pods {
+		shops = append(shops, p.shops...)
+		for _, s := range p.shops {
+			podOf[s] = p.name
+		}
+	}
 
-	flags := rollout.FlagsFile{Path: filepath.Join(dir, "flags.json")}
+	// The flags file every replica watches, in a directory of its own.
+	// The doubt replica reaches it by a path of its own that cannot be
+	// read at start (a symlink to itself: ELOOP, whoever runs the test);
+	// during the traffic a symlink to the shared file is renamed over it.
+	flagsDir := filepath.Join(dir, "flags")
+	if err := os.Mkdir(flagsDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	flags := rollout.FlagsFile{Path: filepath.Join(flagsDir, "flags.json")}
 	if err := flags.Write(rollout.NewFlags()); err != nil {
 		t.Fatal(err)
 	}
-	var topo strings.Builder
-	fmt.Fprintf(&topo, "control_dsn = %q\nflags_file = %q\n", control.DSN, flags.Path)
-	for _, p := range pods {
-		fmt.Fprintf(&topo, "[[pods]]\nname = %q\nmysql_dsn = %q\nredis_addr = %q\nredis_prefix = %q\nshops = %s\n",
-			p.name, p.myDSN, p.rdAddr, p.redis.Prefix, strings.ReplaceAll(fmt.Sprint(p.shops), " ", ", "))
-	}
-	topoPath := filepath.Join(dir, "topology.toml")
-	if err := os.WriteFile(topoPath, []byte(topo.String()), 0o600); err != nil {
+	doubtFlags := filepath.Join(flagsDir, fmt.Sprintf("serve-%d.json", doubtReplica))
+	if err := os.Symlink(filepath.Base(doubtFlags), doubtFlags); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := os.ReadFile(doubtFlags); err == nil {
+		t.Fatalf("%s is readable: the doubt replica would have its flags", doubtFlags)
+	}
+	planPath := filepath.Join(dir, "plan.toml")
+	if err := os.WriteFile(planPath, []byte(soakPlan), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	writeTopology := func(name, flagsFile string) string {
+		var topo strings.Builder
+		fmt.Fprintf(&topo, "control_dsn = %q\nflags_file = %q\nplan_file = %q\n", control.DSN, flagsFile, planPath)
+		for _, p := range pods {
+			fmt.Fprintf(&topo, "[[pods]]\nname = %q\nmysql_dsn = %q\nredis_addr = %q\nredis_prefix = %q\nshops = %s\n",
+				p.name, p.myDSN, p.rdAddr, p.redis.Prefix, strings.ReplaceAll(fmt.Sprint(p.shops), " ", ", "))
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(topo.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	sharedTopo := writeTopology("topology.toml", flags.Path)
+	doubtTopo := writeTopology("topology-doubt.toml", doubtFlags)
 
-	var procs []*proc
+	procs := make([]*proc, replicas)
+	var all []*proc // every process started, for the logs of a failed run
 	var bases []string
 	for i := range replicas {
-		p := startServe(t, fmt.Sprintf("serve-%d", i), topoPath, adminToken)
-		procs = append(procs, p)
-		bases = append(bases, p.base)
+		topo := sharedTopo
+		if i == doubtReplica {
+			topo = doubtTopo
+		}
+		procs[i] = startServe(t, fmt.Sprintf("serve-%d", i), topo, adminToken)
+		all = append(all, procs[i])
+		bases = append(bases, procs[i].base)
 	}
 	defer func() {
 		if t.Failed() {
-			for _, p := range procs {
+			for _, p := range all {
 				t.Logf("%s log (warn and up):\n%s", p.name, tail(p.stderr.String(), 4000))
 			}
 		}
 	}()
-	var shops []int64
-	for _, p := range pods {
-		shops = append(shops, p.shops...)
-	}
 	g := newTraffic(bases, shops)
+	g.doubt = procs[doubtReplica].base
+	admin := &http.Client{Timeout: time.Minute}
+	doubt := procs[doubtReplica]
+
+	// The replicas with their flags are ready; the doubt replica is not,
+	// and refuses every reservation call with 503 flags_unavailable.
+	for i, p := range procs {
+		if i == doubtReplica {
+			continue
+		}
+		if _, err := waitFor(20*time.Second, func() error {
+			code, r, err := ready(ctx, g.client, p.base)
+			if err == nil && code != 200 {
+				err = fmt.Errorf("/readyz %d: %v", code, r.NotReady)
+			}
+			return err
+		}); err != nil {
+			t.Fatalf("%s not ready: %v", p.name, err)
+		}
+	}
+	if code, r, err := ready(ctx, g.client, doubt.base); err != nil || code != 503 || r.FlagsLoaded || !slices.ContainsFunc(r.NotReady, func(s string) bool { return strings.HasPrefix(s, "flags_not_loaded") }) {
+		t.Fatalf("%s without its flags: /readyz %d %+v (%v), want 503 with flags_not_loaded", doubt.name, code, r, err)
+	}
+	for _, probe := range []struct{ method, path string }{
+		{"POST", "/v1/shops/1001/reservations"},
+		{"POST", "/v1/shops/2001/reservations/soak-doubt-probe/claim"},
+		{"POST", "/v1/shops/1002/reservations/soak-doubt-probe/release"},
+	} {
+		var body any
+		if strings.HasSuffix(probe.path, "/reservations") {
+			body = map[string]any{"token": "soak-doubt-probe", "lines": []map[string]any{{"item": 1, "quantity": 1, "locations": []int64{1}}}}
+		}
+		code, answer, _ := adminCall(ctx, g.client, doubt.base, probe.method, probe.path, "", body, nil)
+		if code != 503 || errorCode(answer) != "flags_unavailable" {
+			t.Fatalf("%s without its flags: %s %s answered %d %s, want 503 flags_unavailable", doubt.name, probe.method, probe.path, code, answer)
+		}
+	}
 
 	// Seed every item x location through the API (redis mode: Redis and
-	// the ledger both get it).
-	// Stock scales with the duration so that a long soak still claims
-	// (cold items run short in about a minute: insufficient answers too).
+	// the ledger both get it). Stock scales with the duration so that a
+	// long soak still claims (cold items run short in about a minute:
+	// insufficient answers too).
 	scale := max(1, int64(duration/defaultDuration))
 	initial := map[cartKey]int64{}
 	for _, shop := range shops {
 		for item := int64(1); item <= items; item++ {
 			for _, loc := range locations {
 				n := int64(coldStock)
-				if item <= hotItems {
+				switch {
+				case item <= hotItems:
 					n = hotStock
+				case item > items-scarceItems:
+					n = scarceStock
 				}
 				initial[cartKey{shop, item, loc}] = n * scale
 			}
@@ -177,7 +277,7 @@ func TestSoak(t *testing.T) {
 		for range 8 {
 			wg.Go(func() {
 				for k := range keys {
-					code, body, _ := g.call(bases[0], "POST", fmt.Sprintf("/v1/shops/%d/items/%d/locations/%d/adjust", k.shop, k.item, k.loc),
+					code, body, _ := g.call("adjust", 0, attempts{}, "POST", fmt.Sprintf("/v1/shops/%d/items/%d/locations/%d/adjust", k.shop, k.item, k.loc),
 						map[string]any{"available": initial[k]})
 					if code != 200 {
 						t.Errorf("seed %v: %d %s", k, code, body)
@@ -197,109 +297,327 @@ func TestSoak(t *testing.T) {
 			g.rec.Stock(history.Key{Shop: k.shop, Item: k.item, Location: k.loc}, n)
 		}
 	}
-	setup := time.Since(began)
 
-	// The operator's tools, as `reservoir rollout` and `reservoir
-	// reconcile` build them: a reconciler over each pod's stores (straight
-	// to the servers, not through the proxies) and the rollout controller
-	// that engages and releases the kill switch.
-	modes, err := rollout.NewFlagSource(ctx, rollout.FlagSourceConfig{Path: flags.Path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer modes.Close()
+	// The pods' stores and mirrors, built here straight on the servers
+	// (not through the proxies), as `reservoir reconcile` builds them: for
+	// the end-state checks.
 	var rpods []reconcile.Pod
-	stores := map[string]*mysqlstore.Store{}
 	for _, p := range pods {
 		reg := prometheus.NewRegistry()
-		db, err := mysqlstore.Open(p.db.DSN)
-		if err != nil {
+		if p.my, err = mysqlstore.New(mysqlstore.Config{DB: p.db.DB, Registerer: reg}); err != nil {
 			t.Fatal(err)
 		}
-		defer db.Close()
-		my, err := mysqlstore.New(mysqlstore.Config{DB: db, Registerer: reg})
-		if err != nil {
+		if p.rd, err = redisstore.New(redisstore.Config{Client: p.redis.Client, Prefix: p.redis.Prefix, Ledger: p.my, Source: p.my, Registerer: reg}); err != nil {
 			t.Fatal(err)
 		}
-		client := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{redisAddr}})
-		defer client.Close()
-		rd, err := redisstore.New(redisstore.Config{Client: client, Prefix: p.redis.Prefix, Ledger: my, Source: my, Registerer: reg})
-		if err != nil {
+		if p.mirror, err = mirror.New(mirror.Config{Pod: p.name, MySQL: p.my, Redis: p.rd, Registerer: reg}); err != nil {
 			t.Fatal(err)
 		}
-		rpods = append(rpods, reconcile.Pod{Name: p.name, MySQL: my, Redis: rd})
-		stores[p.name] = my
+		rpods = append(rpods, reconcile.Pod{Name: p.name, MySQL: p.my, Redis: p.rd, Mirror: p.mirror})
 	}
-	rec := reconcile.New(rpods, modes)
-	plan, err := rollout.ParsePlan([]byte(soakPlan))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stats, err := compare.New(compare.Config{DB: control.DB, Registerer: prometheus.NewRegistry(), FlushInterval: time.Hour, CleanupInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stats.Close(ctx)
-	ctl, err := rollout.NewController(rollout.ControllerConfig{DB: control.DB, Flags: flags, Plan: plan, Stats: stats, Reconciler: rec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var repairs []string
+	rc := reconcile.New(rpods)
+	setup := time.Since(began)
 
-	// The schedule, as fractions of the traffic's duration.
-	var flips, faultsInjected []string
-	flip := func(what, pod, want string, apply func() error) {
+	// ---- the schedule's moves ----
+
+	var flips, kills, faultsInjected, refusals []string
+	var doubtNote string
+	// obey waits until every replica applies what the flags file now says
+	// for each pod and each shop with flags of its own.
+	obey := func(what string, since time.Time) {
 		t.Helper()
-		if err := apply(); err != nil {
-			t.Fatalf("%s: %v", what, err)
+		f, err := flags.Read()
+		if err != nil {
+			t.Fatal(err)
 		}
-		start := time.Now()
+		want := map[string]string{}
+		decision := func(pod string, shop int64) string {
+			d := f.Resolve(pod, shop)
+			return fmt.Sprintf("%s/%s/%s", d.Mode, d.Kill, d.Route().Authority)
+		}
+		var shown []string
+		for _, p := range pods {
+			want["pod:"+p.name] = decision(p.name, 0)
+			shown = append(shown, p.name+" "+want["pod:"+p.name])
+		}
+		for _, shop := range slices.Sorted(maps.Keys(f.Shops)) {
+			k := fmt.Sprintf("shop:%d", shop)
+			want[k] = decision(podOf[shop], shop)
+			shown = append(shown, k+" "+want[k])
+		}
 		for _, p := range procs {
-			for {
-				got, err := effective(ctx, g.client, p.base, adminToken, pod)
-				if err == nil && got == want {
-					break
-				}
-				if time.Since(start) > 10*time.Second {
-					t.Fatalf("%s: %s says %s is %q (%v), want %q", what, p.name, pod, got, err, want)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
-		flips = append(flips, fmt.Sprintf("%s (all replicas obeyed within %s)", what, time.Since(start).Round(time.Millisecond)))
-	}
-	// A mode change is a flags edit, as a plan stage applies it. One that
-	// makes MySQL the authority follows the runbook: repair MySQL from
-	// Redis first (`reservoir reconcile --pod P --repair`), as the
-	// controller's advance demands a clean reconcile.
-	setMode := func(pod string, m rollout.Mode) func() error {
-		return func() error {
-			if m == rollout.ModeMySQL {
-				summary, err := rec.RepairFrom(ctx, pod, reservation.AuthorityRedis, nil)
+			if _, err := waitFor(10*time.Second, func() error {
+				st, err := status(ctx, admin, p.base, adminToken)
 				if err != nil {
 					return err
 				}
-				repairs = append(repairs, fmt.Sprintf("before %s -> %s: %s", pod, m, summary))
+				got := st.effective()
+				for k, w := range want {
+					if got[k] != w {
+						return fmt.Errorf("%s applies %s to %s, the file says %s", p.name, got[k], k, w)
+					}
+				}
+				return nil
+			}); err != nil {
+				t.Fatalf("%s: %v", what, err)
 			}
-			_, _, err := flags.Update(func(f *rollout.Flags) error { return f.SetMode(rollout.PodScope(pod), m) })
-			return err
+		}
+		flips = append(flips, fmt.Sprintf("%s [%s] (all replicas obeyed within %s)", what, strings.Join(shown, ", "), time.Since(since).Round(time.Millisecond)))
+	}
+	// A mode change is a flags edit, as a plan stage applies it. None
+	// needs a repair first: a shop's handoff to MySQL copies Redis's
+	// state in, and a handoff to Redis drains MySQL's change feed first.
+	setMode := func(p string, m rollout.Mode) func() {
+		return func() {
+			t.Helper()
+			cur, err := flags.Read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			from := cur.Resolve(p, 0).Mode
+			start := time.Now()
+			if _, _, err := flags.Update(func(f *rollout.Flags) error { return f.SetMode(rollout.PodScope(p), m) }); err != nil {
+				t.Fatalf("%s -> %s: %v", p, m, err)
+			}
+			obey(fmt.Sprintf("%s %s -> %s", p, from, m), start)
 		}
 	}
-	soakKill := rollout.KillOptions{Actor: "soak", Reason: "soak schedule"}
-	restart := func(px *faults.Proxy, down time.Duration) {
+	// The kill switch goes through the admin API of serve-0, as an
+	// operator engages it: its controller audits it, checks a mysql_only
+	// scope with reconcile first, and answers the relay lag at the switch.
+	engage := func(scope string, k rollout.Kill) func() {
+		return func() {
+			t.Helper()
+			var resp struct {
+				Audited       bool     `json:"audited"`
+				ObeyedAfterMs *float64 `json:"obeyed_after_ms"`
+				RelayLag      string   `json:"relay_lag"`
+			}
+			for attempt := 1; ; attempt++ {
+				code, body, err := adminCall(ctx, admin, procs[0].base, "POST", "/admin/killswitch", adminToken,
+					map[string]any{"scope": scope, "state": k, "reason": "soak schedule"}, &resp)
+				if err != nil {
+					t.Fatalf("kill %s %s: %v", scope, k, err)
+				}
+				if code == 200 {
+					break
+				}
+				if code == 409 && errorCode(body) == "refused" && attempt < killAttempts {
+					// The operator runs it again a moment later.
+					refusals = append(refusals, fmt.Sprintf("kill %s %s attempt %d: %s", scope, k, attempt, body))
+					pause(ctx, 500*time.Millisecond)
+					continue
+				}
+				t.Fatalf("kill %s %s (attempt %d): %d %s", scope, k, attempt, code, body)
+			}
+			answered := time.Now()
+			if !resp.Audited || resp.ObeyedAfterMs == nil {
+				t.Errorf("kill %s %s: audited %v, serve-0 obeyed after %v ms: want audited and obeyed", scope, k, resp.Audited, resp.ObeyedAfterMs)
+			}
+			kills = append(kills, fmt.Sprintf("%s %s: relay lag at the switch %q", scope, k, resp.RelayLag))
+			obey(fmt.Sprintf("kill %s %s", scope, k), answered)
+		}
+	}
+	release := func(scope string) func() {
+		return func() {
+			t.Helper()
+			code, body, err := adminCall(ctx, admin, procs[0].base, "DELETE", "/admin/killswitch", adminToken,
+				map[string]any{"scope": scope, "reason": "soak schedule"}, nil)
+			if err != nil || code != 200 {
+				t.Fatalf("release %s: %d %s (%v)", scope, code, body, err)
+			}
+			obey("release "+scope, time.Now())
+		}
+	}
+	// outage takes a proxied store of pod-a down until the replicas see
+	// it (serve-0's /readyz names it) and outageMin has passed, then
+	// brings it back and waits until they see it answer again.
+	outage := func(px *faults.Proxy, store string) func() {
+		return func() {
+			t.Helper()
+			inj, err := px.Inject(faults.Fault{Kind: faults.Down})
+			if err != nil {
+				t.Fatalf("stop %s: %v", px.Name(), err)
+			}
+			down := time.Now()
+			seen, err := waitFor(10*time.Second, func() error {
+				_, r, err := ready(ctx, g.client, procs[0].base)
+				if err == nil && (r.store("pod-a", store) == "ok" || r.store("pod-a", store) == "") {
+					err = fmt.Errorf("pod-a %s is %q", store, r.store("pod-a", store))
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatalf("%s down: serve-0 does not see it: %v", px.Name(), err)
+			}
+			pause(ctx, time.Until(down.Add(outageMin))) // the outage lasts
+			if err := inj.Heal(); err != nil {
+				t.Fatalf("start %s: %v", px.Name(), err)
+			}
+			healed := time.Now()
+			back, err := waitFor(30*time.Second, func() error {
+				_, r, err := ready(ctx, g.client, procs[0].base)
+				if err == nil && r.store("pod-a", store) != "ok" {
+					err = fmt.Errorf("pod-a %s is %q", store, r.store("pod-a", store))
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatalf("%s back: serve-0 does not see it: %v", px.Name(), err)
+			}
+			faultsInjected = append(faultsInjected, fmt.Sprintf("%s down %s (serve-0 unready after %s, ready %s after it came back)",
+				px.Name(), healed.Sub(down).Round(time.Millisecond), seen.Round(time.Millisecond), back.Round(time.Millisecond)))
+		}
+	}
+	// crash kills a replica with SIGKILL and starts it again; the
+	// clients' calls to it fail over to the others meanwhile. Its
+	// counters until the kill are kept for the summary.
+	var gone metrics
+	crash := func(i int) func() {
+		return func() {
+			t.Helper()
+			old := procs[i]
+			if m, err := scrape(g.client, old.base); err == nil {
+				gone.add(m)
+			}
+			before := g.unansweredBy(old.base)
+			start := time.Now()
+			if err := old.crash(10 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+			// The clients find it gone (their calls fail over to the
+			// others) before it comes back at a new address, as a load
+			// balancer would take it out and put it back.
+			failedOver, err := waitFor(10*time.Second, func() error {
+				if n := g.unansweredBy(old.base) - before; n < 5 {
+					return fmt.Errorf("%d attempt(s) sent to the killed %s got no answer", n, old.name)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lost := g.unansweredBy(old.base) - before
+			p := startServe(t, old.name+" (restarted)", old.topo, adminToken)
+			procs[i] = p
+			all = append(all, p)
+			g.replace(i, p.base)
+			listen := time.Since(start)
+			readyIn, err := waitFor(20*time.Second, func() error {
+				code, r, err := ready(ctx, g.client, p.base)
+				if err == nil && code != 200 {
+					err = fmt.Errorf("/readyz %d: %v", code, r.NotReady)
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatalf("%s: %v", p.name, err)
+			}
+			faultsInjected = append(faultsInjected, fmt.Sprintf("%s killed (SIGKILL; %d attempts unanswered within %s, retried on the others) and started again: listening after %s, ready %s later",
+				old.name, lost, failedOver.Round(time.Millisecond), listen.Round(time.Millisecond), readyIn.Round(time.Millisecond)))
+		}
+	}
+	// readable makes the doubt replica's flags readable, after checking
+	// what it did without them: not ready, and no reservation call
+	// answered but with 503 (its own counters, read before).
+	readable := func() {
 		t.Helper()
-		inj, err := px.Inject(faults.Fault{Kind: faults.Down})
+		if code, r, err := ready(ctx, g.client, doubt.base); err != nil || code != 503 || r.FlagsLoaded {
+			t.Errorf("%s without its flags: /readyz %d flags_loaded %v (%v), want 503 and false", doubt.name, code, r.FlagsLoaded, err)
+		}
+		m, err := scrape(g.client, doubt.base)
 		if err != nil {
-			t.Fatalf("stop %s: %v", px.Name(), err)
+			t.Fatal(err)
 		}
-		time.Sleep(down)
-		if err := inj.Heal(); err != nil {
-			t.Fatalf("start %s: %v", px.Name(), err)
+		if loaded := m.sum("reservoir_rollout_flags_loaded", "", nil)[""]; loaded != 0 {
+			t.Errorf("%s without its flags: reservoir_rollout_flags_loaded %v, want 0", doubt.name, loaded)
 		}
-		faultsInjected = append(faultsInjected, fmt.Sprintf("%s restarted (down %s)", px.Name(), down))
+		served := m.sum(opsMetric, "code", nil)
+		for code, n := range served {
+			if code != "503" && n > 0 {
+				t.Errorf("%s without its flags answered %.0f reservation call(s) %s: want 503 flags_unavailable only (%s)", doubt.name, n, code, sortedJoin(served))
+			}
+		}
+		refused := m.sum("reservoir_dualwrite_flags_unavailable_total", "", nil)[""]
+		g.doubtOver.Store(true)
+		tmp := doubtFlags + ".tmp"
+		if err := os.Symlink(filepath.Base(flags.Path), tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, doubtFlags); err != nil {
+			t.Fatal(err)
+		}
+		readyIn, err := waitFor(10*time.Second, func() error {
+			code, r, err := ready(ctx, g.client, doubt.base)
+			if err == nil && (code != 200 || !r.FlagsLoaded) {
+				err = fmt.Errorf("/readyz %d flags_loaded %v: %v", code, r.FlagsLoaded, r.NotReady)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("%s once its flags are readable: %v", doubt.name, err)
+		}
+		tally := g.doubtTally()
+		total := 0
+		for k, n := range tally {
+			total += n
+			if !strings.HasSuffix(k, " 503 flags_unavailable") {
+				t.Errorf("%s without its flags answered %d call(s) %q: want 503 flags_unavailable only", doubt.name, n, k)
+			}
+		}
+		if total == 0 {
+			t.Errorf("%s got no call while it could not read its flags: nothing was checked", doubt.name)
+		}
+		doubtNote = fmt.Sprintf("%s unable to read its flags for %s: /readyz 503 flags_not_loaded, %d call(s) answered 503 flags_unavailable "+
+			"(%.0f by its counter), none otherwise, each retried on another replica; ready %s after its flags became readable",
+			doubt.name, time.Since(doubt.started).Round(100*time.Millisecond), total, refused, readyIn.Round(time.Millisecond))
 	}
-	at := func(frac float64, trafficStart time.Time) {
-		time.Sleep(time.Until(trafficStart.Add(time.Duration(frac * float64(duration)))))
+	var mid []metrics
+	midpoint := func() {
+		t.Helper()
+		mid = make([]metrics, len(procs))
+		for i, p := range procs {
+			if mid[i], err = scrape(g.client, p.base); err != nil {
+				t.Fatalf("%s midpoint: %v", p.name, err)
+			}
+		}
+	}
+
+	// The schedule, as fractions of the traffic's duration: every mode
+	// and kill switch variant, and back, with the outages and the crash
+	// in between.
+	schedule := []struct {
+		at float64
+		do func()
+	}{
+		{0.05, readable},
+		{0.09, setMode("pod-a", rollout.ModeShadow)},
+		{0.12, setMode("pod-b", rollout.ModeShadow)},
+		{0.16, setMode("pod-a", rollout.ModeMySQL)},
+		{0.20, engage("pod:pod-a", rollout.KillRedis)},
+		{0.23, setMode("pod-b", rollout.ModeMySQL)},
+		// pod-a's MySQL while Redis decides under the kill switch: a
+		// claim's ledger is out of reach (503, retried).
+		{0.26, outage(myProxy, "mysql")},
+		{0.32, release("pod:pod-a")},
+		{0.36, setMode("pod-a", rollout.ModeMySQLOnly)},
+		{0.40, engage("pod:pod-a", rollout.KillRedisOnly)}, // the exit from mysql_only
+		{0.44, release("pod:pod-a")},
+		{0.47, crash(crashReplica)},
+		// pod-a's Redis while MySQL decides alone: only the relay waits.
+		{0.50, outage(rdProxy, "redis")},
+		{0.55, midpoint},
+		{0.57, engage("global", rollout.KillRedis)},
+		{0.62, release("global")},
+		{0.66, engage("shop:2001", rollout.KillRedisOnly)},
+		{0.70, setMode("pod-b", rollout.ModeMySQLOnly)},
+		{0.74, release("shop:2001")},
+		{0.77, engage("global", rollout.KillRedisOnly)},
+		{0.81, release("global")},
+		{0.85, setMode("pod-a", rollout.ModeMySQL)},
+		{0.88, setMode("pod-b", rollout.ModeShadow)},
+		{0.91, setMode("pod-a", rollout.ModeRedis)},
+		{0.94, setMode("pod-b", rollout.ModeRedis)},
 	}
 
 	tctx, stopTraffic := context.WithCancel(ctx)
@@ -313,8 +631,8 @@ func TestSoak(t *testing.T) {
 		stopTraffic()
 		<-trafficDone
 	}()
-	// Invariant 1 while the traffic runs: no ledger row ever goes negative
-	// (sampled every 500ms on each pod's database, directly).
+	// No ledger row ever goes negative (sampled every 500ms on each pod's
+	// database, directly).
 	var negatives []string
 	samplerDone := make(chan struct{})
 	go func() {
@@ -335,49 +653,15 @@ func TestSoak(t *testing.T) {
 			}
 		}
 	}()
-
-	at(0.15, start)
-	flip("pod-a redis -> shadow", "pod-a", "shadow/off/redis", setMode("pod-a", rollout.ModeShadow))
-	at(0.30, start)
-	flip("pod-a shadow -> mysql", "pod-a", "mysql/off/mysql", setMode("pod-a", rollout.ModeMySQL))
-	at(0.40, start)
-	flip("pod-a kill switch engaged (redis)", "pod-a", "mysql/redis/redis", func() error {
-		return ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, soakKill)
-	})
-	at(0.50, start)
-	restart(myProxy, 2*time.Second) // pod-a's MySQL: the ledger of every claim
-	at(0.55, start)
-	mid := make([]resources, len(procs))
-	for i, p := range procs {
-		if mid[i], err = scrape(g.client, p.base); err != nil {
-			t.Fatalf("%s midpoint: %v", p.name, err)
-		}
+	at := func(frac float64) {
+		pause(ctx, time.Until(start.Add(time.Duration(frac*float64(duration)))))
 	}
-	at(0.60, start)
-	flip("pod-a kill switch released", "pod-a", "mysql/off/mysql", func() error {
-		// The controller repairs MySQL from Redis before MySQL answers.
-		var out strings.Builder
-		soakRelease := soakKill
-		soakRelease.Out = &out
-		// A repair that cannot converge under the traffic refuses the
-		// release (the switch stays engaged); the operator runs it again.
-		var err error
-		for attempt := 1; attempt <= 3; attempt++ {
-			out.Reset()
-			if err = ctl.Release(ctx, rollout.PodScope("pod-a"), soakRelease); err == nil {
-				break
-			}
-			repairs = append(repairs, fmt.Sprintf("release attempt %d refused: %v", attempt, err))
-		}
-		repairs = append(repairs, "release: "+strings.TrimSpace(out.String()))
-		return err
-	})
-	at(0.70, start)
-	restart(rdProxy, 2*time.Second) // pod-a's Redis, a shadow in mysql mode
-	at(0.75, start)
-	flip("pod-b redis -> shadow", "pod-b", "shadow/off/redis", setMode("pod-b", rollout.ModeShadow))
-	at(1.0, start)
-	end := make([]resources, len(procs))
+	for _, s := range schedule {
+		at(s.at)
+		s.do()
+	}
+	at(1.0)
+	end := make([]metrics, len(procs))
 	for i, p := range procs {
 		if end[i], err = scrape(g.client, p.base); err != nil {
 			t.Fatalf("%s end: %v", p.name, err)
@@ -388,195 +672,130 @@ func TestSoak(t *testing.T) {
 	<-samplerDone
 	trafficTook := time.Since(start)
 	for _, n := range negatives {
-		t.Errorf("invariant 1 during the traffic: %s", n)
+		t.Errorf("oversold during the traffic: %s", n)
 	}
 
-	// Every hold is claimed, released or left to expire: wait for the
-	// reapers (every serve runs one, each second) to return the expired.
-	settleStart := time.Now()
+	// ---- the end state ----
+
+	// No kill switch is left in the flags.
+	final, err := flags.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scopes := []rollout.Scope{rollout.Global()}
 	for _, p := range pods {
-		for {
-			var n int64
-			if err := p.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM reserved_quantities").Scan(&n); err != nil {
-				t.Fatal(err)
-			}
-			if n == 0 {
-				break
-			}
-			if time.Since(settleStart) > 30*time.Second+ttlMs*time.Millisecond {
-				t.Errorf("%s: %d MySQL holds left after every TTL and the reapers", p.name, n)
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
+		scopes = append(scopes, rollout.PodScope(p.name))
+	}
+	for shop := range final.Shops {
+		scopes = append(scopes, rollout.ShopScope(shop))
+	}
+	for _, s := range scopes {
+		if k := final.KillAt(s); k.Engaged() {
+			t.Errorf("the schedule left the kill switch of %s engaged (%s)", s, k.State)
 		}
 	}
-	// Redis holds expire on Redis's clock; wait out the longest TTL.
-	time.Sleep(time.Until(start.Add(trafficTook + ttlMs*time.Millisecond + 2*time.Second)))
+	// Every hold expires (the calls are over: the longest TTL) and the
+	// reapers (every serve runs one, each second) return it; a Redis hold
+	// whose legacy claim started and never finished (its client gave up)
+	// is left to that claim for the claim grace, then settled from the
+	// ledger. Then every pod's change feed reaches Redis.
+	settleStart := time.Now()
+	var late string // holds left a while after the last one's expiry
+	holdsIn, err := poll(ttl+redisstore.DefaultClaimGrace+30*time.Second, 100*time.Millisecond, func() error {
+		if time.Since(settleStart) < ttl {
+			return fmt.Errorf("the holds' TTL has not passed")
+		}
+		left, err := checkNoHolds(ctx, pods)
+		if err == nil && len(left) > 0 {
+			err = fmt.Errorf("%s", strings.Join(left, "; "))
+			if late == "" && time.Since(settleStart) > ttl+3*time.Second {
+				late = err.Error()
+			}
+		}
+		return err
+	})
+	if err != nil {
+		t.Errorf("holds left: %v", err)
+	}
+	if late != "" {
+		t.Logf("holds still there %s after the traffic (the last expired by %s; a claiming one waits for the claim grace, %s): %s",
+			ttl+3*time.Second, ttl, redisstore.DefaultClaimGrace, late)
+	}
+	drainedIn, err := poll(30*time.Second, 50*time.Millisecond, func() error { return checkDrained(ctx, pods) })
+	if err != nil {
+		t.Errorf("change feeds: %v", err)
+	}
 	settle := time.Since(settleStart)
 
-	// The ledger, the claims table and the client's record.
-	ledger := map[cartKey]int64{}
-	claimsTable := map[string]map[cartKey]int64{} // "shop/token" -> deduction
-	for _, p := range pods {
-		rows, err := p.db.QueryContext(ctx, "SELECT shop_id, inventory_item_id, location_id, available FROM inventory_ledger")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var k cartKey
-			var n int64
-			if err := rows.Scan(&k.shop, &k.item, &k.loc, &n); err != nil {
-				t.Fatal(err)
-			}
-			ledger[k] = n
-		}
-		rows.Close()
-		rows, err = p.db.QueryContext(ctx, "SELECT shop_id, token, allocations FROM reservation_claims")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var shop int64
-			var token, allocs string
-			if err := rows.Scan(&shop, &token, &allocs); err != nil {
-				t.Fatal(err)
-			}
-			var as []allocation
-			if err := json.Unmarshal([]byte(allocs), &as); err != nil {
-				t.Fatalf("claims row %d/%s: %v", shop, token, err)
-			}
-			m := map[cartKey]int64{}
-			for _, al := range as {
-				m[cartKey{shop, al.Item, al.Location}] += al.Quantity
-			}
-			claimsTable[fmt.Sprintf("%d/%s", shop, token)] = m
-		}
-		rows.Close()
-	}
+	checksStart := time.Now()
 	g.mu.Lock()
-	fates := g.fates
+	claims := maps.Clone(g.claims)
 	violations := slices.Clone(g.violations)
 	g.mu.Unlock()
 	for _, v := range violations {
 		t.Errorf("client: %s", v)
 	}
-	deducted := map[cartKey]int64{}
-	for k, n := range initial {
-		avail, ok := ledger[k]
-		if !ok {
-			t.Errorf("%v: no ledger row", k)
-			continue
-		}
-		if avail < 0 {
-			t.Errorf("invariant 1: %v: ledger available %d < 0", k, avail)
-		}
-		if avail > n {
-			t.Errorf("%v: ledger available %d > the %d it was given (no restocks ran)", k, avail, n)
-		}
-		deducted[k] = n - avail
+	ledger, found, err := checkLedger(ctx, pods, initial, claims)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(ledger) != len(initial) {
-		t.Errorf("%d ledger rows, %d seeded", len(ledger), len(initial))
+	for _, f := range found {
+		t.Errorf("%s", f)
 	}
-	tableSum := map[cartKey]int64{}
-	for _, m := range claimsTable {
-		for k, n := range m {
-			tableSum[k] += n
-		}
+	found, err = checkNoHolds(ctx, pods)
+	if err != nil {
+		t.Fatal(err)
 	}
-	ackedSum := map[cartKey]int64{}
-	var acked, unknownClaims, lost, extra, mismatched int
-	for token, f := range fates {
-		key := fmt.Sprintf("%d/%s", f.shop, token)
-		row, inTable := claimsTable[key]
-		switch {
-		case f.claimed:
-			acked++
-			m := map[cartKey]int64{}
-			for _, al := range f.claimAlloc {
-				m[cartKey{f.shop, al.Item, al.Location}] += al.Quantity
-				ackedSum[cartKey{f.shop, al.Item, al.Location}] += al.Quantity
-			}
-			if !inTable {
-				lost++
-				t.Errorf("claim %s acknowledged to the client, not in the claims table (lost)", key)
-			} else if fmt.Sprint(m) != fmt.Sprint(row) {
-				mismatched++
-				t.Errorf("claim %s: the client was told %v, the claims table says %v", key, m, row)
-			}
-		case f.claimUnk && inTable:
-			unknownClaims++
-			for k, n := range row {
-				ackedSum[k] += n // an unanswered claim that took effect
-			}
-		case inTable:
-			extra++
-			t.Errorf("claims row %s for a token the client never claimed (claimUnk=%v reserved=%v released=%v)", key, f.claimUnk, f.reserved, f.released)
-		}
+	for _, f := range found {
+		t.Errorf("%s", f)
 	}
-	if len(claimsTable) != acked+unknownClaims+extra {
-		t.Errorf("claims table has %d rows, the client accounts for %d", len(claimsTable), acked+unknownClaims+extra)
+	agree, found, err := checkAgree(ctx, rc, pods)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var units int64
-	for k := range initial {
-		if deducted[k] != tableSum[k] || tableSum[k] != ackedSum[k] {
-			t.Errorf("%v: ledger deducted %d, claims table %d, claims acknowledged %d", k, deducted[k], tableSum[k], ackedSum[k])
-		}
-		units += deducted[k]
+	for _, f := range found {
+		t.Errorf("%s", f)
 	}
+	// Every answer a client got, checked against the model of one store
+	// deciding (porcupine, per item): across the flips, the kill
+	// switches, the outages and the crash, the pods behaved as one store
+	// that neither oversold nor undersold and settled each hold at most
+	// once.
+	checked, err := history.Check(g.rec.Entries(), history.CheckOptions{Dir: history.ArtifactDir(t), Name: "soak"})
+	if err != nil {
+		t.Errorf("history check: %v", err)
+	} else if checked.Outcome != porcupine.Ok {
+		t.Errorf("history check: %s", checked)
+	}
+	checks := time.Since(checksStart)
 
-	// Reconcile every pod: with repair, then without; no drift remains.
-	var before, after []string
-	for _, p := range pods {
-		r1, err := rec.Run(ctx, p.name, reconcile.Options{Repair: true})
+	// The signals of the new design, summed over the replicas (the
+	// crashed process's until its kill), now that everything settled.
+	var total metrics
+	total.add(gone)
+	for _, p := range procs {
+		m, err := scrape(g.client, p.base)
 		if err != nil {
-			t.Fatalf("reconcile %s with repair: %v", p.name, err)
+			t.Fatalf("%s after the settle: %v", p.name, err)
 		}
-		before = append(before, r1.Summary())
-		for i, f := range r1.Findings {
-			if i == 10 {
-				t.Logf("drift before repair, %s: ... %d more", p.name, len(r1.Findings)-i)
-				break
-			}
-			t.Logf("drift before repair, %s: shop %d %s %s: %s", p.name, f.Shop, f.Side, f.Kind, f.Detail)
-		}
-		for _, f := range r1.Findings {
-			if f.Kind == string(mysqlstore.DriftOverProjected) {
-				t.Errorf("invariant 2 before repair: %s %s: %s", p.name, f.Kind, f.Detail)
-			}
-		}
-		r2, err := rec.Run(ctx, p.name, reconcile.Options{})
-		if err != nil {
-			t.Fatalf("reconcile %s: %v", p.name, err)
-		}
-		after = append(after, r2.Summary())
-		for _, f := range r2.Findings {
-			if f.Kind != string(mysqlstore.DriftEmptyPool) {
-				t.Errorf("drift after repair: %s %s %s: %s", p.name, f.Side, f.Kind, f.Detail)
-			}
-		}
-		// Invariant 2 from the MySQL store's own check.
-		ds, err := stores[p.name].Reconcile(ctx, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range ds {
-			if d.Kind == mysqlstore.DriftOverProjected {
-				t.Errorf("invariant 2: %s: %s", p.name, d)
-			}
-		}
+		total.add(m)
 	}
-
-	// The failure-window counters, summed over the replicas.
-	counters := map[string]float64{}
-	for _, e := range end {
-		for k, v := range e.counters {
-			counters[k] += v
-		}
-	}
-	var windows []string
-	for _, k := range slices.Sorted(maps.Keys(counters)) {
-		windows = append(windows, fmt.Sprintf("%s %.0f", k, counters[k]))
+	handoffs := total.sum("reservoir_handoffs_total", "result", nil)
+	forced := handoffs["forced"]
+	signals := []string{
+		"handoffs by result: " + sortedJoin(handoffs) +
+			" (to mysql: " + sortedJoin(total.sum("reservoir_handoffs_total", "result", map[string]string{"to": "mysql"})) +
+			"; to redis: " + sortedJoin(total.sum("reservoir_handoffs_total", "result", map[string]string{"to": "redis"})) + ")",
+		fmt.Sprintf("forced handoffs: %.0f", forced),
+		"503 owner unreachable: " + sortedJoin(total.sum("reservoir_dualwrite_owner_unreachable_total", "reason", nil)),
+		fmt.Sprintf("503 flags_unavailable: %.0f", total.sum("reservoir_dualwrite_flags_unavailable_total", "", nil)[""]),
+		"rerouted: " + sortedJoin(total.sum("reservoir_dualwrite_rerouted_total", "action", nil)),
+		"tombstone hits: mysql " + sortedJoin(total.sum("reservoir_mysql_tombstone_hits_total", "state", nil)) +
+			"; redis " + sortedJoin(total.sum("reservoir_redis_tombstone_hits_total", "state", nil)),
+		fmt.Sprintf("503 claim_in_progress: %.0f", total.sum("reservoir_redis_claim_in_progress_total", "", nil)[""]),
+		fmt.Sprintf("claiming holds settled by the reaper: %.0f", total.sum("reservoir_redis_reap_settled_total", "", nil)[""]),
+		"relay: applied " + sortedJoin(total.sum("reservoir_mirror_applied_total", "kind", nil)) +
+			fmt.Sprintf("; failed rounds %.0f", total.sum("reservoir_mirror_apply_failures_total", "", nil)[""]),
 	}
 
 	// Resources: no growth beyond the bound from the midpoint to the end.
@@ -602,22 +821,37 @@ func TestSoak(t *testing.T) {
 		stops = append(stops, fmt.Sprintf("%s %s", p.name, took.Round(time.Millisecond)))
 	}
 
-	// Every answer a client got, checked against the model of one
-	// authority (porcupine, per item): across the flips, the kill switch
-	// and the restarts, the pods behaved as one store that neither
-	// oversold nor undersold and settled each hold at most once.
-	checked, err := history.Check(g.rec.Entries(), history.CheckOptions{Dir: history.ArtifactDir(t), Name: "soak"})
-	if err != nil {
-		t.Errorf("history check: %v", err)
-	} else if checked.Outcome != porcupine.Ok {
-		t.Errorf("history check: %s", checked)
+	if len(refusals) == 0 {
+		refusals = []string{"none"}
 	}
+	t.Logf("soak summary:\n  setup %s, traffic %s (%d replicas, %d clients, %d shops on 2 pods), settle %s (holds gone after %s, feeds drained %s later), checks %s, total %s\n"+
+		"  ops: %s\n  flags in doubt: %s\n  flips:\n    %s\n  kill switches: %s; refused and tried again: %s\n  faults: %s\n  signals: %s\n"+
+		"  checks: ledger: %s, none below zero; holds: none left in either store; reconcile without repair: %s; history: %s\n"+
+		"  resources: %s\n  SIGTERM exits: %s",
+		setup.Round(time.Millisecond), trafficTook.Round(time.Millisecond), replicas, workers, len(shops), settle.Round(time.Millisecond),
+		holdsIn.Round(time.Millisecond), drainedIn.Round(time.Millisecond), checks.Round(time.Millisecond), time.Since(began).Round(time.Millisecond),
+		g.summary(), doubtNote, strings.Join(flips, "\n    "), strings.Join(kills, "; "), strings.Join(refusals, "; "),
+		strings.Join(faultsInjected, "; "), strings.Join(signals, "; "),
+		ledger, strings.Join(agree, "; "), checked, strings.Join(res, "; "), strings.Join(stops, ", "))
+}
 
-	t.Logf("soak summary:\n  setup %s, traffic %s (%d replicas, %d clients, %d shops on 2 pods), settle %s, total %s\n  ops: %s\n  ledger: %d units deducted = claims table (%d rows) = %d acknowledged claims + %d unanswered claims that took effect; %d lost, %d extra, %d mismatched\n  history: %s\n  flips: %s\n  repairs before MySQL answered: %s\n  faults: %s\n  failure windows: %s\n  drift before repair: %s\n  drift after repair: %s\n  resources: %s\n  SIGTERM exits: %s",
-		setup.Round(time.Millisecond), trafficTook.Round(time.Millisecond), replicas, workers, len(shops), settle.Round(time.Millisecond), time.Since(began).Round(time.Millisecond),
-		g.summary(), units, len(claimsTable), acked, unknownClaims, lost, extra, mismatched, checked,
-		strings.Join(flips, "; "), strings.Join(repairs, "; "), strings.Join(faultsInjected, "; "), strings.Join(windows, ", "), strings.Join(before, "; "), strings.Join(after, "; "),
-		strings.Join(res, "; "), strings.Join(stops, ", "))
+// opsMetric counts the API's reservation calls by pod, operation and
+// status code.
+const opsMetric = "reservoir_api_operations_total"
+
+// poll checks cond every interval until it holds (nil) or within passes.
+func poll(within, every time.Duration, cond func() error) (time.Duration, error) {
+	start := time.Now()
+	for {
+		err := cond()
+		if err == nil {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > within {
+			return time.Since(start), fmt.Errorf("not within %s: %w", within, err)
+		}
+		time.Sleep(every)
+	}
 }
 
 func tail(s string, n int) string {
