@@ -208,15 +208,16 @@ type AdjustParams struct {
 	Available *int64
 	// Delta is added to the sellable quantity when Available is nil.
 	Delta int64
-	// As: the authority changes the ledger; a shadow follows the Delta the
-	// authority reported (Available must be nil).
+	// As must be AsAuthority: an adjust changes the one ledger, and Redis
+	// follows it through the change feed (AsShadow is refused).
 	As Role
 	// Key, when set, makes the adjust idempotent: repeated with the same
 	// key (per shop), it changes nothing and answers the first result with
 	// Replayed set, so a merchant's retried "+5" after a lost reply adds 5
 	// once. A key reused for another item, location or change is refused
 	// (ErrTokenConflict). Like a token: 1..64 printable ASCII bytes. The
-	// ledger keeps keys for ever; Redis for ClaimedTTL (redisstore).
+	// ledger keeps keys for ever (a replay answers the first result, with
+	// its ChangeID, which Redis applies once).
 	Key string
 }
 
