@@ -4,20 +4,26 @@
 -- +goose Up
 
 -- Which store decides a shop's reservations. No row means Redis decides
--- (epoch 0). Every deciding transaction of MySQL holds a shared lock on the
--- shop's row; a handoff takes it for update.
+-- (epoch 0). A shop's fence is kept in several slot rows that always say
+-- the same: every deciding transaction of MySQL holds a shared lock on one
+-- slot (its token's), a handoff locks them all for update. One row would
+-- queue every reserver of a busy shop on a single record's locks.
 CREATE TABLE reservation_fences (
   shop_id    BIGINT      NOT NULL,
+  slot       TINYINT     NOT NULL, -- 0..7
   decider    VARCHAR(8)  NOT NULL, -- 'mysql' or 'redis'
   epoch      BIGINT      NOT NULL, -- the flags version of the handoff
   changed_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
-  PRIMARY KEY (shop_id)
+  PRIMARY KEY (shop_id, slot)
 ) ENGINE=InnoDB;
 
 -- One row per (shop, token): the reservation's state. A held reservation's
 -- lines are in reserved_quantities; a terminal one (claimed, released,
--- expired, refused) is a tombstone, forgotten at forget_at. Every
--- transition of a reservation locks this row first.
+-- expired, refused) is a tombstone, forgotten once its expires_at is older
+-- than the tombstone retention (a terminal state is never reached before
+-- its hold's expiry would have been, except refusals and legacy claims,
+-- whose expires_at is when they were made). Every transition of a
+-- reservation locks this row first.
 CREATE TABLE reservations (
   shop_id     BIGINT        NOT NULL,
   token       VARBINARY(64) NOT NULL,
@@ -26,13 +32,11 @@ CREATE TABLE reservations (
   allocations VARCHAR(4096) NOT NULL, -- "item:location:quantity,..." held, or deducted
   short       VARCHAR(4096) NOT NULL DEFAULT '', -- refused: "item:requested:unheld,..."
   expires_at  DATETIME(3)   NOT NULL, -- the hold's expiry (database clock)
-  forget_at   DATETIME(3)   NULL,     -- terminal states: when the tombstone may go
   changed_at  DATETIME(3)   NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
   PRIMARY KEY (shop_id, token),
-  -- the reaper: held reservations by expiry
-  KEY idx_reservations_due (state, expires_at),
-  -- tombstones to forget
-  KEY idx_reservations_forget (forget_at)
+  -- the reaper (held, by expiry) and the tombstone collector (terminal
+  -- states, by expiry)
+  KEY idx_reservations_due (state, expires_at)
 ) ENGINE=InnoDB;
 
 -- The change feed (a transactional outbox): every change Redis must follow,
@@ -50,9 +54,8 @@ CREATE TABLE reservation_outbox (
   epoch      BIGINT        NOT NULL DEFAULT 0,  -- fence
   created_at DATETIME(3)   NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
   PRIMARY KEY (id),
-  -- a shop's pending changes (a handoff's drain), and the tombstone
-  -- collector's check that a reservation has none
-  KEY idx_outbox_shop_token (shop_id, token)
+  -- a shop's pending changes, in order (a handoff's drain)
+  KEY idx_outbox_shop (shop_id)
 ) ENGINE=InnoDB;
 
 SET SESSION group_concat_max_len = 1048576;

@@ -231,7 +231,7 @@ func (s *Store) Release(ctx context.Context, p *reservation.ReleaseParams) (rese
 		}
 		// The row is locked and held: its state, its lines and (deciding)
 		// the change for Redis go in one round trip.
-		args := []any{string(reservation.StateReleased), string(by), s.forgetSeconds(), p.Shop, p.Token, p.Shop, p.Token}
+		args := []any{string(reservation.StateReleased), string(by), p.Shop, p.Token, p.Shop, p.Token}
 		if deciding {
 			args = append(args, p.Shop, p.Token)
 		}
@@ -241,7 +241,7 @@ func (s *Store) Release(ctx context.Context, p *reservation.ReleaseParams) (rese
 		s.metrics.tombstones.WithLabelValues(string(reservation.StateReleased)).Inc()
 		if deciding {
 			s.metrics.feedWritten.WithLabelValues(string(reservation.ChangeState)).Inc()
-		} else if err := s.checkShadowFence(ctx, tx, callerRelease, p.Shop, fence); err != nil {
+		} else if err := s.checkShadowFence(ctx, tx, callerRelease, p.Shop, p.Token, fence); err != nil {
 			return err
 		}
 		res = reservation.ReleaseResult{Released: true, Allocations: st.allocs}

@@ -165,13 +165,13 @@ func (s *Store) Deduct(ctx context.Context, p *reservation.DeductParams) (reserv
 			res.Allocations = prev
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, tag(callerDeduct)+sqlStateClaimed, p.Shop, p.Token, reservation.EncodeAllocations(allocs), s.forgetSeconds()); err != nil {
+		if _, err := tx.ExecContext(ctx, tag(callerDeduct)+sqlStateClaimed, p.Shop, p.Token, reservation.EncodeAllocations(allocs)); err != nil {
 			return fmt.Errorf("mysqlstore: deduct: record the claim: %w", err)
 		}
 		if _, err := tx.ExecContext(ctx, tag(callerDeduct)+sqlHoldsDelete, p.Shop, p.Token); err != nil {
 			return fmt.Errorf("mysqlstore: deduct: settle this store's hold: %w", err)
 		}
-		if err := s.checkShadowFence(ctx, tx, callerDeduct, p.Shop, fenceRow{}); err != nil {
+		if err := s.checkShadowFence(ctx, tx, callerDeduct, p.Shop, p.Token, fenceRow{}); err != nil {
 			return err
 		}
 		// Then the replenish locks, like every pool writer, so trimming

@@ -40,15 +40,14 @@ func (s *Store) Reap(ctx context.Context, p *reservation.ReapParams) (reservatio
 		if err != nil {
 			return err
 		}
-		args := make([]any, 0, 1+2*len(due))
-		args = append(args, s.forgetSeconds())
+		args := make([]any, 0, 2*len(due))
 		for _, d := range due {
 			args = append(args, d.shop, d.token)
 		}
 		if _, err := tx.ExecContext(ctx, reapExpireQuery(len(due)), args...); err != nil {
 			return fmt.Errorf("mysqlstore: reap: expire: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, reapDeleteQuery(len(due)), args[1:]...); err != nil {
+		if _, err := tx.ExecContext(ctx, reapDeleteQuery(len(due)), args...); err != nil {
 			return fmt.Errorf("mysqlstore: reap: delete holds: %w", err)
 		}
 		var feed []any
@@ -133,19 +132,24 @@ func (s *Store) decidingShops(ctx context.Context, tx *sql.Tx, due []dueReservat
 	return out, rows.Err()
 }
 
-// forget deletes up to limit tombstones past their time that Redis has no
-// pending change about.
+// forget deletes up to limit tombstones past their time (their hold's
+// expiry older than Config.TombstoneTTL) that Redis may have no pending
+// change about.
 func (s *Store) forget(ctx context.Context, limit int) error {
-	c, err := s.acquire(ctx, callerForget)
+	// A transaction of its own, so a deadlock with a transition moving a
+	// row between the index ranges it scans is retried.
+	var n int64
+	err := s.inTx(ctx, callerForget, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, sqlForget, s.forgetSeconds(), limit)
+		if err != nil {
+			return fmt.Errorf("mysqlstore: forget tombstones: %w", err)
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	defer c.release()
-	res, err := c.ExecContext(ctx, sqlForget, limit)
-	if err != nil {
-		return fmt.Errorf("mysqlstore: forget tombstones: %w", err)
-	}
-	n, _ := res.RowsAffected()
 	s.metrics.forgotten.Add(float64(n))
 	return nil
 }

@@ -153,7 +153,7 @@ func (r *reserveCall) attempt(ctx context.Context) (res reservation.ReserveResul
 			return err
 		}
 		if !r.deciding {
-			if err := r.s.checkShadowFence(ctx, tx, callerReserve, r.p.Shop, fence); err != nil {
+			if err := r.s.checkShadowFence(ctx, tx, callerReserve, r.p.Shop, r.p.Token, fence); err != nil {
 				return err
 			}
 		}
@@ -406,12 +406,12 @@ func (r *reserveCall) deleteUnits(ctx context.Context, tx *sql.Tx, units [][]int
 // duplicate key (the token's row or lines) means another call with the
 // token got there first: errTokenRace.
 func (r *reserveCall) write(ctx context.Context, tx *sql.Tx, expires time.Time) error {
-	args := make([]any, 0, 7*len(r.lines)+11)
+	args := make([]any, 0, 7*len(r.lines)+9)
 	for i, ln := range r.lines {
 		args = append(args, r.p.Shop, r.p.Token, ln.Item, r.loc(i), ln.Quantity, expires, string(r.authority))
 	}
 	args = append(args, r.p.Shop, r.p.Token, string(reservation.StateHeld), string(r.authority),
-		reservation.EncodeAllocations(r.allocations()), "", expires, string(reservation.StateHeld), r.s.forgetSeconds())
+		reservation.EncodeAllocations(r.allocations()), "", expires)
 	if r.deciding {
 		args = append(args, r.p.Shop, r.p.Token)
 	}

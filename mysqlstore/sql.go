@@ -44,7 +44,7 @@ const (
 	// The shop's fence again, at the end of a shadow write whose first read
 	// found no fence row: a handoff to MySQL may have created it since (see
 	// Store.checkShadowFence).
-	sqlShadowFence = `SELECT decider, epoch FROM reservation_fences WHERE shop_id = ? LOCK IN SHARE MODE`
+	sqlShadowFence = `SELECT decider, epoch FROM reservation_fences WHERE shop_id = ? AND slot = ? LOCK IN SHARE MODE`
 
 	// One branch per line; all lines go in one round trip. Each branch
 	// carries its own locking clause: a single one after the UNION is
@@ -127,7 +127,7 @@ func reserveUnheldQuery(locations int) string {
 // and ('state', state, allocations, short, 0, expires_at), each at most
 // once.
 const sqlFenceAndState = `(SELECT 'fence' AS kind, decider AS a, '' AS b, '' AS c, epoch AS n, NULL AS t
-  FROM reservation_fences WHERE shop_id = ? LOCK IN SHARE MODE)
+  FROM reservation_fences WHERE shop_id = ? AND slot = ? LOCK IN SHARE MODE)
 UNION ALL
 (SELECT 'state', state, allocations, short, 0, expires_at FROM reservations WHERE shop_id = ? AND token = ?)
 UNION ALL
@@ -136,7 +136,7 @@ UNION ALL
 // The same with the state row locked for update: every transition of a
 // reservation (claim, release, settle) takes it first.
 const sqlFenceAndStateLock = `(SELECT 'fence' AS kind, decider AS a, '' AS b, '' AS c, epoch AS n, NULL AS t
-  FROM reservation_fences WHERE shop_id = ? LOCK IN SHARE MODE)
+  FROM reservation_fences WHERE shop_id = ? AND slot = ? LOCK IN SHARE MODE)
 UNION ALL
 (SELECT 'state', state, allocations, short, 0, expires_at FROM reservations WHERE shop_id = ? AND token = ? FOR UPDATE)
 UNION ALL
@@ -146,21 +146,21 @@ UNION ALL
 const (
 	// A new reservation's row. A duplicate key means another call with the
 	// token got there first.
-	sqlStateInsert = `INSERT INTO reservations (shop_id, token, state, decided_by, allocations, short, expires_at, forget_at)
-  VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, NOW(3)), IF(? = 'held', NULL, NOW(3) + INTERVAL ? SECOND))`
+	sqlStateInsert = `INSERT INTO reservations (shop_id, token, state, decided_by, allocations, short, expires_at)
+  VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, NOW(3)))`
 	// A transition out of held, guarded: the hold must still be held and,
 	// with the live guard, unexpired by the clock of this statement, which
 	// runs after the row lock was taken (a claim that waited on the lock
 	// must not judge liveness by the time it started waiting).
-	sqlStateEnd = `UPDATE reservations SET state = ?, decided_by = ?, forget_at = NOW(3) + INTERVAL ? SECOND, changed_at = NOW(3)
+	sqlStateEnd = `UPDATE reservations SET state = ?, decided_by = ?, changed_at = NOW(3)
   WHERE shop_id = ? AND token = ? AND state = 'held'`
 	sqlStateEndLive = sqlStateEnd + ` AND expires_at > NOW(3)`
 	// The legacy claim's record of the claim (Deduct): whatever this store
 	// had for the token, the ledger's claim is the truth now.
-	sqlStateClaimed = `INSERT INTO reservations (shop_id, token, state, decided_by, allocations, short, expires_at, forget_at)
-  VALUES (?, ?, 'claimed', 'redis', ?, '', NOW(3), NOW(3) + INTERVAL ? SECOND)
+	sqlStateClaimed = `INSERT INTO reservations (shop_id, token, state, decided_by, allocations, short, expires_at)
+  VALUES (?, ?, 'claimed', 'redis', ?, '', NOW(3))
   ON DUPLICATE KEY UPDATE state = 'claimed', decided_by = 'redis', allocations = VALUES(allocations),
-    forget_at = VALUES(forget_at), changed_at = NOW(3)`
+    expires_at = GREATEST(expires_at, NOW(3)), changed_at = NOW(3)`
 	sqlStateRead   = `SELECT state, allocations, short, expires_at, decided_by FROM reservations WHERE shop_id = ? AND token = ?`
 	sqlHoldsDelete = `DELETE FROM reserved_quantities WHERE shop_id = ? AND token = ?`
 	sqlClaimRead   = `SELECT allocations FROM reservation_claims WHERE shop_id = ? AND token = ?`
@@ -215,19 +215,21 @@ const (
 	sqlReapSelect = `/*caller='reap'*/ SELECT shop_id, token, allocations FROM reservations
   WHERE state = 'held' AND expires_at <= NOW(3)
   ORDER BY state, expires_at LIMIT ? FOR UPDATE SKIP LOCKED`
-	sqlReapFencesPrefix = `/*caller='reap'*/ SELECT shop_id FROM reservation_fences WHERE decider = 'mysql' AND shop_id IN (`
-	sqlReapExpirePrefix = `/*caller='reap'*/ UPDATE reservations SET state = 'expired', forget_at = NOW(3) + INTERVAL ? SECOND, changed_at = NOW(3)
+	sqlReapFencesPrefix = `/*caller='reap'*/ SELECT shop_id FROM reservation_fences WHERE decider = 'mysql' AND slot = 0 AND shop_id IN (`
+	sqlReapExpirePrefix = `/*caller='reap'*/ UPDATE reservations SET state = 'expired', changed_at = NOW(3)
   WHERE state = 'held' AND (`
 	sqlReapDeletePrefix = `/*caller='reap'*/ DELETE FROM reserved_quantities WHERE `
 	sqlTokenCond        = `(shop_id = ? AND token = ?)`
 	sqlFeedStatesPrefix = `INSERT INTO reservation_outbox (shop_id, kind, token) VALUES `
 
-	// Tombstones past their time, unless Redis still has to be told about
-	// them.
+	// Tombstones past their time (their hold's expiry older than the
+	// retention), through idx_reservations_due, unless Redis may still have
+	// to be told about them: the oldest pending change is older than their
+	// last change.
 	sqlForget = `/*caller='forget'*/ DELETE FROM reservations
-  WHERE forget_at <= NOW(3) AND NOT EXISTS (SELECT 1 FROM reservation_outbox o
-    WHERE o.shop_id = reservations.shop_id AND o.token = reservations.token)
-  ORDER BY forget_at LIMIT ?`
+  WHERE state IN ('claimed', 'released', 'expired', 'refused') AND expires_at <= NOW(3) - INTERVAL ? SECOND
+    AND changed_at < COALESCE((SELECT created_at FROM reservation_outbox ORDER BY id LIMIT 1), NOW(3))
+  LIMIT ?`
 )
 
 func reapFencesQuery(shops int) string {
@@ -282,24 +284,25 @@ const sqlReconcile = `/*caller='reconcile'*/ SELECT l.shop_id, l.inventory_item_
 
 // Fences and handoffs.
 const (
-	sqlFenceRead = `/*caller='read'*/ SELECT decider, epoch FROM reservation_fences WHERE shop_id = ?`
-	// Creates the fence row (Redis decides, epoch 0) if missing and locks
-	// it either way.
-	sqlFenceEnsure = `/*caller='handoff'*/ INSERT INTO reservation_fences (shop_id, decider, epoch) VALUES (?, 'redis', 0)
-  ON DUPLICATE KEY UPDATE shop_id = shop_id`
-	sqlFenceLock = `/*caller='handoff'*/ SELECT decider, epoch FROM reservation_fences WHERE shop_id = ? FOR UPDATE`
+	sqlFenceRead = `/*caller='read'*/ SELECT decider, epoch FROM reservation_fences WHERE shop_id = ? AND slot = 0`
+	// Creates the fence's slot rows (Redis decides, epoch 0) where missing
+	// and locks them either way; then every slot is read locked for update.
+	sqlFenceEnsurePrefix = `/*caller='handoff'*/ INSERT INTO reservation_fences (shop_id, slot, decider, epoch) VALUES `
+	sqlFenceEnsureRow    = `(?, ?, 'redis', 0)`
+	sqlFenceEnsureSuffix = ` ON DUPLICATE KEY UPDATE shop_id = shop_id`
+	sqlFenceLock         = `/*caller='handoff'*/ SELECT decider, epoch FROM reservation_fences WHERE shop_id = ? ORDER BY slot FOR UPDATE`
 	sqlFenceSet  = `/*caller='handoff'*/ UPDATE reservation_fences SET decider = ?, epoch = ?, changed_at = NOW(3) WHERE shop_id = ?`
 	sqlFeedFence = `/*caller='handoff'*/ INSERT INTO reservation_outbox (shop_id, kind, decider, epoch) VALUES (?, 'fence', ?, ?)`
 	// Every reservation of the shop, locked: nothing of the shop changes
 	// while a handoff copies Redis's state in.
 	sqlShopStatesLock    = `/*caller='handoff'*/ SELECT token, state, allocations FROM reservations WHERE shop_id = ? FOR UPDATE`
-	sqlStateUpsertPrefix = `INSERT INTO reservations (shop_id, token, state, decided_by, allocations, short, expires_at, forget_at) VALUES `
+	sqlStateUpsertPrefix = `INSERT INTO reservations (shop_id, token, state, decided_by, allocations, short, expires_at) VALUES `
 	// shop, token, state, decided_by, allocations, short, expires_at (NULL:
-	// now), state again, tombstone seconds.
-	sqlStateUpsertRow    = `(?,?,?,?,?,?,COALESCE(?, NOW(3)),IF(? = 'held', NULL, NOW(3) + INTERVAL ? SECOND))`
+	// now).
+	sqlStateUpsertRow    = `(?,?,?,?,?,?,COALESCE(?, NOW(3)))`
 	sqlStateUpsertSuffix = ` ON DUPLICATE KEY UPDATE state = VALUES(state), decided_by = VALUES(decided_by),
     allocations = VALUES(allocations), short = VALUES(short), expires_at = VALUES(expires_at),
-    forget_at = VALUES(forget_at), changed_at = NOW(3)`
+    changed_at = NOW(3)`
 	sqlStatesDeletePrefix    = `DELETE FROM reservations WHERE shop_id = ? AND token IN (`
 	sqlShopHoldsDeletePrefix = `DELETE FROM reserved_quantities WHERE shop_id = ? AND token IN (`
 )
@@ -332,6 +335,10 @@ func releaseWritesQuery(feed bool) string {
 		q += ";\n" + tag(callerRelease) + sqlFeedState
 	}
 	return q
+}
+
+func fenceEnsureQuery() string {
+	return sqlFenceEnsurePrefix + repeatJoin(sqlFenceEnsureRow, ",", fenceSlots) + sqlFenceEnsureSuffix
 }
 
 func stateUpsertQuery(caller string, rows int) string {

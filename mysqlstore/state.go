@@ -42,7 +42,7 @@ type stateRow struct {
 
 // readFenceAndState runs one of the sqlFenceAndState statements.
 func readFenceAndState(ctx context.Context, tx *sql.Tx, query string, shop int64, token string) (fenceRow, stateRow, error) {
-	rows, err := tx.QueryContext(ctx, query, shop, shop, token, shop, token)
+	rows, err := tx.QueryContext(ctx, query, shop, fenceSlot(token), shop, token, shop, token)
 	if err != nil {
 		return fenceRow{}, stateRow{}, err
 	}
@@ -106,12 +106,12 @@ func (s *Store) decides(shop int64, f fenceRow) error {
 // reservation rows of the shop, this transaction's included, before it
 // copies Redis's state in. So the write lands before the copy, which
 // replaces it, or is refused.
-func (s *Store) checkShadowFence(ctx context.Context, tx *sql.Tx, caller string, shop int64, atStart fenceRow) error {
+func (s *Store) checkShadowFence(ctx context.Context, tx *sql.Tx, caller string, shop int64, token string, atStart fenceRow) error {
 	f := atStart
 	if !f.found {
 		var d string
 		var e int64
-		err := tx.QueryRowContext(ctx, tag(caller)+sqlShadowFence, shop).Scan(&d, &e)
+		err := tx.QueryRowContext(ctx, tag(caller)+sqlShadowFence, shop, fenceSlot(token)).Scan(&d, &e)
 		switch {
 		case isNoRows(err):
 		case err != nil:
@@ -157,7 +157,7 @@ func (s *Store) insertState(ctx context.Context, tx *sql.Tx, caller string, shop
 		exp = expires
 	}
 	_, err = tx.ExecContext(ctx, tag(caller)+sqlStateInsert, shop, token, string(state), string(decidedBy),
-		reservation.EncodeAllocations(allocs), reservation.EncodeShort(short), exp, string(state), s.forgetSeconds())
+		reservation.EncodeAllocations(allocs), reservation.EncodeShort(short), exp)
 	if mysqlErrno(err) == errDupEntry {
 		return false, nil
 	}
@@ -179,7 +179,7 @@ func (s *Store) endState(ctx context.Context, tx *sql.Tx, caller string, shop in
 	if live {
 		q = sqlStateEndLive
 	}
-	res, err := tx.ExecContext(ctx, tag(caller)+q, string(state), string(decidedBy), s.forgetSeconds(), shop, token)
+	res, err := tx.ExecContext(ctx, tag(caller)+q, string(state), string(decidedBy), shop, token)
 	if err != nil {
 		return false, fmt.Errorf("mysqlstore: %s: record %s: %w", caller, state, err)
 	}

@@ -769,3 +769,63 @@ func TestClaimOutlivesItsTombstone(t *testing.T) {
 		t.Errorf("ledger %d, want 3", l)
 	}
 }
+
+// A tombstone is forgotten once its hold's expiry is older than the
+// retention, but not while the change feed still holds a change Redis has
+// not applied that is older than the tombstone (Redis must learn it
+// first).
+func TestTombstonesAreForgottenAfterTheirRetention(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	s, err := mysqlstore.New(mysqlstore.Config{DB: db.DB, PoolCap: 10,
+		Limits: reservation.Limits{MaxQuantity: 10, MaxTTL: time.Second}, TombstoneTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decide(s)(t, shop)
+	ctx := context.Background()
+	five := int64(5)
+	if _, err := s.Adjust(ctx, &reservation.AdjustParams{Shop: shop, Item: 1, Location: 1, Available: &five}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "gone", Lines: one(1, 1), TTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: "gone"}); err != nil {
+		t.Fatal(err)
+	}
+	state := func() error {
+		_, err := s.Get(ctx, &reservation.GetParams{Shop: shop, Token: "gone"})
+		return err
+	}
+	// Past the hold's expiry plus the retention, the feed still holds the
+	// release: the tombstone stays.
+	deadline := time.Now().Add(2*time.Second + 500*time.Millisecond)
+	for time.Now().Before(deadline) {
+		if _, err := s.Reap(ctx, &reservation.ReapParams{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // the clock has to move: nothing to wait on
+	}
+	if err := state(); !errors.Is(err, reservation.ErrReleased) {
+		t.Fatalf("with the release still in the feed: %v, want the tombstone (ErrReleased)", err)
+	}
+	// Delivered: the tombstone goes at the next reap.
+	pending, err := s.Pending(ctx, shop, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, c := range pending {
+		ids = append(ids, c.ID)
+	}
+	if err := s.Done(ctx, ids); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reap(ctx, &reservation.ReapParams{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := state(); !errors.Is(err, reservation.ErrNotFound) {
+		t.Errorf("after the retention, delivered: %v, want the tombstone forgotten (ErrNotFound)", err)
+	}
+}
