@@ -3,9 +3,9 @@ package mysqlstore
 import (
 	"cmp"
 	"context"
-	"hash/fnv"
 	"database/sql"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"time"

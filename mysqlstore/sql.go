@@ -291,8 +291,8 @@ const (
 	sqlFenceEnsureRow    = `(?, ?, 'redis', 0)`
 	sqlFenceEnsureSuffix = ` ON DUPLICATE KEY UPDATE shop_id = shop_id`
 	sqlFenceLock         = `/*caller='handoff'*/ SELECT decider, epoch FROM reservation_fences WHERE shop_id = ? ORDER BY slot FOR UPDATE`
-	sqlFenceSet  = `/*caller='handoff'*/ UPDATE reservation_fences SET decider = ?, epoch = ?, changed_at = NOW(3) WHERE shop_id = ?`
-	sqlFeedFence = `/*caller='handoff'*/ INSERT INTO reservation_outbox (shop_id, kind, decider, epoch) VALUES (?, 'fence', ?, ?)`
+	sqlFenceSet          = `/*caller='handoff'*/ UPDATE reservation_fences SET decider = ?, epoch = ?, changed_at = NOW(3) WHERE shop_id = ?`
+	sqlFeedFence         = `/*caller='handoff'*/ INSERT INTO reservation_outbox (shop_id, kind, decider, epoch) VALUES (?, 'fence', ?, ?)`
 	// Every reservation of the shop, locked: nothing of the shop changes
 	// while a handoff copies Redis's state in.
 	sqlShopStatesLock    = `/*caller='handoff'*/ SELECT token, state, allocations FROM reservations WHERE shop_id = ? FOR UPDATE`
