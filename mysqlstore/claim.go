@@ -2,6 +2,7 @@ package mysqlstore
 
 import (
 	"context"
+	"errors"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -35,7 +36,7 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 	var expired stateRow
 	err := s.inTx(ctx, callerClaim, func(tx *sql.Tx) error {
 		res, expired = reservation.ClaimResult{}, stateRow{}
-		fence, st, err := readFenceAndState(ctx, tx, tag(callerClaim)+sqlFenceAndStateLock, p.Shop, p.Token)
+		fence, st, err := readFenceAndState(ctx, tx, tag(callerClaim)+sqlFenceAndStateLock, p.Shop, p.Token, true)
 		if err != nil {
 			return fmt.Errorf("mysqlstore: claim: lock reservation: %w", err)
 		}
@@ -67,8 +68,20 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 		if _, err := tx.ExecContext(ctx, tag(callerClaim)+sqlHoldsDelete, p.Shop, p.Token); err != nil {
 			return fmt.Errorf("mysqlstore: claim: delete hold: %w", err)
 		}
-		if _, err := insertClaim(ctx, tx, callerClaim, p.Shop, p.Token, st.allocs); err != nil {
+		inserted, err := insertClaim(ctx, tx, callerClaim, p.Shop, p.Token, st.allocs)
+		if err != nil {
 			return err
+		}
+		if !inserted {
+			// The ledger deducted this token before (a token reused after
+			// its tombstone was forgotten): never twice. The answer is that
+			// claim, and this transaction rolls back.
+			allocs, _, err := readClaim(ctx, tx, callerClaim, p.Shop, p.Token)
+			if err != nil {
+				return err
+			}
+			res = reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: allocs, Replayed: true}
+			return errClaimedBefore
 		}
 		if err := s.deductLedger(ctx, tx, callerClaim, p.Shop, st.allocs); err != nil {
 			return err
@@ -79,6 +92,9 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 		res = reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: st.allocs}
 		return nil
 	})
+	if errors.Is(err, errClaimedBefore) {
+		return res, nil
+	}
 	if err != nil {
 		return reservation.ClaimResult{}, err
 	}
@@ -87,6 +103,10 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 	}
 	return res, nil
 }
+
+// errClaimedBefore rolls a claim back whose token the ledger deducted
+// before; the claim answers that first claim.
+var errClaimedBefore = errors.New("mysqlstore: claimed before")
 
 // expireHeld expires a held reservation MySQL decides, whose row the
 // caller holds: the same change the reaper makes.
@@ -205,7 +225,7 @@ func (s *Store) Release(ctx context.Context, p *reservation.ReleaseParams) (rese
 	var res reservation.ReleaseResult
 	err := s.inTx(ctx, callerRelease, func(tx *sql.Tx) error {
 		res = reservation.ReleaseResult{}
-		fence, st, err := readFenceAndState(ctx, tx, tag(callerRelease)+sqlFenceAndStateLock, p.Shop, p.Token)
+		fence, st, err := readFenceAndState(ctx, tx, tag(callerRelease)+sqlFenceAndStateLock, p.Shop, p.Token, true)
 		if err != nil {
 			return fmt.Errorf("mysqlstore: release: lock reservation: %w", err)
 		}
@@ -229,19 +249,18 @@ func (s *Store) Release(ctx context.Context, p *reservation.ReleaseParams) (rese
 		if !deciding {
 			by = reservation.AuthorityRedis
 		}
-		// The row is locked and held: its state, its lines and (deciding)
-		// the change for Redis go in one round trip.
-		args := []any{string(reservation.StateReleased), string(by), p.Shop, p.Token, p.Shop, p.Token}
-		if deciding {
-			args = append(args, p.Shop, p.Token)
+		if _, err := s.endState(ctx, tx, callerRelease, p.Shop, p.Token, reservation.StateReleased, by, false); err != nil {
+			return err
 		}
-		if _, err := tx.ExecContext(ctx, releaseWritesQuery(deciding), args...); err != nil {
-			return fmt.Errorf("mysqlstore: release: %w", err)
+		if _, err := tx.ExecContext(ctx, tag(callerRelease)+sqlHoldsDelete, p.Shop, p.Token); err != nil {
+			return fmt.Errorf("mysqlstore: release: delete hold: %w", err)
 		}
-		s.metrics.tombstones.WithLabelValues(string(reservation.StateReleased)).Inc()
 		if deciding {
-			s.metrics.feedWritten.WithLabelValues(string(reservation.ChangeState)).Inc()
-		} else if err := s.checkShadowFence(ctx, tx, callerRelease, p.Shop, p.Token, fence); err != nil {
+			err = s.feedState(ctx, tx, callerRelease, p.Shop, p.Token)
+		} else {
+			err = s.checkShadowFence(ctx, tx, callerRelease, p.Shop, p.Token, fence)
+		}
+		if err != nil {
 			return err
 		}
 		res = reservation.ReleaseResult{Released: true, Allocations: st.allocs}

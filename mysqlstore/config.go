@@ -138,9 +138,8 @@ var sessionParams = map[string]string{
 
 // DSN returns dsn with the settings the store relies on: UTC times parsed
 // into time.Time, client-side parameter interpolation (one round trip per
-// statement instead of prepare/execute/close), several statements in one
-// round trip (the writes a reserve or a release makes together: see
-// sql.go's batches), and short lock waits. Settings already in dsn win.
+// statement instead of prepare/execute/close), and short lock waits.
+// Settings already in dsn win.
 func DSN(dsn string) (string, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -149,11 +148,6 @@ func DSN(dsn string) (string, error) {
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
 	cfg.InterpolateParams = true
-	// The batches are built in sql.go from fixed statements with
-	// placeholders only; no value is ever part of a statement's text
-	// (internal/sqlcheck checks it), so a batch cannot be extended by
-	// input.
-	cfg.MultiStatements = true
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}
 	}

@@ -179,7 +179,7 @@ func (r *reserveCall) attempt(ctx context.Context) (res reservation.ReserveResul
 // repeated token is answered from its state: its hold (Replayed), a
 // conflict, its refusal (Replayed), or its tombstone.
 func (r *reserveCall) existing(ctx context.Context, tx *sql.Tx, res *reservation.ReserveResult) (fenceRow, bool, error) {
-	fence, st, err := readFenceAndState(ctx, tx, sqlReserveExisting, r.p.Shop, r.p.Token)
+	fence, st, err := readFenceAndState(ctx, tx, sqlReserveExisting, r.p.Shop, r.p.Token, false)
 	if err != nil {
 		return fenceRow{}, false, fmt.Errorf("mysqlstore: reserve: %w", err)
 	}
@@ -402,27 +402,33 @@ func (r *reserveCall) deleteUnits(ctx context.Context, tx *sql.Tx, units [][]int
 }
 
 // write inserts the hold lines, the reservation's row and, deciding, the
-// change Redis must follow, in one round trip (reserveWritesQuery). A
-// duplicate key (the token's row or lines) means another call with the
-// token got there first: errTokenRace.
+// change Redis must follow. A duplicate key (the token's row or lines)
+// means another call with the token got there first: errTokenRace.
+//
+// They are three statements, not one multi-statement batch: measured on
+// MariaDB 10.11 (reservoir bench, facade-mysql, 64 callers, +1ms), the
+// batch saved two round trips but cost more server CPU than it saved, and
+// the reserve was slower (p99 126ms against 105ms).
 func (r *reserveCall) write(ctx context.Context, tx *sql.Tx, expires time.Time) error {
-	args := make([]any, 0, 7*len(r.lines)+9)
+	args := make([]any, 0, 7*len(r.lines))
 	for i, ln := range r.lines {
 		args = append(args, r.p.Shop, r.p.Token, ln.Item, r.loc(i), ln.Quantity, expires, string(r.authority))
 	}
-	args = append(args, r.p.Shop, r.p.Token, string(reservation.StateHeld), string(r.authority),
-		reservation.EncodeAllocations(r.allocations()), "", expires)
-	if r.deciding {
-		args = append(args, r.p.Shop, r.p.Token)
-	}
-	if _, err := tx.ExecContext(ctx, reserveWritesQuery(len(r.lines), r.deciding), args...); err != nil {
+	if _, err := tx.ExecContext(ctx, insertHoldsQuery(callerReserve, len(r.lines)), args...); err != nil {
 		if mysqlErrno(err) == errDupEntry {
 			return errTokenRace
 		}
-		return fmt.Errorf("mysqlstore: reserve: write the hold: %w", err)
+		return fmt.Errorf("mysqlstore: reserve: insert holds: %w", err)
+	}
+	inserted, err := r.s.insertState(ctx, tx, callerReserve, r.p.Shop, r.p.Token, reservation.StateHeld, r.authority, r.allocations(), nil, expires)
+	if err != nil {
+		return err
+	}
+	if !inserted {
+		return errTokenRace
 	}
 	if r.deciding {
-		r.s.metrics.feedWritten.WithLabelValues(string(reservation.ChangeState)).Inc()
+		return r.s.feedState(ctx, tx, callerReserve, r.p.Shop, r.p.Token)
 	}
 	return nil
 }
@@ -479,7 +485,7 @@ func (r *reserveCall) insufficient(ctx context.Context) (reservation.ReserveResu
 		return res, nil
 	}
 	err := r.s.inTx(ctx, callerRefuse, func(tx *sql.Tx) error {
-		fence, st, err := readFenceAndState(ctx, tx, tag(callerRefuse)+sqlFenceAndState, r.p.Shop, r.p.Token)
+		fence, st, err := readFenceAndState(ctx, tx, tag(callerRefuse)+sqlFenceAndState, r.p.Shop, r.p.Token, false)
 		if err != nil {
 			return fmt.Errorf("mysqlstore: refuse: %w", err)
 		}

@@ -129,12 +129,14 @@ func reserveUnheldQuery(locations int) string {
 const sqlFenceAndState = `(SELECT 'fence' AS kind, decider AS a, '' AS b, '' AS c, epoch AS n, NULL AS t
   FROM reservation_fences WHERE shop_id = ? AND slot = ? LOCK IN SHARE MODE)
 UNION ALL
-(SELECT 'state', state, allocations, short, 0, expires_at FROM reservations WHERE shop_id = ? AND token = ?)
-UNION ALL
-(SELECT 'claim', '', allocations, '', 0, NULL FROM reservation_claims WHERE shop_id = ? AND token = ?)`
+(SELECT 'state', state, allocations, short, 0, expires_at FROM reservations WHERE shop_id = ? AND token = ?)`
 
-// The same with the state row locked for update: every transition of a
-// reservation (claim, release, settle) takes it first.
+// The same with the state row locked for update, and the token's claims
+// row, which outlives the state row (its tombstone is forgotten after a
+// while): a token claimed long ago is still claimed. Every transition of a
+// reservation (claim, release) takes it first. Arguments: shop, slot,
+// shop, token, shop, token; the claims row comes as ('claim', '',
+// allocations (JSON), '', 0, NULL).
 const sqlFenceAndStateLock = `(SELECT 'fence' AS kind, decider AS a, '' AS b, '' AS c, epoch AS n, NULL AS t
   FROM reservation_fences WHERE shop_id = ? AND slot = ? LOCK IN SHARE MODE)
 UNION ALL
@@ -306,36 +308,6 @@ const (
 	sqlStatesDeletePrefix    = `DELETE FROM reservations WHERE shop_id = ? AND token IN (`
 	sqlShopHoldsDeletePrefix = `DELETE FROM reserved_quantities WHERE shop_id = ? AND token IN (`
 )
-
-// Batches: the writes a transaction makes together once its decision is
-// taken, sent as one round trip (the DSN allows several statements). A
-// failing statement stops the batch and its error is returned; the
-// transaction is then rolled back. Only the last statement's row count is
-// reported, so a statement whose count is checked stays out of a batch.
-
-// reserveWritesQuery is a reserve's writes after its units are deleted:
-// the hold lines, the reservation's row and, deciding, the change for
-// Redis. Arguments: the hold lines' (see insertHoldsQuery), then
-// sqlStateInsert's, then (feed) sqlFeedState's.
-func reserveWritesQuery(lines int, feed bool) string {
-	q := insertHoldsQuery(callerReserve, lines) + ";\n" + tag(callerReserve) + sqlStateInsert
-	if feed {
-		q += ";\n" + tag(callerReserve) + sqlFeedState
-	}
-	return q
-}
-
-// releaseWritesQuery is a release's writes once the reservation's row is
-// locked and held: its state, its hold lines and, deciding, the change
-// for Redis. Arguments: sqlStateEnd's, sqlHoldsDelete's, then (feed)
-// sqlFeedState's.
-func releaseWritesQuery(feed bool) string {
-	q := tag(callerRelease) + sqlStateEnd + ";\n" + tag(callerRelease) + sqlHoldsDelete
-	if feed {
-		q += ";\n" + tag(callerRelease) + sqlFeedState
-	}
-	return q
-}
 
 func fenceEnsureQuery() string {
 	return sqlFenceEnsurePrefix + repeatJoin(sqlFenceEnsureRow, ",", fenceSlots) + sqlFenceEnsureSuffix

@@ -40,9 +40,14 @@ type stateRow struct {
 	expiresAt time.Time
 }
 
-// readFenceAndState runs one of the sqlFenceAndState statements.
-func readFenceAndState(ctx context.Context, tx *sql.Tx, query string, shop int64, token string) (fenceRow, stateRow, error) {
-	rows, err := tx.QueryContext(ctx, query, shop, fenceSlot(token), shop, token, shop, token)
+// readFenceAndState runs one of the sqlFenceAndState statements
+// (withClaim: the one that also reads the claims row).
+func readFenceAndState(ctx context.Context, tx *sql.Tx, query string, shop int64, token string, withClaim bool) (fenceRow, stateRow, error) {
+	args := []any{shop, fenceSlot(token), shop, token}
+	if withClaim {
+		args = append(args, shop, token)
+	}
+	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return fenceRow{}, stateRow{}, err
 	}
