@@ -135,8 +135,8 @@ UNION ALL
 // row, which outlives the state row (its tombstone is forgotten after a
 // while): a token claimed long ago is still claimed. Every transition of a
 // reservation (claim, release) takes it first. Arguments: shop, slot,
-// shop, token, shop, token; the claims row comes as ('claim', '',
-// allocations (JSON), '', 0, NULL).
+// shop, token, shop, token; the claims row comes as ('claim', ”,
+// allocations (JSON), ”, 0, NULL).
 const sqlFenceAndStateLock = `(SELECT 'fence' AS kind, decider AS a, '' AS b, '' AS c, epoch AS n, NULL AS t
   FROM reservation_fences WHERE shop_id = ? AND slot = ? LOCK IN SHARE MODE)
 UNION ALL
