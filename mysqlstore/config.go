@@ -63,6 +63,12 @@ type Config struct {
 	// on the lock row; it is kept to measure the difference (reservoir
 	// bench, variant pool-before). Default: false.
 	SeparateRefills bool
+	// NoFeed skips writing the change feed (reservation_outbox), so Redis
+	// never learns what this store decided: a kill switch after it loses
+	// every hold taken in MySQL mode. It exists only to measure what the
+	// feed costs (reservoir bench, variant facade-mysql-nofeed) and must
+	// never be set on a store that serves. Default: false.
+	NoFeed bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

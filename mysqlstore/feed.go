@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/seed31b0e981/reservoir/reservation"
@@ -88,10 +89,20 @@ func (s *Store) PendingExcept(ctx context.Context, skip []int64, limit int) ([]r
 
 // Done deletes delivered changes. Deleting one twice (two deliverers) is
 // harmless.
+//
+// The relay keeps the outbox nearly empty, so a list of ids often names
+// most of its rows, and the optimizer then scans the whole table rather
+// than look the ids up: the scan locks, and waits on, the changes deciding
+// transactions have just written and not yet committed. ORDER BY id LIMIT
+// (the ids sorted) makes it walk the primary key from the lowest id and
+// stop at the last one.
 func (s *Store) Done(ctx context.Context, ids []int64) error {
 	if len(ids) == 0 {
 		return nil
 	}
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
 	c, err := s.acquire(ctx, callerFeed)
 	if err != nil {
 		return err
@@ -99,15 +110,19 @@ func (s *Store) Done(ctx context.Context, ids []int64) error {
 	defer c.release()
 	for start := 0; start < len(ids); start += maxDoneBatch {
 		batch := ids[start:min(start+maxDoneBatch, len(ids))]
-		args := make([]any, len(batch))
-		for i, id := range batch {
-			args[i] = id
-		}
-		if _, err := c.ExecContext(ctx, sqlFeedDonePrefix+repeatJoin("?", ",", len(batch))+")", args...); err != nil {
+		if _, err := c.ExecContext(ctx, feedDoneQuery(len(batch)), feedDoneArgs(batch)...); err != nil {
 			return fmt.Errorf("mysqlstore: delete delivered changes: %w", err)
 		}
 	}
 	return nil
+}
+
+func feedDoneArgs(ids []int64) []any {
+	args := make([]any, 0, len(ids)+1)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return append(args, len(ids))
 }
 
 const maxDoneBatch = 1000
@@ -182,11 +197,7 @@ func (s *Store) CopyShop(ctx context.Context, shop int64, write func(ctx context
 		return err
 	}
 	if len(cp.Covered) > 0 {
-		args := make([]any, len(cp.Covered))
-		for i, id := range cp.Covered {
-			args[i] = id
-		}
-		if _, err := tx.ExecContext(ctx, sqlFeedDonePrefix+repeatJoin("?", ",", len(args))+")", args...); err != nil {
+		if _, err := tx.ExecContext(ctx, feedDoneQuery(len(cp.Covered)), feedDoneArgs(cp.Covered)...); err != nil {
 			return fmt.Errorf("mysqlstore: copy shop %d: delete covered changes: %w", shop, err)
 		}
 	}

@@ -58,7 +58,7 @@ func (s *Store) Reap(ctx context.Context, p *reservation.ReapParams) (reservatio
 			res.Holds += len(d.allocs)
 			res.Units += reservation.TotalQuantity(d.allocs)
 		}
-		if len(feed) > 0 {
+		if len(feed) > 0 && !s.cfg.NoFeed {
 			if _, err := tx.ExecContext(ctx, feedStatesQuery(callerReap, len(feed)/2), feed...); err != nil {
 				return fmt.Errorf("mysqlstore: reap: record the changes for Redis: %w", err)
 			}

@@ -246,6 +246,12 @@ func reapDeleteQuery(tokens int) string {
 	return sqlReapDeletePrefix + repeatJoin(sqlTokenCond, " OR ", tokens)
 }
 
+// feedDoneQuery deletes n delivered changes, their ids sorted (Done says
+// why the ORDER BY and LIMIT).
+func feedDoneQuery(n int) string {
+	return `/*caller='feed'*/ DELETE FROM reservation_outbox WHERE id IN (` + repeatJoin("?", ",", n) + `) ORDER BY id LIMIT ?`
+}
+
 func feedStatesQuery(caller string, rows int) string {
 	return tag(caller) + sqlFeedStatesPrefix + repeatJoin("(?, 'state', ?)", ",", rows)
 }
@@ -332,7 +338,6 @@ const (
   LEFT JOIN reservations r ON o.kind = 'state' AND r.shop_id = o.shop_id AND r.token = o.token`
 	sqlFeedPending     = sqlFeedPendingSelect + ` ORDER BY o.id LIMIT ?`
 	sqlFeedPendingShop = sqlFeedPendingSelect + ` WHERE o.shop_id = ? ORDER BY o.id LIMIT ?`
-	sqlFeedDonePrefix  = `/*caller='feed'*/ DELETE FROM reservation_outbox WHERE id IN (`
 	sqlFeedBacklog     = `/*caller='feed'*/ SELECT COUNT(*), COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(3)), 0) FROM reservation_outbox`
 	// The copy step of copy and catch-up reads, in one snapshot, the
 	// shop's reservations, holds, ledger and pending changes.

@@ -834,3 +834,45 @@ func TestTombstonesAreForgottenAfterTheirRetention(t *testing.T) {
 		t.Errorf("after the retention, delivered: %v, want the tombstone forgotten (ErrNotFound)", err)
 	}
 }
+
+// The relay deletes what it delivered while deciders write new changes.
+// With the outbox nearly empty, a plain "id IN (...)" delete is planned as
+// a table scan that waits on every change not yet committed (and, under
+// REPEATABLE READ, locks the gaps deciders insert into): the relay would
+// queue behind the deciders' transactions.
+func TestDoneDoesNotWaitForChangesInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 10)
+	ctx := context.Background()
+	b.stock(t, 1, 1, 10)
+	for i := range 5 {
+		if _, err := b.s.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: fmt.Sprint("t", i), Lines: one(1, 1), TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pending, err := b.s.Pending(ctx, shop, 100)
+	if err != nil || len(pending) < 5 {
+		t.Fatalf("pending: %d changes, %v", len(pending), err)
+	}
+	// A decision in flight: its change is written, not committed.
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO reservation_outbox (shop_id, kind, token) VALUES (?, 'state', 'in-flight')`, shop); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, c := range pending {
+		ids = append(ids, c.ID)
+	}
+	// No timing is asserted: a delete that waits ends in a lock wait
+	// timeout (the store's sessions wait 2 s) and fails the test.
+	if err := b.s.Done(ctx, ids); err != nil {
+		t.Fatalf("delete the delivered changes while one is in flight: %v", err)
+	}
+	if left, err := b.s.Pending(ctx, shop, 100); err != nil || len(left) != 0 {
+		t.Fatalf("after Done: %d changes pending, %v; want none", len(left), err)
+	}
+}

@@ -37,6 +37,8 @@ var palette = map[string]string{
 	VariantFacadeRedis:  "#ff7f0e",
 	VariantFacadeShadow: "#9467bd",
 	VariantFacadeMySQL:  "#8c564b",
+
+	VariantFacadeMySQLNoFeed: "#c49c94",
 }
 
 type series struct {

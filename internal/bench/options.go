@@ -13,6 +13,9 @@ import (
 // Variant names. VariantPoolBefore is the unit pool as it was before this
 // benchmark's fixes (mysqlstore.Config.ScanFromHead and SeparateRefills);
 // VariantPoolHeadScan has only the first, to tell the two apart.
+// VariantFacadeMySQLNoFeed is VariantFacadeMySQL without the change feed
+// (mysqlstore.Config.NoFeed, no relay): it is unsafe to serve and exists
+// to tell what Redis's mirror costs the MySQL-mode facade.
 const (
 	VariantRedis        = "redis"
 	VariantPool         = "pool"
@@ -23,11 +26,13 @@ const (
 	VariantFacadeRedis  = "facade-redis"
 	VariantFacadeShadow = "facade-shadow"
 	VariantFacadeMySQL  = "facade-mysql"
+
+	VariantFacadeMySQLNoFeed = "facade-mysql-nofeed"
 )
 
 // Variants lists every variant.
 var Variants = []string{VariantRedis, VariantPool, VariantPoolBefore, VariantPoolHeadScan, VariantRow, VariantBuckets,
-	VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL}
+	VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL, VariantFacadeMySQLNoFeed}
 
 // Sweep is one scenario's part of a run: every variant at every concurrency
 // at every added latency.
@@ -46,7 +51,8 @@ func DefaultSweeps() []Sweep {
 	stores := []string{VariantRedis, VariantPool, VariantRow, VariantBuckets}
 	return []Sweep{
 		{ScenarioHot, append(slices.Clone(stores), VariantPoolBefore), []int{1, 4, 16, 64, 128}, bothLatencies},
-		{ScenarioUniform, append(slices.Clone(stores), VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL), []int{16, 64}, bothLatencies},
+		{ScenarioUniform, append(slices.Clone(stores), VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL, VariantFacadeMySQLNoFeed),
+			[]int{16, 64}, bothLatencies},
 		{ScenarioDrain, stores, []int{64}, bothLatencies},
 		{ScenarioCarts, stores, []int{64}, bothLatencies},
 		{ScenarioClaim, []string{VariantPool, VariantRedis}, []int{64}, bothLatencies},
@@ -59,7 +65,8 @@ func QuickSweeps() []Sweep {
 	ms := []time.Duration{time.Millisecond}
 	return []Sweep{
 		{ScenarioHot, []string{VariantRedis, VariantPool, VariantRow, VariantBuckets}, []int{1, 16, 64}, bothLatencies},
-		{ScenarioUniform, []string{VariantRedis, VariantPool, VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL}, []int{16}, ms},
+		{ScenarioUniform, []string{VariantRedis, VariantPool, VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL, VariantFacadeMySQLNoFeed},
+			[]int{16}, ms},
 		{ScenarioDrain, []string{VariantPool, VariantRow}, []int{64}, ms},
 		{ScenarioCarts, []string{VariantPool, VariantRow}, []int{16}, ms},
 		{ScenarioClaim, []string{VariantPool}, []int{64}, ms},

@@ -347,6 +347,13 @@ func (rep *Report) finish() {
 				add(Target{Name: "facade mysql p99 vs slower store p99", Where: fmt.Sprintf("%s c=%d %s", r.Scenario, r.Concurrency, at),
 					Detail: fmt.Sprintf("facade mysql %.2fms, pool %.2fms, redis %.2fms", r.P99ms, pool.P99ms, rd.P99ms)}, r.P99ms/slower, 1.1, false)
 			}
+			// What Redis's mirror (the change feed and its relay) adds
+			// to the MySQL-mode facade.
+			bare, ok := rep.find(r.Scenario, VariantFacadeMySQLNoFeed, r.Concurrency, l, r.Op)
+			if ok && bare.P99ms > 0 {
+				add(Target{Name: "facade mysql p99 vs the same without the mirror", Where: fmt.Sprintf("%s c=%d %s", r.Scenario, r.Concurrency, at),
+					Detail: fmt.Sprintf("with the mirror %.2fms, without %.2fms", r.P99ms, bare.P99ms)}, r.P99ms/bare.P99ms, 1.1, false)
+			}
 		}
 		// Connection-seconds per reservation <= 1.25x (round trips x RTT +
 		// commit): no idle time inside a transaction. Judged where the

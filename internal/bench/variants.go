@@ -130,11 +130,13 @@ func newTarget(variant string, env *pointEnv) (target, error) {
 	case VariantBuckets:
 		return newBaseline(env, env.buckets), nil
 	case VariantFacadeRedis:
-		return newFacadeTarget(env, rollout.ModeRedis)
+		return newFacadeTarget(env, rollout.ModeRedis, false)
 	case VariantFacadeShadow:
-		return newFacadeTarget(env, rollout.ModeShadow)
+		return newFacadeTarget(env, rollout.ModeShadow, false)
 	case VariantFacadeMySQL:
-		return newFacadeTarget(env, rollout.ModeMySQL)
+		return newFacadeTarget(env, rollout.ModeMySQL, false)
+	case VariantFacadeMySQLNoFeed:
+		return newFacadeTarget(env, rollout.ModeMySQL, true)
 	}
 	return nil, fmt.Errorf("bench: unknown variant %q", variant)
 }
@@ -459,8 +461,10 @@ type facadeTarget struct {
 	relayDone chan struct{}
 }
 
-func newFacadeTarget(env *pointEnv, mode rollout.Mode) (*facadeTarget, error) {
-	my, myReg, err := newMySQLStore(env, mysqlstore.Config{})
+// newFacadeTarget builds the facade in mode. noFeed leaves Redis's mirror
+// out (no change feed, no relay) to measure what it costs.
+func newFacadeTarget(env *pointEnv, mode rollout.Mode, noFeed bool) (*facadeTarget, error) {
+	my, myReg, err := newMySQLStore(env, mysqlstore.Config{NoFeed: noFeed})
 	if err != nil {
 		return nil, err
 	}
@@ -469,7 +473,7 @@ func newFacadeTarget(env *pointEnv, mode rollout.Mode) (*facadeTarget, error) {
 		return nil, err
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	mr, err := mirror.New(mirror.Config{Pod: "bench", MySQL: my, Redis: rd, Logger: quiet})
+	mr, err := mirror.New(mirror.Config{Pod: "bench", MySQL: my, Redis: rd, Logger: quiet, Disabled: noFeed})
 	if err != nil {
 		return nil, err
 	}
