@@ -17,6 +17,7 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/history"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
+	"github.com/seed31b0e981/reservoir/mirror"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
@@ -238,15 +239,28 @@ func pod(t *testing.T, wrap func(my *mysqlstore.Store) reservation.Store) *dualw
 	if wrap != nil {
 		authority = wrap(my)
 	}
-	f, err := dualwrite.New(dualwrite.Config{Pod: "pod-h", Redis: rd, MySQL: authority, Modes: rollout.NewStatic(rollout.ModeMySQL),
-		ShadowTimeout: 2 * time.Second, Registerer: prometheus.NewRegistry()})
+	// Redis follows MySQL through the mirror, as in production.
+	mr, err := mirror.New(mirror.Config{Pod: "pod-h", MySQL: my, Redis: rd, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	f, err := dualwrite.New(dualwrite.Config{Pod: "pod-h", Redis: rd, MySQL: authority, Modes: rollout.NewStatic(rollout.ModeMySQL),
+		Mirror: mr, ShadowTimeout: 2 * time.Second, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = mr.Run(relay)
+	}()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = f.Close(ctx)
+		stop()
+		<-done
 	})
 	return f
 }
