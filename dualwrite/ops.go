@@ -131,20 +131,31 @@ func (f *Facade) Reserve(ctx context.Context, p *reservation.ReserveParams) (res
 			}
 		})
 	defer c.abandon()
+	return decideOne(ctx, f, p.Shop, d, plan, c,
+		func(s reservation.Store) (reservation.ReserveResult, error) { return s.Reserve(ctx, &q) },
+		reserveOutcome, func(r reservation.ReserveResult) bool { return !r.Replayed })
+}
+
+// decideOne has the shop's decider make one call, gives its answer (and
+// how long it took) to the comparison c, and wakes the relay when MySQL
+// decided something new (changed), so Redis follows within milliseconds.
+func decideOne[R any](ctx context.Context, f *Facade, shop int64, d rollout.Decision, plan rollout.Route, c *call,
+	op func(reservation.Store) (R, error), outcome func(R, error) compare.Outcome, changed func(R) bool) (R, error) {
 	start := time.Now()
-	var res reservation.ReserveResult
-	decider, err := f.decided(ctx, p.Shop, d, plan, func(s reservation.Store) error {
+	var res R
+	decider, err := f.decided(ctx, shop, d, plan, func(s reservation.Store) error {
 		var e error
-		res, e = s.Reserve(ctx, &q)
+		res, e = op(s)
 		return e
 	})
-	a := reserveOutcome(res, err)
+	a := outcome(res, err)
 	a.Latency = time.Since(start)
 	c.finish(decider, a)
 	if err != nil {
-		return reservation.ReserveResult{}, err
+		var zero R
+		return zero, err
 	}
-	if decider == reservation.AuthorityMySQL && !res.Replayed {
+	if decider == reservation.AuthorityMySQL && changed(res) {
 		f.cfg.Mirror.Push()
 	}
 	return res, nil
@@ -215,23 +226,9 @@ func (f *Facade) Claim(ctx context.Context, p *reservation.ClaimParams) (reserva
 			return claimOutcome(shadow.Claim(sctx, &sq))
 		}, nil)
 	defer c.abandon()
-	start := time.Now()
-	var res reservation.ClaimResult
-	decider, err := f.decided(ctx, p.Shop, d, plan, func(s reservation.Store) error {
-		var e error
-		res, e = s.Claim(ctx, &q)
-		return e
-	})
-	a := claimOutcome(res, err)
-	a.Latency = time.Since(start)
-	c.finish(decider, a)
-	if err != nil {
-		return reservation.ClaimResult{}, err
-	}
-	if decider == reservation.AuthorityMySQL && !res.Replayed {
-		f.cfg.Mirror.Push()
-	}
-	return res, nil
+	return decideOne(ctx, f, p.Shop, d, plan, c,
+		func(s reservation.Store) (reservation.ClaimResult, error) { return s.Claim(ctx, &q) },
+		claimOutcome, func(r reservation.ClaimResult) bool { return !r.Replayed })
 }
 
 func claimOutcome(res reservation.ClaimResult, err error) compare.Outcome {
@@ -256,23 +253,9 @@ func (f *Facade) Release(ctx context.Context, p *reservation.ReleaseParams) (res
 			return releaseOutcome(shadow.Release(sctx, &sq))
 		}, nil)
 	defer c.abandon()
-	start := time.Now()
-	var res reservation.ReleaseResult
-	decider, err := f.decided(ctx, p.Shop, d, plan, func(s reservation.Store) error {
-		var e error
-		res, e = s.Release(ctx, &q)
-		return e
-	})
-	a := releaseOutcome(res, err)
-	a.Latency = time.Since(start)
-	c.finish(decider, a)
-	if err != nil {
-		return reservation.ReleaseResult{}, err
-	}
-	if decider == reservation.AuthorityMySQL && res.Released {
-		f.cfg.Mirror.Push()
-	}
-	return res, nil
+	return decideOne(ctx, f, p.Shop, d, plan, c,
+		func(s reservation.Store) (reservation.ReleaseResult, error) { return s.Release(ctx, &q) },
+		releaseOutcome, func(r reservation.ReleaseResult) bool { return r.Released })
 }
 
 func releaseOutcome(res reservation.ReleaseResult, err error) compare.Outcome {
