@@ -136,18 +136,7 @@ func (s *Store) checkShadowFence(ctx context.Context, tx *sql.Tx, caller string,
 // operation that needs it held (reserve, claim).
 func (s *Store) tombstoneErr(op string, shop int64, token string, st stateRow) error {
 	s.metrics.tombstoneHits.WithLabelValues(string(st.state)).Inc()
-	var err error
-	switch st.state {
-	case reservation.StateClaimed:
-		err = reservation.ErrAlreadyClaimed
-	case reservation.StateReleased:
-		err = reservation.ErrReleased
-	case reservation.StateExpired:
-		err = reservation.ErrExpired
-	default:
-		err = reservation.ErrNotFound
-	}
-	return fmt.Errorf("mysqlstore: %s shop %d token %q (%s): %w", op, shop, token, st.state, err)
+	return fmt.Errorf("mysqlstore: %s shop %d token %q (%s): %w", op, shop, token, st.state, st.state.TombstoneErr())
 }
 
 // forgetSeconds is how long a tombstone is kept, for INTERVAL ? SECOND.

@@ -138,18 +138,7 @@ func (s *Store) tombstone(op, token string, v any) (reservation.Tombstone, error
 // claimed ErrAlreadyClaimed, released ErrReleased, expired ErrExpired,
 // refused ErrNotFound (the token never held anything).
 func tombErr(op string, shop int64, token string, state reservation.State) error {
-	var err error
-	switch state {
-	case reservation.StateClaimed:
-		err = reservation.ErrAlreadyClaimed
-	case reservation.StateReleased:
-		err = reservation.ErrReleased
-	case reservation.StateExpired:
-		err = reservation.ErrExpired
-	default:
-		err = reservation.ErrNotFound
-	}
-	return fmt.Errorf("redisstore: %s shop %d token %q (%s): %w", op, shop, token, state, err)
+	return fmt.Errorf("redisstore: %s shop %d token %q (%s): %w", op, shop, token, state, state.TombstoneErr())
 }
 
 // Reserve holds every line of a cart or nothing, in one script: a line is

@@ -39,6 +39,22 @@ func (s State) Valid() bool {
 // Terminal reports whether s is a final state (kept as a tombstone).
 func (s State) Terminal() bool { return s.Valid() && s != StateHeld }
 
+// TombstoneErr is what a call on a token in state s gets from its
+// tombstone: claimed ErrAlreadyClaimed, released ErrReleased, expired
+// ErrExpired, and refused (or anything else) ErrNotFound: the token never
+// held anything.
+func (s State) TombstoneErr() error {
+	switch s {
+	case StateClaimed:
+		return ErrAlreadyClaimed
+	case StateReleased:
+		return ErrReleased
+	case StateExpired:
+		return ErrExpired
+	}
+	return ErrNotFound
+}
+
 // DefaultTombstoneTTL is how long a tombstone is kept unless a store is
 // configured otherwise: the longest hold (DefaultLimits.MaxTTL) plus a
 // margin for calls delayed in flight.
