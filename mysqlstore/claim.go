@@ -179,22 +179,8 @@ func readClaim(ctx context.Context, q querier, caller string, shop int64, token 
 // reservation this store calls claimed is one the ledger deducted, which
 // is what a handoff to MySQL relies on (copyIn keeps claimed tokens).
 func (s *Store) settle(ctx context.Context, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
-	c, err := s.acquire(ctx, callerSettle)
+	st, _, err := s.readState(ctx, callerSettle, "settle", p.Shop, p.Token)
 	if err != nil {
-		return reservation.ClaimResult{}, err
-	}
-	defer c.release()
-	var state, allocs, short, by string
-	var exp sqlTime
-	err = c.QueryRowContext(ctx, tag(callerSettle)+sqlStateRead, p.Shop, p.Token).Scan(&state, &allocs, &short, &exp, &by)
-	if isNoRows(err) {
-		return reservation.ClaimResult{}, fmt.Errorf("mysqlstore: settle shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
-	}
-	if err != nil {
-		return reservation.ClaimResult{}, fmt.Errorf("mysqlstore: settle: %w", err)
-	}
-	st := stateRow{found: true, state: reservation.State(state), expiresAt: exp.Time}
-	if st.allocs, err = reservation.DecodeAllocations(allocs); err != nil {
 		return reservation.ClaimResult{}, err
 	}
 	switch st.state {

@@ -284,16 +284,16 @@ func (s *Store) copyIn(ctx context.Context, tx *sql.Tx, snap *reservation.Snapsh
 		if cur.state == reservation.StateClaimed {
 			continue // the ledger's claim is the truth
 		}
-		by := h.Authority
-		if !by.Valid() {
-			by = reservation.AuthorityRedis
+		if !h.Authority.Valid() {
+			h.Authority = reservation.AuthorityRedis
 		}
-		if cur.state == reservation.StateHeld && slices.Equal(cur.allocs, sortedCopy(h.Allocations)) {
-			put = append(put, upsert{h.Token, reservation.StateHeld, by, cur.allocs, nil, h.ExpiresAt})
+		allocs := reservation.SortedAllocations(h.Allocations)
+		if cur.state == reservation.StateHeld && slices.Equal(cur.allocs, allocs) {
+			put = append(put, upsert{h.Token, reservation.StateHeld, h.Authority, cur.allocs, nil, h.ExpiresAt})
 			continue
 		}
 		replace[h.Token] = true
-		put = append(put, upsert{h.Token, reservation.StateHeld, by, sortedCopy(h.Allocations), nil, h.ExpiresAt})
+		put = append(put, upsert{h.Token, reservation.StateHeld, h.Authority, allocs, nil, h.ExpiresAt})
 		newHolds = append(newHolds, h)
 		for _, a := range h.Allocations {
 			touched[key{shop, a.Item, a.Location}] = true
@@ -308,7 +308,7 @@ func (s *Store) copyIn(ctx context.Context, tx *sql.Tx, snap *reservation.Snapsh
 		if cur.state == reservation.StateHeld {
 			replace[t.Token] = true
 		}
-		put = append(put, upsert{t.Token, t.State, reservation.AuthorityRedis, sortedCopy(t.Allocations), t.Short, t.ExpiresAt})
+		put = append(put, upsert{t.Token, t.State, reservation.AuthorityRedis, reservation.SortedAllocations(t.Allocations), t.Short, t.ExpiresAt})
 	}
 	var drop []string
 	for token, cur := range have {
@@ -359,11 +359,7 @@ func (s *Store) copyIn(ctx context.Context, tx *sql.Tx, snap *reservation.Snapsh
 	}
 	for _, h := range newHolds {
 		for _, a := range h.Allocations {
-			by := h.Authority
-			if !by.Valid() {
-				by = reservation.AuthorityRedis
-			}
-			lines = append(lines, shop, h.Token, a.Item, a.Location, a.Quantity, h.ExpiresAt.UTC(), string(by))
+			lines = append(lines, shop, h.Token, a.Item, a.Location, a.Quantity, h.ExpiresAt.UTC(), string(h.Authority))
 			if n++; n == copyBatch {
 				if err := flush(); err != nil {
 					return err
@@ -399,10 +395,4 @@ func execTokens(ctx context.Context, tx *sql.Tx, prefix string, shop int64, toke
 	}
 	_, err := tx.ExecContext(ctx, tokensInQuery(callerHandoff, prefix, len(tokens)), args...)
 	return err
-}
-
-func sortedCopy(as []reservation.Allocation) []reservation.Allocation {
-	out := slices.Clone(as)
-	reservation.SortAllocations(out)
-	return out
 }

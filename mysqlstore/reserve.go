@@ -45,12 +45,9 @@ func (s *Store) Reserve(ctx context.Context, p *reservation.ReserveParams) (rese
 	if err := s.cfg.Limits.ValidateReserve(p); err != nil {
 		return reservation.ReserveResult{}, err
 	}
-	r := &reserveCall{s: s, p: p, authority: p.Authority, lines: slices.Clone(p.Lines), deciding: p.As == reservation.AsAuthority}
-	if r.authority == "" || r.deciding {
-		r.authority = reservation.AuthorityMySQL
-	}
-	if !r.deciding && r.authority == reservation.AuthorityMySQL {
-		r.authority = reservation.AuthorityRedis
+	r := &reserveCall{s: s, p: p, authority: reservation.AuthorityRedis, lines: slices.Clone(p.Lines), deciding: p.As == reservation.AsAuthority}
+	if r.deciding {
+		r.authority = reservation.AuthorityMySQL // as shadow, Redis decides
 	}
 	// The global lock order: lines by item (items are unique in a cart).
 	slices.SortFunc(r.lines, func(a, b reservation.Line) int { return cmp.Compare(a.Item, b.Item) })

@@ -107,28 +107,38 @@ func (s *Store) Get(ctx context.Context, p *reservation.GetParams) (reservation.
 	if err := s.cfg.Limits.ValidateGet(p); err != nil {
 		return reservation.Hold{}, err
 	}
-	c, err := s.acquire(ctx, callerRead)
+	st, by, err := s.readState(ctx, callerRead, "get", p.Shop, p.Token)
 	if err != nil {
-		return reservation.Hold{}, err
-	}
-	defer c.release()
-	var state, allocs, short, by string
-	var exp sqlTime
-	err = c.QueryRowContext(ctx, tag(callerRead)+sqlStateRead, p.Shop, p.Token).Scan(&state, &allocs, &short, &exp, &by)
-	if isNoRows(err) {
-		return reservation.Hold{}, fmt.Errorf("mysqlstore: shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
-	}
-	if err != nil {
-		return reservation.Hold{}, fmt.Errorf("mysqlstore: get: %w", err)
-	}
-	st := stateRow{found: true, state: reservation.State(state), expiresAt: exp.Time}
-	if st.allocs, err = reservation.DecodeAllocations(allocs); err != nil {
 		return reservation.Hold{}, err
 	}
 	if st.state != reservation.StateHeld {
 		return reservation.Hold{}, s.tombstoneErr("get", p.Shop, p.Token, st)
 	}
-	return reservation.Hold{Shop: p.Shop, Token: p.Token, Allocations: st.allocs, ExpiresAt: st.expiresAt, Authority: reservation.Authority(by)}, nil
+	return reservation.Hold{Shop: p.Shop, Token: p.Token, Allocations: st.allocs, ExpiresAt: st.expiresAt, Authority: by}, nil
+}
+
+// readState reads a token's reservation row, outside any transaction, for
+// op: ErrNotFound when there is none.
+func (s *Store) readState(ctx context.Context, caller, op string, shop int64, token string) (stateRow, reservation.Authority, error) {
+	c, err := s.acquire(ctx, caller)
+	if err != nil {
+		return stateRow{}, "", err
+	}
+	defer c.release()
+	var state, allocs, short, by string
+	var exp sqlTime
+	err = c.QueryRowContext(ctx, tag(caller)+sqlStateRead, shop, token).Scan(&state, &allocs, &short, &exp, &by)
+	if isNoRows(err) {
+		return stateRow{}, "", fmt.Errorf("mysqlstore: %s shop %d token %q: %w", op, shop, token, reservation.ErrNotFound)
+	}
+	if err != nil {
+		return stateRow{}, "", fmt.Errorf("mysqlstore: %s: %w", op, err)
+	}
+	st := stateRow{found: true, state: reservation.State(state), expiresAt: exp.Time}
+	if st.allocs, err = reservation.DecodeAllocations(allocs); err != nil {
+		return stateRow{}, "", err
+	}
+	return st, reservation.Authority(by), nil
 }
 
 // Availability reports ledger stock minus holds per location of an item.

@@ -84,7 +84,7 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 				if _, err := s.settle(ctx, "claim_finish", p.Shop, p.Token, deducted); err != nil {
 					return reservation.ClaimResult{}, err
 				}
-				return reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: sortedAllocs(deducted), Replayed: true}, nil
+				return reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: reservation.SortedAllocations(deducted), Replayed: true}, nil
 			}
 		}
 		return reservation.ClaimResult{}, fmt.Errorf("redisstore: claim shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
@@ -126,7 +126,7 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 		s.metrics.claimFailures.WithLabelValues(string(WindowDeductError)).Inc()
 		return reservation.ClaimResult{}, fmt.Errorf("redisstore: claim shop %d token %q: deduct the ledger (outcome unknown, hold kept claiming; retry the claim): %w", p.Shop, p.Token, err)
 	}
-	res := reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: sortedAllocs(d.Allocations), Replayed: !d.Applied}
+	res := reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: reservation.SortedAllocations(d.Allocations), Replayed: !d.Applied}
 	// From here on the claim has happened: the cleanup only makes Redis
 	// follow it now rather than when the change feed delivers it.
 	cleanupErr := error(nil)
@@ -152,7 +152,7 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 func (s *Store) settle(ctx context.Context, caller string, shop int64, token string, deducted []reservation.Allocation) (string, error) {
 	k := s.shopKeys(shop)
 	reply, err := s.run(ctx, caller, scriptSettle, []string{k.hold(token), k.tomb(token)},
-		k.base, token, s.cfg.TombstoneTTL.Milliseconds(), reservation.EncodeAllocations(sortedAllocs(deducted)))
+		k.base, token, s.cfg.TombstoneTTL.Milliseconds(), reservation.EncodeAllocations(reservation.SortedAllocations(deducted)))
 	if err != nil {
 		return "", err
 	}

@@ -175,8 +175,8 @@ func (s *Store) Drift(ctx context.Context, p *DriftParams) ([]Drift, error) {
 			r, ok := inRedis[h.Token]
 			switch {
 			case !ok:
-				out = append(out, Drift{Kind: DriftMissingHold, Shop: shop, Token: h.Token, Allocations: sortedAllocs(h.Allocations)})
-			case !sameAllocs(r.allocs, sortedAllocs(h.Allocations)):
+				out = append(out, Drift{Kind: DriftMissingHold, Shop: shop, Token: h.Token, Allocations: reservation.SortedAllocations(h.Allocations)})
+			case !sameAllocs(r.allocs, reservation.SortedAllocations(h.Allocations)):
 				out = append(out, Drift{Kind: DriftHoldMismatch, Shop: shop, Token: h.Token, Allocations: r.allocs})
 			}
 		}

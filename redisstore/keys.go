@@ -147,14 +147,6 @@ func (h holdRecord) hold(shop int64, token string) reservation.Hold {
 	return reservation.Hold{Shop: shop, Token: token, Allocations: h.allocs, ExpiresAt: msTime(h.expiresMS), Authority: h.authority}
 }
 
-// sortedAllocs returns a sorted copy: scripts receive allocations in one
-// canonical order, and callers' slices are never reordered.
-func sortedAllocs(as []reservation.Allocation) []reservation.Allocation {
-	out := slices.Clone(as)
-	reservation.SortAllocations(out)
-	return out
-}
-
 // sameAllocs reports whether two sorted allocation lists are equal.
 func sameAllocs(a, b []reservation.Allocation) bool { return slices.Equal(a, b) }
 

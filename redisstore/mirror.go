@@ -309,7 +309,7 @@ func (s *Store) applyOnce(ctx context.Context, offset int, changes []reservation
 				cmds[i] = scriptAdjust.EvalSha(ctx, pipe, []string{k.qty(c.Item), k.op(c.ID)}, c.Location, c.Delta, changeTTL.Milliseconds())
 			case c.State != "":
 				cmds[i] = scriptApplyState.EvalSha(ctx, pipe, []string{k.hold(c.Token), k.tomb(c.Token), k.fence()},
-					k.base, c.Token, string(c.State), reservation.EncodeAllocations(sortedAllocs(c.Allocations)),
+					k.base, c.Token, string(c.State), reservation.EncodeAllocations(reservation.SortedAllocations(c.Allocations)),
 					timeMS(c.ExpiresAt), reservation.EncodeShort(c.Short), s.cfg.TombstoneTTL.Milliseconds())
 			}
 		}
@@ -482,11 +482,11 @@ func (s *Store) Rewrite(ctx context.Context, snap reservation.Snapshot, ledger [
 	}
 	args = append(args, len(snap.Holds))
 	for _, h := range snap.Holds {
-		args = append(args, h.Token, h.ExpiresAt.UnixMilli(), string(h.Authority), reservation.EncodeAllocations(sortedAllocs(h.Allocations)))
+		args = append(args, h.Token, h.ExpiresAt.UnixMilli(), string(h.Authority), reservation.EncodeAllocations(reservation.SortedAllocations(h.Allocations)))
 	}
 	args = append(args, len(snap.Tombstones))
 	for _, t := range snap.Tombstones {
-		args = append(args, t.Token, string(t.State), timeMS(t.ExpiresAt), reservation.EncodeAllocations(sortedAllocs(t.Allocations)), reservation.EncodeShort(t.Short))
+		args = append(args, t.Token, string(t.State), timeMS(t.ExpiresAt), reservation.EncodeAllocations(reservation.SortedAllocations(t.Allocations)), reservation.EncodeShort(t.Short))
 	}
 	args = append(args, len(covered))
 	for _, id := range covered {

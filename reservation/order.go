@@ -17,6 +17,14 @@ func SortAllocations(as []Allocation) {
 	})
 }
 
+// SortedAllocations returns a sorted copy of as (SortAllocations' order),
+// leaving the caller's slice as it is.
+func SortedAllocations(as []Allocation) []Allocation {
+	out := slices.Clone(as)
+	SortAllocations(out)
+	return out
+}
+
 // SameLines reports whether a hold's allocations serve exactly the given
 // lines: the same items with the same quantities. It is how a repeated
 // Reserve tells a retry (same cart) from a conflicting reuse of the token.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 )
@@ -257,22 +256,17 @@ func reasonOr(reason, fallback string) string {
 // change applies edit to the flags file, or with dryRun prints the diff it
 // would make. A change that changes the flags is written at the file's
 // version plus one (FlagsFile.Update), so every replica's decisions carry
-// the new version as the epoch of the handoffs it causes. The dry run
-// shows that version too: earlier lists the changes the command writes
-// before this one (each at its own version), which only the dry run
-// applies here, so its diff ends at the state and version the command
-// would leave. It returns the rendered files before and after.
-func (c *Controller) change(ctx context.Context, dryRun bool, out io.Writer, edit func(*Flags) error, earlier ...func(*Flags) error) (before, after []byte, err error) {
+// the new version as the epoch of the handoffs it causes; the dry run
+// shows that version too. It returns the rendered files before and after.
+func (c *Controller) change(ctx context.Context, dryRun bool, out io.Writer, edit func(*Flags) error) (before, after []byte, err error) {
 	if dryRun {
 		cur, err := c.cfg.Flags.Read()
 		if err != nil {
 			return nil, nil, err
 		}
-		next := cur
-		for _, e := range append(slices.Clip(earlier), edit) {
-			if next, err = nextFlags(next, e); err != nil {
-				return nil, nil, err
-			}
+		next, err := nextFlags(cur, edit)
+		if err != nil {
+			return nil, nil, err
 		}
 		if before, err = cur.Render(); err != nil {
 			return nil, nil, err
@@ -405,13 +399,12 @@ func (c *Controller) Release(ctx context.Context, scope Scope, o KillOptions) er
 	})
 }
 
-// kill writes edit (a kill switch change) and audits it as action; earlier
-// is for the dry run only (see change).
-func (c *Controller) kill(ctx context.Context, scope Scope, action string, o KillOptions, edit func(*Flags) error, earlier ...func(*Flags) error) error {
+// kill writes edit (a kill switch change) and audits it as action.
+func (c *Controller) kill(ctx context.Context, scope Scope, action string, o KillOptions, edit func(*Flags) error) error {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
-	before, after, err := c.change(ctx, o.DryRun, o.Out, edit, earlier...)
+	before, after, err := c.change(ctx, o.DryRun, o.Out, edit)
 	if err != nil || o.DryRun {
 		return err
 	}

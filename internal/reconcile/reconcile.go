@@ -456,7 +456,7 @@ func shadowDrift(ctx context.Context, p Pod, shop int64) ([]shadowFinding, error
 	}
 	want := map[string][]reservation.Allocation{}
 	for _, h := range snap.Holds {
-		want[h.Token] = sorted(h.Allocations)
+		want[h.Token] = reservation.SortedAllocations(h.Allocations)
 	}
 	var out []shadowFinding
 	seen := map[string]bool{}
@@ -466,7 +466,7 @@ func shadowDrift(ctx context.Context, p Pod, shop int64) ([]shadowFinding, error
 		switch {
 		case !ok:
 			out = append(out, shadowFinding{"shadow_extra_hold", h.Token, fmt.Sprintf("shop %d token %q: MySQL's shadow holds %v, Redis holds nothing", shop, h.Token, h.Allocations)})
-		case !slices.Equal(w, sorted(h.Allocations)):
+		case !slices.Equal(w, reservation.SortedAllocations(h.Allocations)):
 			out = append(out, shadowFinding{"shadow_hold_mismatch", h.Token, fmt.Sprintf("shop %d token %q: MySQL's shadow holds %v, Redis %v", shop, h.Token, h.Allocations, w)})
 		}
 	}
@@ -476,12 +476,6 @@ func shadowDrift(ctx context.Context, p Pod, shop int64) ([]shadowFinding, error
 		}
 	}
 	return out, nil
-}
-
-func sorted(as []reservation.Allocation) []reservation.Allocation {
-	out := slices.Clone(as)
-	reservation.SortAllocations(out)
-	return out
 }
 
 // repair fixes the side that does not decide: Redis where MySQL decides
