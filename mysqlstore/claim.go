@@ -4,10 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"time"
 
 	"github.com/seed31b0e981/reservoir/reservation"
 )
@@ -21,8 +21,11 @@ import (
 // a claim all lines or none: the reaper and a release take it too, whole.
 // The claims row's primary key makes the deduction happen once whoever
 // retries; the ledger rows, the hot rows, are updated last, in
-// (item, location) order, so their locks are held for as short a time as
-// the transaction allows and never in a cycle.
+// (item, location) order, so their locks are never held in a cycle.
+//
+// Batched, it is two round trips: BEGIN and the locking reads (with the
+// clock read after them) in the first; every write with the COMMIT in the
+// second, so the hot ledger rows are locked for server time only.
 //
 // As shadow it only answers what a claim would find (see settle).
 func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
@@ -34,9 +37,19 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 	}
 	var res reservation.ClaimResult
 	var expired stateRow
-	err := s.inTx(ctx, callerClaim, func(tx *sql.Tx) error {
+	err := s.inBatch(ctx, callerClaim, func(t *txn) error {
 		res, expired = reservation.ClaimResult{}, stateRow{}
-		fence, st, err := readFenceAndState(ctx, tx, tag(callerClaim)+sqlFenceAndStateLock, p.Shop, p.Token, true)
+		var fence fenceRow
+		var st stateRow
+		var now time.Time
+		err := t.query(func(i int, rows *sql.Rows) (err error) {
+			if i == 0 {
+				fence, st, err = scanFenceAndState(rows, p.Shop, p.Token)
+			} else {
+				now, err = scanNow(rows)
+			}
+			return err
+		}, fenceAndState(tag(callerClaim)+sqlFenceAndStateLock, p.Shop, p.Token, true), stmt{tag(callerClaim) + sqlNow, nil})
 		if err != nil {
 			return fmt.Errorf("mysqlstore: claim: lock reservation: %w", err)
 		}
@@ -55,45 +68,45 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 		default:
 			return s.tombstoneErr("claim", p.Shop, p.Token, st)
 		}
-		live, err := s.endState(ctx, tx, callerClaim, p.Shop, p.Token, reservation.StateClaimed, reservation.AuthorityMySQL, true)
-		if err != nil {
-			return err
-		}
-		if !live {
+		if !st.expiresAt.After(now) {
 			// Expired: expire it now, as the reaper would, so that every
 			// later answer agrees with this one.
 			expired = st
-			return s.expireHeld(ctx, tx, callerClaim, p.Shop, p.Token)
+			return s.expireHeld(t, callerClaim, p.Shop, p.Token)
 		}
-		if _, err := tx.ExecContext(ctx, tag(callerClaim)+sqlHoldsDelete, p.Shop, p.Token); err != nil {
+		if err := s.endState(t, callerClaim, p.Shop, p.Token, reservation.StateClaimed, reservation.AuthorityMySQL); err != nil {
+			return err
+		}
+		if err := t.exec(tag(callerClaim)+sqlHoldsDelete, p.Shop, p.Token); err != nil {
 			return fmt.Errorf("mysqlstore: claim: delete hold: %w", err)
 		}
-		inserted, err := insertClaim(ctx, tx, callerClaim, p.Shop, p.Token, st.allocs)
-		if err != nil {
+		// A duplicate key here: the ledger deducted this token before (a
+		// token reused after its tombstone was forgotten, and claimed by
+		// another call meanwhile): never twice (see below).
+		if err := insertClaim(t, callerClaim, p.Shop, p.Token, st.allocs); err != nil {
 			return err
 		}
-		if !inserted {
-			// The ledger deducted this token before (a token reused after
-			// its tombstone was forgotten): never twice. The answer is that
-			// claim, and this transaction rolls back.
-			allocs, _, err := readClaim(ctx, tx, callerClaim, p.Shop, p.Token)
-			if err != nil {
-				return err
-			}
-			res = reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: allocs, Replayed: true}
-			return errClaimedBefore
-		}
-		if err := s.deductLedger(ctx, tx, callerClaim, p.Shop, st.allocs); err != nil {
+		if err := s.deductLedger(t, callerClaim, p.Shop, st.allocs); err != nil {
 			return err
 		}
-		if err := s.feedState(ctx, tx, callerClaim, p.Shop, p.Token); err != nil {
+		if err := s.feedState(t, callerClaim, p.Shop, p.Token); err != nil {
 			return err
 		}
 		res = reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: st.allocs}
 		return nil
 	})
-	if errors.Is(err, errClaimedBefore) {
-		return res, nil
+	switch mysqlErrno(err) {
+	case errDupEntry:
+		// The claims row was there: the answer is that claim, and this
+		// transaction rolled back.
+		allocs, _, err := readClaim(ctx, s.db, callerClaim, p.Shop, p.Token)
+		if err != nil {
+			return reservation.ClaimResult{}, err
+		}
+		return reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: allocs, Replayed: true}, nil
+	case errExpectRows:
+		return reservation.ClaimResult{}, fmt.Errorf("mysqlstore: claim shop %d token %q: the ledger cannot give %s: %w",
+			p.Shop, p.Token, reservation.EncodeAllocations(res.Allocations), reservation.ErrInsufficientStock)
 	}
 	if err != nil {
 		return reservation.ClaimResult{}, err
@@ -104,37 +117,33 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 	return res, nil
 }
 
-// errClaimedBefore rolls a claim back whose token the ledger deducted
-// before; the claim answers that first claim.
-var errClaimedBefore = errors.New("mysqlstore: claimed before")
-
 // expireHeld expires a held reservation MySQL decides, whose row the
 // caller holds: the same change the reaper makes.
-func (s *Store) expireHeld(ctx context.Context, tx *sql.Tx, caller string, shop int64, token string) error {
-	if _, err := s.endState(ctx, tx, caller, shop, token, reservation.StateExpired, reservation.AuthorityMySQL, false); err != nil {
+func (s *Store) expireHeld(t *txn, caller string, shop int64, token string) error {
+	if err := s.endState(t, caller, shop, token, reservation.StateExpired, reservation.AuthorityMySQL); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, tag(caller)+sqlHoldsDelete, shop, token); err != nil {
+	if err := t.exec(tag(caller)+sqlHoldsDelete, shop, token); err != nil {
 		return fmt.Errorf("mysqlstore: %s: delete expired hold: %w", caller, err)
 	}
-	return s.feedState(ctx, tx, caller, shop, token)
+	return s.feedState(t, caller, shop, token)
 }
 
 // deductLedger subtracts allocations from the ledger, in (item, location)
 // order, refusing to go below zero: claims never exceed the stock the ledger
-// was given.
-func (s *Store) deductLedger(ctx context.Context, tx *sql.Tx, caller string, shop int64, allocs []reservation.Allocation) error {
+// was given. Each UPDATE is checked by sqlExpectRows, so a row that cannot
+// give fails the transaction (errExpectRows) before its COMMIT.
+func (s *Store) deductLedger(t *txn, caller string, shop int64, allocs []reservation.Allocation) error {
 	order := slices.Clone(allocs)
 	reservation.SortAllocations(order)
 	if s.unorderedLedger {
 		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	}
 	for _, a := range order {
-		res, err := tx.ExecContext(ctx, tag(caller)+sqlLedgerDeduct, a.Quantity, shop, a.Item, a.Location, a.Quantity)
-		if err != nil {
+		if err := t.exec(tag(caller)+sqlLedgerDeduct, a.Quantity, shop, a.Item, a.Location, a.Quantity); err != nil {
 			return fmt.Errorf("mysqlstore: %s: deduct ledger: %w", caller, err)
 		}
-		if n, _ := res.RowsAffected(); n != 1 {
+		if err := t.exec(tag(caller)+sqlExpectRows, 1); err != nil {
 			return fmt.Errorf("mysqlstore: %s: shop %d item %d location %d cannot give %d: %w",
 				caller, shop, a.Item, a.Location, a.Quantity, reservation.ErrInsufficientStock)
 		}
@@ -142,20 +151,17 @@ func (s *Store) deductLedger(ctx context.Context, tx *sql.Tx, caller string, sho
 	return nil
 }
 
-// insertClaim records the claim; inserted is false when the token was
-// claimed before.
-func insertClaim(ctx context.Context, tx *sql.Tx, caller string, shop int64, token string, allocs []reservation.Allocation) (inserted bool, err error) {
+// insertClaim adds the claims row to t; a token claimed before fails the
+// transaction with a duplicate key.
+func insertClaim(t *txn, caller string, shop int64, token string, allocs []reservation.Allocation) error {
 	doc, err := json.Marshal(allocs)
 	if err != nil {
-		return false, err
+		return err
 	}
-	if _, err := tx.ExecContext(ctx, tag(caller)+sqlClaimInsert, shop, token, string(doc), caller); err != nil {
-		if mysqlErrno(err) == errDupEntry {
-			return false, nil
-		}
-		return false, fmt.Errorf("mysqlstore: %s: insert claim: %w", caller, err)
+	if err := t.exec(tag(caller)+sqlClaimInsert, shop, token, string(doc), caller); err != nil {
+		return fmt.Errorf("mysqlstore: %s: insert claim: %w", caller, err)
 	}
-	return true, nil
+	return nil
 }
 
 func readClaim(ctx context.Context, q querier, caller string, shop int64, token string) ([]reservation.Allocation, bool, error) {
@@ -209,9 +215,9 @@ func (s *Store) Release(ctx context.Context, p *reservation.ReleaseParams) (rese
 	}
 	deciding := p.As == reservation.AsAuthority
 	var res reservation.ReleaseResult
-	err := s.inTx(ctx, callerRelease, func(tx *sql.Tx) error {
+	err := s.inBatch(ctx, callerRelease, func(t *txn) error {
 		res = reservation.ReleaseResult{}
-		fence, st, err := readFenceAndState(ctx, tx, tag(callerRelease)+sqlFenceAndStateLock, p.Shop, p.Token, true)
+		fence, st, err := readFenceAndState(t, fenceAndState(tag(callerRelease)+sqlFenceAndStateLock, p.Shop, p.Token, true), p.Shop, p.Token)
 		if err != nil {
 			return fmt.Errorf("mysqlstore: release: lock reservation: %w", err)
 		}
@@ -235,16 +241,16 @@ func (s *Store) Release(ctx context.Context, p *reservation.ReleaseParams) (rese
 		if !deciding {
 			by = reservation.AuthorityRedis
 		}
-		if _, err := s.endState(ctx, tx, callerRelease, p.Shop, p.Token, reservation.StateReleased, by, false); err != nil {
+		if err := s.endState(t, callerRelease, p.Shop, p.Token, reservation.StateReleased, by); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, tag(callerRelease)+sqlHoldsDelete, p.Shop, p.Token); err != nil {
+		if err := t.exec(tag(callerRelease)+sqlHoldsDelete, p.Shop, p.Token); err != nil {
 			return fmt.Errorf("mysqlstore: release: delete hold: %w", err)
 		}
 		if deciding {
-			err = s.feedState(ctx, tx, callerRelease, p.Shop, p.Token)
+			err = s.feedState(t, callerRelease, p.Shop, p.Token)
 		} else {
-			err = s.checkShadowFence(ctx, tx, callerRelease, p.Shop, p.Token, fence)
+			err = s.checkShadowFence(t, callerRelease, p.Shop, p.Token, fence)
 		}
 		if err != nil {
 			return err

@@ -80,6 +80,12 @@ func (s *Store) replenish(ctx context.Context, k key) (snap snapshot, added int6
 			result = "no_stock"
 			return err
 		}
+		// The ledger row, shared: a deduct in flight (which takes no lock
+		// row, see Deduct) commits before the snapshot below, or waits
+		// for this refill, so the snapshot sees all of it or none.
+		if _, err := tx.ExecContext(ctx, tag(callerReplenish)+sqlLedgerShare, k.args()...); err != nil {
+			return fmt.Errorf("mysqlstore: replenish %s: lock ledger: %w", k, err)
+		}
 		if snap, err = readSnapshot(ctx, tx, callerReplenish, k); err != nil {
 			return err
 		}

@@ -115,19 +115,30 @@ func (r *reserveCall) run(ctx context.Context) (reservation.ReserveResult, error
 
 // attempt runs one reserve transaction. It returns the indexes of lines
 // whose pool came up short (and then changes nothing), or the result.
+//
+// Batched, it is two round trips: BEGIN, the fence and the token's state
+// (the idempotency check) and every line's units in the first; the
+// writes with the COMMIT in the second. A line the first scan left short
+// costs one more (see takeUnits), and so does a shadow write's second look
+// at the fence (see checkShadowFence).
 func (r *reserveCall) attempt(ctx context.Context) (res reservation.ReserveResult, short []int, err error) {
-	err = r.s.inTx(ctx, callerReserve, func(tx *sql.Tx) error {
+	err = r.s.inBatch(ctx, callerReserve, func(t *txn) error {
 		res, short = reservation.ReserveResult{}, nil
-		fence, found, err := r.existing(ctx, tx, &res)
-		if err != nil || found {
-			return err
-		}
 		for i := range r.lines {
 			r.refilled[i] = r.s.refills.epoch(r.key(i))
 		}
-		units, now, err := r.takeUnits(ctx, tx)
+		var fence fenceRow
+		var st stateRow
+		units, now, err := r.takeUnits(t, fenceAndState(sqlReserveExisting, r.p.Shop, r.p.Token, false),
+			func(rows *sql.Rows) (err error) {
+				fence, st, err = scanFenceAndState(rows, r.p.Shop, r.p.Token)
+				return err
+			})
 		if err != nil {
-			return err
+			return fmt.Errorf("mysqlstore: reserve: %w", err)
+		}
+		if found, err := r.existing(fence, st, &res); err != nil || found {
+			return err // a replay: the commit releases the units' locks
 		}
 		for i, ln := range r.lines {
 			if int64(len(units[i])) < ln.Quantity {
@@ -135,9 +146,9 @@ func (r *reserveCall) attempt(ctx context.Context) (res reservation.ReserveResul
 			}
 		}
 		if short != nil {
-			return nil // commit releases the row locks; nothing was written
+			return nil // the commit releases the row locks; nothing was written
 		}
-		if err := r.deleteUnits(ctx, tx, units); err != nil {
+		if err := r.deleteUnits(t, units); err != nil {
 			return err
 		}
 		// DATETIME(3) keeps milliseconds: truncate here so the answer
@@ -146,11 +157,11 @@ func (r *reserveCall) attempt(ctx context.Context) (res reservation.ReserveResul
 		if hook := r.s.beforeHoldInsert; hook != nil {
 			hook()
 		}
-		if err := r.write(ctx, tx, expires); err != nil {
+		if err := r.write(t, expires); err != nil {
 			return err
 		}
 		if !r.deciding {
-			if err := r.s.checkShadowFence(ctx, tx, callerReserve, r.p.Shop, r.p.Token, fence); err != nil {
+			if err := r.s.checkShadowFence(t, callerReserve, r.p.Shop, r.p.Token, fence); err != nil {
 				return err
 			}
 		}
@@ -165,33 +176,38 @@ func (r *reserveCall) attempt(ctx context.Context) (res reservation.ReserveResul
 		}
 		return nil
 	})
+	switch mysqlErrno(err) {
+	case errDupEntry:
+		// Another call with the token inserted its hold or its row first.
+		err = errTokenRace
+	case errExpectRows:
+		// We hold these units' locks, so only a writer bypassing the store
+		// can cause this: refuse rather than hold units that are not there.
+		err = fmt.Errorf("mysqlstore: reserve: deleted fewer units than were locked: the pool was changed outside the store: %w", err)
+	}
 	if err != nil {
 		return reservation.ReserveResult{}, nil, err
 	}
 	return res, short, nil
 }
 
-// existing reads the shop's fence (locked shared) and the token's state:
-// a deciding reserve in a shop MySQL does not decide is refused; a
-// repeated token is answered from its state: its hold (Replayed), a
-// conflict, its refusal (Replayed), or its tombstone.
-func (r *reserveCall) existing(ctx context.Context, tx *sql.Tx, res *reservation.ReserveResult) (fenceRow, bool, error) {
-	fence, st, err := readFenceAndState(ctx, tx, sqlReserveExisting, r.p.Shop, r.p.Token, false)
-	if err != nil {
-		return fenceRow{}, false, fmt.Errorf("mysqlstore: reserve: %w", err)
-	}
+// existing judges the fence and the token's state read with the units: a
+// deciding reserve in a shop MySQL does not decide is refused; a repeated
+// token is answered from its state: its hold (Replayed), a conflict, its
+// refusal (Replayed), or its tombstone.
+func (r *reserveCall) existing(fence fenceRow, st stateRow, res *reservation.ReserveResult) (bool, error) {
 	if r.deciding {
 		if err := r.s.decides(r.p.Shop, fence); err != nil {
-			return fenceRow{}, false, err
+			return false, err
 		}
 	}
 	if !st.found {
-		return fence, false, nil
+		return false, nil
 	}
 	switch st.state {
 	case reservation.StateHeld:
 		if !reservation.SameLines(r.p.Lines, st.allocs) {
-			return fenceRow{}, false, fmt.Errorf("mysqlstore: reserve shop %d token %q holds %v: %w", r.p.Shop, r.p.Token, st.allocs, reservation.ErrTokenConflict)
+			return false, fmt.Errorf("mysqlstore: reserve shop %d token %q holds %v: %w", r.p.Shop, r.p.Token, st.allocs, reservation.ErrTokenConflict)
 		}
 		*res = reservation.ReserveResult{
 			Status:      reservation.StatusReserved,
@@ -200,17 +216,18 @@ func (r *reserveCall) existing(ctx context.Context, tx *sql.Tx, res *reservation
 			Authority:   r.authority,
 			Replayed:    true,
 		}
-		return fence, true, nil
+		return true, nil
 	case reservation.StateRefused:
 		r.s.metrics.tombstoneHits.WithLabelValues(string(st.state)).Inc()
 		*res = reservation.ReserveResult{Status: reservation.StatusInsufficient, Short: st.short, Replayed: true}
-		return fence, true, nil
+		return true, nil
 	}
-	return fenceRow{}, false, r.s.tombstoneErr("reserve", r.p.Shop, r.p.Token, st)
+	return false, r.s.tombstoneErr("reserve", r.p.Shop, r.p.Token, st)
 }
 
 // takeUnits locks up to each line's quantity of units at its current
-// location, all lines in one round trip, and returns the database's clock.
+// location, all lines in one round trip together with first (read by
+// scanFirst), and returns the database's clock.
 //
 // Every reserve of a pool used to scan it from its head (lowest unit id).
 // Under concurrency each scan then walks over the units the other
@@ -225,19 +242,27 @@ func (r *reserveCall) existing(ctx context.Context, tx *sql.Tx, res *reservation
 // line it leaves short gets a second pass from the head up to that point:
 // together the two passes see every unit once, so "short" means what it
 // meant before. (Config.ScanFromHead keeps the old scan, for comparison.)
-func (r *reserveCall) takeUnits(ctx context.Context, tx *sql.Tx) ([][]int64, time.Time, error) {
-	if r.s.cfg.ScanFromHead {
-		return r.takeUnitsFromHead(ctx, tx)
-	}
+func (r *reserveCall) takeUnits(t *txn, first stmt, scanFirst func(*sql.Rows) error) ([][]int64, time.Time, error) {
 	units := make([][]int64, len(r.lines))
+	var now time.Time
+	scan := func(i int, rows *sql.Rows) (err error) {
+		if i == 0 {
+			return scanFirst(rows)
+		}
+		now, err = r.scanUnits(rows, units)
+		return err
+	}
+	if r.s.cfg.ScanFromHead {
+		err := t.query(scan, first, r.unitsFromHead())
+		return units, now, err
+	}
 	from := make([]int64, len(r.lines))
 	all := make([]int, len(r.lines))
 	for i := range r.lines {
 		from[i] = r.s.pivots.pick(r.key(i), r.s.cfg.PoolCap)
 		all[i] = i
 	}
-	now, err := r.scanUnits(ctx, tx, units, all, from, nil)
-	if err != nil {
+	if err := t.query(scan, first, r.unitsRange(units, all, from, nil)); err != nil {
 		return nil, time.Time{}, err
 	}
 	var wrap []int
@@ -247,12 +272,16 @@ func (r *reserveCall) takeUnits(ctx context.Context, tx *sql.Tx) ([][]int64, tim
 		}
 	}
 	if wrap != nil {
-		wrapNow, err := r.scanUnits(ctx, tx, units, wrap, nil, from)
+		firstNow := now
+		err := t.query(func(_ int, rows *sql.Rows) (err error) {
+			now, err = r.scanUnits(rows, units)
+			return err
+		}, r.unitsRange(units, wrap, nil, from))
 		if err != nil {
 			return nil, time.Time{}, err
 		}
-		if now.IsZero() {
-			now = wrapNow
+		if !firstNow.IsZero() {
+			now = firstNow
 		}
 	}
 	return units, now, nil
@@ -260,11 +289,11 @@ func (r *reserveCall) takeUnits(ctx context.Context, tx *sql.Tx) ([][]int64, tim
 
 func (r *reserveCall) key(i int) key { return key{r.p.Shop, r.lines[i].Item, r.loc(i)} }
 
-// scanUnits adds to units[i], for each line i of lines, the units it still
-// needs with ids in [from[i], below[i]) (nil from: 0; nil below: no bound).
-// The first pass (nil below) also reads each pool's top for the next
-// reserve's starting point.
-func (r *reserveCall) scanUnits(ctx context.Context, tx *sql.Tx, units [][]int64, lines []int, from, below []int64) (time.Time, error) {
+// unitsRange selects, for each line i of lines, the units it still needs
+// (beyond units[i]) with ids in [from[i], below[i]) (nil from: 0; nil
+// below: no bound). The first pass (nil below) also reads each pool's top
+// for the next reserve's starting point.
+func (r *reserveCall) unitsRange(units [][]int64, lines []int, from, below []int64) stmt {
 	first := below == nil
 	args := make([]any, 0, 11*len(lines))
 	for _, i := range lines {
@@ -282,11 +311,22 @@ func (r *reserveCall) scanUnits(ctx context.Context, tx *sql.Tx, units [][]int64
 			args = append(args, -1-i, r.p.Shop, r.lines[i].Item, r.loc(i))
 		}
 	}
-	rows, err := tx.QueryContext(ctx, reserveUnitsRangeQuery(len(lines), first), args...)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("mysqlstore: reserve: select units: %w", err)
+	return stmt{reserveUnitsRangeQuery(len(lines), first), args}
+}
+
+// unitsFromHead selects each line's units from its pool's head
+// (Config.ScanFromHead).
+func (r *reserveCall) unitsFromHead() stmt {
+	args := make([]any, 0, 5*len(r.lines))
+	for i, ln := range r.lines {
+		args = append(args, i, r.p.Shop, ln.Item, r.loc(i), ln.Quantity)
 	}
-	defer rows.Close()
+	return stmt{reserveUnitsQuery(len(r.lines)), args}
+}
+
+// scanUnits adds the rows of a units statement to units (line number,
+// unit id, the database's clock); a negative line number is a pool's top.
+func (r *reserveCall) scanUnits(rows *sql.Rows, units [][]int64) (time.Time, error) {
 	var now sqlTime
 	for rows.Next() {
 		var lineNo int
@@ -301,30 +341,6 @@ func (r *reserveCall) scanUnits(ctx context.Context, tx *sql.Tx, units [][]int64
 		units[lineNo] = append(units[lineNo], id)
 	}
 	return now.Time, rows.Err()
-}
-
-// takeUnitsFromHead is the scan from each pool's head (Config.ScanFromHead).
-func (r *reserveCall) takeUnitsFromHead(ctx context.Context, tx *sql.Tx) ([][]int64, time.Time, error) {
-	args := make([]any, 0, 5*len(r.lines))
-	for i, ln := range r.lines {
-		args = append(args, i, r.p.Shop, ln.Item, r.loc(i), ln.Quantity)
-	}
-	rows, err := tx.QueryContext(ctx, reserveUnitsQuery(len(r.lines)), args...)
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("mysqlstore: reserve: select units: %w", err)
-	}
-	defer rows.Close()
-	units := make([][]int64, len(r.lines))
-	var now sqlTime
-	for rows.Next() {
-		var lineNo int
-		var unit int64
-		if err := rows.Scan(&lineNo, &unit, &now); err != nil {
-			return nil, time.Time{}, err
-		}
-		units[lineNo] = append(units[lineNo], unit)
-	}
-	return units, now.Time, rows.Err()
 }
 
 // pivotSlots is the size of a store's table of pool tops: past it, pools
@@ -371,10 +387,11 @@ func (p *pivots) pick(k key, window int64) int64 {
 	return max(0, next-1-rand.Int64N(window))
 }
 
-// deleteUnits removes the taken units. It runs before the holds are
-// inserted: every transaction touches units before holds, so reserve and
-// claim never lock the two tables in opposite orders.
-func (r *reserveCall) deleteUnits(ctx context.Context, tx *sql.Tx, units [][]int64) error {
+// deleteUnits removes the taken units, checked by count (sqlExpectRows).
+// It runs before the holds are inserted: every transaction touches units
+// before holds, so reserve and claim never lock the two tables in
+// opposite orders.
+func (r *reserveCall) deleteUnits(t *txn, units [][]int64) error {
 	n := 0
 	counts := make([]int, len(units))
 	args := make([]any, 0, 3*len(units))
@@ -386,46 +403,28 @@ func (r *reserveCall) deleteUnits(ctx context.Context, tx *sql.Tx, units [][]int
 			args = append(args, u)
 		}
 	}
-	res, err := tx.ExecContext(ctx, reserveDeleteQuery(counts), args...)
-	if err != nil {
+	if err := t.exec(reserveDeleteQuery(counts), args...); err != nil {
 		return fmt.Errorf("mysqlstore: reserve: delete units: %w", err)
 	}
-	if got, _ := res.RowsAffected(); got != int64(n) {
-		// We hold these rows' locks, so only a writer bypassing the store
-		// can cause this: refuse rather than hold units that are not there.
-		return fmt.Errorf("mysqlstore: reserve: deleted %d of %d locked units: the pool was changed outside the store", got, n)
-	}
-	return nil
+	return t.exec(tag(callerReserve)+sqlExpectRows, n)
 }
 
-// write inserts the hold lines, the reservation's row and, deciding, the
+// write adds the hold lines, the reservation's row and, deciding, the
 // change Redis must follow. A duplicate key (the token's row or lines)
-// means another call with the token got there first: errTokenRace.
-//
-// They are three statements, not one multi-statement batch: measured on
-// MariaDB 10.11 (reservoir bench, facade-mysql, 64 callers, +1ms), the
-// batch saved two round trips but cost more server CPU than it saved, and
-// the reserve was slower (p99 126ms against 105ms).
-func (r *reserveCall) write(ctx context.Context, tx *sql.Tx, expires time.Time) error {
+// means another call with the token got there first.
+func (r *reserveCall) write(t *txn, expires time.Time) error {
 	args := make([]any, 0, 7*len(r.lines))
 	for i, ln := range r.lines {
 		args = append(args, r.p.Shop, r.p.Token, ln.Item, r.loc(i), ln.Quantity, expires, string(r.authority))
 	}
-	if _, err := tx.ExecContext(ctx, insertHoldsQuery(callerReserve, len(r.lines)), args...); err != nil {
-		if mysqlErrno(err) == errDupEntry {
-			return errTokenRace
-		}
+	if err := t.exec(insertHoldsQuery(callerReserve, len(r.lines)), args...); err != nil {
 		return fmt.Errorf("mysqlstore: reserve: insert holds: %w", err)
 	}
-	inserted, err := r.s.insertState(ctx, tx, callerReserve, r.p.Shop, r.p.Token, reservation.StateHeld, r.authority, r.allocations(), nil, expires)
-	if err != nil {
+	if err := r.s.insertState(t, callerReserve, r.p.Shop, r.p.Token, reservation.StateHeld, r.authority, r.allocations(), nil, expires); err != nil {
 		return err
 	}
-	if !inserted {
-		return errTokenRace
-	}
 	if r.deciding {
-		return r.s.feedState(ctx, tx, callerReserve, r.p.Shop, r.p.Token)
+		return r.s.feedState(t, callerReserve, r.p.Shop, r.p.Token)
 	}
 	return nil
 }
@@ -481,8 +480,8 @@ func (r *reserveCall) insufficient(ctx context.Context) (reservation.ReserveResu
 	if !r.deciding {
 		return res, nil
 	}
-	err := r.s.inTx(ctx, callerRefuse, func(tx *sql.Tx) error {
-		fence, st, err := readFenceAndState(ctx, tx, tag(callerRefuse)+sqlFenceAndState, r.p.Shop, r.p.Token, false)
+	err := r.s.inBatch(ctx, callerRefuse, func(t *txn) error {
+		fence, st, err := readFenceAndState(t, fenceAndState(tag(callerRefuse)+sqlFenceAndState, r.p.Shop, r.p.Token, false), r.p.Shop, r.p.Token)
 		if err != nil {
 			return fmt.Errorf("mysqlstore: refuse: %w", err)
 		}
@@ -492,15 +491,14 @@ func (r *reserveCall) insufficient(ctx context.Context) (reservation.ReserveResu
 		if st.found {
 			return errTokenRace
 		}
-		inserted, err := r.s.insertState(ctx, tx, callerRefuse, r.p.Shop, r.p.Token, reservation.StateRefused, reservation.AuthorityMySQL, nil, res.Short, time.Time{})
-		if err != nil {
+		if err := r.s.insertState(t, callerRefuse, r.p.Shop, r.p.Token, reservation.StateRefused, reservation.AuthorityMySQL, nil, res.Short, time.Time{}); err != nil {
 			return err
 		}
-		if !inserted {
-			return errTokenRace
-		}
-		return r.s.feedState(ctx, tx, callerRefuse, r.p.Shop, r.p.Token)
+		return r.s.feedState(t, callerRefuse, r.p.Shop, r.p.Token)
 	})
+	if mysqlErrno(err) == errDupEntry {
+		err = errTokenRace
+	}
 	if err != nil {
 		return reservation.ReserveResult{}, err
 	}

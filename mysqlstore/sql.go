@@ -156,7 +156,11 @@ const (
 	// must not judge liveness by the time it started waiting).
 	sqlStateEnd = `UPDATE reservations SET state = ?, decided_by = ?, changed_at = NOW(3)
   WHERE shop_id = ? AND token = ? AND state = 'held'`
-	sqlStateEndLive = sqlStateEnd + ` AND expires_at > NOW(3)`
+	// The database's clock. In a batch after a locking read it is read once
+	// that lock is held: each statement has its own NOW(3), and a claim
+	// that waited on the lock must not judge liveness by the time it
+	// started waiting.
+	sqlNow = `SELECT NOW(3)`
 	// The legacy claim's record of the claim (Deduct): whatever this store
 	// had for the token, the ledger's claim is the truth now.
 	sqlStateClaimed = `INSERT INTO reservations (shop_id, token, state, decided_by, allocations, short, expires_at)
@@ -168,9 +172,26 @@ const (
 	sqlClaimRead   = `SELECT allocations FROM reservation_claims WHERE shop_id = ? AND token = ?`
 	sqlClaimInsert = `INSERT INTO reservation_claims (shop_id, token, allocations, via) VALUES (?, ?, ?, ?)`
 	// The hot row's statement: last in its transaction, guarded so the
-	// ledger never goes below zero.
+	// ledger never goes below zero, and followed by sqlExpectRows (1): a
+	// row the guard (or a missing ledger row) left alone fails the batch
+	// before its COMMIT.
 	sqlLedgerDeduct = `UPDATE inventory_ledger SET available = available - ?, version = version + 1
   WHERE shop_id = ? AND inventory_item_id = ? AND location_id = ? AND available >= ?`
+	// A token's hold lines, locked (Deduct settles them).
+	sqlHoldsLock = `SELECT inventory_item_id, location_id, quantity FROM reserved_quantities
+  WHERE shop_id = ? AND token = ? FOR UPDATE`
+
+	// sqlExpectRows fails its batch unless the statement before it changed
+	// exactly ? rows. A batch cannot branch on what a statement did, and
+	// writes that ride with their COMMIT must not commit when one of them
+	// found less than it had to change. ROW_COUNT() is the previous
+	// statement's count; when it is wrong the scalar subquery has two rows,
+	// which is error 1242 (ER_SUBQUERY_NO_1_ROW) in MySQL and MariaDB alike
+	// (neither has a portable way to raise an error outside a stored
+	// program), and a batch stops at its first error. It is a SET, not a
+	// SELECT, so it adds no result set to a batch (and MariaDB's DO
+	// ignores the error).
+	sqlExpectRows = `SET @reservoir_rows = (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE ROW_COUNT() <> ?)`
 	// A state change for Redis to follow.
 	sqlFeedState = `INSERT INTO reservation_outbox (shop_id, kind, token) VALUES (?, 'state', ?)`
 )
@@ -185,6 +206,9 @@ const (
 	// IGNORE would take a shared lock and invite a deadlock on upgrade.)
 	sqlPoolLockEnsure = `INSERT INTO pool_replenish_locks (shop_id, inventory_item_id, location_id) VALUES (?, ?, ?)
   ON DUPLICATE KEY UPDATE next_unit_id = next_unit_id`
+	// The ledger row, locked shared by a refill before its snapshot.
+	sqlLedgerShare = `SELECT available FROM inventory_ledger
+  WHERE shop_id = ? AND inventory_item_id = ? AND location_id = ? LOCK IN SHARE MODE`
 	// One statement, so ledger, holds and pool are read from one snapshot:
 	// a claim committing between separate reads would make the sum lie.
 	sqlPoolSnapshot = `SELECT COALESCE((SELECT available FROM inventory_ledger

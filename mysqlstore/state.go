@@ -1,9 +1,9 @@
 package mysqlstore
 
 import (
-	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -40,18 +40,28 @@ type stateRow struct {
 	expiresAt time.Time
 }
 
-// readFenceAndState runs one of the sqlFenceAndState statements
-// (withClaim: the one that also reads the claims row).
-func readFenceAndState(ctx context.Context, tx *sql.Tx, query string, shop int64, token string, withClaim bool) (fenceRow, stateRow, error) {
+// fenceAndState is one of the sqlFenceAndState statements for a token
+// (withClaim: the one that also reads the claims row), to be read by
+// scanFenceAndState.
+func fenceAndState(query string, shop int64, token string, withClaim bool) stmt {
 	args := []any{shop, fenceSlot(token), shop, token}
 	if withClaim {
 		args = append(args, shop, token)
 	}
-	rows, err := tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return fenceRow{}, stateRow{}, err
-	}
-	defer rows.Close()
+	return stmt{query, args}
+}
+
+// readFenceAndState runs a fenceAndState statement on its own.
+func readFenceAndState(t *txn, st stmt, shop int64, token string) (f fenceRow, sr stateRow, err error) {
+	err = t.query(func(_ int, rows *sql.Rows) error {
+		f, sr, err = scanFenceAndState(rows, shop, token)
+		return err
+	}, st)
+	return f, sr, err
+}
+
+// scanFenceAndState reads the rows of a fenceAndState statement.
+func scanFenceAndState(rows *sql.Rows, shop int64, token string) (fenceRow, stateRow, error) {
 	var f fenceRow
 	var st stateRow
 	var claimed []reservation.Allocation
@@ -72,6 +82,7 @@ func readFenceAndState(ctx context.Context, tx *sql.Tx, query string, shop int64
 				return fenceRow{}, stateRow{}, fmt.Errorf("mysqlstore: claims row of shop %d token %q: %w", shop, token, err)
 			}
 		case "state":
+			var err error
 			st = stateRow{found: true, state: reservation.State(a), expiresAt: t.Time}
 			if st.allocs, err = reservation.DecodeAllocations(b); err != nil {
 				return fenceRow{}, stateRow{}, err
@@ -90,6 +101,16 @@ func readFenceAndState(ctx context.Context, tx *sql.Tx, query string, shop int64
 		st = stateRow{found: true, state: reservation.StateClaimed, allocs: claimed}
 	}
 	return f, st, nil
+}
+
+// scanNow reads the one row of sqlNow.
+func scanNow(rows *sql.Rows) (time.Time, error) {
+	var now sqlTime
+	if !rows.Next() {
+		return time.Time{}, errors.New("mysqlstore: NOW(3) returned no row")
+	}
+	err := rows.Scan(&now)
+	return now.Time, err
 }
 
 // decides refuses a deciding call when MySQL does not decide the shop.
@@ -111,18 +132,23 @@ func (s *Store) decides(shop int64, f fenceRow) error {
 // reservation rows of the shop, this transaction's included, before it
 // copies Redis's state in. So the write lands before the copy, which
 // replaces it, or is refused.
-func (s *Store) checkShadowFence(ctx context.Context, tx *sql.Tx, caller string, shop int64, token string, atStart fenceRow) error {
+func (s *Store) checkShadowFence(t *txn, caller string, shop int64, token string, atStart fenceRow) error {
 	f := atStart
 	if !f.found {
-		var d string
-		var e int64
-		err := tx.QueryRowContext(ctx, tag(caller)+sqlShadowFence, shop, fenceSlot(token)).Scan(&d, &e)
-		switch {
-		case isNoRows(err):
-		case err != nil:
-			return fmt.Errorf("mysqlstore: %s: read fence of shop %d: %w", caller, shop, err)
-		default:
+		err := t.query(func(_ int, rows *sql.Rows) error {
+			if !rows.Next() {
+				return nil
+			}
+			var d string
+			var e int64
+			if err := rows.Scan(&d, &e); err != nil {
+				return err
+			}
 			f = fenceRow{found: true, fence: reservation.Fence{Decider: reservation.Authority(d), Epoch: e}}
+			return nil
+		}, stmt{tag(caller) + sqlShadowFence, []any{shop, fenceSlot(token)}})
+		if err != nil {
+			return fmt.Errorf("mysqlstore: %s: read fence of shop %d: %w", caller, shop, err)
 		}
 	}
 	if fence := f.effective(); fence.Decider == reservation.AuthorityMySQL {
@@ -142,56 +168,44 @@ func (s *Store) tombstoneErr(op string, shop int64, token string, st stateRow) e
 // forgetSeconds is how long a tombstone is kept, for INTERVAL ? SECOND.
 func (s *Store) forgetSeconds() int64 { return int64(s.cfg.TombstoneTTL / time.Second) }
 
-// insertState inserts a reservation's row. inserted is false when the
-// token already has one (another call with it got there first).
-func (s *Store) insertState(ctx context.Context, tx *sql.Tx, caller string, shop int64, token string, state reservation.State,
-	decidedBy reservation.Authority, allocs []reservation.Allocation, short []reservation.ShortLine, expires time.Time) (inserted bool, err error) {
+// insertState adds the insert of a reservation's row to t. When the token
+// already has one (another call with it got there first), the transaction
+// fails with a duplicate key (errDupEntry).
+func (s *Store) insertState(t *txn, caller string, shop int64, token string, state reservation.State,
+	decidedBy reservation.Authority, allocs []reservation.Allocation, short []reservation.ShortLine, expires time.Time) error {
 	var exp any // none (a refusal): the database's now
 	if !expires.IsZero() {
 		exp = expires
 	}
-	_, err = tx.ExecContext(ctx, tag(caller)+sqlStateInsert, shop, token, string(state), string(decidedBy),
-		reservation.EncodeAllocations(allocs), reservation.EncodeShort(short), exp)
-	if mysqlErrno(err) == errDupEntry {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("mysqlstore: %s: record %s reservation: %w", caller, state, err)
+	if err := t.exec(tag(caller)+sqlStateInsert, shop, token, string(state), string(decidedBy),
+		reservation.EncodeAllocations(allocs), reservation.EncodeShort(short), exp); err != nil {
+		return err
 	}
 	if state.Terminal() {
-		s.metrics.tombstones.WithLabelValues(string(state)).Inc()
+		t.afterCommit(func() { s.metrics.tombstones.WithLabelValues(string(state)).Inc() })
 	}
-	return true, nil
+	return nil
 }
 
-// endState moves a held reservation to a terminal state. With live, the
-// hold must also be unexpired now (the statement's clock, after the row
-// lock). ended is false when the guard did not hold.
-func (s *Store) endState(ctx context.Context, tx *sql.Tx, caller string, shop int64, token string, state reservation.State,
-	decidedBy reservation.Authority, live bool) (ended bool, err error) {
-	q := sqlStateEnd
-	if live {
-		q = sqlStateEndLive
+// endState adds to t the move of a held reservation, whose row t holds
+// locked and read held, to a terminal state.
+func (s *Store) endState(t *txn, caller string, shop int64, token string, state reservation.State, decidedBy reservation.Authority) error {
+	if err := t.exec(tag(caller)+sqlStateEnd, string(state), string(decidedBy), shop, token); err != nil {
+		return fmt.Errorf("mysqlstore: %s: record %s: %w", caller, state, err)
 	}
-	res, err := tx.ExecContext(ctx, tag(caller)+q, string(state), string(decidedBy), shop, token)
-	if err != nil {
-		return false, fmt.Errorf("mysqlstore: %s: record %s: %w", caller, state, err)
-	}
-	n, _ := res.RowsAffected()
-	if n == 1 {
-		s.metrics.tombstones.WithLabelValues(string(state)).Inc()
-	}
-	return n == 1, nil
+	t.afterCommit(func() { s.metrics.tombstones.WithLabelValues(string(state)).Inc() })
+	return nil
 }
 
-// feedState records that Redis must follow the token's new state.
-func (s *Store) feedState(ctx context.Context, tx *sql.Tx, caller string, shop int64, token string) error {
+// feedState adds to t the record that Redis must follow the token's new
+// state.
+func (s *Store) feedState(t *txn, caller string, shop int64, token string) error {
 	if s.cfg.NoFeed {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, tag(caller)+sqlFeedState, shop, token); err != nil {
+	if err := t.exec(tag(caller)+sqlFeedState, shop, token); err != nil {
 		return fmt.Errorf("mysqlstore: %s: record the change for Redis: %w", caller, err)
 	}
-	s.metrics.feedWritten.WithLabelValues(string(reservation.ChangeState)).Inc()
+	t.afterCommit(func() { s.metrics.feedWritten.WithLabelValues(string(reservation.ChangeState)).Inc() })
 	return nil
 }

@@ -11,6 +11,10 @@
 // Rules every transaction here keeps (they are what make deadlocks and
 // oversells impossible by design, and the tests check each):
 //   - READ COMMITTED, set per transaction, never per session.
+//   - A checkout call's transaction (reserve, claim, release, deduct) is
+//     sent in multi-statement batches: one round trip per read its logic
+//     decides on, and its last writes travel with the COMMIT, so the hot
+//     ledger rows are locked for server time only (see txn).
 //   - One table order: units before holds (reserve); holds before claims
 //     before ledger (claim); replenish lock before ledger before units
 //     (adjust, deduct). Rows of one table are locked in (item, location)
@@ -54,7 +58,8 @@ type Store struct {
 	// prevents deadlocks.
 	unorderedLedger bool
 	// beforeReserveCommit, when set, runs inside the reserve transaction
-	// just before COMMIT, while its locks are held.
+	// just before its last batch (writes and COMMIT) is sent, while its
+	// units are locked.
 	beforeReserveCommit func()
 	// beforeHoldInsert, when set, runs inside the reserve transaction once
 	// its units are taken, before its hold rows are inserted (tests).
