@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -36,17 +37,27 @@ type querier interface {
 // naive implementation does: carts naming the same items in different
 // orders deadlock (seed 000 section 8.3 expects it; the unit pool sorts).
 // Deadlocks and lock wait timeouts are retried like the store's.
+//
+// Batched (the default, like the store's transactions), an attempt is one
+// round trip: BEGIN, the holds, each line's guarded UPDATE of one row (a
+// random bucket) followed by a check that it changed a row (the store's
+// sqlExpectRows), and COMMIT, so the hot row is locked for server time
+// only. A line whose row was short fails the batch, which is rolled back
+// and the call goes the statement-by-statement way, which walks the
+// buckets and alone decides "short". Unbatched, every attempt goes that
+// way, as before batches.
 type baseline struct {
-	db      *sql.DB
-	buckets int
+	db        *sql.DB
+	buckets   int
+	unbatched bool
 
 	deadlocks, lockWaits, retries atomic.Int64
 	holdMu                        sync.Mutex
 	hold                          holdSum
 }
 
-func newBaseline(env *pointEnv, buckets int) *baseline {
-	return &baseline{db: env.path.db, buckets: buckets}
+func newBaseline(env *pointEnv, buckets int, unbatched bool) *baseline {
+	return &baseline{db: env.path.db, buckets: buckets, unbatched: unbatched}
 }
 
 // Retry policy: the store's defaults (mysqlstore.Config).
@@ -107,8 +118,18 @@ func (b *baseline) reserve(ctx context.Context, shop int64, token string, lines 
 		b.holdMu.Unlock()
 	}()
 	backoff := baseRetryBase
+	batched := !b.unbatched
 	for attempt := 1; ; attempt++ {
-		err := b.attempt(ctx, conn, shop, token, lines)
+		var err error
+		if batched {
+			err = b.batch(ctx, conn, shop, token, lines)
+			if me := (*mysql.MySQLError)(nil); errors.As(err, &me) && me.Number == errBaseShort {
+				batched = false // a row was short: walk the buckets
+				continue
+			}
+		} else {
+			err = b.attempt(ctx, conn, shop, token, lines)
+		}
 		if errors.Is(err, errShort) {
 			return false, nil
 		}
@@ -158,6 +179,33 @@ func (b *baseline) attempt(ctx context.Context, conn *sql.Conn, shop int64, toke
 		}
 	}
 	return tx.Commit()
+}
+
+// errBaseShort is the error sqlBaseExpectRow raises: a guarded UPDATE
+// changed no row.
+const errBaseShort = 1242
+
+// batch is an attempt in one round trip (see baseline).
+func (b *baseline) batch(ctx context.Context, conn *sql.Conn, shop int64, token string, lines []reservation.Line) error {
+	args := make([]any, 0, 11*len(lines))
+	for _, ln := range lines {
+		args = append(args, shop, token, ln.Item, location, ln.Quantity)
+	}
+	for _, ln := range lines {
+		if b.buckets == 1 {
+			args = append(args, ln.Quantity, shop, ln.Item, location, ln.Quantity)
+		} else {
+			args = append(args, ln.Quantity, shop, ln.Item, location, rand.IntN(b.buckets), ln.Quantity)
+		}
+	}
+	_, err := conn.ExecContext(ctx, baseBatchQuery(len(lines), b.buckets > 1), args...)
+	if err != nil {
+		// The batch stopped at its error with the transaction open.
+		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}
+	return err
 }
 
 func (b *baseline) take(ctx context.Context, tx *sql.Tx, shop int64, ln reservation.Line) error {

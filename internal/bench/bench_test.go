@@ -190,3 +190,53 @@ func TestFacadeMySQLRelays(t *testing.T) {
 		t.Error("close returned with the relay still running")
 	}
 }
+
+// Every variant with a batched and an unbatched shape runs both ways on
+// the claim storm (the baselines on the drain, which runs them out of
+// stock, so the batched baseline's short path is taken too): answers,
+// no errors, invariants hold, and the batched shape takes fewer round
+// trips per call than its unbatched twin.
+func TestBatchedAndUnbatched(t *testing.T) {
+	var claimers, baselines []string
+	for _, v := range []string{VariantPool, VariantRedis} {
+		claimers = append(claimers, v, v+Unbatched)
+	}
+	for _, v := range []string{VariantRow, VariantBuckets} {
+		baselines = append(baselines, v, v+Unbatched)
+	}
+	opts := Options{
+		MySQLDSN:  testdb.ServerDSN(t),
+		RedisAddr: testredis.Addr(t),
+		Sweeps: []Sweep{
+			{Scenario: ScenarioClaim, Variants: claimers, Concurrency: []int{2}, Latencies: []time.Duration{0}},
+			{Scenario: ScenarioDrain, Variants: baselines, Concurrency: []int{4}, Latencies: []time.Duration{0}},
+		},
+		Duration: 500 * time.Millisecond,
+		Warmup:   50 * time.Millisecond,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	rep, err := Run(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := map[string]float64{}
+	for _, r := range rep.Results {
+		if r.Error != "" || r.OK == 0 || r.Invariant != "ok" || len(r.Errors) != 0 {
+			t.Errorf("%s %s: ok %d, invariant %q, error %q, errors %v", r.Point, r.Op, r.OK, r.Invariant, r.Error, r.ErrorSamples)
+		}
+		rt[r.Variant+" "+r.Op] = r.MySQLRoundTripsPerOp
+	}
+	for k, n := range rt {
+		if base, ok := strings.CutSuffix(k, Unbatched+" reserve"); ok {
+			k = base + " reserve"
+		} else if base, ok := strings.CutSuffix(k, Unbatched+" claim"); ok {
+			k = base + " claim"
+		} else {
+			continue
+		}
+		if n > 0 && rt[k] >= n {
+			t.Errorf("%s: %.1f MySQL round trips per call batched, %.1f unbatched: batching saved nothing", k, rt[k], n)
+		}
+	}
+}

@@ -41,6 +41,15 @@ var palette = map[string]string{
 	VariantFacadeMySQLNoFeed: "#c49c94",
 }
 
+// color is a variant's line colour; one without its own (the unbatched
+// twins) is light grey.
+func color(v string) string {
+	if c, ok := palette[v]; ok {
+		return c
+	}
+	return "#bbbbbb"
+}
+
 type series struct {
 	name string
 	pts  map[int]float64 // concurrency -> value
@@ -78,7 +87,7 @@ func (rep *Report) WriteSVG(w io.Writer, scenario string) error {
 	// Legend.
 	lx := left
 	for _, v := range variants {
-		fmt.Fprintf(&b, `<line x1="%d" y1="50" x2="%d" y2="50" stroke="%s" stroke-width="3"/><text x="%d" y="54">%s</text>`+"\n", lx, lx+18, palette[v], lx+22, esc(v))
+		fmt.Fprintf(&b, `<line x1="%d" y1="50" x2="%d" y2="50" stroke="%s" stroke-width="3"/><text x="%d" y="54">%s</text>`+"\n", lx, lx+18, color(v), lx+22, esc(v))
 		lx += 30 + 7*len(v)
 	}
 	for row, l := range lats {
@@ -162,10 +171,10 @@ func panel(b *strings.Builder, x0, y0, w, h int, title string, xs []int, ss []se
 				pts = append(pts, fmt.Sprintf("%.1f,%.1f", xOf(i), yOf(v)))
 			}
 		}
-		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", palette[s.name], strings.Join(pts, " "))
+		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", color(s.name), strings.Join(pts, " "))
 		for _, p := range pts {
 			xy := strings.Split(p, ",")
-			fmt.Fprintf(b, `<circle cx="%s" cy="%s" r="3" fill="%s"/>`+"\n", xy[0], xy[1], palette[s.name])
+			fmt.Fprintf(b, `<circle cx="%s" cy="%s" r="3" fill="%s"/>`+"\n", xy[0], xy[1], color(s.name))
 		}
 	}
 }

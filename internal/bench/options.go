@@ -16,6 +16,12 @@ import (
 // VariantFacadeMySQLNoFeed is VariantFacadeMySQL without the change feed
 // (mysqlstore.Config.NoFeed, no relay): it is unsafe to serve and exists
 // to tell what Redis's mirror costs the MySQL-mode facade.
+//
+// A variant with the suffix Unbatched is its namesake sending one statement
+// per round trip, as the store did before it sent each transaction in
+// multi-statement batches (mysqlstore.Config.Unbatched; for the row and
+// buckets baselines, their statement-by-statement transaction): before and
+// after, side by side in one run.
 const (
 	VariantRedis        = "redis"
 	VariantPool         = "pool"
@@ -28,11 +34,31 @@ const (
 	VariantFacadeMySQL  = "facade-mysql"
 
 	VariantFacadeMySQLNoFeed = "facade-mysql-nofeed"
+
+	Unbatched = "-unbatched"
 )
 
+// batchable are the variants that have an Unbatched twin.
+var batchable = []string{VariantRedis, VariantPool, VariantRow, VariantBuckets, VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL}
+
 // Variants lists every variant.
-var Variants = []string{VariantRedis, VariantPool, VariantPoolBefore, VariantPoolHeadScan, VariantRow, VariantBuckets,
-	VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL, VariantFacadeMySQLNoFeed}
+var Variants = append([]string{VariantRedis, VariantPool, VariantPoolBefore, VariantPoolHeadScan, VariantRow, VariantBuckets,
+	VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL, VariantFacadeMySQLNoFeed}, unbatchedVariants()...)
+
+func unbatchedVariants() []string {
+	out := make([]string, len(batchable))
+	for i, v := range batchable {
+		out[i] = v + Unbatched
+	}
+	return out
+}
+
+// isBaseline reports whether v is the row or buckets baseline (which has
+// no ledger to claim against).
+func isBaseline(v string) bool {
+	v = strings.TrimSuffix(v, Unbatched)
+	return v == VariantRow || v == VariantBuckets
+}
 
 // Sweep is one scenario's part of a run: every variant at every concurrency
 // at every added latency.
@@ -163,7 +189,7 @@ func (o Options) Validate() error {
 			if !slices.Contains(Variants, v) {
 				errs = append(errs, fmt.Errorf("bench: Options.Sweeps[%d]: unknown variant %q (known: %s)", i, v, strings.Join(Variants, ", ")))
 			}
-			if s.Scenario == ScenarioClaim && (v == VariantRow || v == VariantBuckets) {
+			if s.Scenario == ScenarioClaim && isBaseline(v) {
 				errs = append(errs, fmt.Errorf("bench: Options.Sweeps[%d]: the %s baseline has no ledger to claim against", i, v))
 			}
 		}
@@ -225,7 +251,7 @@ func Narrow(sweeps []Sweep, scenarioNames, variants []string, concurrency []int,
 		}
 		if len(variants) > 0 {
 			s.Variants = slices.DeleteFunc(slices.Clone(variants), func(v string) bool {
-				return s.Scenario == ScenarioClaim && (v == VariantRow || v == VariantBuckets)
+				return s.Scenario == ScenarioClaim && isBaseline(v)
 			})
 		}
 		if len(concurrency) > 0 {

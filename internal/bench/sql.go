@@ -60,6 +60,24 @@ const (
 	sqlBucketStockPrefix = `INSERT INTO bench_bucket_stock (shop_id, item_id, location_id, bucket, qty) VALUES `
 )
 
+// The baselines' batched attempt: BEGIN, the holds, each line's UPDATE
+// with a check that it changed one row (error 1242 otherwise, as
+// mysqlstore's sqlExpectRows), COMMIT. Arguments: the holds', then each
+// line's UPDATE's.
+const (
+	sqlBaseBegin     = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\nSTART TRANSACTION;\n"
+	sqlBaseExpectRow = ";\nSET @reservoir_rows = (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE ROW_COUNT() <> 1)"
+	sqlBaseCommit    = ";\nCOMMIT"
+)
+
+func baseBatchQuery(lines int, buckets bool) string {
+	take := sqlRowTake
+	if buckets {
+		take = sqlBucketTake
+	}
+	return sqlBaseBegin + baseHoldsQuery(lines) + ";\n" + join(take+sqlBaseExpectRow, ";\n", lines) + sqlBaseCommit
+}
+
 func baseHoldsQuery(rows int) string {
 	return sqlBaseHoldsPrefix + join(sqlBaseHoldsRow, ",", rows)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,27 +117,29 @@ type pointEnv struct {
 }
 
 func newTarget(variant string, env *pointEnv) (target, error) {
-	switch variant {
+	base, unbatched := strings.CutSuffix(variant, Unbatched)
+	cfg := mysqlstore.Config{Unbatched: unbatched}
+	switch base {
 	case VariantPool:
-		return newPoolTarget(env, mysqlstore.Config{})
+		return newPoolTarget(env, cfg)
 	case VariantPoolBefore:
 		return newPoolTarget(env, mysqlstore.Config{ScanFromHead: true, SeparateRefills: true})
 	case VariantPoolHeadScan:
 		return newPoolTarget(env, mysqlstore.Config{ScanFromHead: true})
 	case VariantRedis:
-		return newRedisTarget(env)
+		return newRedisTarget(env, cfg)
 	case VariantRow:
-		return newBaseline(env, 1), nil
+		return newBaseline(env, 1, unbatched), nil
 	case VariantBuckets:
-		return newBaseline(env, env.buckets), nil
+		return newBaseline(env, env.buckets, unbatched), nil
 	case VariantFacadeRedis:
-		return newFacadeTarget(env, rollout.ModeRedis, false)
+		return newFacadeTarget(env, rollout.ModeRedis, cfg)
 	case VariantFacadeShadow:
-		return newFacadeTarget(env, rollout.ModeShadow, false)
+		return newFacadeTarget(env, rollout.ModeShadow, cfg)
 	case VariantFacadeMySQL:
-		return newFacadeTarget(env, rollout.ModeMySQL, false)
+		return newFacadeTarget(env, rollout.ModeMySQL, cfg)
 	case VariantFacadeMySQLNoFeed:
-		return newFacadeTarget(env, rollout.ModeMySQL, true)
+		return newFacadeTarget(env, rollout.ModeMySQL, mysqlstore.Config{NoFeed: true})
 	}
 	return nil, fmt.Errorf("bench: unknown variant %q", variant)
 }
@@ -375,8 +378,8 @@ type redisTarget struct {
 	path   *path
 }
 
-func newRedisTarget(env *pointEnv) (*redisTarget, error) {
-	my, reg, err := newMySQLStore(env, mysqlstore.Config{})
+func newRedisTarget(env *pointEnv, cfg mysqlstore.Config) (*redisTarget, error) {
+	my, reg, err := newMySQLStore(env, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -463,8 +466,9 @@ type facadeTarget struct {
 
 // newFacadeTarget builds the facade in mode. noFeed leaves Redis's mirror
 // out (no change feed, no relay) to measure what it costs.
-func newFacadeTarget(env *pointEnv, mode rollout.Mode, noFeed bool) (*facadeTarget, error) {
-	my, myReg, err := newMySQLStore(env, mysqlstore.Config{NoFeed: noFeed})
+func newFacadeTarget(env *pointEnv, mode rollout.Mode, cfg mysqlstore.Config) (*facadeTarget, error) {
+	noFeed := cfg.NoFeed
+	my, myReg, err := newMySQLStore(env, cfg)
 	if err != nil {
 		return nil, err
 	}
