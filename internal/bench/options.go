@@ -129,6 +129,12 @@ type Options struct {
 	Progress io.Writer
 	// Keep leaves the database and the Redis keys in place for inspection.
 	Keep bool
+	// Split pins MariaDB and Redis to the first half of the CPUs and this
+	// process (load generator and the store or facade under test) to the
+	// rest, standing in for application and databases on separate
+	// machines; the affinities are put back at the end. Linux only, with
+	// both servers on this machine. Default: false.
+	Split bool
 }
 
 // WithDefaults returns o with zero fields set to their defaults.

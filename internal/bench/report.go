@@ -186,12 +186,16 @@ func (r Result) progress() string {
 
 // Env describes where and how a run ran.
 type Env struct {
-	GoVersion    string  `json:"go_version"`
-	CPUs         int     `json:"cpus"`
-	LoadAvg      string  `json:"load_avg_at_start"`
-	MySQLVersion string  `json:"mysql_version"`
-	RedisVersion string  `json:"redis_version"`
-	Flush        string  `json:"innodb_flush_log_at_trx_commit"`
+	GoVersion    string `json:"go_version"`
+	CPUs         int    `json:"cpus"`
+	LoadAvg      string `json:"load_avg_at_start"`
+	MySQLVersion string `json:"mysql_version"`
+	RedisVersion string `json:"redis_version"`
+	Flush        string `json:"innodb_flush_log_at_trx_commit"`
+	// Binlog is the server's binary log: "off", or "ROW, sync_binlog=1".
+	Binlog string `json:"binlog"`
+	// Split is how the run was pinned to cores (Options.Split), or "".
+	Split        string  `json:"split,omitempty"`
 	FsyncCounter string  `json:"fsync_counter"`
 	LockCounter  bool    `json:"lock_requests_counter"`
 	DurationS    float64 `json:"window_seconds"`
@@ -227,6 +231,17 @@ func newReport(ctx context.Context, opts Options, srv *servers, started time.Tim
 	}
 	_ = srv.admin.QueryRowContext(ctx, "SELECT VERSION()").Scan(&e.MySQLVersion)
 	_ = srv.admin.QueryRowContext(ctx, sqlFlushRead).Scan(&e.Flush)
+	var logBin int
+	var format string
+	var sync int
+	e.Binlog = "unknown"
+	if srv.admin.QueryRowContext(ctx, sqlBinlogRead).Scan(&logBin, &format, &sync) == nil {
+		e.Binlog = "off"
+		if logBin == 1 {
+			e.Binlog = fmt.Sprintf("%s, sync_binlog=%d", format, sync)
+		}
+	}
+	e.Split = srv.split
 	if info, err := srv.redisDirect.Info(ctx, "server").Result(); err == nil {
 		for l := range strings.SplitSeq(info, "\n") {
 			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "redis_version:"); ok {
@@ -395,8 +410,11 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 func (rep *Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	e := rep.Env
-	fmt.Fprintf(&b, "Run of %s, %.0f s: %s, %d CPUs (load average at start %s), %s, Redis %s, innodb_flush_log_at_trx_commit=%s, %gs windows after %gs warmup, pool cap %d, %d buckets.",
-		rep.Started.Format(time.RFC3339), rep.Seconds, e.GoVersion, e.CPUs, e.LoadAvg, e.MySQLVersion, e.RedisVersion, e.Flush, e.DurationS, e.WarmupS, e.PoolCap, e.Buckets)
+	fmt.Fprintf(&b, "Run of %s, %.0f s: %s, %d CPUs (load average at start %s), %s, Redis %s, innodb_flush_log_at_trx_commit=%s, binary log %s, %gs windows after %gs warmup, pool cap %d, %d buckets.",
+		rep.Started.Format(time.RFC3339), rep.Seconds, e.GoVersion, e.CPUs, e.LoadAvg, e.MySQLVersion, e.RedisVersion, e.Flush, e.Binlog, e.DurationS, e.WarmupS, e.PoolCap, e.Buckets)
+	if e.Split != "" {
+		fmt.Fprintf(&b, " Split: %s.", e.Split)
+	}
 	if rep.Interrupted {
 		b.WriteString(" **Interrupted: partial results.**")
 	}

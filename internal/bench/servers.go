@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,6 +43,8 @@ type servers struct {
 	redisDirect *redis.Client
 
 	mysqlPid, redisPid int
+	// split says how the run is pinned to CPUs (Options.Split), or "".
+	split string
 	// fsyncVar is the status variable counting log fsyncs on this server.
 	fsyncVar string
 	// lockRequests is true when the lock_rec_lock_requests monitor counts.
@@ -146,6 +149,11 @@ func openServers(ctx context.Context, opts Options, latencies []time.Duration) (
 		return nil, err
 	}
 	s.findPids(ctx)
+	if s.opts.Split {
+		if err := s.pinCores(); err != nil {
+			return nil, err
+		}
+	}
 	for _, l := range latencies {
 		if _, ok := s.paths[l]; ok {
 			continue
@@ -229,6 +237,58 @@ func (s *servers) findPids(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// pinCores stands in for an application and its databases on separate
+// machines (Options.Split): MariaDB and Redis on the first half of the
+// CPUs, this process (the load generator, the proxy and the store or
+// facade under test) on the rest, with GOMAXPROCS to match. All of it is
+// put back at the end of the run.
+func (s *servers) pinCores() error {
+	n := runtime.NumCPU()
+	if n < 2 {
+		return fmt.Errorf("bench: Options.Split needs at least 2 CPUs, this machine has %d", n)
+	}
+	if s.mysqlPid == 0 || s.redisPid == 0 {
+		return errors.New("bench: Options.Split needs MariaDB and Redis on this machine (their processes were not found)")
+	}
+	var db, app []int
+	for c := range n {
+		if c < n/2 {
+			db = append(db, c)
+		} else {
+			app = append(app, c)
+		}
+	}
+	for _, pid := range []int{s.mysqlPid, s.redisPid, os.Getpid()} {
+		cpus := db
+		if pid == os.Getpid() {
+			cpus = app
+		}
+		old, err := pin(pid, cpus)
+		if err != nil {
+			return fmt.Errorf("bench: split: %w", err)
+		}
+		s.undo = append(s.undo, func(context.Context) error {
+			_, err := pin(pid, old)
+			return err
+		})
+	}
+	prev := runtime.GOMAXPROCS(len(app))
+	s.undo = append(s.undo, func(context.Context) error {
+		runtime.GOMAXPROCS(prev)
+		return nil
+	})
+	s.split = fmt.Sprintf("MariaDB and Redis on CPU %s, the load generator and the store or facade on CPU %s", cpuList(db), cpuList(app))
+	return nil
+}
+
+func cpuList(cpus []int) string {
+	parts := make([]string, len(cpus))
+	for i, c := range cpus {
+		parts[i] = strconv.Itoa(c)
+	}
+	return strings.Join(parts, ",")
 }
 
 // openPath opens connections to both servers with latency added: through

@@ -110,6 +110,7 @@ const sqlDiscardFeed = `/*caller='bench'*/ DELETE FROM reservation_outbox WHERE 
 // Server counters and settings.
 const (
 	sqlFlushRead      = `SELECT @@GLOBAL.innodb_flush_log_at_trx_commit`
+	sqlBinlogRead     = `SELECT @@GLOBAL.log_bin, @@GLOBAL.binlog_format, @@GLOBAL.sync_binlog`
 	sqlFlushSet       = `SET GLOBAL innodb_flush_log_at_trx_commit = ?`
 	sqlStatusLike     = `SHOW GLOBAL STATUS LIKE ?`
 	sqlMonitorEnabled = `SELECT ENABLED FROM information_schema.INNODB_METRICS WHERE NAME = ?`

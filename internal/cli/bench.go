@@ -15,7 +15,7 @@ import (
 )
 
 func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
-	fs := newFlags("bench", "bench [--quick] [--scenarios LIST] [--variants LIST] [--concurrency LIST] [--latency LIST] [--duration D] [--flush 0|1|2|keep] [--out DIR] [--plan]", errOut)
+	fs := newFlags("bench", "bench [--quick] [--scenarios LIST] [--variants LIST] [--concurrency LIST] [--latency LIST] [--duration D] [--flush 0|1|2|keep] [--split] [--out DIR] [--plan]", errOut)
 	mysqlDSN := fs.String("mysql-dsn", os.Getenv("RESERVOIR_MYSQL_DSN"),
 		"the MySQL server, without a database (default $RESERVOIR_MYSQL_DSN); the run creates and drops its own database")
 	redisAddr := fs.String("redis-addr", os.Getenv("RESERVOIR_REDIS_ADDR"),
@@ -32,6 +32,7 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 	poolCap := fs.Int64("pool-cap", 1000, "the unit pool's cap (scenarios may set their own)")
 	outDir := fs.String("out", "docs/bench", "directory for bench.json, bench.md and the charts (empty: none)")
 	keep := fs.Bool("keep", false, "keep the run's database and Redis keys")
+	split := fs.Bool("split", false, "pin MariaDB and Redis to the first half of the CPUs and the bench (load generator and the store or facade) to the rest, as if on separate machines (Linux, servers on this machine)")
 	planOnly := fs.Bool("plan", false, "print the points that would run, and exit")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -41,7 +42,7 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return errUsage
 	}
 	opts := bench.Options{MySQLDSN: *mysqlDSN, RedisAddr: *redisAddr, Buckets: *buckets, PoolCap: *poolCap,
-		Keep: *keep, Progress: errOut, Duration: *duration, Warmup: *warmup}
+		Keep: *keep, Split: *split, Progress: errOut, Duration: *duration, Warmup: *warmup}
 	sweeps := bench.DefaultSweeps()
 	if *quick {
 		sweeps = bench.QuickSweeps()
