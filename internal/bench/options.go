@@ -71,17 +71,20 @@ type Sweep struct {
 
 var bothLatencies = []time.Duration{0, time.Millisecond}
 
-// DefaultSweeps is the full run: about 100 points, under ten minutes on two
-// cores with the default duration.
+// DefaultSweeps is the full run: about 150 points, under fifteen minutes
+// on two cores with the default duration. The unbatched twins run next to
+// their namesakes: before and after in one run.
 func DefaultSweeps() []Sweep {
 	stores := []string{VariantRedis, VariantPool, VariantRow, VariantBuckets}
+	twins := []string{VariantPool, VariantPool + Unbatched, VariantRow, VariantRow + Unbatched, VariantBuckets, VariantBuckets + Unbatched}
 	return []Sweep{
-		{ScenarioHot, append(slices.Clone(stores), VariantPoolBefore), []int{1, 4, 16, 64, 128}, bothLatencies},
+		{ScenarioHot, append([]string{VariantRedis, VariantPoolBefore}, twins...), []int{1, 4, 16, 64, 128}, bothLatencies},
 		{ScenarioUniform, append(slices.Clone(stores), VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL, VariantFacadeMySQLNoFeed),
 			[]int{16, 64}, bothLatencies},
 		{ScenarioDrain, stores, []int{64}, bothLatencies},
 		{ScenarioCarts, stores, []int{64}, bothLatencies},
-		{ScenarioClaim, []string{VariantPool, VariantRedis}, []int{64}, bothLatencies},
+		{ScenarioClaim, []string{VariantPool, VariantPool + Unbatched, VariantRedis, VariantRedis + Unbatched,
+			VariantFacadeShadow, VariantFacadeShadow + Unbatched, VariantFacadeMySQL, VariantFacadeMySQL + Unbatched}, []int{64}, bothLatencies},
 	}
 }
 
@@ -95,7 +98,7 @@ func QuickSweeps() []Sweep {
 			[]int{16}, ms},
 		{ScenarioDrain, []string{VariantPool, VariantRow}, []int{64}, ms},
 		{ScenarioCarts, []string{VariantPool, VariantRow}, []int{16}, ms},
-		{ScenarioClaim, []string{VariantPool}, []int{64}, ms},
+		{ScenarioClaim, []string{VariantPool, VariantRedis, VariantFacadeShadow, VariantFacadeMySQL}, []int{64}, ms},
 	}
 }
 
