@@ -42,4 +42,3 @@ func pin(pid int, cpus []int) (old []int, err error) {
 	}
 	return old, nil
 }
-

@@ -7,4 +7,3 @@ import "errors"
 func pin(int, []int) ([]int, error) {
 	return nil, errors.New("pinning processes to CPUs needs Linux")
 }
-

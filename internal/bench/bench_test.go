@@ -84,8 +84,8 @@ func TestRunTiny(t *testing.T) {
 func TestPlanAndNarrow(t *testing.T) {
 	t.Parallel()
 	full := Plan(DefaultSweeps())
-	if len(full) < 80 || len(full) > 110 {
-		t.Errorf("the full plan has %d points; keep it near 100 (about ten minutes)", len(full))
+	if len(full) < 80 || len(full) > 150 {
+		t.Errorf("the full plan has %d points; keep it under 150 (about fifteen minutes)", len(full))
 	}
 	quick := Plan(QuickSweeps())
 	if len(quick) > 40 {
