@@ -77,6 +77,11 @@ type Config struct {
 	// difference (reservoir bench, variants ending in -unbatched).
 	// Default: false.
 	Unbatched bool
+	// DeductGroup is how many concurrent legacy claims (Deduct) one
+	// transaction may carry; 1 runs each in its own transaction, as before
+	// deducts were combined (reservoir bench, variants ending in
+	// -alone). Default: 64.
+	DeductGroup int
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -106,6 +111,9 @@ func (c Config) WithDefaults() Config {
 	if c.ReapBatch == 0 {
 		c.ReapBatch = 500
 	}
+	if c.DeductGroup == 0 {
+		c.DeductGroup = 64
+	}
 	if c.TombstoneTTL == 0 {
 		c.TombstoneTTL = reservation.DefaultTombstoneTTL
 	}
@@ -127,6 +135,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("mysqlstore: Config.RetryBase (%s) must be > 0 and <= RetryMax (%s)", c.RetryBase, c.RetryMax)
 	case c.ReserveAttempts < 1:
 		return fmt.Errorf("mysqlstore: Config.ReserveAttempts must be >= 1, got %d", c.ReserveAttempts)
+	case c.DeductGroup < 1 || c.DeductGroup > 1000:
+		return fmt.Errorf("mysqlstore: Config.DeductGroup must be between 1 and 1000, got %d", c.DeductGroup)
 	case c.ReapBatch < 1:
 		return fmt.Errorf("mysqlstore: Config.ReapBatch must be >= 1, got %d", c.ReapBatch)
 	case c.TombstoneTTL < c.Limits.MaxTTL || c.TombstoneTTL%time.Second != 0:

@@ -15,3 +15,14 @@ func SetBeforeHoldInsert(s *Store, f func()) { s.beforeHoldInsert = f }
 
 // ReserveUnitsQuery is the reserve path's pool select for n lines.
 func ReserveUnitsQuery(n int) string { return reserveUnitsQuery(n) }
+
+// SetBeforeDeductGroup installs a hook run by the deduct leader before
+// each group of n calls is sent.
+func SetBeforeDeductGroup(s *Store, f func(n int)) { s.beforeDeductGroup = f }
+
+// WaitingDeducts is how many Deduct calls wait for a group.
+func WaitingDeducts(s *Store) int {
+	s.deducts.mu.Lock()
+	defer s.deducts.mu.Unlock()
+	return len(s.deducts.waiting)
+}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/seed31b0e981/reservoir/reservation"
 )
@@ -125,109 +124,6 @@ func (s *Store) adjustReplay(ctx context.Context, p *reservation.AdjustParams) (
 	if item != p.Item || loc != p.Location || request != adjustRequest(p) {
 		return reservation.AdjustResult{}, fmt.Errorf("mysqlstore: adjust shop %d key %q was used for item %d location %d %s, not item %d location %d %s: %w",
 			p.Shop, p.Key, item, loc, request, p.Item, p.Location, adjustRequest(p), reservation.ErrTokenConflict)
-	}
-	return res, nil
-}
-
-// Deduct is the legacy claim's ledger step, for a reservation Redis
-// decided: it subtracts the allocations exactly once per (shop, token),
-// the claims row's primary key being the guard. In the same transaction it
-// records the reservation as claimed (removing this store's shadow hold of
-// it), trims the pools the allocations touch by what the deduction takes
-// from them beyond that hold (the allocations come from another store, so
-// the projection pool + held <= available must hold even if this store's
-// hold was elsewhere or absent), and records the change in the feed, so
-// Redis follows the claim even if the legacy claim's own Redis step is
-// lost.
-//
-// It refuses (*reservation.NotDeciderError, nothing changed) when MySQL
-// decides the shop: a handoff to MySQL overtook the legacy claim after
-// Redis checked its hold, and MySQL, which now holds the reservation, must
-// decide the claim. The fence is read after the reservation's row is
-// locked (see checkShadowFence for why that order closes the race).
-//
-// Batched, it is two round trips: the claims row, the reservation's row,
-// this store's hold lines (locked) and the fence in the first; the writes
-// with the COMMIT in the second. The hot rows (ledger) are written in that
-// last batch only, so their locks are held for server time. It takes no
-// replenish lock row: a refill reads the ledger row with a shared lock
-// (see replenish), so it sees either nothing of a deduct or all of it.
-func (s *Store) Deduct(ctx context.Context, p *reservation.DeductParams) (reservation.DeductResult, error) {
-	if err := s.cfg.Limits.ValidateDeduct(p); err != nil {
-		return reservation.DeductResult{}, err
-	}
-	allocs := slices.Clone(p.Allocations)
-	reservation.SortAllocations(allocs)
-	var res reservation.DeductResult
-	err := s.inBatch(ctx, callerDeduct, func(t *txn) error {
-		res = reservation.DeductResult{}
-		// The claims row first: its primary key makes the deduction happen
-		// once, and a repeat stops here without queueing on the hot
-		// ledger rows (a retry storm after a fault is mostly repeats).
-		if err := insertClaim(t, callerDeduct, p.Shop, p.Token, allocs); err != nil {
-			return err
-		}
-		if err := t.exec(tag(callerDeduct)+sqlStateClaimed, p.Shop, p.Token, reservation.EncodeAllocations(allocs)); err != nil {
-			return fmt.Errorf("mysqlstore: deduct: record the claim: %w", err)
-		}
-		held := map[key]int64{}
-		err := t.query(func(_ int, rows *sql.Rows) error {
-			for rows.Next() {
-				var item, loc, q int64
-				if err := rows.Scan(&item, &loc, &q); err != nil {
-					return err
-				}
-				held[key{p.Shop, item, loc}] += q
-			}
-			return nil
-		}, stmt{tag(callerDeduct) + sqlHoldsLock, []any{p.Shop, p.Token}})
-		if err != nil {
-			return fmt.Errorf("mysqlstore: deduct: %w", err)
-		}
-		if err := s.checkShadowFence(t, callerDeduct, p.Shop, p.Token, fenceRow{}); err != nil {
-			return err
-		}
-		if len(held) > 0 {
-			if err := t.exec(tag(callerDeduct)+sqlHoldsDelete, p.Shop, p.Token); err != nil {
-				return fmt.Errorf("mysqlstore: deduct: settle this store's hold: %w", err)
-			}
-		}
-		if err := s.deductLedger(t, callerDeduct, p.Shop, allocs); err != nil {
-			return err
-		}
-		// pool + held <= available held before; this removes held[k] from
-		// held and a.Quantity from available, so taking the difference
-		// from the pool keeps it. (It may take more than the slack
-		// required, which is safe: the next reserve refills.)
-		for _, a := range allocs {
-			k := key{p.Shop, a.Item, a.Location}
-			if n := a.Quantity - held[k]; n > 0 {
-				if err := t.exec(tag(callerDeduct)+sqlPoolTrim, k.shop, k.item, k.loc, n); err != nil {
-					return fmt.Errorf("mysqlstore: deduct: trim %s: %w", k, err)
-				}
-			}
-		}
-		if err := s.feedState(t, callerDeduct, p.Shop, p.Token); err != nil {
-			return err
-		}
-		t.afterCommit(func() { s.metrics.tombstones.WithLabelValues(string(reservation.StateClaimed)).Inc() })
-		res = reservation.DeductResult{Applied: true, Allocations: allocs}
-		return nil
-	})
-	switch mysqlErrno(err) {
-	case errDupEntry:
-		// Deducted before: the answer is that deduction.
-		prev, _, err := readClaim(ctx, s.db, callerDeduct, p.Shop, p.Token)
-		if err != nil {
-			return reservation.DeductResult{}, err
-		}
-		return reservation.DeductResult{Allocations: prev}, nil
-	case errExpectRows:
-		return reservation.DeductResult{}, fmt.Errorf("mysqlstore: deduct shop %d token %q: the ledger cannot give %s: %w",
-			p.Shop, p.Token, reservation.EncodeAllocations(allocs), reservation.ErrInsufficientStock)
-	}
-	if err != nil {
-		return reservation.DeductResult{}, err
 	}
 	return res, nil
 }

@@ -19,6 +19,7 @@ type metrics struct {
 	notDecider     prometheus.Counter
 	feedWritten    *prometheus.CounterVec
 	handoffs       *prometheus.CounterVec
+	deductGroup    prometheus.Histogram
 }
 
 // Connection hold times are short (a reserve is a few round trips); the
@@ -80,9 +81,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "reservoir_mysql_handoffs_total",
 			Help: "Fence changes MySQL made: yield (to Redis), take_over (from Redis), by result (changed, unchanged).",
 		}, []string{"kind", "result"}),
+		deductGroup: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "reservoir_mysql_deduct_group_size",
+			Help:    "Legacy claims (Deduct) per shared transaction: about the number waiting while the previous group was in flight.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}),
 	}
 	for _, c := range []prometheus.Collector{m.connHold, m.connWait, m.retries, m.replenish, m.replenishUnits, m.reapedHolds,
-		m.tombstones, m.tombstoneHits, m.forgotten, m.notDecider, m.feedWritten, m.handoffs} {
+		m.tombstones, m.tombstoneHits, m.forgotten, m.notDecider, m.feedWritten, m.handoffs, m.deductGroup} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -163,24 +163,29 @@ const (
 	sqlNow = `SELECT NOW(3)`
 	// The legacy claim's record of the claim (Deduct): whatever this store
 	// had for the token, the ledger's claim is the truth now.
-	sqlStateClaimed = `INSERT INTO reservations (shop_id, token, state, decided_by, allocations, short, expires_at)
-  VALUES (?, ?, 'claimed', 'redis', ?, '', NOW(3))
-  ON DUPLICATE KEY UPDATE state = 'claimed', decided_by = 'redis', allocations = VALUES(allocations),
+	sqlStateClaimedPrefix = `INSERT INTO reservations (shop_id, token, state, decided_by, allocations, short, expires_at) VALUES `
+	sqlStateClaimedRow    = `(?, ?, 'claimed', 'redis', ?, '', NOW(3))`
+	sqlStateClaimedSuffix = ` ON DUPLICATE KEY UPDATE state = 'claimed', decided_by = 'redis', allocations = VALUES(allocations),
     expires_at = GREATEST(expires_at, NOW(3)), changed_at = NOW(3)`
 	sqlStateRead   = `SELECT state, allocations, short, expires_at, decided_by FROM reservations WHERE shop_id = ? AND token = ?`
 	sqlHoldsDelete = `DELETE FROM reserved_quantities WHERE shop_id = ? AND token = ?`
 	sqlClaimRead   = `SELECT allocations FROM reservation_claims WHERE shop_id = ? AND token = ?`
 	sqlClaimInsert = `INSERT INTO reservation_claims (shop_id, token, allocations, via) VALUES (?, ?, ?, ?)`
+	// The legacy claims of a deduct group (see deducts): their claims rows,
+	// their reservations' rows, this store's hold lines of them (locked),
+	// their shops' fence slots (shared) and, in the last batch, the hold
+	// lines' removal.
+	sqlDeductClaimsPrefix = `INSERT INTO reservation_claims (shop_id, token, allocations, via) VALUES `
+	sqlDeductHoldsPrefix  = `SELECT shop_id, token, inventory_item_id, location_id, quantity FROM reserved_quantities WHERE `
+	sqlDeductFencesPrefix = `SELECT shop_id, decider, epoch FROM reservation_fences WHERE `
+	sqlFenceSlotCond      = `(shop_id = ? AND slot = ?)`
+	sqlDeductHoldsDelete  = `DELETE FROM reserved_quantities WHERE `
 	// The hot row's statement: last in its transaction, guarded so the
 	// ledger never goes below zero, and followed by sqlExpectRows (1): a
 	// row the guard (or a missing ledger row) left alone fails the batch
 	// before its COMMIT.
 	sqlLedgerDeduct = `UPDATE inventory_ledger SET available = available - ?, version = version + 1
   WHERE shop_id = ? AND inventory_item_id = ? AND location_id = ? AND available >= ?`
-	// A token's hold lines, locked (Deduct settles them).
-	sqlHoldsLock = `SELECT inventory_item_id, location_id, quantity FROM reserved_quantities
-  WHERE shop_id = ? AND token = ? FOR UPDATE`
-
 	// sqlExpectRows fails its batch unless the statement before it changed
 	// exactly ? rows. A batch cannot branch on what a statement did, and
 	// writes that ride with their COMMIT must not commit when one of them
@@ -274,6 +279,26 @@ func reapDeleteQuery(tokens int) string {
 // why the ORDER BY and LIMIT).
 func feedDoneQuery(n int) string {
 	return `/*caller='feed'*/ DELETE FROM reservation_outbox WHERE id IN (` + repeatJoin("?", ",", n) + `) ORDER BY id LIMIT ?`
+}
+
+func deductClaimsQuery(rows int) string {
+	return tag(callerDeduct) + sqlDeductClaimsPrefix + repeatJoin("(?, ?, ?, 'deduct')", ",", rows)
+}
+
+func deductStatesQuery(rows int) string {
+	return tag(callerDeduct) + sqlStateClaimedPrefix + repeatJoin(sqlStateClaimedRow, ",", rows) + sqlStateClaimedSuffix
+}
+
+func deductHoldsQuery(tokens int) string {
+	return tag(callerDeduct) + sqlDeductHoldsPrefix + repeatJoin(sqlTokenCond, " OR ", tokens) + " FOR UPDATE"
+}
+
+func deductFencesQuery(slots int) string {
+	return tag(callerDeduct) + sqlDeductFencesPrefix + repeatJoin(sqlFenceSlotCond, " OR ", slots) + " LOCK IN SHARE MODE"
+}
+
+func deductHoldsDeleteQuery(tokens int) string {
+	return tag(callerDeduct) + sqlDeductHoldsDelete + repeatJoin(sqlTokenCond, " OR ", tokens)
 }
 
 func feedStatesQuery(caller string, rows int) string {

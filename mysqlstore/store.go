@@ -50,6 +50,7 @@ type Store struct {
 	stats   stats
 	pivots  pivots  // where reserves start scanning each pool
 	refills refills // refills in flight, joined by other reservers
+	deducts deducts // legacy claims waiting for a shared transaction
 
 	// Test knobs, set only by this package's tests.
 	//
@@ -64,6 +65,9 @@ type Store struct {
 	// beforeHoldInsert, when set, runs inside the reserve transaction once
 	// its units are taken, before its hold rows are inserted (tests).
 	beforeHoldInsert func()
+	// beforeDeductGroup, when set, runs in the deduct leader before each
+	// group (of n calls) is sent (tests).
+	beforeDeductGroup func(n int)
 }
 
 var (

@@ -92,6 +92,11 @@ func (t *txn) query(scan func(i int, rows *sql.Rows) error, qs ...stmt) error {
 				break
 			}
 		}
+		if err := rows.Err(); err != nil {
+			// A later statement failed (a lock wait timeout, say): that
+			// is the batch's error, not the missing result sets.
+			return err
+		}
 		if i != len(qs) {
 			return fmt.Errorf("mysqlstore: batch returned %d of its %d result sets", i, len(qs))
 		}
