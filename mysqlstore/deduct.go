@@ -80,17 +80,22 @@ type deduct struct {
 type deducts struct {
 	mu      sync.Mutex
 	waiting []*deduct
-	leading bool
+	leaders int
 }
+
+// deductLeaders is how many groups may be in flight at once. Two: while
+// one group's writes and COMMIT travel, the next group's reads do, and
+// its ledger UPDATE waits for the first's lock for server time only.
+var deductLeaders = 2
 
 func (g *deducts) add(s *Store, d *deduct) {
 	g.mu.Lock()
 	g.waiting = append(g.waiting, d)
-	if g.leading {
+	if g.leaders >= deductLeaders {
 		g.mu.Unlock()
 		return
 	}
-	g.leading = true
+	g.leaders++
 	g.mu.Unlock()
 	go g.lead(s)
 }
@@ -102,7 +107,7 @@ func (g *deducts) lead(s *Store) {
 		group, rest := takeGroup(g.waiting, s.cfg.DeductGroup)
 		g.waiting = rest
 		if len(group) == 0 {
-			g.leading = false
+			g.leaders--
 			g.mu.Unlock()
 			return
 		}

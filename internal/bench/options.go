@@ -20,8 +20,11 @@ import (
 // A variant with the suffix Unbatched is its namesake sending one statement
 // per round trip, as the store did before it sent each transaction in
 // multi-statement batches (mysqlstore.Config.Unbatched; for the row and
-// buckets baselines, their statement-by-statement transaction): before and
-// after, side by side in one run.
+// buckets baselines, their statement-by-statement transaction), and each
+// legacy claim in a transaction of its own (mysqlstore.Config.DeductGroup
+// 1): before and after, side by side in one run. A variant with the suffix
+// Alone is batched but does not combine legacy claims: what combining
+// adds on its own.
 const (
 	VariantRedis        = "redis"
 	VariantPool         = "pool"
@@ -36,7 +39,12 @@ const (
 	VariantFacadeMySQLNoFeed = "facade-mysql-nofeed"
 
 	Unbatched = "-unbatched"
+	Alone     = "-alone"
 )
+
+// combining are the variants whose claims go through the legacy claim's
+// Deduct, and so have an Alone twin.
+var combining = []string{VariantRedis, VariantFacadeRedis, VariantFacadeShadow}
 
 // batchable are the variants that have an Unbatched twin.
 var batchable = []string{VariantRedis, VariantPool, VariantRow, VariantBuckets, VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL}
@@ -46,9 +54,12 @@ var Variants = append([]string{VariantRedis, VariantPool, VariantPoolBefore, Var
 	VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL, VariantFacadeMySQLNoFeed}, unbatchedVariants()...)
 
 func unbatchedVariants() []string {
-	out := make([]string, len(batchable))
-	for i, v := range batchable {
-		out[i] = v + Unbatched
+	var out []string
+	for _, v := range batchable {
+		out = append(out, v+Unbatched)
+	}
+	for _, v := range combining {
+		out = append(out, v+Alone)
 	}
 	return out
 }
@@ -83,8 +94,9 @@ func DefaultSweeps() []Sweep {
 			[]int{16, 64}, bothLatencies},
 		{ScenarioDrain, stores, []int{64}, bothLatencies},
 		{ScenarioCarts, stores, []int{64}, bothLatencies},
-		{ScenarioClaim, []string{VariantPool, VariantPool + Unbatched, VariantRedis, VariantRedis + Unbatched,
-			VariantFacadeShadow, VariantFacadeShadow + Unbatched, VariantFacadeMySQL, VariantFacadeMySQL + Unbatched}, []int{64}, bothLatencies},
+		{ScenarioClaim, []string{VariantPool, VariantPool + Unbatched, VariantRedis, VariantRedis + Alone, VariantRedis + Unbatched,
+			VariantFacadeShadow, VariantFacadeShadow + Alone, VariantFacadeShadow + Unbatched, VariantFacadeMySQL, VariantFacadeMySQL + Unbatched},
+			[]int{64}, bothLatencies},
 	}
 }
 

@@ -118,7 +118,11 @@ type pointEnv struct {
 
 func newTarget(variant string, env *pointEnv) (target, error) {
 	base, unbatched := strings.CutSuffix(variant, Unbatched)
+	base, alone := strings.CutSuffix(base, Alone)
 	cfg := mysqlstore.Config{Unbatched: unbatched}
+	if unbatched || alone {
+		cfg.DeductGroup = 1
+	}
 	switch base {
 	case VariantPool:
 		return newPoolTarget(env, cfg)
