@@ -58,9 +58,10 @@ CREATE TABLE reservation_claims (
 ) ENGINE=InnoDB;
 
 -- Single-flight replenish lock, one row per item x location. Whoever adds
--- units to a pool (the replenisher) or changes the stock under it (adjust,
--- the legacy claim's deduct) holds it, so the pool's count and its unit ids
--- are decided by one transaction at a time.
+-- units to a pool (the replenisher) or sets the stock under it (adjust)
+-- holds it, so the pool's count and its unit ids are decided by one
+-- transaction at a time. (The legacy claim's deduct does not: a refill
+-- reads the ledger row with a shared lock instead; see mysqlstore.)
 CREATE TABLE pool_replenish_locks (
   shop_id             BIGINT      NOT NULL,
   inventory_item_id   BIGINT      NOT NULL,

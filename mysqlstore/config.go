@@ -82,6 +82,11 @@ type Config struct {
 	// deducts were combined (reservoir bench, variants ending in
 	// -alone). Default: 64.
 	DeductGroup int
+	// PoolConcurrency is how many reserve transactions of one pool may run
+	// at once; more wait in the store, holding no connection (see gates).
+	// -1: no bound, as before (reservoir bench, variants ending in
+	// -ungated). Default: 16.
+	PoolConcurrency int
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -111,6 +116,9 @@ func (c Config) WithDefaults() Config {
 	if c.ReapBatch == 0 {
 		c.ReapBatch = 500
 	}
+	if c.PoolConcurrency == 0 {
+		c.PoolConcurrency = 16
+	}
 	if c.DeductGroup == 0 {
 		c.DeductGroup = 64
 	}
@@ -135,6 +143,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("mysqlstore: Config.RetryBase (%s) must be > 0 and <= RetryMax (%s)", c.RetryBase, c.RetryMax)
 	case c.ReserveAttempts < 1:
 		return fmt.Errorf("mysqlstore: Config.ReserveAttempts must be >= 1, got %d", c.ReserveAttempts)
+	case c.PoolConcurrency < -1 || c.PoolConcurrency > 10000:
+		return fmt.Errorf("mysqlstore: Config.PoolConcurrency must be -1 (no bound) or between 1 and 10000, got %d", c.PoolConcurrency)
 	case c.DeductGroup < 1 || c.DeductGroup > 1000:
 		return fmt.Errorf("mysqlstore: Config.DeductGroup must be between 1 and 1000, got %d", c.DeductGroup)
 	case c.ReapBatch < 1:

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/seed31b0e981/reservoir/reservation"
 )
@@ -41,9 +40,9 @@ func (s *Store) Deduct(ctx context.Context, p *reservation.DeductParams) (reserv
 	}
 	allocs := slices.Clone(p.Allocations)
 	reservation.SortAllocations(allocs)
-	d := &deduct{shop: p.Shop, token: p.Token, allocs: allocs, done: make(chan struct{})}
+	d := &deduct{ctx: ctx, shop: p.Shop, token: p.Token, allocs: allocs, done: make(chan struct{})}
 	if s.cfg.DeductGroup <= 1 {
-		s.deductAlone(ctx, d)
+		s.deductAlone(d)
 		return d.res, d.err
 	}
 	s.deducts.add(s, d)
@@ -59,6 +58,7 @@ func (s *Store) Deduct(ctx context.Context, p *reservation.DeductParams) (reserv
 
 // deduct is one Deduct call waiting for its group.
 type deduct struct {
+	ctx    context.Context // the caller's
 	shop   int64
 	token  string
 	allocs []reservation.Allocation // sorted
@@ -81,17 +81,26 @@ type deducts struct {
 	mu      sync.Mutex
 	waiting []*deduct
 	leaders int
+	// oneLeader makes groups go one at a time (tests that shape groups).
+	oneLeader bool
+}
+
+func (g *deducts) maxLeaders() int {
+	if g.oneLeader {
+		return 1
+	}
+	return deductLeaders
 }
 
 // deductLeaders is how many groups may be in flight at once. Two: while
 // one group's writes and COMMIT travel, the next group's reads do, and
 // its ledger UPDATE waits for the first's lock for server time only.
-var deductLeaders = 2
+const deductLeaders = 2
 
 func (g *deducts) add(s *Store, d *deduct) {
 	g.mu.Lock()
 	g.waiting = append(g.waiting, d)
-	if g.leaders >= deductLeaders {
+	if g.leaders >= g.maxLeaders() {
 		g.mu.Unlock()
 		return
 	}
@@ -101,6 +110,13 @@ func (g *deducts) add(s *Store, d *deduct) {
 }
 
 // lead runs groups until no call waits.
+//
+// A call runs only while its caller waits, as it would alone: a call whose
+// caller gave up before its group formed is dropped, and a group is
+// cancelled as soon as any of its callers gives up (the others get that
+// unknown outcome too, and retry). So no deduct lands after its caller
+// was told the outcome is unknown and moved on: a legacy claim's grace
+// (redisstore's ClaimGrace) relies on that.
 func (g *deducts) lead(s *Store) {
 	for {
 		g.mu.Lock()
@@ -112,18 +128,37 @@ func (g *deducts) lead(s *Store) {
 			return
 		}
 		g.mu.Unlock()
+		group = slices.DeleteFunc(group, func(d *deduct) bool {
+			if err := d.ctx.Err(); err != nil {
+				d.err = err
+				close(d.done)
+				return true
+			}
+			return false
+		})
+		if len(group) == 0 {
+			continue
+		}
 		if hook := s.beforeDeductGroup; hook != nil {
 			hook(len(group))
 		}
 		s.metrics.deductGroup.Observe(float64(len(group)))
-		ctx, cancel := context.WithTimeout(context.Background(), deductGroupTimeout)
 		if len(group) == 1 {
-			s.deductAlone(ctx, group[0])
-			cancel()
+			s.deductAlone(group[0])
 			continue
 		}
+		ctx, cancel := context.WithCancelCause(context.Background())
+		stops := make([]func() bool, len(group))
+		for i, d := range group {
+			stops[i] = context.AfterFunc(d.ctx, func() {
+				cancel(fmt.Errorf("mysqlstore: deduct: a caller of the group gave up: %w", context.Cause(d.ctx)))
+			})
+		}
 		err := s.deductGroup(ctx, group)
-		cancel()
+		for _, stop := range stops {
+			stop()
+		}
+		cancel(nil)
 		if err == nil {
 			for _, d := range group {
 				d.res = reservation.DeductResult{Applied: true, Allocations: d.allocs}
@@ -140,19 +175,10 @@ func (g *deducts) lead(s *Store) {
 		}
 		// One call's reason: each runs alone, for its own answer.
 		for _, d := range group {
-			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), deductGroupTimeout)
-				defer cancel()
-				s.deductAlone(ctx, d)
-			}()
+			go s.deductAlone(d)
 		}
 	}
 }
-
-// deductGroupTimeout bounds a group's transaction: it runs on its own
-// context (its callers' may end first, and one caller's must not end the
-// others'), and a server that stops answering must not pin the leader.
-const deductGroupTimeout = 30 * time.Second
 
 // takeGroup takes up to n calls, in order, one per token; the others stay.
 func takeGroup(waiting []*deduct, n int) (group, rest []*deduct) {
@@ -181,8 +207,9 @@ func perCall(err error) bool {
 
 // deductAlone runs d as a group of one and turns the errors that belong to
 // it into its answer.
-func (s *Store) deductAlone(ctx context.Context, d *deduct) {
+func (s *Store) deductAlone(d *deduct) {
 	defer close(d.done)
+	ctx := d.ctx
 	err := s.deductGroup(ctx, []*deduct{d})
 	switch mysqlErrno(err) {
 	case errDupEntry:

@@ -188,3 +188,40 @@ func (b bundle) ledgerOf(t *testing.T, sh, item, loc int64) int64 {
 	}
 	return n
 }
+
+// A deduct runs only while its caller waits: one whose caller gave up
+// before its group was sent is never applied (a legacy claim's grace
+// relies on it: the release that follows asks the ledger, and a deduct
+// landing after that answer would be a claim after a release).
+func TestDeductOfAGoneCallerNeverLands(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100)
+	ctx := context.Background()
+	b.stockShop(t, redisShop, 1, 1, 10)
+	start := wave(t, b.s, 2)
+	gone, giveUp := context.WithCancel(ctx)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	start(func() {
+		wg.Go(func() { _, errs[0] = b.s.Deduct(ctx, deductOf("lead", 1, 1, 1)) })
+		for mysqlstore.WaitingDeducts(b.s) != 0 {
+			time.Sleep(time.Millisecond)
+		}
+		wg.Go(func() { _, errs[1] = b.s.Deduct(gone, deductOf("gone", 1, 1, 2)) })
+		wg.Go(func() { _, errs[2] = b.s.Deduct(ctx, deductOf("stays", 1, 1, 3)) })
+		for mysqlstore.WaitingDeducts(b.s) != 2 {
+			time.Sleep(time.Millisecond)
+		}
+		giveUp()
+	})
+	wg.Wait()
+	if errs[0] != nil || errs[2] != nil {
+		t.Fatalf("the callers that waited: %v, %v", errs[0], errs[2])
+	}
+	if !errors.Is(errs[1], context.Canceled) {
+		t.Errorf("the caller that gave up: %v, want context.Canceled", errs[1])
+	}
+	if got := b.ledgerOf(t, redisShop, 1, 1); got != 10-1-3 {
+		t.Errorf("ledger %d, want %d: the deduct of the caller that gave up landed", got, 10-1-3)
+	}
+}

@@ -17,8 +17,12 @@ func SetBeforeHoldInsert(s *Store, f func()) { s.beforeHoldInsert = f }
 func ReserveUnitsQuery(n int) string { return reserveUnitsQuery(n) }
 
 // SetBeforeDeductGroup installs a hook run by the deduct leader before
-// each group of n calls is sent.
-func SetBeforeDeductGroup(s *Store, f func(n int)) { s.beforeDeductGroup = f }
+// each group of n calls is sent, and makes groups go one at a time, so a
+// test can shape them.
+func SetBeforeDeductGroup(s *Store, f func(n int)) {
+	s.beforeDeductGroup = f
+	s.deducts.oneLeader = true
+}
 
 // WaitingDeducts is how many Deduct calls wait for a group.
 func WaitingDeducts(s *Store) int {

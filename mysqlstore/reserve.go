@@ -75,7 +75,7 @@ func (r *reserveCall) loc(i int) int64 { return r.lines[i].Locations[r.cursor[i]
 func (r *reserveCall) run(ctx context.Context) (reservation.ReserveResult, error) {
 	backoff := r.s.cfg.RetryBase
 	for attempt := 1; ; attempt++ {
-		res, short, err := r.attempt(ctx)
+		res, short, err := r.gatedAttempt(ctx)
 		if errors.Is(err, errTokenRace) {
 			continue
 		}
@@ -111,6 +111,24 @@ func (r *reserveCall) run(ctx context.Context) (reservation.ReserveResult, error
 		}
 		backoff = min(2*backoff, r.s.cfg.RetryMax)
 	}
+}
+
+// gatedAttempt runs an attempt once the pools of its lines let it in
+// (see gates).
+func (r *reserveCall) gatedAttempt(ctx context.Context) (reservation.ReserveResult, []int, error) {
+	if r.s.cfg.PoolConcurrency < 1 {
+		return r.attempt(ctx)
+	}
+	keys := make([]key, len(r.lines))
+	for i := range r.lines {
+		keys[i] = r.key(i)
+	}
+	leave, err := r.s.gates.enter(ctx, r.s.cfg.PoolConcurrency, keys)
+	if err != nil {
+		return reservation.ReserveResult{}, nil, err
+	}
+	defer leave()
+	return r.attempt(ctx)
 }
 
 // attempt runs one reserve transaction. It returns the indexes of lines

@@ -17,12 +17,14 @@
 //     ledger rows are locked for server time only (see txn).
 //   - One table order: units before holds (reserve); holds before claims
 //     before ledger (claim); replenish lock before ledger before units
-//     (adjust, deduct). Rows of one table are locked in (item, location)
-//     order.
+//     (adjust, replenish); claims, holds, ledger, units (deduct). Rows of
+//     one table are locked in (shop, item, location) order.
 //   - The pool projection: units in the pool plus units held never exceed
 //     the ledger's available stock. Only the replenisher adds units, holding
-//     the item x location's replenish lock row and deciding from one
-//     snapshot statement; releases and the reaper only delete holds.
+//     the item x location's replenish lock row and the ledger row (shared)
+//     and deciding from one snapshot statement; releases and the reaper
+//     only delete holds; a deduct takes from the pool what it takes from
+//     the ledger beyond the hold it removes.
 //   - Deadlocks (1213) and lock wait timeouts (1205) are retried with capped
 //     exponential backoff and jitter.
 //   - Every statement is tagged with its caller, and connection hold time is
@@ -51,6 +53,7 @@ type Store struct {
 	pivots  pivots  // where reserves start scanning each pool
 	refills refills // refills in flight, joined by other reservers
 	deducts deducts // legacy claims waiting for a shared transaction
+	gates   gates   // reserve transactions per pool (Config.PoolConcurrency)
 
 	// Test knobs, set only by this package's tests.
 	//

@@ -22,9 +22,11 @@ import (
 // multi-statement batches (mysqlstore.Config.Unbatched; for the row and
 // buckets baselines, their statement-by-statement transaction), and each
 // legacy claim in a transaction of its own (mysqlstore.Config.DeductGroup
-// 1): before and after, side by side in one run. A variant with the suffix
-// Alone is batched but does not combine legacy claims: what combining
-// adds on its own.
+// 1) and no bound on a pool's concurrent reserves (PoolConcurrency -1):
+// before and after, side by side in one run. A variant with the suffix
+// Alone is batched but does not combine legacy claims, and one with the
+// suffix Ungated does not bound a pool's reserves: what each adds on its
+// own.
 const (
 	VariantRedis        = "redis"
 	VariantPool         = "pool"
@@ -40,6 +42,7 @@ const (
 
 	Unbatched = "-unbatched"
 	Alone     = "-alone"
+	Ungated   = "-ungated"
 )
 
 // combining are the variants whose claims go through the legacy claim's
@@ -61,7 +64,7 @@ func unbatchedVariants() []string {
 	for _, v := range combining {
 		out = append(out, v+Alone)
 	}
-	return out
+	return append(out, VariantPool+Ungated, VariantFacadeMySQL+Ungated)
 }
 
 // isBaseline reports whether v is the row or buckets baseline (which has

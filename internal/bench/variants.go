@@ -119,17 +119,21 @@ type pointEnv struct {
 func newTarget(variant string, env *pointEnv) (target, error) {
 	base, unbatched := strings.CutSuffix(variant, Unbatched)
 	base, alone := strings.CutSuffix(base, Alone)
+	base, ungated := strings.CutSuffix(base, Ungated)
 	cfg := mysqlstore.Config{Unbatched: unbatched}
 	if unbatched || alone {
 		cfg.DeductGroup = 1
+	}
+	if unbatched || ungated {
+		cfg.PoolConcurrency = -1
 	}
 	switch base {
 	case VariantPool:
 		return newPoolTarget(env, cfg)
 	case VariantPoolBefore:
-		return newPoolTarget(env, mysqlstore.Config{ScanFromHead: true, SeparateRefills: true})
+		return newPoolTarget(env, mysqlstore.Config{ScanFromHead: true, SeparateRefills: true, PoolConcurrency: -1})
 	case VariantPoolHeadScan:
-		return newPoolTarget(env, mysqlstore.Config{ScanFromHead: true})
+		return newPoolTarget(env, mysqlstore.Config{ScanFromHead: true, PoolConcurrency: -1})
 	case VariantRedis:
 		return newRedisTarget(env, cfg)
 	case VariantRow:
