@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -26,6 +25,8 @@ import (
 // Batched, it is two round trips: BEGIN and the locking reads (with the
 // clock read after them) in the first; every write with the COMMIT in the
 // second, so the hot ledger rows are locked for server time only.
+// Concurrent claims share that transaction (see combiner), each with its
+// own claims row and answer.
 //
 // As shadow it only answers what a claim would find (see settle).
 func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
@@ -35,133 +36,229 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 	if p.As == reservation.AsShadow {
 		return s.settle(ctx, p)
 	}
-	var res reservation.ClaimResult
-	var expired stateRow
-	err := s.inBatch(ctx, callerClaim, func(t *txn) error {
-		res, expired = reservation.ClaimResult{}, stateRow{}
-		var fence fenceRow
-		var st stateRow
-		var now time.Time
-		err := t.query(func(i int, rows *sql.Rows) (err error) {
-			if i == 0 {
-				fence, st, err = scanFenceAndState(rows, p.Shop, p.Token)
-			} else {
-				now, err = scanNow(rows)
-			}
-			return err
-		}, fenceAndState(tag(callerClaim)+sqlFenceAndStateLock, p.Shop, p.Token, true), stmt{tag(callerClaim) + sqlNow, nil})
-		if err != nil {
-			return fmt.Errorf("mysqlstore: claim: lock reservation: %w", err)
-		}
-		if err := s.decides(p.Shop, fence); err != nil {
-			return err
-		}
-		if !st.found {
-			return fmt.Errorf("mysqlstore: claim shop %d token %q: %w", p.Shop, p.Token, reservation.ErrNotFound)
-		}
-		switch st.state {
-		case reservation.StateHeld:
-		case reservation.StateClaimed:
-			s.metrics.tombstoneHits.WithLabelValues(string(st.state)).Inc()
-			res = reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: st.allocs, Replayed: true}
-			return nil
-		default:
-			return s.tombstoneErr("claim", p.Shop, p.Token, st)
-		}
-		if !st.expiresAt.After(now) {
-			// Expired: expire it now, as the reaper would, so that every
-			// later answer agrees with this one.
-			expired = st
-			return s.expireHeld(t, callerClaim, p.Shop, p.Token)
-		}
-		if err := s.endState(t, callerClaim, p.Shop, p.Token, reservation.StateClaimed, reservation.AuthorityMySQL); err != nil {
-			return err
-		}
-		if err := t.exec(tag(callerClaim)+sqlHoldsDelete, p.Shop, p.Token); err != nil {
-			return fmt.Errorf("mysqlstore: claim: delete hold: %w", err)
-		}
-		// A duplicate key here: the ledger deducted this token before (a
-		// token reused after its tombstone was forgotten, and claimed by
-		// another call meanwhile): never twice (see below).
-		if err := insertClaim(t, callerClaim, p.Shop, p.Token, st.allocs); err != nil {
-			return err
-		}
-		if err := s.deductLedger(t, callerClaim, p.Shop, st.allocs); err != nil {
-			return err
-		}
-		if err := s.feedState(t, callerClaim, p.Shop, p.Token); err != nil {
-			return err
-		}
-		res = reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: st.allocs}
-		return nil
-	})
-	switch mysqlErrno(err) {
-	case errDupEntry:
-		// The claims row was there: the answer is that claim, and this
-		// transaction rolled back.
-		allocs, _, err := readClaim(ctx, s.db, callerClaim, p.Shop, p.Token)
-		if err != nil {
-			return reservation.ClaimResult{}, err
-		}
-		return reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: allocs, Replayed: true}, nil
-	case errExpectRows:
-		return reservation.ClaimResult{}, fmt.Errorf("mysqlstore: claim shop %d token %q: the ledger cannot give %s: %w",
-			p.Shop, p.Token, reservation.EncodeAllocations(res.Allocations), reservation.ErrInsufficientStock)
+	c := &claimCall{ctx: ctx, shop: p.Shop, token: p.Token, done: make(chan struct{})}
+	if s.cfg.GroupSize <= 1 {
+		s.claimAlone(c)
+		return c.res, c.err
 	}
-	if err != nil {
+	s.claims.add(c, &s.claimRun)
+	if err := waitFor(ctx, c.done); err != nil {
 		return reservation.ClaimResult{}, err
 	}
-	if expired.found {
-		return reservation.ClaimResult{}, fmt.Errorf("mysqlstore: claim shop %d token %q expired at %s: %w", p.Shop, p.Token, expired.expiresAt, reservation.ErrExpired)
-	}
-	return res, nil
+	return c.res, c.err
 }
 
-// expireHeld expires a held reservation MySQL decides, whose row the
-// caller holds: the same change the reaper makes.
-func (s *Store) expireHeld(t *txn, caller string, shop int64, token string) error {
-	if err := s.endState(t, caller, shop, token, reservation.StateExpired, reservation.AuthorityMySQL); err != nil {
-		return err
-	}
-	if err := t.exec(tag(caller)+sqlHoldsDelete, shop, token); err != nil {
-		return fmt.Errorf("mysqlstore: %s: delete expired hold: %w", caller, err)
-	}
-	return s.feedState(t, caller, shop, token)
+// claimCall is one Claim call waiting for its group.
+type claimCall struct {
+	ctx   context.Context // the caller's
+	shop  int64
+	token string
+	done  chan struct{}
+	res   reservation.ClaimResult
+	err   error
 }
 
-// deductLedger subtracts allocations from the ledger, in (item, location)
-// order, refusing to go below zero: claims never exceed the stock the ledger
-// was given. Each UPDATE is checked by sqlExpectRows, so a row that cannot
-// give fails the transaction (errExpectRows) before its COMMIT.
-func (s *Store) deductLedger(t *txn, caller string, shop int64, allocs []reservation.Allocation) error {
-	order := slices.Clone(allocs)
-	reservation.SortAllocations(order)
-	if s.unorderedLedger {
-		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	}
-	for _, a := range order {
-		if err := t.exec(tag(caller)+sqlLedgerDeduct, a.Quantity, shop, a.Item, a.Location, a.Quantity); err != nil {
-			return fmt.Errorf("mysqlstore: %s: deduct ledger: %w", caller, err)
-		}
-		if err := t.exec(tag(caller)+sqlExpectRows, 1); err != nil {
-			return fmt.Errorf("mysqlstore: %s: shop %d item %d location %d cannot give %d: %w",
-				caller, shop, a.Item, a.Location, a.Quantity, reservation.ErrInsufficientStock)
-		}
-	}
-	return nil
-}
-
-// insertClaim adds the claims row to t; a token claimed before fails the
-// transaction with a duplicate key.
-func insertClaim(t *txn, caller string, shop int64, token string, allocs []reservation.Allocation) error {
-	doc, err := json.Marshal(allocs)
+func (c *claimCall) tok() tokenKey           { return tokenKey{c.shop, c.token} }
+func (c *claimCall) caller() context.Context { return c.ctx }
+func (c *claimCall) finish(err error) {
 	if err != nil {
-		return err
+		c.res, c.err = reservation.ClaimResult{}, err
 	}
-	if err := t.exec(tag(caller)+sqlClaimInsert, shop, token, string(doc), caller); err != nil {
-		return fmt.Errorf("mysqlstore: %s: insert claim: %w", caller, err)
+	close(c.done)
+}
+
+// newClaimRun is how the store's claim combiner runs groups.
+func (s *Store) newClaimRun() groupRun[*claimCall] {
+	return groupRun[*claimCall]{
+		max:     s.cfg.GroupSize,
+		alone:   s.claimAlone,
+		group:   s.claimGroup,
+		observe: func(n int) { s.metrics.claimGroup.Observe(float64(n)) },
 	}
-	return nil
+}
+
+// claimAlone runs c as a group of one and turns the errors that belong to
+// it into its answer.
+func (s *Store) claimAlone(c *claimCall) {
+	err := s.claimGroup(c.ctx, []*claimCall{c})
+	switch mysqlErrno(err) {
+	case errDupEntry:
+		// The claims row was there (a token reused after its tombstone
+		// was forgotten, and claimed by another call meanwhile): the
+		// answer is that claim, and this transaction rolled back.
+		var allocs []reservation.Allocation
+		if allocs, _, err = readClaim(c.ctx, s.db, callerClaim, c.shop, c.token); err == nil {
+			c.res = reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: allocs, Replayed: true}
+		}
+	case errExpectRows:
+		err = fmt.Errorf("mysqlstore: claim shop %d token %q: the ledger cannot give %s: %w",
+			c.shop, c.token, reservation.EncodeAllocations(c.res.Allocations), reservation.ErrInsufficientStock)
+	}
+	if err != nil {
+		c.res, c.err = reservation.ClaimResult{}, err
+	}
+	close(c.done)
+}
+
+// claimGroup claims every call of group in one transaction and sets each
+// call's answer (the transaction's own error aside).
+func (s *Store) claimGroup(ctx context.Context, group []*claimCall) error {
+	return s.inBatch(ctx, callerClaim, func(t *txn) error {
+		tokens := make([]any, 0, 2*len(group))
+		for _, c := range group {
+			c.res, c.err = reservation.ClaimResult{}, nil
+			tokens = append(tokens, c.shop, c.token)
+		}
+		fenceArgs, slots := groupSlots(group)
+		fences := map[[2]int64]fenceRow{}
+		states := map[tokenKey]stateRow{}
+		claimed := map[tokenKey][]reservation.Allocation{}
+		var now time.Time
+		err := t.query(func(i int, rows *sql.Rows) (err error) {
+			if i == 3 {
+				now, err = scanNow(rows)
+				return err
+			}
+			for rows.Next() {
+				switch i {
+				case 0:
+					var shop, epoch int64
+					var slot int64
+					var decider string
+					if err := rows.Scan(&shop, &slot, &decider, &epoch); err != nil {
+						return err
+					}
+					fences[[2]int64{shop, slot}] = fenceRow{found: true, fence: reservation.Fence{Decider: reservation.Authority(decider), Epoch: epoch}}
+				case 1:
+					var k tokenKey
+					var state, allocs string
+					var exp sqlTime
+					if err := rows.Scan(&k.shop, &k.token, &state, &allocs, &exp); err != nil {
+						return err
+					}
+					st := stateRow{found: true, state: reservation.State(state), expiresAt: exp.Time}
+					if st.allocs, err = reservation.DecodeAllocations(allocs); err != nil {
+						return err
+					}
+					states[k] = st
+				case 2:
+					var k tokenKey
+					var doc string
+					if err := rows.Scan(&k.shop, &k.token, &doc); err != nil {
+						return err
+					}
+					var allocs []reservation.Allocation
+					if err := json.Unmarshal([]byte(doc), &allocs); err != nil {
+						return fmt.Errorf("mysqlstore: claims row of shop %d token %q: %w", k.shop, k.token, err)
+					}
+					reservation.SortAllocations(allocs)
+					claimed[k] = allocs
+				}
+			}
+			return nil
+		}, stmt{groupFencesQuery(callerClaim, slots), fenceArgs},
+			stmt{groupStatesQuery(callerClaim, len(group)), tokens},
+			stmt{groupClaimedQuery(callerClaim, len(group)), tokens},
+			stmt{tag(callerClaim) + sqlNow, nil})
+		if err != nil {
+			return fmt.Errorf("mysqlstore: claim: lock reservations: %w", err)
+		}
+		var claim, expire []any // (shop, token) pairs
+		var claimRows []any
+		sums := map[key]int64{}
+		for _, c := range group {
+			k := c.tok()
+			st, ok := states[k]
+			if !ok && claimed[k] != nil {
+				// The tombstone was forgotten; the ledger's claim never is.
+				st = stateRow{found: true, state: reservation.StateClaimed, allocs: claimed[k]}
+			}
+			switch s.judgeClaim(c, fences[[2]int64{c.shop, int64(fenceSlot(c.token))}], st, now) {
+			case planClaim:
+				claim = append(claim, c.shop, c.token)
+				doc, err := json.Marshal(st.allocs)
+				if err != nil {
+					return err
+				}
+				claimRows = append(claimRows, c.shop, c.token, string(doc), callerClaim)
+				for _, a := range st.allocs {
+					sums[key{c.shop, a.Item, a.Location}] += a.Quantity
+				}
+			case planExpire:
+				expire = append(expire, c.shop, c.token)
+			}
+		}
+		if len(claim)+len(expire) == 0 {
+			return nil // answers only: the commit writes nothing
+		}
+		for _, end := range []struct {
+			state  reservation.State
+			tokens []any
+		}{{reservation.StateClaimed, claim}, {reservation.StateExpired, expire}} {
+			for i := 0; i < len(end.tokens); i += 2 {
+				if err := s.endState(t, callerClaim, end.tokens[i].(int64), end.tokens[i+1].(string), end.state, reservation.AuthorityMySQL); err != nil {
+					return err
+				}
+			}
+		}
+		ended := append(slices.Clone(claim), expire...)
+		if err := deleteHolds(t, callerClaim, ended); err != nil {
+			return err
+		}
+		if len(claim) > 0 {
+			// A duplicate key here: the ledger deducted a token before (see
+			// claimAlone).
+			if err := t.exec(groupClaimsQuery(callerClaim, len(claim)/2), claimRows...); err != nil {
+				return fmt.Errorf("mysqlstore: claim: insert claims: %w", err)
+			}
+			if _, err := s.deductSums(t, callerClaim, sums); err != nil {
+				return err
+			}
+		}
+		return s.feedStates(t, callerClaim, ended)
+	})
+}
+
+// claimPlan is what a claim's transaction does with a reservation it
+// locked.
+type claimPlan int
+
+const (
+	planAnswer claimPlan = iota // nothing to write: the call's answer is set
+	planExpire                  // expire it (as the reaper would); the answer is ErrExpired
+	planClaim                   // claim it; the answer is set
+)
+
+// judgeClaim decides a claim from what its transaction read, after the
+// locks were taken (now is the database's clock then), and sets c's
+// answer.
+func (s *Store) judgeClaim(c *claimCall, fence fenceRow, st stateRow, now time.Time) claimPlan {
+	if err := s.decides(c.shop, fence); err != nil {
+		c.err = err
+		return planAnswer
+	}
+	if !st.found {
+		c.err = fmt.Errorf("mysqlstore: claim shop %d token %q: %w", c.shop, c.token, reservation.ErrNotFound)
+		return planAnswer
+	}
+	switch st.state {
+	case reservation.StateHeld:
+	case reservation.StateClaimed:
+		s.metrics.tombstoneHits.WithLabelValues(string(st.state)).Inc()
+		c.res = reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: st.allocs, Replayed: true}
+		return planAnswer
+	default:
+		c.err = s.tombstoneErr("claim", c.shop, c.token, st)
+		return planAnswer
+	}
+	if !st.expiresAt.After(now) {
+		// Expired: expire it now, as the reaper would, so that every
+		// later answer agrees with this one.
+		c.err = fmt.Errorf("mysqlstore: claim shop %d token %q expired at %s: %w", c.shop, c.token, st.expiresAt, reservation.ErrExpired)
+		return planExpire
+	}
+	c.res = reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: st.allocs}
+	return planClaim
 }
 
 func readClaim(ctx context.Context, q querier, caller string, shop int64, token string) ([]reservation.Allocation, bool, error) {

@@ -77,11 +77,11 @@ type Config struct {
 	// difference (reservoir bench, variants ending in -unbatched).
 	// Default: false.
 	Unbatched bool
-	// DeductGroup is how many concurrent legacy claims (Deduct) one
-	// transaction may carry; 1 runs each in its own transaction, as before
-	// deducts were combined (reservoir bench, variants ending in
-	// -alone). Default: 64.
-	DeductGroup int
+	// GroupSize is how many concurrent claims (Claim as authority, and the
+	// legacy claim's Deduct) one transaction may carry (see combiner); 1
+	// runs each in its own transaction, as before claims were combined
+	// (reservoir bench, variants ending in -alone). Default: 64.
+	GroupSize int
 	// PoolConcurrency is how many reserve transactions of one pool may run
 	// at once; more wait in the store, holding no connection (see gates).
 	// -1: no bound, as before (reservoir bench, variants ending in
@@ -119,8 +119,8 @@ func (c Config) WithDefaults() Config {
 	if c.PoolConcurrency == 0 {
 		c.PoolConcurrency = 16
 	}
-	if c.DeductGroup == 0 {
-		c.DeductGroup = 64
+	if c.GroupSize == 0 {
+		c.GroupSize = 64
 	}
 	if c.TombstoneTTL == 0 {
 		c.TombstoneTTL = reservation.DefaultTombstoneTTL
@@ -145,8 +145,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("mysqlstore: Config.ReserveAttempts must be >= 1, got %d", c.ReserveAttempts)
 	case c.PoolConcurrency < -1 || c.PoolConcurrency > 10000:
 		return fmt.Errorf("mysqlstore: Config.PoolConcurrency must be -1 (no bound) or between 1 and 10000, got %d", c.PoolConcurrency)
-	case c.DeductGroup < 1 || c.DeductGroup > 1000:
-		return fmt.Errorf("mysqlstore: Config.DeductGroup must be between 1 and 1000, got %d", c.DeductGroup)
+	case c.GroupSize < 1 || c.GroupSize > 1000:
+		return fmt.Errorf("mysqlstore: Config.GroupSize must be between 1 and 1000, got %d", c.GroupSize)
 	case c.ReapBatch < 1:
 		return fmt.Errorf("mysqlstore: Config.ReapBatch must be >= 1, got %d", c.ReapBatch)
 	case c.TombstoneTTL < c.Limits.MaxTTL || c.TombstoneTTL%time.Second != 0:

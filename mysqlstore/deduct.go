@@ -1,14 +1,11 @@
 package mysqlstore
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/seed31b0e981/reservoir/reservation"
 )
@@ -30,10 +27,9 @@ import (
 // decide the claim. The fence is read after the reservation's row is
 // locked (see checkShadowFence for why that order closes the race).
 //
-// Concurrent Deducts share transactions (see deducts): in `redis` mode
-// every payment of a flash sale deducts the same ledger row, and one
-// transaction per claim would serialise them on that row's lock and
-// commit. Each keeps its own claims row and answer.
+// Concurrent Deducts share transactions (see combiner): in `redis` mode
+// every payment of a flash sale deducts the same ledger row. Each keeps
+// its own claims row and answer.
 func (s *Store) Deduct(ctx context.Context, p *reservation.DeductParams) (reservation.DeductResult, error) {
 	if err := s.cfg.Limits.ValidateDeduct(p); err != nil {
 		return reservation.DeductResult{}, err
@@ -41,19 +37,15 @@ func (s *Store) Deduct(ctx context.Context, p *reservation.DeductParams) (reserv
 	allocs := slices.Clone(p.Allocations)
 	reservation.SortAllocations(allocs)
 	d := &deduct{ctx: ctx, shop: p.Shop, token: p.Token, allocs: allocs, done: make(chan struct{})}
-	if s.cfg.DeductGroup <= 1 {
+	if s.cfg.GroupSize <= 1 {
 		s.deductAlone(d)
 		return d.res, d.err
 	}
-	s.deducts.add(s, d)
-	select {
-	case <-d.done:
-		return d.res, d.err
-	case <-ctx.Done():
-		// The deduct may still commit with its group: the caller's
-		// outcome is unknown, as after any timeout, and a retry is safe.
-		return reservation.DeductResult{}, ctx.Err()
+	s.deducts.add(d, &s.deductRun)
+	if err := waitFor(ctx, d.done); err != nil {
+		return reservation.DeductResult{}, err
 	}
+	return d.res, d.err
 }
 
 // deduct is one Deduct call waiting for its group.
@@ -67,165 +59,50 @@ type deduct struct {
 	err    error
 }
 
-// deducts combines concurrent Deducts: the first starts a leader, which
-// takes up to Config.DeductGroup waiting calls (one per token) into one
-// transaction, answers them, and goes on while calls wait. A group in
-// flight is a round trip and a commit long; the calls that arrive
-// meanwhile make the next group, so under load a group is about as large
-// as the callers waiting, and under no load a call runs alone without
-// waiting. When anything in a group fails for one call's reason (a token
-// claimed before, a ledger row that cannot give, a shop MySQL decides),
-// the group is rolled back and each call runs alone, so every call gets
-// the answer it would have had alone. The zero value is ready.
-type deducts struct {
-	mu      sync.Mutex
-	waiting []*deduct
-	leaders int
-	// oneLeader makes groups go one at a time (tests that shape groups).
-	oneLeader bool
-}
+func (d *deduct) tok() tokenKey           { return tokenKey{d.shop, d.token} }
+func (d *deduct) caller() context.Context { return d.ctx }
+func (d *deduct) finish(err error)        { d.err = err; close(d.done) }
 
-func (g *deducts) maxLeaders() int {
-	if g.oneLeader {
-		return 1
-	}
-	return deductLeaders
-}
-
-// deductLeaders is how many groups may be in flight at once. Two: while
-// one group's writes and COMMIT travel, the next group's reads do, and
-// its ledger UPDATE waits for the first's lock for server time only.
-const deductLeaders = 2
-
-func (g *deducts) add(s *Store, d *deduct) {
-	g.mu.Lock()
-	g.waiting = append(g.waiting, d)
-	if g.leaders >= g.maxLeaders() {
-		g.mu.Unlock()
-		return
-	}
-	g.leaders++
-	g.mu.Unlock()
-	go g.lead(s)
-}
-
-// lead runs groups until no call waits.
-//
-// A call runs only while its caller waits, as it would alone: a call whose
-// caller gave up before its group formed is dropped, and a group is
-// cancelled as soon as any of its callers gives up (the others get that
-// unknown outcome too, and retry). So no deduct lands after its caller
-// was told the outcome is unknown and moved on: a legacy claim's grace
-// (redisstore's ClaimGrace) relies on that.
-func (g *deducts) lead(s *Store) {
-	for {
-		g.mu.Lock()
-		group, rest := takeGroup(g.waiting, s.cfg.DeductGroup)
-		g.waiting = rest
-		if len(group) == 0 {
-			g.leaders--
-			g.mu.Unlock()
-			return
-		}
-		g.mu.Unlock()
-		group = slices.DeleteFunc(group, func(d *deduct) bool {
-			if err := d.ctx.Err(); err != nil {
-				d.err = err
-				close(d.done)
-				return true
+// deductRun is how the store's deduct combiner runs groups.
+func (s *Store) newDeductRun() groupRun[*deduct] {
+	return groupRun[*deduct]{
+		max:   s.cfg.GroupSize,
+		alone: s.deductAlone,
+		group: func(ctx context.Context, group []*deduct) error {
+			if err := s.deductGroup(ctx, group); err != nil {
+				return err
 			}
-			return false
-		})
-		if len(group) == 0 {
-			continue
-		}
-		if hook := s.beforeDeductGroup; hook != nil {
-			hook(len(group))
-		}
-		s.metrics.deductGroup.Observe(float64(len(group)))
-		if len(group) == 1 {
-			s.deductAlone(group[0])
-			continue
-		}
-		ctx, cancel := context.WithCancelCause(context.Background())
-		stops := make([]func() bool, len(group))
-		for i, d := range group {
-			stops[i] = context.AfterFunc(d.ctx, func() {
-				cancel(fmt.Errorf("mysqlstore: deduct: a caller of the group gave up: %w", context.Cause(d.ctx)))
-			})
-		}
-		err := s.deductGroup(ctx, group)
-		for _, stop := range stops {
-			stop()
-		}
-		cancel(nil)
-		if err == nil {
 			for _, d := range group {
 				d.res = reservation.DeductResult{Applied: true, Allocations: d.allocs}
-				close(d.done)
 			}
-			continue
-		}
-		if !perCall(err) {
-			for _, d := range group {
-				d.err = err
-				close(d.done)
-			}
-			continue
-		}
-		// One call's reason: each runs alone, for its own answer.
-		for _, d := range group {
-			go s.deductAlone(d)
-		}
+			return nil
+		},
+		observe: func(n int) { s.metrics.deductGroup.Observe(float64(n)) },
 	}
-}
-
-// takeGroup takes up to n calls, in order, one per token; the others stay.
-func takeGroup(waiting []*deduct, n int) (group, rest []*deduct) {
-	type tok struct {
-		shop  int64
-		token string
-	}
-	seen := map[tok]bool{}
-	for _, d := range waiting {
-		k := tok{d.shop, d.token}
-		if len(group) < n && !seen[k] {
-			seen[k] = true
-			group = append(group, d)
-			continue
-		}
-		rest = append(rest, d)
-	}
-	return group, rest
-}
-
-// perCall reports whether a group's error may be one call's alone.
-func perCall(err error) bool {
-	var nd *reservation.NotDeciderError
-	return errors.As(err, &nd) || mysqlErrno(err) == errDupEntry || mysqlErrno(err) == errExpectRows
 }
 
 // deductAlone runs d as a group of one and turns the errors that belong to
 // it into its answer.
 func (s *Store) deductAlone(d *deduct) {
-	defer close(d.done)
-	ctx := d.ctx
-	err := s.deductGroup(ctx, []*deduct{d})
+	d.res, d.err = s.deductOne(d)
+	close(d.done)
+}
+
+func (s *Store) deductOne(d *deduct) (reservation.DeductResult, error) {
+	err := s.deductGroup(d.ctx, []*deduct{d})
 	switch mysqlErrno(err) {
 	case errDupEntry:
 		// Deducted before: the answer is that deduction.
-		prev, _, rerr := readClaim(ctx, s.db, callerDeduct, d.shop, d.token)
-		d.res, d.err = reservation.DeductResult{Allocations: prev}, rerr
-		return
+		prev, _, err := readClaim(d.ctx, s.db, callerDeduct, d.shop, d.token)
+		return reservation.DeductResult{Allocations: prev}, err
 	case errExpectRows:
-		err = fmt.Errorf("mysqlstore: deduct shop %d token %q: the ledger cannot give %s: %w",
+		return reservation.DeductResult{}, fmt.Errorf("mysqlstore: deduct shop %d token %q: the ledger cannot give %s: %w",
 			d.shop, d.token, reservation.EncodeAllocations(d.allocs), reservation.ErrInsufficientStock)
 	}
 	if err != nil {
-		d.err = err
-		return
+		return reservation.DeductResult{}, err
 	}
-	d.res = reservation.DeductResult{Applied: true, Allocations: d.allocs}
+	return reservation.DeductResult{Applied: true, Allocations: d.allocs}, nil
 }
 
 // deductGroup deducts every call of group in one transaction, two round
@@ -241,31 +118,20 @@ func (s *Store) deductAlone(d *deduct) {
 // and lead do).
 func (s *Store) deductGroup(ctx context.Context, group []*deduct) error {
 	return s.inBatch(ctx, callerDeduct, func(t *txn) error {
-		claims := make([]any, 0, 3*len(group))
+		claims := make([]any, 0, 4*len(group))
 		states := make([]any, 0, 3*len(group))
 		tokens := make([]any, 0, 2*len(group))
-		type slot struct {
-			shop int64
-			slot int
-		}
-		var slots []slot
 		for _, d := range group {
 			doc, err := json.Marshal(d.allocs)
 			if err != nil {
 				return err
 			}
-			claims = append(claims, d.shop, d.token, string(doc))
+			claims = append(claims, d.shop, d.token, string(doc), callerDeduct)
 			states = append(states, d.shop, d.token, reservation.EncodeAllocations(d.allocs))
 			tokens = append(tokens, d.shop, d.token)
-			if sl := (slot{d.shop, fenceSlot(d.token)}); !slices.Contains(slots, sl) {
-				slots = append(slots, sl)
-			}
 		}
-		fenceArgs := make([]any, 0, 2*len(slots))
-		for _, sl := range slots {
-			fenceArgs = append(fenceArgs, sl.shop, sl.slot)
-		}
-		if err := t.exec(deductClaimsQuery(len(group)), claims...); err != nil {
+		fenceArgs, slots := groupSlots(group)
+		if err := t.exec(groupClaimsQuery(callerDeduct, len(group)), claims...); err != nil {
 			return err
 		}
 		if err := t.exec(deductStatesQuery(len(group)), states...); err != nil {
@@ -300,8 +166,9 @@ func (s *Store) deductGroup(ctx context.Context, group []*deduct) error {
 					continue
 				}
 				var shop, epoch int64
+				var slot int
 				var decider string
-				if err := rows.Scan(&shop, &decider, &epoch); err != nil {
+				if err := rows.Scan(&shop, &slot, &decider, &epoch); err != nil {
 					return err
 				}
 				if d := reservation.Authority(decider); d == reservation.AuthorityMySQL && refused == nil {
@@ -309,7 +176,7 @@ func (s *Store) deductGroup(ctx context.Context, group []*deduct) error {
 				}
 			}
 			return nil
-		}, stmt{deductHoldsQuery(len(group)), tokens}, stmt{deductFencesQuery(len(slots)), fenceArgs})
+		}, stmt{groupHoldsQuery(callerDeduct, len(group)), tokens}, stmt{groupFencesQuery(callerDeduct, slots), fenceArgs})
 		if err != nil {
 			return fmt.Errorf("mysqlstore: deduct: %w", err)
 		}
@@ -320,8 +187,8 @@ func (s *Store) deductGroup(ctx context.Context, group []*deduct) error {
 			return refused
 		}
 		if len(holders) > 0 {
-			if err := t.exec(deductHoldsDeleteQuery(len(holders)/2), holders...); err != nil {
-				return fmt.Errorf("mysqlstore: deduct: settle this store's holds: %w", err)
+			if err := deleteHolds(t, callerDeduct, holders); err != nil {
+				return err
 			}
 		}
 		// Per item x location: what the group deducts there, and what it
@@ -338,22 +205,9 @@ func (s *Store) deductGroup(ctx context.Context, group []*deduct) error {
 				trim[k] += max(0, a.Quantity-held[holdKey{d.shop, d.token, a.Item, a.Location}])
 			}
 		}
-		keys := slices.SortedFunc(func(yield func(key) bool) {
-			for k := range deduct {
-				if !yield(k) {
-					return
-				}
-			}
-		}, func(a, b key) int {
-			return cmp.Or(cmp.Compare(a.shop, b.shop), cmp.Compare(a.item, b.item), cmp.Compare(a.loc, b.loc))
-		})
-		for _, k := range keys {
-			if err := t.exec(tag(callerDeduct)+sqlLedgerDeduct, deduct[k], k.shop, k.item, k.loc, deduct[k]); err != nil {
-				return fmt.Errorf("mysqlstore: deduct: %w", err)
-			}
-			if err := t.exec(tag(callerDeduct)+sqlExpectRows, 1); err != nil {
-				return err
-			}
+		keys, err := s.deductSums(t, callerDeduct, deduct)
+		if err != nil {
+			return err
 		}
 		for _, k := range keys {
 			if trim[k] > 0 {
@@ -362,16 +216,11 @@ func (s *Store) deductGroup(ctx context.Context, group []*deduct) error {
 				}
 			}
 		}
-		if !s.cfg.NoFeed {
-			if err := t.exec(feedStatesQuery(callerDeduct, len(group)), tokens...); err != nil {
-				return fmt.Errorf("mysqlstore: deduct: record the changes for Redis: %w", err)
-			}
+		if err := s.feedStates(t, callerDeduct, tokens); err != nil {
+			return err
 		}
 		t.afterCommit(func() {
 			s.metrics.tombstones.WithLabelValues(string(reservation.StateClaimed)).Add(float64(len(group)))
-			if !s.cfg.NoFeed {
-				s.metrics.feedWritten.WithLabelValues(string(reservation.ChangeState)).Add(float64(len(group)))
-			}
 		})
 		return nil
 	})

@@ -20,8 +20,21 @@ func ReserveUnitsQuery(n int) string { return reserveUnitsQuery(n) }
 // each group of n calls is sent, and makes groups go one at a time, so a
 // test can shape them.
 func SetBeforeDeductGroup(s *Store, f func(n int)) {
-	s.beforeDeductGroup = f
+	s.deductRun.before = f
 	s.deducts.oneLeader = true
+}
+
+// SetBeforeClaimGroup is SetBeforeDeductGroup for claims.
+func SetBeforeClaimGroup(s *Store, f func(n int)) {
+	s.claimRun.before = f
+	s.claims.oneLeader = true
+}
+
+// WaitingClaims is how many Claim calls wait for a group.
+func WaitingClaims(s *Store) int {
+	s.claims.mu.Lock()
+	defer s.claims.mu.Unlock()
+	return len(s.claims.waiting)
 }
 
 // WaitingDeducts is how many Deduct calls wait for a group.

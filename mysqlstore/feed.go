@@ -95,7 +95,11 @@ func (s *Store) PendingExcept(ctx context.Context, skip []int64, limit int) ([]r
 // than look the ids up: the scan locks, and waits on, the changes deciding
 // transactions have just written and not yet committed. ORDER BY id LIMIT
 // (the ids sorted) makes it walk the primary key from the lowest id and
-// stop at the last one.
+// stop at the last one. And it runs at READ COMMITTED: at the session's
+// default, REPEATABLE READ, that walk also locks the gap after the last
+// id, which is where every deciding transaction inserts its change, so
+// each of them would wait for this delete's commit (measured: the facade
+// in mysql mode had 1.3-1.6x the p99 of the same without the feed).
 func (s *Store) Done(ctx context.Context, ids []int64) error {
 	if len(ids) == 0 {
 		return nil
@@ -110,7 +114,7 @@ func (s *Store) Done(ctx context.Context, ids []int64) error {
 	defer c.release()
 	for start := 0; start < len(ids); start += maxDoneBatch {
 		batch := ids[start:min(start+maxDoneBatch, len(ids))]
-		if _, err := c.ExecContext(ctx, feedDoneQuery(len(batch)), feedDoneArgs(batch)...); err != nil {
+		if _, err := c.ExecContext(ctx, sqlReadCommitted+";\n"+feedDoneQuery(len(batch)), feedDoneArgs(batch)...); err != nil {
 			return fmt.Errorf("mysqlstore: delete delivered changes: %w", err)
 		}
 	}

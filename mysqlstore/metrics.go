@@ -20,6 +20,7 @@ type metrics struct {
 	feedWritten    *prometheus.CounterVec
 	handoffs       *prometheus.CounterVec
 	deductGroup    prometheus.Histogram
+	claimGroup     prometheus.Histogram
 }
 
 // Connection hold times are short (a reserve is a few round trips); the
@@ -86,9 +87,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Legacy claims (Deduct) per shared transaction: about the number waiting while the previous group was in flight.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}),
+		claimGroup: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "reservoir_mysql_claim_group_size",
+			Help:    "Claims (as authority) per shared transaction: about the number waiting while the previous group was in flight.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}),
 	}
 	for _, c := range []prometheus.Collector{m.connHold, m.connWait, m.retries, m.replenish, m.replenishUnits, m.reapedHolds,
-		m.tombstones, m.tombstoneHits, m.forgotten, m.notDecider, m.feedWritten, m.handoffs, m.deductGroup} {
+		m.tombstones, m.tombstoneHits, m.forgotten, m.notDecider, m.feedWritten, m.handoffs, m.deductGroup, m.claimGroup} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -34,6 +34,15 @@ const (
 
 func tag(caller string) string { return "/*caller='" + caller + "'*/ " }
 
+// A batched transaction's own statements (see txn). SET TRANSACTION
+// applies to the next transaction only.
+const (
+	sqlReadCommitted = `SET TRANSACTION ISOLATION LEVEL READ COMMITTED`
+	sqlStart         = `START TRANSACTION`
+	sqlCommit        = `COMMIT`
+	sqlRollback      = `ROLLBACK`
+)
+
 // Reserve.
 const (
 	// The shop's fence (shared lock: a handoff waits for this transaction)
@@ -171,15 +180,23 @@ const (
 	sqlHoldsDelete = `DELETE FROM reserved_quantities WHERE shop_id = ? AND token = ?`
 	sqlClaimRead   = `SELECT allocations FROM reservation_claims WHERE shop_id = ? AND token = ?`
 	sqlClaimInsert = `INSERT INTO reservation_claims (shop_id, token, allocations, via) VALUES (?, ?, ?, ?)`
-	// The legacy claims of a deduct group (see deducts): their claims rows,
-	// their reservations' rows, this store's hold lines of them (locked),
-	// their shops' fence slots (shared) and, in the last batch, the hold
-	// lines' removal.
-	sqlDeductClaimsPrefix = `INSERT INTO reservation_claims (shop_id, token, allocations, via) VALUES `
-	sqlDeductHoldsPrefix  = `SELECT shop_id, token, inventory_item_id, location_id, quantity FROM reserved_quantities WHERE `
-	sqlDeductFencesPrefix = `SELECT shop_id, decider, epoch FROM reservation_fences WHERE `
+	// The claims of a group (see combiner), claims and legacy deducts:
+	// their claims rows, their reservations' rows (locked), this store's
+	// hold lines of them (locked), their shops' fence slots (shared) and,
+	// in the last batch, the ends of their reservations and the removal of
+	// their hold lines. Each condition list is one sqlTokenCond (or
+	// sqlFenceSlotCond) per call, joined by OR. The locking reads force
+	// the primary key: on a small table the optimizer would rather scan
+	// it whole, and a scan waits for (and locks) other groups' rows, which
+	// is a deadlock between two groups in flight. The writes that follow
+	// go one statement per token (a single-table DELETE takes no index
+	// hint in MySQL), each a lookup by primary key.
+	sqlGroupClaimsPrefix  = `INSERT INTO reservation_claims (shop_id, token, allocations, via) VALUES `
+	sqlGroupHoldsPrefix   = `SELECT shop_id, token, inventory_item_id, location_id, quantity FROM reserved_quantities FORCE INDEX (PRIMARY) WHERE `
+	sqlGroupStatesPrefix  = `SELECT shop_id, token, state, allocations, expires_at FROM reservations FORCE INDEX (PRIMARY) WHERE `
+	sqlGroupClaimedPrefix = `SELECT shop_id, token, allocations FROM reservation_claims FORCE INDEX (PRIMARY) WHERE `
+	sqlGroupFencesPrefix  = `SELECT shop_id, slot, decider, epoch FROM reservation_fences FORCE INDEX (PRIMARY) WHERE `
 	sqlFenceSlotCond      = `(shop_id = ? AND slot = ?)`
-	sqlDeductHoldsDelete  = `DELETE FROM reserved_quantities WHERE `
 	// The hot row's statement: last in its transaction, guarded so the
 	// ledger never goes below zero, and followed by sqlExpectRows (1): a
 	// row the guard (or a missing ledger row) left alone fails the batch
@@ -281,24 +298,28 @@ func feedDoneQuery(n int) string {
 	return `/*caller='feed'*/ DELETE FROM reservation_outbox WHERE id IN (` + repeatJoin("?", ",", n) + `) ORDER BY id LIMIT ?`
 }
 
-func deductClaimsQuery(rows int) string {
-	return tag(callerDeduct) + sqlDeductClaimsPrefix + repeatJoin("(?, ?, ?, 'deduct')", ",", rows)
+func groupClaimsQuery(caller string, rows int) string {
+	return tag(caller) + sqlGroupClaimsPrefix + repeatJoin("(?, ?, ?, ?)", ",", rows)
 }
 
 func deductStatesQuery(rows int) string {
 	return tag(callerDeduct) + sqlStateClaimedPrefix + repeatJoin(sqlStateClaimedRow, ",", rows) + sqlStateClaimedSuffix
 }
 
-func deductHoldsQuery(tokens int) string {
-	return tag(callerDeduct) + sqlDeductHoldsPrefix + repeatJoin(sqlTokenCond, " OR ", tokens) + " FOR UPDATE"
+func groupHoldsQuery(caller string, tokens int) string {
+	return tag(caller) + sqlGroupHoldsPrefix + repeatJoin(sqlTokenCond, " OR ", tokens) + " FOR UPDATE"
 }
 
-func deductFencesQuery(slots int) string {
-	return tag(callerDeduct) + sqlDeductFencesPrefix + repeatJoin(sqlFenceSlotCond, " OR ", slots) + " LOCK IN SHARE MODE"
+func groupStatesQuery(caller string, tokens int) string {
+	return tag(caller) + sqlGroupStatesPrefix + repeatJoin(sqlTokenCond, " OR ", tokens) + " FOR UPDATE"
 }
 
-func deductHoldsDeleteQuery(tokens int) string {
-	return tag(callerDeduct) + sqlDeductHoldsDelete + repeatJoin(sqlTokenCond, " OR ", tokens)
+func groupClaimedQuery(caller string, tokens int) string {
+	return tag(caller) + sqlGroupClaimedPrefix + repeatJoin(sqlTokenCond, " OR ", tokens)
+}
+
+func groupFencesQuery(caller string, slots int) string {
+	return tag(caller) + sqlGroupFencesPrefix + repeatJoin(sqlFenceSlotCond, " OR ", slots) + " LOCK IN SHARE MODE"
 }
 
 func feedStatesQuery(caller string, rows int) string {

@@ -46,14 +46,17 @@ import (
 // Store is the MySQL unit-pool store. It implements reservation.Store and
 // reservation.Ledger. It is safe for concurrent use.
 type Store struct {
-	db      *sql.DB
-	cfg     Config
-	metrics *metrics
-	stats   stats
-	pivots  pivots  // where reserves start scanning each pool
-	refills refills // refills in flight, joined by other reservers
-	deducts deducts // legacy claims waiting for a shared transaction
-	gates   gates   // reserve transactions per pool (Config.PoolConcurrency)
+	db        *sql.DB
+	cfg       Config
+	metrics   *metrics
+	stats     stats
+	pivots    pivots            // where reserves start scanning each pool
+	refills   refills           // refills in flight, joined by other reservers
+	deducts   combiner[*deduct] // legacy claims waiting for a shared transaction
+	deductRun groupRun[*deduct]
+	claims    combiner[*claimCall] // claims waiting for a shared transaction
+	claimRun  groupRun[*claimCall]
+	gates     gates // reserve transactions per pool (Config.PoolConcurrency)
 
 	// Test knobs, set only by this package's tests.
 	//
@@ -68,9 +71,6 @@ type Store struct {
 	// beforeHoldInsert, when set, runs inside the reserve transaction once
 	// its units are taken, before its hold rows are inserted (tests).
 	beforeHoldInsert func()
-	// beforeDeductGroup, when set, runs in the deduct leader before each
-	// group (of n calls) is sent (tests).
-	beforeDeductGroup func(n int)
 }
 
 var (
@@ -89,7 +89,9 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mysqlstore: register metrics: %w", err)
 	}
-	return &Store{db: cfg.DB, cfg: cfg, metrics: m}, nil
+	s := &Store{db: cfg.DB, cfg: cfg, metrics: m}
+	s.deductRun, s.claimRun = s.newDeductRun(), s.newClaimRun()
+	return s, nil
 }
 
 // Name returns reservation.AuthorityMySQL.

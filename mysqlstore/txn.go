@@ -28,7 +28,8 @@ import (
 // Unbatched (Config.Unbatched), every statement is its own round trip, as
 // before batches: the bench compares the two.
 //
-// Every statement is constant text from sql.go; values travel only as
+// Every statement is constant text from sql.go (the transaction's own
+// too: sqlReadCommitted, sqlStart, sqlCommit, sqlRollback); values travel only as
 // parameters, interpolated by the driver (DSN turns multi-statements on,
 // so this is what keeps a value from ever becoming a statement).
 type txn struct {
@@ -50,7 +51,7 @@ func (t *txn) afterCommit(fn func()) { t.committed = append(t.committed, fn) }
 // begin is what starts a READ COMMITTED transaction: SET TRANSACTION
 // applies to the next transaction only (see inTx for why READ COMMITTED).
 func begin() []stmt {
-	return []stmt{{sql: "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"}, {sql: "START TRANSACTION"}}
+	return []stmt{{sql: sqlReadCommitted}, {sql: sqlStart}}
 }
 
 // exec adds a statement. Unbatched it is sent now.
@@ -137,7 +138,7 @@ func (t *txn) commit() error {
 		}
 		return nil
 	}
-	t.queue = append(t.queue, stmt{sql: "COMMIT"})
+	t.queue = append(t.queue, stmt{sql: sqlCommit})
 	if err := t.flush(); err != nil {
 		return err
 	}
@@ -201,7 +202,7 @@ func (t *txn) end() {
 		return
 	}
 	t.done = true
-	if _, err := t.c.ExecContext(context.WithoutCancel(t.ctx), "ROLLBACK"); err != nil {
+	if _, err := t.c.ExecContext(context.WithoutCancel(t.ctx), sqlRollback); err != nil {
 		_ = t.c.Raw(func(any) error { return driver.ErrBadConn })
 	}
 }

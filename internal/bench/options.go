@@ -21,8 +21,7 @@ import (
 // per round trip, as the store did before it sent each transaction in
 // multi-statement batches (mysqlstore.Config.Unbatched; for the row and
 // buckets baselines, their statement-by-statement transaction), and each
-// legacy claim in a transaction of its own (mysqlstore.Config.DeductGroup
-// 1) and no bound on a pool's concurrent reserves (PoolConcurrency -1):
+// claim in a transaction of its own (mysqlstore.Config.GroupSize 1) and no bound on a pool's concurrent reserves (PoolConcurrency -1):
 // before and after, side by side in one run. A variant with the suffix
 // Alone is batched but does not combine legacy claims, and one with the
 // suffix Ungated does not bound a pool's reserves: what each adds on its
@@ -45,9 +44,9 @@ const (
 	Ungated   = "-ungated"
 )
 
-// combining are the variants whose claims go through the legacy claim's
-// Deduct, and so have an Alone twin.
-var combining = []string{VariantRedis, VariantFacadeRedis, VariantFacadeShadow}
+// combining are the variants with an Alone twin: their claims are
+// combined (the pool's, and the legacy claim's Deduct).
+var combining = []string{VariantPool, VariantRedis, VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL}
 
 // batchable are the variants that have an Unbatched twin.
 var batchable = []string{VariantRedis, VariantPool, VariantRow, VariantBuckets, VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL}

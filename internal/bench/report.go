@@ -333,10 +333,10 @@ func (rep *Report) finish() {
 		}
 		// Round trips: a reserve in at most 3, a claim in at most 2.
 		for _, r := range rep.Results {
-			if r.Error != "" || r.OK == 0 || r.MySQLRoundTripsPerOp == 0 || isBaseline(r.Variant) {
+			if r.Error != "" || r.OK == 0 || r.AddedRTTms != l || r.Concurrency != 64 {
 				continue
 			}
-			if !strings.HasPrefix(r.Variant, VariantPool) || r.Concurrency != 64 {
+			if r.Variant != VariantPool && r.Variant != VariantPool+Unbatched {
 				continue
 			}
 			bound := 3.0
@@ -415,6 +415,17 @@ func p99Of(rep *Report, scenario, variant string, c int, l int64) string {
 		return fmt.Sprintf("%.2fms", r.P99ms)
 	}
 	return "not run"
+}
+
+// ReadReport reads a report WriteJSON wrote and judges its targets again,
+// with this version's rules: to render an earlier run anew.
+func ReadReport(r io.Reader) (*Report, error) {
+	var rep Report
+	if err := json.NewDecoder(r).Decode(&rep); err != nil {
+		return nil, fmt.Errorf("bench: read report: %w", err)
+	}
+	rep.finish()
+	return &rep, nil
 }
 
 // WriteJSON writes the report as indented JSON.

@@ -122,7 +122,7 @@ func newTarget(variant string, env *pointEnv) (target, error) {
 	base, ungated := strings.CutSuffix(base, Ungated)
 	cfg := mysqlstore.Config{Unbatched: unbatched}
 	if unbatched || alone {
-		cfg.DeductGroup = 1
+		cfg.GroupSize = 1
 	}
 	if unbatched || ungated {
 		cfg.PoolConcurrency = -1

@@ -15,7 +15,7 @@ import (
 )
 
 func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
-	fs := newFlags("bench", "bench [--quick] [--scenarios LIST] [--variants LIST] [--concurrency LIST] [--latency LIST] [--duration D] [--flush 0|1|2|keep] [--split] [--out DIR] [--plan]", errOut)
+	fs := newFlags("bench", "bench [--quick] [--scenarios LIST] [--variants LIST] [--concurrency LIST] [--latency LIST] [--duration D] [--flush 0|1|2|keep] [--split] [--out DIR] [--plan] | bench --render FILE [--out DIR]", errOut)
 	mysqlDSN := fs.String("mysql-dsn", os.Getenv("RESERVOIR_MYSQL_DSN"),
 		"the MySQL server, without a database (default $RESERVOIR_MYSQL_DSN); the run creates and drops its own database")
 	redisAddr := fs.String("redis-addr", os.Getenv("RESERVOIR_REDIS_ADDR"),
@@ -34,12 +34,16 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 	keep := fs.Bool("keep", false, "keep the run's database and Redis keys")
 	split := fs.Bool("split", false, "pin MariaDB and Redis to the first half of the CPUs and the bench (load generator and the store or facade) to the rest, as if on separate machines (Linux, servers on this machine)")
 	planOnly := fs.Bool("plan", false, "print the points that would run, and exit")
+	render := fs.String("render", "", "render an earlier run's bench.json again (markdown to stdout, files to --out) instead of running")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		fs.Usage()
 		return errUsage
+	}
+	if *render != "" {
+		return renderBench(*render, *outDir, out, errOut)
 	}
 	opts := bench.Options{MySQLDSN: *mysqlDSN, RedisAddr: *redisAddr, Buckets: *buckets, PoolCap: *poolCap,
 		Keep: *keep, Split: *split, Progress: errOut, Duration: *duration, Warmup: *warmup}
@@ -92,6 +96,30 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 		fmt.Fprintf(errOut, "bench: wrote %s\n", *outDir)
 	}
 	return runErr
+}
+
+// renderBench writes an earlier run's report again from its bench.json.
+func renderBench(file, outDir string, out, errOut io.Writer) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return fmt.Errorf("--render: %w", err)
+	}
+	rep, err := bench.ReadReport(f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("--render %s: %w", file, err)
+	}
+	if err := rep.WriteMarkdown(out); err != nil {
+		return err
+	}
+	if outDir == "" {
+		return nil
+	}
+	if err := writeBenchFiles(outDir, rep); err != nil {
+		return err
+	}
+	fmt.Fprintf(errOut, "bench: wrote %s\n", outDir)
+	return nil
 }
 
 func writeBenchFiles(dir string, rep *bench.Report) error {

@@ -12,25 +12,36 @@ import (
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
-// wave holds the deduct leader's first group until n more calls wait,
-// so the next group is exactly those n: what concurrent legacy claims
-// look like while a group is in flight.
-func wave(t *testing.T, s *mysqlstore.Store, n int) (start func(func())) {
+// wave shapes a combiner's groups the way concurrent calls shape them
+// while a group is in flight: first's call runs alone (the leader's first
+// group, held in its hook), the calls rest launches wait meanwhile, and
+// once n of them wait the first group goes and those n make the next.
+func wave(t *testing.T, setHook func(func(int)), waiting func() int, n int, first, rest func()) {
 	t.Helper()
-	release := make(chan struct{})
+	taken, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	mysqlstore.SetBeforeDeductGroup(s, func(int) { once.Do(func() { <-release }) })
-	return func(launch func()) {
-		launch()
-		deadline := time.Now().Add(10 * time.Second)
-		for mysqlstore.WaitingDeducts(s) < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d deducts waiting, want %d", mysqlstore.WaitingDeducts(s), n)
-			}
-			time.Sleep(time.Millisecond)
-		}
-		close(release)
+	setHook(func(int) { once.Do(func() { close(taken); <-release }) })
+	first()
+	select {
+	case <-taken:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first call's group never started")
 	}
+	rest()
+	deadline := time.Now().Add(10 * time.Second)
+	for waiting() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls waiting, want %d", waiting(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+}
+
+// deductWave is wave for the store's deducts.
+func deductWave(t *testing.T, s *mysqlstore.Store, n int, first, rest func()) {
+	t.Helper()
+	wave(t, func(f func(int)) { mysqlstore.SetBeforeDeductGroup(s, f) }, func() int { return mysqlstore.WaitingDeducts(s) }, n, first, rest)
 }
 
 func deductOf(token string, item, loc, q int64) *reservation.DeductParams {
@@ -56,20 +67,15 @@ func TestDeductsShareTransactions(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 40
-	start := wave(t, b.s, n)
 	results := make([]reservation.DeductResult, n+1)
 	errs := make([]error, n+1)
 	var wg sync.WaitGroup
-	start(func() {
-		for i := range n + 1 {
-			wg.Go(func() { results[i], errs[i] = b.s.Deduct(ctx, deductOf(fmt.Sprintf("c%d", i), 1, 1, 1)) })
-			if i == 0 {
-				// The first one is the leader's first group: wait for it
-				// to be taken before the others come.
-				for mysqlstore.WaitingDeducts(b.s) != 0 {
-					time.Sleep(time.Millisecond)
-				}
-			}
+	call := func(i int) {
+		wg.Go(func() { results[i], errs[i] = b.s.Deduct(ctx, deductOf(fmt.Sprintf("c%d", i), 1, 1, 1)) })
+	}
+	deductWave(t, b.s, n, func() { call(0) }, func() {
+		for i := 1; i <= n; i++ {
+			call(i)
 		}
 	})
 	wg.Wait()
@@ -122,18 +128,13 @@ func TestDeductGroupAnswersEachCall(t *testing.T) {
 		deductOf("twice", 1, 1, 4), // same token in the same wave
 		deductOf("ok-2", 1, 1, 5),
 	}
-	start := wave(t, b.s, len(calls)-1)
 	results := make([]reservation.DeductResult, len(calls))
 	errs := make([]error, len(calls))
 	var wg sync.WaitGroup
-	start(func() {
-		for i, p := range calls {
-			wg.Go(func() { results[i], errs[i] = b.s.Deduct(ctx, p) })
-			if i == 0 {
-				for mysqlstore.WaitingDeducts(b.s) != 0 {
-					time.Sleep(time.Millisecond)
-				}
-			}
+	call := func(i int) { wg.Go(func() { results[i], errs[i] = b.s.Deduct(ctx, calls[i]) }) }
+	deductWave(t, b.s, len(calls)-1, func() { call(0) }, func() {
+		for i := 1; i < len(calls); i++ {
+			call(i)
 		}
 	})
 	wg.Wait()
@@ -198,15 +199,12 @@ func TestDeductOfAGoneCallerNeverLands(t *testing.T) {
 	b := setup(t, 100)
 	ctx := context.Background()
 	b.stockShop(t, redisShop, 1, 1, 10)
-	start := wave(t, b.s, 2)
 	gone, giveUp := context.WithCancel(ctx)
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
-	start(func() {
+	deductWave(t, b.s, 2, func() {
 		wg.Go(func() { _, errs[0] = b.s.Deduct(ctx, deductOf("lead", 1, 1, 1)) })
-		for mysqlstore.WaitingDeducts(b.s) != 0 {
-			time.Sleep(time.Millisecond)
-		}
+	}, func() {
 		wg.Go(func() { _, errs[1] = b.s.Deduct(gone, deductOf("gone", 1, 1, 2)) })
 		wg.Go(func() { _, errs[2] = b.s.Deduct(ctx, deductOf("stays", 1, 1, 3)) })
 		for mysqlstore.WaitingDeducts(b.s) != 2 {
@@ -223,5 +221,102 @@ func TestDeductOfAGoneCallerNeverLands(t *testing.T) {
 	}
 	if got := b.ledgerOf(t, redisShop, 1, 1); got != 10-1-3 {
 		t.Errorf("ledger %d, want %d: the deduct of the caller that gave up landed", got, 10-1-3)
+	}
+}
+
+// Concurrent claims as authority share one transaction: each claim gets
+// its own answer (claimed, replayed, not found, expired, released), the
+// ledger loses exactly the claimed units, once per item x location, and
+// each claimed token has its claims row.
+func TestClaimsShareTransactions(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100)
+	ctx := context.Background()
+	b.stock(t, 1, 1, 50)
+	b.stock(t, 2, 1, 50)
+	reserve := func(token string, item, q int64, ttl time.Duration) {
+		t.Helper()
+		lines := []reservation.Line{{Item: item, Quantity: q, Locations: []int64{1}}}
+		if res, err := b.s.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: token, Lines: lines, TTL: ttl}); err != nil || res.Status != reservation.StatusReserved {
+			t.Fatalf("reserve %s: %+v %v", token, res, err)
+		}
+	}
+	for i := range 10 {
+		reserve(fmt.Sprintf("c%d", i), 1+int64(i%2), 2, time.Minute)
+	}
+	reserve("lead", 1, 1, time.Minute)
+	reserve("before", 1, 1, time.Minute)
+	if _, err := b.s.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	reserve("released", 2, 1, time.Minute)
+	if _, err := b.s.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: "released"}); err != nil {
+		t.Fatal(err)
+	}
+	reserve("expiring", 2, 3, time.Minute)
+	// Its hold ran out (what a minute's wait would do).
+	for _, table := range []string{"reservations", "reserved_quantities"} {
+		if _, err := b.db.Exec("UPDATE "+table+" SET expires_at = NOW(3) - INTERVAL 1 SECOND WHERE shop_id = ? AND token = 'expiring'", shop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tokens := []string{"lead", "before", "released", "expiring", "unknown"}
+	for i := range 10 {
+		tokens = append(tokens, fmt.Sprintf("c%d", i))
+	}
+	results := make([]reservation.ClaimResult, len(tokens))
+	errs := make([]error, len(tokens))
+	var wg sync.WaitGroup
+	call := func(i int) {
+		wg.Go(func() { results[i], errs[i] = b.s.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: tokens[i]}) })
+	}
+	wave(t, func(f func(int)) { mysqlstore.SetBeforeClaimGroup(b.s, f) }, func() int { return mysqlstore.WaitingClaims(b.s) }, len(tokens)-1,
+		func() { call(0) }, func() {
+			for i := 1; i < len(tokens); i++ {
+				call(i)
+			}
+		})
+	wg.Wait()
+	for i, tok := range tokens {
+		r, err := results[i], errs[i]
+		switch tok {
+		case "before":
+			if err != nil || !r.Replayed {
+				t.Errorf("claim of a claimed token: %+v %v, want a replay", r, err)
+			}
+		case "released":
+			if !errors.Is(err, reservation.ErrReleased) {
+				t.Errorf("claim of a released token: %+v %v, want ErrReleased", r, err)
+			}
+		case "expiring":
+			if !errors.Is(err, reservation.ErrExpired) {
+				t.Errorf("claim of an expired hold: %+v %v, want ErrExpired", r, err)
+			}
+		case "unknown":
+			if !errors.Is(err, reservation.ErrNotFound) {
+				t.Errorf("claim of an unknown token: %+v %v, want ErrNotFound", r, err)
+			}
+		default:
+			if err != nil || r.Replayed || r.Outcome != reservation.OutcomeClaimed || len(r.Allocations) != 1 {
+				t.Errorf("claim %s: %+v %v", tok, r, err)
+			}
+		}
+	}
+	// Item 1: 50 - 5 x 2 (c0, c2, ...) - 1 (lead) - 1 (before); item 2: 50 - 5 x 2.
+	if got := b.ledger(t, 1, 1); got != 38 {
+		t.Errorf("ledger of item 1: %d, want 38", got)
+	}
+	if got := b.ledger(t, 2, 1); got != 40 {
+		t.Errorf("ledger of item 2: %d, want 40", got)
+	}
+	if got := b.db.Count(t, "reservation_claims"); got != 12 {
+		t.Errorf("%d claims rows, want 12", got)
+	}
+	if h := histogramCount(t, b, "reservoir_mysql_claim_group_size"); h != 3 {
+		// "before", then "lead" alone, then the 14 that waited.
+		t.Errorf("%d claim groups, want 3", h)
+	}
+	if d := b.drift(t); len(d) != 0 {
+		t.Errorf("drift after the group: %v", d)
 	}
 }
