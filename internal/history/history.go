@@ -106,6 +106,13 @@ const (
 	OpRelease Op = "release"
 )
 
+// DeadlineSlack is how much earlier than the call time plus the TTL a
+// store may judge a hold expired: both stores keep expiries in whole
+// milliseconds, truncated (up to 1 ms early), on their server's wall
+// clock, which is not the recorder's monotonic clock. Seen in the model
+// test: Redis answered "expired" 0.44 ms before call + TTL.
+const DeadlineSlack = 5 * time.Millisecond
+
 // Input is what a caller asked, as it concerns one item.
 type Input struct {
 	Op    Op     `json:"op"`
@@ -117,10 +124,11 @@ type Input struct {
 	Locations []int64 `json:"locations,omitempty"`
 	// Quantity is the line's quantity (reserve) or the stock (stock).
 	Quantity int64 `json:"quantity,omitempty"`
-	// Deadline (reserve) is the call time plus the hold's TTL, on the
-	// recorder's clock: the store's expiry is no earlier, so from then on
-	// the hold may have expired and been reaped. 0: no TTL was given (the
-	// store's default applies) and the model never expires the hold.
+	// Deadline (reserve) is the call time plus the hold's TTL, less
+	// DeadlineSlack, on the recorder's clock: the store's expiry is no
+	// earlier, so from then on the hold may have expired and been reaped.
+	// 0: no TTL was given (the store's default applies) and the model
+	// never expires the hold.
 	Deadline int64 `json:"deadline,omitempty"`
 	// Return is the time of the answer (for a call without one: when it
 	// returned, plus the recorder's UnknownHorizon). The model needs it to
@@ -343,7 +351,7 @@ func (c *Client) Reserve(ctx context.Context, p *reservation.ReserveParams) (res
 	for i, pt := range parts {
 		ins[i] = Input{Op: OpReserve, Part: pt, Token: p.Token, Locations: p.Lines[i].Locations, Quantity: p.Lines[i].Quantity}
 		if p.TTL > 0 {
-			ins[i].Deadline = call + int64(p.TTL)
+			ins[i].Deadline = call + int64(p.TTL) - int64(DeadlineSlack)
 		}
 		outs[i] = errOutput(err)
 		if err != nil {
