@@ -37,12 +37,7 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 		return s.settle(ctx, p)
 	}
 	c := &claimCall{ctx: ctx, shop: p.Shop, token: p.Token, done: make(chan struct{})}
-	if s.cfg.GroupSize <= 1 {
-		s.claimAlone(c)
-		return c.res, c.err
-	}
-	s.claims.add(c, &s.claimRun)
-	if err := waitFor(ctx, c.done); err != nil {
+	if err := s.claims.submit(c, &s.claimRun, c.done); err != nil {
 		return reservation.ClaimResult{}, err
 	}
 	return c.res, c.err

@@ -179,16 +179,23 @@ func perCall(err error) bool {
 	return errors.As(err, &nd) || mysqlErrno(err) == errDupEntry || mysqlErrno(err) == errExpectRows
 }
 
-// waitFor waits for a call's group, or for the caller to give up.
-func waitFor(ctx context.Context, done <-chan struct{}) error {
+// submit runs c: alone, without waiting, when groups are off (GroupSize
+// 1), else in a group, waiting for it (done closes when c is finished) or
+// for the caller to give up.
+func (g *combiner[C]) submit(c C, r *groupRun[C], done <-chan struct{}) error {
+	if r.max <= 1 {
+		r.alone(c)
+		return nil
+	}
+	g.add(c, r)
 	select {
 	case <-done:
 		return nil
-	case <-ctx.Done():
+	case <-c.caller().Done():
 		// The call may still land with its group if that group was sent
 		// before the caller gave up: the caller's outcome is unknown, as
 		// after any timeout, and a retry is safe.
-		return ctx.Err()
+		return c.caller().Err()
 	}
 }
 

@@ -37,12 +37,7 @@ func (s *Store) Deduct(ctx context.Context, p *reservation.DeductParams) (reserv
 	allocs := slices.Clone(p.Allocations)
 	reservation.SortAllocations(allocs)
 	d := &deduct{ctx: ctx, shop: p.Shop, token: p.Token, allocs: allocs, done: make(chan struct{})}
-	if s.cfg.GroupSize <= 1 {
-		s.deductAlone(d)
-		return d.res, d.err
-	}
-	s.deducts.add(d, &s.deductRun)
-	if err := waitFor(ctx, d.done); err != nil {
+	if err := s.deducts.submit(d, &s.deductRun, d.done); err != nil {
 		return reservation.DeductResult{}, err
 	}
 	return d.res, d.err
@@ -114,8 +109,8 @@ func (s *Store) deductOne(d *deduct) (reservation.DeductResult, error) {
 // batch only, once per item x location whatever the group's size, so
 // their locks are held for server time. It takes no replenish lock row: a
 // refill reads the ledger row with a shared lock (see replenish), so it
-// sees all of a deduct or none of it. It fills in no answers (deductAlone
-// and lead do).
+// sees all of a deduct or none of it. It fills in no answers (deductOne
+// and newDeductRun's group do).
 func (s *Store) deductGroup(ctx context.Context, group []*deduct) error {
 	return s.inBatch(ctx, callerDeduct, func(t *txn) error {
 		claims := make([]any, 0, 4*len(group))

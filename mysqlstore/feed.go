@@ -114,7 +114,7 @@ func (s *Store) Done(ctx context.Context, ids []int64) error {
 	defer c.release()
 	for start := 0; start < len(ids); start += maxDoneBatch {
 		batch := ids[start:min(start+maxDoneBatch, len(ids))]
-		if _, err := c.ExecContext(ctx, sqlReadCommitted+";\n"+feedDoneQuery(len(batch)), feedDoneArgs(batch)...); err != nil {
+		if _, err := c.ExecContext(ctx, relayDoneQuery(len(batch)), feedDoneArgs(batch)...); err != nil {
 			return fmt.Errorf("mysqlstore: delete delivered changes: %w", err)
 		}
 	}

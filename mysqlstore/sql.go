@@ -298,6 +298,12 @@ func feedDoneQuery(n int) string {
 	return `/*caller='feed'*/ DELETE FROM reservation_outbox WHERE id IN (` + repeatJoin("?", ",", n) + `) ORDER BY id LIMIT ?`
 }
 
+// relayDoneQuery is feedDoneQuery as a transaction of its own at READ
+// COMMITTED (Done says why); inside a transaction, use feedDoneQuery.
+func relayDoneQuery(n int) string {
+	return sqlReadCommitted + ";\n" + feedDoneQuery(n)
+}
+
 func groupClaimsQuery(caller string, rows int) string {
 	return tag(caller) + sqlGroupClaimsPrefix + repeatJoin("(?, ?, ?, ?)", ",", rows)
 }

@@ -29,9 +29,10 @@ import (
 // before batches: the bench compares the two.
 //
 // Every statement is constant text from sql.go (the transaction's own
-// too: sqlReadCommitted, sqlStart, sqlCommit, sqlRollback); values travel only as
-// parameters, interpolated by the driver (DSN turns multi-statements on,
-// so this is what keeps a value from ever becoming a statement).
+// too: sqlReadCommitted, sqlStart, sqlCommit, sqlRollback); values travel
+// only as parameters, interpolated by the driver (DSN turns
+// multi-statements on, so this is what keeps a value from ever becoming a
+// statement).
 type txn struct {
 	ctx       context.Context
 	c         *conn
