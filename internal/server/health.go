@@ -3,13 +3,21 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
+	"strings"
+	"sync"
 	"time"
+	"weak"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seed31b0e981/reservoir/internal/cell"
 )
 
 // healthz says the process is up and serving HTTP. It checks nothing
@@ -22,8 +30,9 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 // ReadyView is the answer of /readyz.
 type ReadyView struct {
 	// Ready is true when this replica has loaded its flags, the control
-	// database and every pod's MySQL and Redis answered, and the server is
-	// not shutting down.
+	// database and every pod's MySQL and Redis answered, no database's
+	// schema is behind this binary's migrations, and the server is not
+	// shutting down.
 	Ready bool `json:"ready"`
 	// NotReady says why Ready is false, one reason per entry, in words an
 	// operator can act on (none when ready).
@@ -38,6 +47,53 @@ type ReadyView struct {
 	// call 503 flags_unavailable and is not ready. Once loaded, a file
 	// that turns bad leaves the last valid version in force.
 	FlagsLoaded bool `json:"flags_loaded"`
+	// Schema is each database's schema against this binary's migrations
+	// (the control database first), as last checked: at most
+	// schemaTrust ago while every one is current, schemaRetry ago while
+	// one is behind or could not be read.
+	Schema []SchemaHealth `json:"schema"`
+}
+
+// The states of a database's schema in /readyz, besides the store*
+// classes of a version that could not be read.
+const (
+	// schemaCurrent: every migration this binary embeds is applied, and
+	// none it does not know.
+	schemaCurrent = "current"
+	// schemaBehind: a migration this binary needs is not applied; the
+	// replica is not ready until `reservoir migrate` applies it.
+	schemaBehind = "behind"
+	// schemaAhead: every migration this binary needs is applied, and
+	// newer ones too: a newer binary migrated the database. Ready (a
+	// rolling deploy runs the old binary against the new schema for a
+	// while), with a warning in the log.
+	schemaAhead = "ahead"
+)
+
+// SchemaHealth is one database's schema against the migrations embedded
+// in this binary, as /readyz shows it.
+type SchemaHealth struct {
+	// Pod names the pod ("control" for the control database).
+	Pod string `json:"pod"`
+	// State is "current", "behind" (not ready), "ahead" (ready, logged),
+	// or why the version could not be read: "unreachable", "timeout",
+	// "auth_failed" or "error" (as for a store's ping).
+	State string `json:"state"`
+	// Version is the highest migration the database has applied (0 when
+	// none, or when it could not be read).
+	Version int64 `json:"version"`
+	// Latest is the highest migration this binary embeds.
+	Latest int64 `json:"latest"`
+	// Pending lists the migrations this binary needs that the database
+	// has not applied.
+	Pending []int64 `json:"pending,omitempty"`
+	// Unknown lists the migrations the database has applied that this
+	// binary does not know.
+	Unknown []int64 `json:"unknown,omitempty"`
+	// Error is the driver's error when the version could not be read. It
+	// can name users and hosts, so only a caller with the admin token
+	// sees it.
+	Error string `json:"error,omitempty"`
 }
 
 // The states of a store in /readyz: "ok", or why its ping failed, as a
@@ -95,7 +151,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		// A wrong token is worth counting wherever it is tried.
 		s.metrics.authFailures.WithLabelValues(code).Inc()
 	}
+	// The schema check runs beside the pings, within the same budget; it
+	// queries only when its cache is stale (see schemaCheck).
+	schema := make(chan []cell.SchemaState, 1)
+	go func() { schema <- s.schema().states(ctx, false) }()
 	v := ReadyView{Draining: s.draining.Load(), Stores: s.pingStores(ctx, r, detail), FlagsLoaded: s.cfg.Cell.Flags.Loaded()}
+	states := <-schema
 	if !v.FlagsLoaded {
 		v.NotReady = append(v.NotReady, "flags_not_loaded: this replica has no valid flags file in force (missing, unreadable or invalid since it started); "+
 			"it answers every reservation call 503 flags_unavailable until a valid file is in place (it watches the file)")
@@ -109,6 +170,24 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			why += ", redis " + h.Redis
 		}
 		v.NotReady = append(v.NotReady, why)
+	}
+	pingFailed := map[string]bool{}
+	for _, h := range v.Stores {
+		pingFailed[h.Pod] = h.MySQL != storeOK
+	}
+	for _, st := range states {
+		h := schemaHealth(st, detail)
+		v.Schema = append(v.Schema, h)
+		switch {
+		case st.Err != nil && !pingFailed[st.Pod]:
+			// A database that does not answer its ping is already a
+			// store_failed reason; one that answers but whose version
+			// cannot be read is a problem of its own.
+			v.NotReady = append(v.NotReady, "schema_unknown: "+schemaSubject(st.Pod)+"'s schema version could not be read ("+h.State+
+				"); the log has the driver's error")
+		case st.Err == nil && st.State.Behind():
+			v.NotReady = append(v.NotReady, schemaBehindReason(st))
+		}
 	}
 	if v.Draining {
 		v.NotReady = append(v.NotReady, "draining: the server is shutting down")
@@ -188,6 +267,190 @@ func failureClass(err error) string {
 		return storeUnreachable
 	}
 	return storeError
+}
+
+// schemaBehindReason says which database lacks which migrations and the
+// command that applies them. It names the topology field that holds the
+// DSN, never the DSN: it carries a password, and /readyz needs no token.
+func schemaBehindReason(st cell.SchemaState) string {
+	field := "the topology's mysql_dsn of pod " + st.Pod
+	if st.Pod == "control" {
+		field = "the topology's control_dsn"
+	}
+	return fmt.Sprintf("schema_behind: %s is at migration %s and this binary needs %s (not applied: %s): "+
+		"run `reservoir migrate --dsn DSN up` with DSN %s (docs/deploy.md); this replica turns ready once it is applied",
+		schemaSubject(st.Pod), version(st.State.Current), version(st.State.Latest), versionList(st.State.Pending), field)
+}
+
+// schemaSubject names a database in a sentence.
+func schemaSubject(pod string) string {
+	if pod == "control" {
+		return "the control database"
+	}
+	return "pod " + pod + "'s database"
+}
+
+// version formats a migration's version as `reservoir migrate` prints it.
+func version(v int64) string { return fmt.Sprintf("%05d", v) }
+
+func versionList(vs []int64) string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = version(v)
+	}
+	return strings.Join(out, ", ")
+}
+
+// schemaHealth is st as /readyz shows it; the driver's error only with
+// detail.
+func schemaHealth(st cell.SchemaState, detail bool) SchemaHealth {
+	h := SchemaHealth{Pod: st.Pod, Version: st.State.Current, Latest: st.State.Latest,
+		Pending: st.State.Pending, Unknown: st.State.Unknown}
+	switch {
+	case st.Err != nil:
+		h.State = failureClass(st.Err)
+		if detail {
+			h.Error = st.Err.Error()
+		}
+	case st.State.Behind():
+		h.State = schemaBehind
+	case st.State.Ahead():
+		h.State = schemaAhead
+	default:
+		h.State = schemaCurrent
+	}
+	return h
+}
+
+// CheckSchema checks the control database's and every pod's schema
+// against this binary's migrations now, as /readyz does (and refreshes
+// what /readyz answers from). It returns an error naming each database
+// that is behind, with the command that migrates it, or whose version
+// could not be read; nil when none is. A schema ahead of the binary is
+// logged as a warning and is not an error. serve calls it at start, so
+// the log says at once what the readiness probe will answer: the process
+// keeps running either way and turns ready once the schema is migrated.
+func (s *Server) CheckSchema(ctx context.Context) error {
+	var errs []error
+	for _, st := range s.schema().states(ctx, true) {
+		switch {
+		case st.Err != nil:
+			errs = append(errs, fmt.Errorf("%s: schema version: %w", schemaSubject(st.Pod), st.Err))
+		case st.State.Behind():
+			errs = append(errs, errors.New(schemaBehindReason(st)))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("server: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+const (
+	// schemaTrust is how long /readyz reuses a check that found no
+	// database behind and every version readable: probes come every few
+	// seconds on every replica, and a schema does not move back unless a
+	// database is restored.
+	schemaTrust = 30 * time.Second
+	// schemaRetry is how long it reuses one that found a database behind
+	// or unreadable, so that a migration applied meanwhile turns the
+	// replica ready within seconds.
+	schemaRetry = 2 * time.Second
+)
+
+// schemaCheck caches a cell's schema states for /readyz: one query per
+// database per schemaTrust while all is well, per schemaRetry while not.
+// It logs a change of what is behind or ahead when it sees one, not at
+// every check.
+type schemaCheck struct {
+	cell *cell.Cell
+	log  *slog.Logger
+
+	// mu is held through a check, so concurrent probes share one: the
+	// others wait for it (within the first one's budget) and read its
+	// result.
+	mu      sync.Mutex
+	last    []cell.SchemaState
+	expires time.Time
+	logged  string // what the last log line said, to log changes only
+}
+
+// states returns the cached states, or checks again when they are stale
+// or force is set.
+func (c *schemaCheck) states(ctx context.Context, force bool) []cell.SchemaState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !force && c.last != nil && time.Now().Before(c.expires) {
+		return c.last
+	}
+	c.last = c.cell.Schema(ctx)
+	ttl := schemaTrust
+	for _, st := range c.last {
+		if st.Err != nil || st.State.Behind() {
+			ttl = schemaRetry
+		}
+	}
+	c.expires = time.Now().Add(ttl)
+	c.logChange()
+	return c.last
+}
+
+// logChange logs what is behind, ahead or unreadable when it differs from
+// the last check's.
+func (c *schemaCheck) logChange() {
+	var behind, ahead, unread []string
+	for _, st := range c.last {
+		switch {
+		case st.Err != nil:
+			unread = append(unread, st.Pod)
+		case st.State.Behind():
+			behind = append(behind, fmt.Sprintf("%s at %s (not applied: %s)", st.Pod, version(st.State.Current), versionList(st.State.Pending)))
+		case st.State.Ahead():
+			ahead = append(ahead, fmt.Sprintf("%s at %s (unknown here: %s)", st.Pod, version(st.State.Current), versionList(st.State.Unknown)))
+		}
+	}
+	key := fmt.Sprint(behind, ahead, unread)
+	if key == c.logged {
+		return
+	}
+	first := c.logged == ""
+	c.logged = key
+	latest := version(c.last[0].State.Latest)
+	if len(behind) > 0 {
+		c.log.Warn("server: schema behind this binary: not ready until `reservoir migrate --dsn DSN up` runs against each database listed",
+			"databases", behind, "binary_latest", latest)
+	}
+	if len(ahead) > 0 {
+		c.log.Warn("server: schema ahead of this binary: a newer binary migrated these databases; this one keeps serving (a rolling deploy), but replace it with the newer one",
+			"databases", ahead, "binary_latest", latest)
+	}
+	for _, st := range c.last {
+		if st.Err != nil {
+			c.log.Warn("server: schema version could not be read", "pod", st.Pod, "reason", failureClass(st.Err), "err", st.Err)
+		}
+	}
+	if len(behind)+len(ahead)+len(unread) == 0 && !first {
+		c.log.Info("server: schema current: every database has this binary's migrations", "binary_latest", latest)
+	}
+}
+
+// schemaChecks holds each Server's schemaCheck, keyed weakly so that a
+// Server nobody holds any more takes its cache with it. It stands in for
+// a field of Server while server.go is reworked in parallel with this
+// check; it holds the cell and the logger, never the Server itself.
+var schemaChecks sync.Map // weak.Pointer[Server] -> *schemaCheck
+
+// schema returns s's schemaCheck, made on first use.
+func (s *Server) schema() *schemaCheck {
+	key := weak.Make(s)
+	if v, ok := schemaChecks.Load(key); ok {
+		return v.(*schemaCheck)
+	}
+	v, loaded := schemaChecks.LoadOrStore(key, &schemaCheck{cell: s.cfg.Cell, log: s.log})
+	if !loaded {
+		runtime.AddCleanup(s, func(k weak.Pointer[Server]) { schemaChecks.Delete(k) }, key)
+	}
+	return v.(*schemaCheck)
 }
 
 func (s *Server) metricsHandler() http.HandlerFunc {
