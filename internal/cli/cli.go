@@ -24,7 +24,8 @@ var commands = map[string]command{
 	"reconcile": {"compare each pod's stores shop by shop, against the store that decides each shop; --repair fixes the other side", runReconcile},
 	"rollout":   {"status, advance, kill switch, history and the automatic controller", runRollout},
 	"bench":     {"benchmark the stores and the facade under load, with network latency", runBench},
-	"serve":     {"run the HTTP API, the admin API, /metrics and the diff dashboard", runServe},
+	"serve":     {"run the checkout API, and on the admin listener the admin API, /metrics and the diff dashboard", runServe},
+	"clients":   {"make a checkout API client's token and its clients file entry", runClients},
 	"demo":      {"the one-command tour: three pods, traffic, a shadow rollout, the dashboard", runDemo},
 }
 

@@ -48,10 +48,40 @@ func adminToken(file string) (string, error) {
 	return os.Getenv("RESERVOIR_ADMIN_TOKEN"), nil
 }
 
+// loadClients reads the checkout API's clients: the file, else the
+// content of $RESERVOIR_CLIENTS. Without either, serve refuses to start
+// unless --insecure-no-auth says to serve anyone.
+func loadClients(file string, noAuth bool) (*server.Clients, error) {
+	env := os.Getenv(server.ClientsFromEnv)
+	switch {
+	case noAuth && (file != "" || env != ""):
+		return nil, errors.New("--insecure-no-auth and --clients (or $RESERVOIR_CLIENTS) are exclusive")
+	case noAuth:
+		return nil, nil
+	case file != "":
+		c, err := server.LoadClients(file)
+		if err != nil {
+			return nil, fmt.Errorf("--clients: %w", err)
+		}
+		return c, nil
+	case env != "":
+		c, err := server.ParseClients([]byte(env))
+		if err != nil {
+			return nil, fmt.Errorf("$%s: %w", server.ClientsFromEnv, err)
+		}
+		return c, nil
+	}
+	return nil, errors.New("--clients is required: the checkout API's client tokens (make one with `reservoir clients new`; " +
+		"or give the file's content in $RESERVOIR_CLIENTS); --insecure-no-auth serves anyone, for development only")
+}
+
 func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
-	fs := newFlags("serve", "serve [--topology FILE] [--addr HOST:PORT] [--admin-token-file FILE] [flags]", errOut)
+	fs := newFlags("serve", "serve [--topology FILE] [--addr HOST:PORT] [--admin-addr HOST:PORT] [--clients FILE] [--admin-token-file FILE] [flags]", errOut)
 	topoPath := fs.String("topology", os.Getenv("RESERVOIR_TOPOLOGY"), "topology file (default $RESERVOIR_TOPOLOGY)")
-	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	addr := fs.String("addr", "127.0.0.1:8080", "the checkout API's listen address (/v1)")
+	adminAddr := fs.String("admin-addr", "127.0.0.1:8081", "the admin listener's address: admin API, dashboard, /metrics, /healthz, /readyz")
+	clientsFile := fs.String("clients", os.Getenv("RESERVOIR_CLIENTS_FILE"), "the checkout API's clients file (default $RESERVOIR_CLIENTS_FILE, else the file's content in $RESERVOIR_CLIENTS); make entries with `reservoir clients new`")
+	noAuth := fs.Bool("insecure-no-auth", false, "serve the checkout API to anyone who reaches it, without client tokens (development only)")
 	tokenFile := fs.String("admin-token-file", "", "file holding the admin API's bearer token (default $RESERVOIR_ADMIN_TOKEN; none: admin API disabled)")
 	shutdown := fs.Duration("shutdown-timeout", 15*time.Second, "on SIGTERM/Ctrl-C, how long requests in flight may take to finish")
 	drain := fs.Duration("drain-timeout", 10*time.Second, "then, how long shadow calls and the comparer's last flush may take")
@@ -72,6 +102,10 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return err
 	}
 	token, err := adminToken(*tokenFile)
+	if err != nil {
+		return err
+	}
+	clients, err := loadClients(*clientsFile, *noAuth)
 	if err != nil {
 		return err
 	}
@@ -105,7 +139,7 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	srv, err := server.New(server.Config{Cell: c, Controller: ctl, Reconciler: server.ReportFunc(func(ctx context.Context, pod string) (any, error) {
 		return c.Reconcile(ctx, pod)
-	}), AdminToken: token, Registry: reg, Logger: log, ShutdownTimeout: *shutdown})
+	}), Clients: clients, InsecureNoAuth: *noAuth, AdminToken: token, Registry: reg, Logger: log, ShutdownTimeout: *shutdown})
 	if err != nil {
 		return errors.Join(err, closeCell())
 	}
@@ -113,14 +147,22 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if token == "" {
 		log.Warn("serve: no admin token ($RESERVOIR_ADMIN_TOKEN or --admin-token-file): the admin API and the dashboard's data are disabled")
 	}
+	if *noAuth {
+		log.Warn("serve: --insecure-no-auth: the checkout API serves anyone who reaches it; never run this in production")
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
-		return errors.Join(fmt.Errorf("listen: %w", err), closeCell())
+		return errors.Join(fmt.Errorf("--addr: listen: %w", err), closeCell())
 	}
-	fmt.Fprintf(out, "reservoir serve: listening on http://%s (pods %s; dashboard http://%s/dashboard)\n",
-		ln.Addr(), strings.Join(topo.PodNames(), ", "), ln.Addr())
-	log.Info("serve: listening", "addr", ln.Addr().String(), "pods", topo.PodNames(), "plan", topo.PlanFile != "", "admin", token != "")
-	serr := srv.Serve(ctx, ln)
+	adminLn, err := net.Listen("tcp", *adminAddr)
+	if err != nil {
+		return errors.Join(fmt.Errorf("--admin-addr: listen: %w", err), ln.Close(), closeCell())
+	}
+	fmt.Fprintf(out, "reservoir serve: listening on http://%s (checkout API; pods %s); admin on http://%s (dashboard http://%s/dashboard, /metrics, /healthz, /readyz)\n",
+		ln.Addr(), strings.Join(topo.PodNames(), ", "), adminLn.Addr(), adminLn.Addr())
+	log.Info("serve: listening", "addr", ln.Addr().String(), "admin_addr", adminLn.Addr().String(), "pods", topo.PodNames(),
+		"plan", topo.PlanFile != "", "admin", token != "", "auth", !*noAuth)
+	serr := srv.Serve(ctx, ln, adminLn)
 	cerr := closeCell()
 	if cerr == nil {
 		log.Info("serve: stopped cleanly")

@@ -38,6 +38,24 @@ func (o *serveOutput) waitFor(t *testing.T, re *regexp.Regexp, within time.Durat
 	}
 }
 
+// listeningRE and adminRE find serve's two listeners in its first line.
+var (
+	listeningRE = regexp.MustCompile(`listening on (http://[0-9.:]+)`)
+	adminRE     = regexp.MustCompile(`admin on (http://[0-9.:]+)`)
+)
+
+// newClient makes a checkout API client with both roles in the clients
+// file at path, through `reservoir clients new --append`, and returns its
+// token.
+func newClient(t *testing.T, path, name string) string {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	if code := Main(context.Background(), []string{"clients", "new", "--name", name, "--roles", "checkout,inventory", "--append", path}, &out, &errOut); code != 0 {
+		t.Fatalf("clients new: exit %d: %s", code, errOut.String())
+	}
+	return strings.TrimSpace(out.String())
+}
+
 // apiCall sends a JSON request and decodes the JSON answer.
 func apiCall(t *testing.T, method, url, token string, body any) (int, map[string]any) {
 	t.Helper()
@@ -52,6 +70,9 @@ func apiCall(t *testing.T, method, url, token string, body any) (int, map[string
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -130,39 +151,42 @@ shops = [2001]
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	type replica struct {
-		base     string
+		base     string // the checkout API
+		admin    string // the admin listener
 		out, err *serveOutput
 		done     chan int
 	}
-	listening := regexp.MustCompile(`listening on (http://[0-9.:]+)`)
+	clients := filepath.Join(dir, "clients.toml")
+	apiTok := newClient(t, clients, "replica-test")
 	var replicas []*replica
 	for range 2 {
 		r := &replica{out: &serveOutput{}, err: &serveOutput{}, done: make(chan int, 1)}
 		go func() {
-			r.done <- Main(ctx, []string{"serve", "--topology", topo, "--addr", "127.0.0.1:0", "--admin-token-file", tokenFile,
-				"--log-level", "warn", "--shutdown-timeout", "5s"}, r.out, r.err)
+			r.done <- Main(ctx, []string{"serve", "--topology", topo, "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
+				"--clients", clients, "--admin-token-file", tokenFile, "--log-level", "warn", "--shutdown-timeout", "5s"}, r.out, r.err)
 		}()
-		r.base = r.out.waitFor(t, listening, 30*time.Second)
+		r.base = r.out.waitFor(t, listeningRE, 30*time.Second)
+		r.admin = r.out.waitFor(t, adminRE, time.Second)
 		replicas = append(replicas, r)
 	}
 	a, b := replicas[0], replicas[1]
 	for _, r := range replicas {
-		if code, body := apiCall(t, "GET", r.base+"/readyz", "", nil); code != 200 {
+		if code, body := apiCall(t, "GET", r.admin+"/readyz", "", nil); code != 200 {
 			t.Fatalf("readyz %s: %d %v", r.base, code, body)
 		}
 	}
 
 	// They agree on every pod's decision, and act on it.
-	da, db := podDecisions(t, a.base, token), podDecisions(t, b.base, token)
+	da, db := podDecisions(t, a.admin, token), podDecisions(t, b.admin, token)
 	if da != db || da != "pod-a=mysql/off/mysql pod-b=shadow/off/redis" {
 		t.Fatalf("the replicas disagree or are wrong:\n  A: %s\n  B: %s", da, db)
 	}
-	if code, body := apiCall(t, "POST", a.base+"/v1/shops/1001/items/7/locations/1/adjust", "", map[string]any{"available": 100}); code != 200 {
+	if code, body := apiCall(t, "POST", a.base+"/v1/shops/1001/items/7/locations/1/adjust", apiTok, map[string]any{"available": 100}); code != 200 {
 		t.Fatalf("adjust: %d %v", code, body)
 	}
 	reserve := func(r *replica, tok string) string {
 		t.Helper()
-		code, body := apiCall(t, "POST", r.base+"/v1/shops/1001/reservations", "", map[string]any{
+		code, body := apiCall(t, "POST", r.base+"/v1/shops/1001/reservations", apiTok, map[string]any{
 			"token": tok, "lines": []map[string]any{{"item": 7, "quantity": 1, "locations": []int64{1}}}})
 		if code != 201 {
 			t.Fatalf("reserve %s via %s: %d %v", tok, r.base, code, body)
@@ -175,14 +199,14 @@ shops = [2001]
 
 	// The kill switch through A; B obeys.
 	start := time.Now()
-	code, body := apiCall(t, "POST", a.base+"/admin/killswitch", token, map[string]any{"scope": "pod:pod-a", "reason": "replica test"})
+	code, body := apiCall(t, "POST", a.admin+"/admin/killswitch", token, map[string]any{"scope": "pod:pod-a", "reason": "replica test"})
 	if code != 200 || body["audited"] != true {
 		t.Fatalf("kill via A: %d %v", code, body)
 	}
 	viaA := time.Since(start)
-	for podDecisions(t, b.base, token) != "pod-a=mysql/redis/redis pod-b=shadow/off/redis" {
+	for podDecisions(t, b.admin, token) != "pod-a=mysql/redis/redis pod-b=shadow/off/redis" {
 		if time.Since(start) > 5*time.Second {
-			t.Fatalf("B never obeyed the kill switch: %s", podDecisions(t, b.base, token))
+			t.Fatalf("B never obeyed the kill switch: %s", podDecisions(t, b.admin, token))
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -193,18 +217,18 @@ shops = [2001]
 	}
 	// Made under MySQL, claimed under Redis authority through the other
 	// replica: once.
-	if code, body := apiCall(t, "POST", b.base+"/v1/shops/1001/reservations/a1/claim", "", nil); code != 200 {
+	if code, body := apiCall(t, "POST", b.base+"/v1/shops/1001/reservations/a1/claim", apiTok, nil); code != 200 {
 		t.Fatalf("claim a1 via B: %d %v", code, body)
 	}
 
 	// Released through B; A follows.
 	start = time.Now()
-	if code, body := apiCall(t, "DELETE", b.base+"/admin/killswitch", token, map[string]any{"scope": "pod:pod-a", "reason": "over"}); code != 200 {
+	if code, body := apiCall(t, "DELETE", b.admin+"/admin/killswitch", token, map[string]any{"scope": "pod:pod-a", "reason": "over"}); code != 200 {
 		t.Fatalf("release via B: %d %v", code, body)
 	}
-	for podDecisions(t, a.base, token) != "pod-a=mysql/off/mysql pod-b=shadow/off/redis" {
+	for podDecisions(t, a.admin, token) != "pod-a=mysql/off/mysql pod-b=shadow/off/redis" {
 		if time.Since(start) > 5*time.Second {
-			t.Fatalf("A never obeyed the release: %s", podDecisions(t, a.base, token))
+			t.Fatalf("A never obeyed the release: %s", podDecisions(t, a.admin, token))
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -244,6 +268,8 @@ func TestServeStartsWithoutFlags(t *testing.T) {
 	dir := t.TempDir()
 	control, pod := testdb.New(t), testdb.New(t)
 	r := testredis.New(t)
+	clients := filepath.Join(dir, "clients.toml")
+	apiTok := newClient(t, clients, "flags-test")
 	flags := filepath.Join(dir, "flags.json")
 	if err := os.Symlink("flags.json", flags); err != nil {
 		t.Fatal(err)
@@ -267,16 +293,18 @@ shops = [1001]
 	out, errOut := &serveOutput{}, &serveOutput{}
 	done := make(chan int, 1)
 	go func() {
-		done <- Main(ctx, []string{"serve", "--topology", topo, "--addr", "127.0.0.1:0", "--log-level", "warn"}, out, errOut)
+		done <- Main(ctx, []string{"serve", "--topology", topo, "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
+			"--clients", clients, "--log-level", "warn"}, out, errOut)
 	}()
-	base := out.waitFor(t, regexp.MustCompile(`listening on (http://[0-9.:]+)`), 30*time.Second)
+	base := out.waitFor(t, listeningRE, 30*time.Second)
+	admin := out.waitFor(t, adminRE, time.Second)
 
-	code, body := apiCall(t, "GET", base+"/readyz", "", nil)
+	code, body := apiCall(t, "GET", admin+"/readyz", "", nil)
 	if code != http.StatusServiceUnavailable || body["flags_loaded"] != false || !strings.Contains(fmt.Sprint(body["not_ready"]), "flags_not_loaded") {
 		t.Fatalf("readyz without flags: %d %v", code, body)
 	}
 	cart := map[string]any{"token": "c1", "lines": []map[string]any{{"item": 7, "quantity": 1, "locations": []int64{1}}}}
-	if code, body := apiCall(t, "POST", base+"/v1/shops/1001/reservations", "", cart); code != http.StatusServiceUnavailable || body["error"] != "flags_unavailable" {
+	if code, body := apiCall(t, "POST", base+"/v1/shops/1001/reservations", apiTok, cart); code != http.StatusServiceUnavailable || body["error"] != "flags_unavailable" {
 		t.Fatalf("reserve without flags: %d %v", code, body)
 	}
 	if keys := r.Keys(t); len(keys) != 0 {
@@ -295,7 +323,7 @@ shops = [1001]
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		code, body = apiCall(t, "GET", base+"/readyz", "", nil)
+		code, body = apiCall(t, "GET", admin+"/readyz", "", nil)
 		if code == http.StatusOK && body["flags_loaded"] == true {
 			break
 		}
@@ -304,10 +332,10 @@ shops = [1001]
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if code, body := apiCall(t, "POST", base+"/v1/shops/1001/items/7/locations/1/adjust", "", map[string]any{"available": 3}); code != 200 {
+	if code, body := apiCall(t, "POST", base+"/v1/shops/1001/items/7/locations/1/adjust", apiTok, map[string]any{"available": 3}); code != 200 {
 		t.Fatalf("adjust: %d %v", code, body)
 	}
-	if code, body := apiCall(t, "POST", base+"/v1/shops/1001/reservations", "", cart); code != http.StatusCreated || body["authority"] != "redis" {
+	if code, body := apiCall(t, "POST", base+"/v1/shops/1001/reservations", apiTok, cart); code != http.StatusCreated || body["authority"] != "redis" {
 		t.Fatalf("reserve once the flags loaded: %d %v", code, body)
 	}
 

@@ -102,6 +102,9 @@ type Info struct {
 	URL, Dashboard string
 	// Token is the admin token.
 	Token string
+	// ClientToken is the demo's checkout API client token (roles checkout
+	// and inventory).
+	ClientToken string
 	// Dir holds the demo's files.
 	Dir string
 	// Topology is the topology file.
@@ -266,8 +269,21 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	// The demo's own checkout client, with both roles: its token is
+	// printed below for trying the API by hand.
+	clientToken, entry, err := server.NewClientCredential("demo", []string{server.RoleCheckout, server.RoleInventory}, nil)
+	if err != nil {
+		return err
+	}
+	clients, err := server.ParseClients([]byte(entry))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(env.dir, "clients.toml"), []byte(entry), 0o600); err != nil {
+		return err
+	}
 	srv, err := server.New(server.Config{
-		Cell: c, Controller: ctl, AdminToken: cfg.AdminToken, Registry: reg, Logger: logger,
+		Cell: c, Controller: ctl, Clients: clients, AdminToken: cfg.AdminToken, Registry: reg, Logger: logger,
 		Reconciler: server.ReportFunc(func(ctx context.Context, pod string) (any, error) { return c.Reconcile(ctx, pod) }),
 	})
 	if err != nil {
@@ -283,7 +299,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	serveCtx, stopServe := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(serveCtx, ln) }()
+	// One listener for the tour; `reservoir serve` keeps the admin routes
+	// on a listener of their own.
+	go func() { served <- srv.Serve(serveCtx, ln, nil) }()
 	defer func() {
 		stopServe()
 		if serr := <-served; serr != nil {
@@ -292,7 +310,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}()
 
 	base := "http://" + ln.Addr().String()
-	info := Info{URL: base, Dashboard: base + "/dashboard#token=" + cfg.AdminToken, Token: cfg.AdminToken, Dir: env.dir,
+	info := Info{URL: base, Dashboard: base + "/dashboard#token=" + cfg.AdminToken, Token: cfg.AdminToken, ClientToken: clientToken, Dir: env.dir,
 		Topology: filepath.Join(env.dir, "topology.toml")}
 	if err := waitReady(ctx, base); err != nil {
 		return err
@@ -313,7 +331,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		runCtx, cancel = context.WithTimeout(runCtx, cfg.Duration)
 		defer cancel()
 	}
-	gen := newTraffic(base, cfg, p)
+	gen := newTraffic(base, clientToken, cfg, p)
 	var wg sync.WaitGroup
 	wg.Go(func() { gen.run(runCtx) })
 	w := &walker{ctl: ctl, c: c, p: p, plan: plan, since: started}
@@ -356,7 +374,8 @@ func printWelcome(p *printer, info Info, cfg Config) {
 	p.say("  dashboard:   %s", info.Dashboard)
 	p.say("  API:         %s   (docs/api.md)", info.URL)
 	p.say("  admin token: %s", info.Token)
-	p.say("  files:       %s (topology.toml, flags.json, plan.toml, server.log)", info.Dir)
+	p.say("  API token:   %s   (client \"demo\": checkout and inventory)", info.ClientToken)
+	p.say("  files:       %s (topology.toml, flags.json, plan.toml, clients.toml, server.log)", info.Dir)
 	p.say("")
 	p.say("  What to try:")
 	p.say("    - watch pod-a go from shadow to mysql once its gates pass (%s, %d observations)", cfg.GateDuration, cfg.MinObservations)
@@ -364,7 +383,8 @@ func printWelcome(p *printer, info Info, cfg Config) {
 	p.say("    - or from a shell:")
 	p.say("        export TOKEN=%s", info.Token)
 	p.say(`        curl -s -X POST -H "Authorization: Bearer $TOKEN" -d '{"scope":"pod:pod-a","reason":"trying the demo"}' http://%s/admin/killswitch`, host)
-	p.say(`        curl -s -X POST -d '{"token":"my-cart","lines":[{"item":5,"quantity":1,"locations":[1,2]}]}' http://%s/v1/shops/1001/reservations`, host)
+	p.say("        export API_TOKEN=%s", info.ClientToken)
+	p.say(`        curl -s -X POST -H "Authorization: Bearer $API_TOKEN" -H 'Content-Type: application/json' -d '{"token":"my-cart","lines":[{"item":5,"quantity":1,"locations":[1,2]}]}' http://%s/v1/shops/1001/reservations`, host)
 	p.say(`        reservoir rollout --topology %s status`, info.Topology)
 	p.say("")
 }

@@ -38,10 +38,11 @@ type traffic struct {
 	seq                                              atomic.Int64
 }
 
-func newTraffic(base string, cfg Config, p *printer) *traffic {
+func newTraffic(base, clientToken string, cfg Config, p *printer) *traffic {
 	g := &traffic{
-		base:    base,
-		client:  &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Workers, MaxIdleConns: cfg.Workers}},
+		base: base,
+		client: &http.Client{Timeout: 10 * time.Second, Transport: bearer{token: clientToken,
+			next: &http.Transport{MaxIdleConnsPerHost: cfg.Workers, MaxIdleConns: cfg.Workers}}},
 		rate:    cfg.Rate,
 		workers: cfg.Workers,
 		p:       p,
@@ -53,6 +54,23 @@ func newTraffic(base string, cfg Config, p *printer) *traffic {
 		}
 	}
 	return g
+}
+
+// bearer sends every request with the demo client's token, and a body
+// as JSON.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+// RoundTrip implements http.RoundTripper.
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	if r.Body != nil && r.Header.Get("Content-Type") == "" {
+		r.Header.Set("Content-Type", "application/json")
+	}
+	return b.next.RoundTrip(r)
 }
 
 // run sends traffic until ctx ends.

@@ -7,12 +7,13 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/rollout"
@@ -268,13 +269,19 @@ func (s *Server) rolloutHistory(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"entries": h})
 }
 
+// internal answers a failure of the server's own work (a store or the
+// control database failed under it). The error's text goes to the log
+// only: a driver's error names users, hosts and addresses ("Access
+// denied for user 'app'@'10.0.0.5'"), which no answer carries.
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, what string, err error) {
 	s.log.Error("server: "+what+" failed", "request_id", RequestID(r.Context()), "err", err)
-	status, code := http.StatusInternalServerError, "internal"
 	if errors.Is(err, context.DeadlineExceeded) {
-		status, code = http.StatusServiceUnavailable, "unavailable"
+		writeProblem(w, r, problem{Status: http.StatusServiceUnavailable, Code: "unavailable", RetryAfter: time.Second,
+			Message: what + " did not finish in time; retry, or see the server's log for the request id"})
+		return
 	}
-	writeProblem(w, r, problem{Status: status, Code: code, Message: what + " failed: " + err.Error()})
+	writeProblem(w, r, problem{Status: http.StatusServiceUnavailable, Code: "unavailable", RetryAfter: time.Second,
+		Message: what + " failed: a store it needs did not answer as expected (" + failureClass(err) + "); the server's log has the error under the request id"})
 }
 
 // KillRequest is the body of POST and DELETE /admin/killswitch.
@@ -319,15 +326,50 @@ type KillResponse struct {
 	RelayLag string `json:"relay_lag,omitempty"`
 }
 
+// maxReason caps a kill switch reason, in characters.
+const maxReason = 500
+
+// checkReason accepts a reason of at most maxReason printable characters:
+// it is written into the flags file and the audit, shown on the
+// dashboard and in terminals, so no control character (NUL, a newline,
+// an escape sequence) may ride in it.
+func checkReason(reason string) *problem {
+	if !utf8.ValidString(reason) {
+		return badInput("reason", "reason: not valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(reason); n > maxReason {
+		return badInput("reason", "reason: at most %d characters, got %d", maxReason, n)
+	}
+	for i, c := range reason {
+		if !unicode.IsPrint(c) {
+			return badInput("reason", "reason: character %U at byte %d is not printable: give one line of text", c, i)
+		}
+	}
+	return nil
+}
+
 // readKill reads a kill request from the JSON body, or (DELETE only, for
 // curl) from the query parameters scope and reason when there is no body.
 func (s *Server) readKill(w http.ResponseWriter, r *http.Request) (KillRequest, rollout.Scope, *problem) {
 	var req KillRequest
-	if r.Method == http.MethodDelete && r.ContentLength <= 0 && r.URL.Query().Get("scope") != "" {
-		req.Scope, req.Reason = r.URL.Query().Get("scope"), r.URL.Query().Get("reason")
-		_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, 1024))
-	} else if p := s.decodeBody(w, r, &req); p != nil {
-		return req, rollout.Scope{}, p
+	q := r.URL.Query()
+	for _, k := range []string{"scope", "reason"} {
+		if len(q[k]) > 1 {
+			return req, rollout.Scope{}, badInput(k, "%s: given %d times in the query; give it once", k, len(q[k]))
+		}
+	}
+	body := r.ContentLength > 0 || r.ContentLength < 0 && r.Body != http.NoBody
+	switch {
+	case r.Method == http.MethodDelete && !body && q.Has("scope"):
+		req.Scope, req.Reason = q.Get("scope"), q.Get("reason")
+	case q.Has("scope") || q.Has("reason"):
+		// Scope or reason in the query and a body too: which one would
+		// the operator mean? Refuse rather than release another scope.
+		return req, rollout.Scope{}, badInput("scope", "scope and reason go in the JSON body, or (DELETE only, without a body) in the query; not both")
+	default:
+		if p := s.decodeBody(w, r, &req); p != nil {
+			return req, rollout.Scope{}, p
+		}
 	}
 	if strings.TrimSpace(req.Scope) == "" {
 		return req, rollout.Scope{}, badInput("scope", `scope: required: "global", "pod:<name>" or "shop:<id>"`)
@@ -342,8 +384,8 @@ func (s *Server) readKill(w http.ResponseWriter, r *http.Request) (KillRequest, 
 	if strings.TrimSpace(req.Reason) == "" {
 		return req, rollout.Scope{}, badInput("reason", "reason: required: say why, for whoever reads the flags file in an incident")
 	}
-	if len(req.Reason) > 500 {
-		return req, rollout.Scope{}, badInput("reason", "reason: at most 500 bytes, got %d", len(req.Reason))
+	if p := checkReason(req.Reason); p != nil {
+		return req, rollout.Scope{}, p
 	}
 	return req, scope, nil
 }
@@ -466,7 +508,8 @@ func (s *Server) checkMirrored(ctx context.Context, scope rollout.Scope, pods []
 	for _, pod := range pods {
 		clean, summary, err := s.cfg.Cell.Reconciler.Clean(ctx, pod)
 		if err != nil {
-			return fmt.Sprintf("kill %s: pod %s runs mysql_only and could not be checked (%v); retry, or run `reservoir reconcile --pod %s`", scope, pod, err, pod)
+			s.log.Error("server: the kill switch's reconcile check failed", "request_id", RequestID(ctx), "pod", pod, "err", err)
+			return fmt.Sprintf("kill %s: pod %s runs mysql_only and could not be checked (%s; the server's log has the error); retry, or run `reservoir reconcile --pod %s`", scope, pod, failureClass(err), pod)
 		}
 		if !clean {
 			return fmt.Sprintf("kill %s: pod %s runs mysql_only and Redis does not hold what MySQL decided (%s); "+

@@ -252,11 +252,14 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- h.srv.Serve(ctx, ln) }()
+	go func() { served <- h.srv.Serve(ctx, ln, nil) }()
 	base := "http://" + ln.Addr().String()
 	client := &http.Client{Timeout: 10 * time.Second}
 	post := func(path, body string) (int, error) {
-		res, err := client.Post(base+path, "application/json", strings.NewReader(body))
+		req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+clientToken)
+		res, err := client.Do(req)
 		if err != nil {
 			return 0, err
 		}

@@ -11,50 +11,67 @@ import (
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
-// routes builds the mux. Patterns use Go's method and wildcard routing;
-// a path that matches with another method answers 405 with Allow.
-func (s *Server) routes() http.Handler {
-	mux := http.NewServeMux()
-	// Checkout API.
-	s.route(mux, "POST /v1/shops/{shop}/reservations", true, s.reserve)
-	s.route(mux, "GET /v1/shops/{shop}/reservations/{token}", true, s.get)
-	s.route(mux, "POST /v1/shops/{shop}/reservations/{token}/claim", true, s.claim)
-	s.route(mux, "POST /v1/shops/{shop}/reservations/{token}/release", true, s.release)
-	s.route(mux, "GET /v1/shops/{shop}/items/{item}/availability", true, s.availability)
-	s.route(mux, "POST /v1/shops/{shop}/items/{item}/locations/{location}/adjust", true, s.adjust)
+// routes builds the handlers: the checkout API's, the admin listener's,
+// and both on one. Patterns use Go's method and wildcard routing; a path
+// that matches with another method answers 405 with Allow.
+func (s *Server) routes() (api, admin, both http.Handler) {
+	apiMux, adminMux, bothMux := http.NewServeMux(), http.NewServeMux(), http.NewServeMux()
+	checkout := func(pattern, op string, withBody bool, h http.HandlerFunc) {
+		for _, mux := range []*http.ServeMux{apiMux, bothMux} {
+			s.apiOp(mux, pattern, op, withBody, h)
+		}
+	}
+	checkout("POST /v1/shops/{shop}/reservations", "reserve", true, s.reserve)
+	checkout("GET /v1/shops/{shop}/reservations/{token}", "get", false, s.get)
+	checkout("POST /v1/shops/{shop}/reservations/{token}/claim", "claim", false, s.claim)
+	checkout("POST /v1/shops/{shop}/reservations/{token}/release", "release", false, s.release)
+	checkout("GET /v1/shops/{shop}/items/{item}/availability", "availability", false, s.availability)
+	checkout("POST /v1/shops/{shop}/items/{item}/locations/{location}/adjust", "adjust", true, s.adjust)
+	ops := func(pattern string, limited bool, h http.HandlerFunc) {
+		for _, mux := range []*http.ServeMux{adminMux, bothMux} {
+			s.route(mux, pattern, limited, h)
+		}
+	}
 	// Admin API (bearer token).
-	s.route(mux, "GET /admin/rollout/status", true, s.admin(s.rolloutStatus))
-	s.route(mux, "GET /admin/rollout/history", true, s.admin(s.rolloutHistory))
-	s.route(mux, "POST /admin/killswitch", false, s.admin(s.incident(s.engageKill)))
-	s.route(mux, "DELETE /admin/killswitch", false, s.admin(s.incident(s.releaseKill)))
-	s.route(mux, "GET /admin/diffs", true, s.admin(s.diffs))
-	s.route(mux, "GET /admin/stats", true, s.admin(s.stats))
-	s.route(mux, "GET /admin/series", true, s.admin(s.series))
-	s.route(mux, "GET /admin/reconcile", true, s.admin(s.lastReconcile))
-	s.route(mux, "POST /admin/reconcile", false, s.admin(s.reconcile))
+	ops("GET /admin/rollout/status", true, s.admin(s.rolloutStatus))
+	ops("GET /admin/rollout/history", true, s.admin(s.rolloutHistory))
+	ops("POST /admin/killswitch", false, s.admin(s.incident(s.engageKill)))
+	ops("DELETE /admin/killswitch", false, s.admin(s.incident(s.releaseKill)))
+	ops("GET /admin/diffs", true, s.admin(s.diffs))
+	ops("GET /admin/stats", true, s.admin(s.stats))
+	ops("GET /admin/series", true, s.admin(s.series))
+	ops("GET /admin/reconcile", true, s.admin(s.lastReconcile))
+	ops("POST /admin/reconcile", false, s.admin(s.reconcile))
 	// Operations.
-	s.route(mux, "GET /metrics", false, s.metricsHandler())
-	s.route(mux, "GET /healthz", false, s.healthz)
-	s.route(mux, "GET /readyz", false, s.readyz)
+	ops("GET /metrics", false, s.metricsHandler())
+	ops("GET /healthz", false, s.healthz)
+	ops("GET /readyz", false, s.readyz)
 	// The dashboard: a static page; its data comes from the admin API.
-	s.route(mux, "GET /dashboard", false, s.dashboard)
-	s.route(mux, "GET /dashboard/{file}", false, s.dashboardAsset)
-	s.route(mux, "GET /{$}", false, func(w http.ResponseWriter, r *http.Request) {
+	ops("GET /dashboard", false, s.dashboard)
+	ops("GET /dashboard/{file}", false, s.dashboardAsset)
+	ops("GET /{$}", false, func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/dashboard", http.StatusFound)
 	})
-	return s.outer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return s.outer(withNoRoute(apiMux, "no such endpoint on the checkout listener (the admin API, dashboard, /metrics and health are on the admin listener): see docs/api.md")),
+		s.outer(withNoRoute(adminMux, "no such endpoint on the admin listener (the checkout API /v1 is on the other listener): see docs/api.md")),
+		s.outer(withNoRoute(bothMux, "no such endpoint: see docs/api.md"))
+}
+
+// withNoRoute answers, with msg, the requests no pattern of mux matches.
+func withNoRoute(mux *http.ServeMux, msg string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pattern := mux.Handler(r); pattern == "" {
-			noRoute(w, r, mux)
+			noRoute(w, r, mux, msg)
 			return
 		}
 		mux.ServeHTTP(w, r)
-	}))
+	})
 }
 
 // noRoute answers a request no pattern matches the way every other error
 // is answered (JSON), keeping the mux's verdict: 405 with Allow when the
 // path exists for another method, else 404.
-func noRoute(w http.ResponseWriter, r *http.Request, mux *http.ServeMux) {
+func noRoute(w http.ResponseWriter, r *http.Request, mux *http.ServeMux, msg string) {
 	h, _ := mux.Handler(r)
 	c := &capture{header: http.Header{}}
 	h.ServeHTTP(c, r)
@@ -65,7 +82,7 @@ func noRoute(w http.ResponseWriter, r *http.Request, mux *http.ServeMux) {
 		writeProblem(w, r, problem{Status: c.status, Code: "method_not_allowed", Message: r.Method + " is not allowed here; allowed: " + c.header.Get("Allow")})
 		return
 	}
-	writeProblem(w, r, problem{Status: http.StatusNotFound, Code: "no_route", Message: "no such endpoint: see docs/api.md"})
+	writeProblem(w, r, problem{Status: http.StatusNotFound, Code: "no_route", Message: msg})
 }
 
 // capture keeps a handler's status and headers and drops its body.
@@ -92,12 +109,14 @@ func (c *capture) WriteHeader(code int) {
 	}
 }
 
-// pathID reads a positive int64 path parameter.
+// pathID reads a positive int64 path parameter, written canonically: a
+// decimal without sign or leading zeros ("7001", never "+7001" or
+// "007001"), so one id has one spelling in URLs, logs and caches.
 func pathID(r *http.Request, name string) (int64, *problem) {
 	v := r.PathValue(name)
 	id, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || id <= 0 {
-		return 0, badInput(name, "%s: must be a positive integer id, got %q", name, v)
+	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != v {
+		return 0, badInput(name, "%s: must be a positive integer id in decimal without sign or leading zeros, got %q", name, v)
 	}
 	return id, nil
 }

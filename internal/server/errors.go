@@ -15,6 +15,9 @@ import (
 	"strings"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/seed31b0e981/reservoir/dualwrite"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
@@ -79,78 +82,144 @@ func badInput(field, format string, args ...any) *problem {
 	return &problem{Status: http.StatusBadRequest, Code: "invalid_input", Field: field, Message: fmt.Sprintf(format, args...)}
 }
 
-// decodeBody reads a JSON object into v: at most MaxBodyBytes, no unknown
-// fields, nothing after the object. Its problems name what is wrong: the
-// byte offset of a syntax error, the unknown field by its full path, the
-// field of a wrong type.
+// decodeBody reads a JSON object into v strictly: at most MaxBodyBytes,
+// no unknown member, no member twice, names matched exactly as the API
+// spells them ("token", never "TOKEN"), valid UTF-8, and nothing after the
+// object. Its problems name what is wrong: the byte offset of a syntax
+// error, and the offending member by its full path ("lines[1].quantity")
+// for an unknown, repeated or mistyped one. JSON v2 semantics
+// (github.com/go-json-experiment/json) do the checking and report each
+// error's place as a JSON Pointer.
 //
-// The body is read whole (at most MaxBodyBytes) before it is decoded.
-// json.Decoder buffers a whole value before decoding it anyway, so this
-// costs about the same memory, and it keeps the transport's failures
-// apart from the JSON's: a client that stalls or drops mid-body gets an
-// answer about that, never a "malformed JSON" quoting the connection's
-// error (and with it the socket addresses). It also leaves the bytes at
-// hand to find where an unknown field is.
+// The body is read whole (at most MaxBodyBytes) before it is decoded
+// (admit already read it for the checkout API), which keeps the
+// transport's failures apart from the JSON's: a client that stalls or
+// drops mid-body gets an answer about that, never a "malformed JSON"
+// quoting the connection's error (and with it the socket addresses).
 func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) *problem {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		return s.bodyReadProblem(r, err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	err = dec.Decode(v)
+	return decodeJSON(data, v)
+}
+
+// decodeJSON is decodeBody's decoding, from memory.
+func decodeJSON(data []byte, v any) *problem {
+	malformed := func(msg string) *problem {
+		return &problem{Status: http.StatusBadRequest, Code: "malformed_json", Message: msg}
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return malformed("the request body is empty: want a JSON object")
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(data))
+	err := jsonv2.UnmarshalDecode(dec, v, jsonv2.RejectUnknownMembers(true))
 	if err == nil {
 		// One object only: anything after it makes the request malformed.
-		if _, terr := dec.Token(); terr == io.EOF {
+		if _, terr := dec.ReadToken(); terr == io.EOF {
 			return nil
 		}
-		return &problem{Status: http.StatusBadRequest, Code: "malformed_json", Message: "malformed JSON: unexpected data after the JSON object"}
+		return malformed("malformed JSON: unexpected data after the JSON object")
 	}
 	var (
-		syntax  *json.SyntaxError
-		typ     *json.UnmarshalTypeError
-		unknown = "json: unknown field "
+		syntax   *jsontext.SyntacticError
+		semantic *jsonv2.SemanticError
 	)
 	switch {
-	case errors.Is(err, io.EOF):
-		return &problem{Status: http.StatusBadRequest, Code: "malformed_json", Message: "the request body is empty: want a JSON object"}
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &problem{Status: http.StatusBadRequest, Code: "malformed_json", Message: "malformed JSON: the body ends in the middle of a value"}
+	case errors.As(err, &syntax) && errors.Is(syntax.Err, jsontext.ErrDuplicateName):
+		field := fieldPath(syntax.JSONPointer)
+		return &problem{Status: http.StatusBadRequest, Code: "duplicate_key", Field: field,
+			Message: fmt.Sprintf("%q appears twice in its object; give each member once", field)}
+	case errors.As(err, &syntax) && errors.Is(syntax.Err, io.ErrUnexpectedEOF):
+		return malformed("malformed JSON: the body ends in the middle of a value")
 	case errors.As(err, &syntax):
-		return &problem{Status: http.StatusBadRequest, Code: "malformed_json",
-			Message: fmt.Sprintf("malformed JSON at byte %d: %s", syntax.Offset, strings.TrimPrefix(syntax.Error(), "json: "))}
-	case errors.As(err, &typ):
-		field := typ.Field
+		return malformed(fmt.Sprintf("malformed JSON at byte %d: %s", syntax.ByteOffset, syntaxReason(syntax)))
+	case errors.As(err, &semantic) && errors.Is(semantic.Err, jsonv2.ErrUnknownName):
+		field := fieldPath(semantic.JSONPointer)
+		return &problem{Status: http.StatusBadRequest, Code: "unknown_field", Field: field,
+			Message: fmt.Sprintf("unknown field %q (names are matched exactly; see docs/api.md for the request's fields)", field)}
+	case errors.As(err, &semantic):
+		field := fieldPath(semantic.JSONPointer)
+		got := jsonKindName(semantic.JSONKind)
 		if field == "" {
-			return &problem{Status: http.StatusBadRequest, Code: "malformed_json",
-				Message: fmt.Sprintf("want a JSON object, got %s", typ.Value)}
+			return malformed("want a JSON object, got " + got)
 		}
-		// encoding/json names the field without array indexes
-		// ("lines.quantity"); the value's place in the document says which
-		// line it is.
-		if at := valuePathAt(data, typ.Offset); stripIndexes(at) == strings.ToLower(field) {
-			field = at
+		want := "a valid value"
+		if semantic.GoType != nil {
+			want = goKindName(semantic.GoType.Kind())
+		}
+		if len(semantic.JSONValue) > 0 && len(semantic.JSONValue) <= 32 {
+			got += " " + string(semantic.JSONValue)
 		}
 		return &problem{Status: http.StatusBadRequest, Code: "invalid_input", Field: field,
-			Message: fmt.Sprintf("%s: want %s, got %s", field, jsonKind(typ.Type.Kind().String()), typ.Value)}
-	case strings.HasPrefix(err.Error(), unknown):
-		// encoding/json names the key only ("bogus", quoted with %q), not
-		// where it is.
-		name := strings.TrimPrefix(err.Error(), unknown)
-		if n, uerr := strconv.Unquote(name); uerr == nil {
-			name = n
-		}
-		field := unknownFieldPath(data, reflect.TypeOf(v))
-		if field == "" || !strings.HasSuffix(field, name) {
-			field = name // the walk disagrees with encoding/json: trust json's word
-		}
-		return &problem{Status: http.StatusBadRequest, Code: "unknown_field", Field: field,
-			Message: fmt.Sprintf("unknown field %q (see docs/api.md for the request's fields)", field)}
-	default:
-		// Decoding from memory: the error is about the JSON, not the
-		// connection.
-		return &problem{Status: http.StatusBadRequest, Code: "malformed_json", Message: "malformed JSON: " + err.Error()}
+			Message: fmt.Sprintf("%s: want %s, got %s", field, want, got)}
 	}
+	return malformed("malformed JSON")
+}
+
+// syntaxReason is a syntax error's reason without the library's prefix
+// and place (the message gives the byte offset).
+func syntaxReason(e *jsontext.SyntacticError) string {
+	if e.Err != nil {
+		return e.Err.Error()
+	}
+	return "invalid JSON"
+}
+
+// fieldPath turns a JSON Pointer ("/lines/1/quantity") into the API's
+// field path ("lines[1].quantity"): array indexes in brackets, member
+// names joined by dots. The request types have no maps, so a segment of
+// digits is an index.
+func fieldPath(p jsontext.Pointer) string {
+	var b strings.Builder
+	for tok := range p.Tokens() {
+		if _, err := strconv.ParseUint(tok, 10, 64); err == nil && tok != "" {
+			b.WriteString("[" + tok + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(tok)
+	}
+	return b.String()
+}
+
+// jsonKindName says a JSON kind in words.
+func jsonKindName(k jsontext.Kind) string {
+	switch k {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case '0':
+		return "a number"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a value"
+}
+
+// goKindName says a Go kind the way a JSON caller thinks of it.
+func goKindName(k reflect.Kind) string {
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Bool:
+		return "true or false"
+	}
+	return k.String()
 }
 
 // bodyReadProblem answers a failure reading the body (not parsing it).
@@ -182,230 +251,6 @@ func (s *Server) bodyReadProblem(r *http.Request, err error) *problem {
 		s.log.Info("server: request body unreadable", "request_id", RequestID(r.Context()), "err", err)
 		return &problem{Status: http.StatusBadRequest, Code: "body_unreadable",
 			Message: "the request body could not be read whole: the connection failed or ended before its end"}
-	}
-}
-
-// valuePathAt returns the path ("lines[1].quantity") of the value in data
-// at which encoding/json reported a type error at byte offset off: a
-// scalar that ends there, or an object or array whose opening delimiter
-// does (json reports those just after it). It returns "" if no value
-// matches.
-func valuePathAt(data []byte, off int64) string {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	found := ""
-	var walk func(path string) error
-	walk = func(path string) error {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		if dec.InputOffset() == off {
-			found = path
-			return nil
-		}
-		delim, ok := tok.(json.Delim)
-		if !ok {
-			return nil
-		}
-		for i := 0; dec.More() && found == ""; i++ {
-			if delim == '[' {
-				err = walk(fmt.Sprintf("%s[%d]", path, i))
-			} else {
-				key, kerr := dec.Token()
-				if kerr != nil {
-					return kerr
-				}
-				err = walk(joinPath(path, fmt.Sprint(key)))
-			}
-			if err != nil {
-				return err
-			}
-		}
-		if found != "" {
-			return nil
-		}
-		_, err = dec.Token() // the closing delimiter
-		return err
-	}
-	_ = walk("")
-	return found
-}
-
-// joinPath appends a key to a JSON path.
-func joinPath(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-// stripIndexes is a path as encoding/json names fields: no indexes, and
-// lower case (its matching of keys to fields ignores case).
-func stripIndexes(path string) string {
-	var b strings.Builder
-	depth := 0
-	for _, r := range path {
-		switch {
-		case r == '[':
-			depth++
-		case r == ']':
-			depth--
-		case depth == 0:
-			b.WriteRune(r)
-		}
-	}
-	return strings.ToLower(b.String())
-}
-
-// unknownFieldPath finds, in data (a JSON value encoding/json refused
-// with an unknown-field error when decoding it into a t), the full path
-// of the first key that t has no field for: "colour", "lines[0].bogus".
-// encoding/json's error names the key only. It walks the value's tokens
-// in document order, the order encoding/json decodes in, so the key it
-// finds is the one json reported. It returns "" if it finds none.
-func unknownFieldPath(data []byte, t reflect.Type) string {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	path, _ := walkUnknown(dec, t, "")
-	return path
-}
-
-// walkUnknown consumes one JSON value from dec, decoded as a t would be,
-// and returns the path of the first key no field of t takes (path is the
-// value's own path). An object or array t does not describe (t is an
-// interface, or wants something else) is skipped whole: encoding/json
-// does not look inside it for unknown fields either.
-func walkUnknown(dec *json.Decoder, t reflect.Type, path string) (string, error) {
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	tok, err := dec.Token()
-	if err != nil {
-		return "", err
-	}
-	delim, ok := tok.(json.Delim)
-	if !ok {
-		return "", nil // a scalar
-	}
-	switch {
-	case delim == '{' && t != nil && t.Kind() == reflect.Struct:
-		for dec.More() {
-			key, err := dec.Token()
-			if err != nil {
-				return "", err
-			}
-			name, _ := key.(string)
-			sub := childPath(path, name)
-			f, ok := jsonField(t, name)
-			if !ok {
-				return sub, nil
-			}
-			if p, err := walkUnknown(dec, f.Type, sub); p != "" || err != nil {
-				return p, err
-			}
-		}
-	case delim == '{' && t != nil && t.Kind() == reflect.Map:
-		for dec.More() {
-			key, err := dec.Token()
-			if err != nil {
-				return "", err
-			}
-			name, _ := key.(string)
-			if p, err := walkUnknown(dec, t.Elem(), childPath(path, name)); p != "" || err != nil {
-				return p, err
-			}
-		}
-	case delim == '[' && t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array):
-		for i := 0; dec.More(); i++ {
-			if p, err := walkUnknown(dec, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); p != "" || err != nil {
-				return p, err
-			}
-		}
-	default:
-		// Skip the rest of this object or array, nested values included.
-		for depth := 1; depth > 0; {
-			tok, err := dec.Token()
-			if err != nil {
-				return "", err
-			}
-			switch tok {
-			case json.Delim('{'), json.Delim('['):
-				depth++
-			case json.Delim('}'), json.Delim(']'):
-				depth--
-			}
-		}
-		return "", nil
-	}
-	_, err = dec.Token() // the closing '}' or ']'
-	return "", err
-}
-
-// childPath is the path of key name inside the object at path.
-func childPath(path, name string) string {
-	if path == "" {
-		return name
-	}
-	return path + "." + name
-}
-
-// jsonField finds the field of struct type t that encoding/json decodes
-// key into: the exported field whose JSON name (its tag's, else its Go
-// name) is key, or failing that equals it case-insensitively, as
-// encoding/json matches. Fields of embedded structs without a tag are
-// searched as if they were t's own; a field tagged "-" takes nothing.
-func jsonField(t reflect.Type, key string) (reflect.StructField, bool) {
-	var fold *reflect.StructField
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		tag := f.Tag.Get("json")
-		if tag == "-" {
-			continue
-		}
-		name, _, _ := strings.Cut(tag, ",")
-		ft := f.Type
-		for ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
-		}
-		if f.Anonymous && name == "" && ft.Kind() == reflect.Struct {
-			if ef, ok := jsonField(ft, key); ok {
-				return ef, true
-			}
-			continue
-		}
-		if !f.IsExported() {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		if name == key {
-			return f, true
-		}
-		if fold == nil && strings.EqualFold(name, key) {
-			fold = &f
-		}
-	}
-	if fold != nil {
-		return *fold, true
-	}
-	return reflect.StructField{}, false
-}
-
-// jsonKind says a Go kind the way a JSON caller thinks of it.
-func jsonKind(kind string) string {
-	switch kind {
-	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
-		return "an integer"
-	case "string":
-		return "a string"
-	case "slice", "array":
-		return "an array"
-	case "struct", "map":
-		return "an object"
-	case "bool":
-		return "true or false"
-	default:
-		return kind
 	}
 }
 

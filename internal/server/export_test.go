@@ -1,21 +1,15 @@
 package server
 
-import "reflect"
-
-// OccupySlots takes n of the server's in-flight slots, as n slow calls
-// would, and returns the function that gives them back.
-func OccupySlots(s *Server, n int) (release func()) {
+// OccupySlots takes n of pod's checkout slots, as n slow calls would, and
+// returns the function that gives them back.
+func OccupySlots(s *Server, pod string, n int) (release func()) {
+	g := s.gates[pod]
 	for range n {
-		s.inflight <- struct{}{}
+		g.slots <- struct{}{}
 	}
 	return func() {
 		for range n {
-			<-s.inflight
+			<-g.slots
 		}
 	}
-}
-
-// UnknownFieldPath is unknownFieldPath for a value of v's type.
-func UnknownFieldPath(data []byte, v any) string {
-	return unknownFieldPath(data, reflect.TypeOf(v))
 }

@@ -37,7 +37,7 @@ func TestFlagsNotLoadedNotReady(t *testing.T) {
 		defer cancel()
 		_ = c.Close(ctx)
 	})
-	srv, err := server.New(server.Config{Cell: c, AdminToken: adminToken, Registry: reg, Logger: log, SampleInterval: 100 * time.Millisecond, SeriesWindow: time.Second})
+	srv, err := server.New(server.Config{Cell: c, AdminToken: adminToken, InsecureNoAuth: true, Registry: reg, Logger: log, SampleInterval: 100 * time.Millisecond, SeriesWindow: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

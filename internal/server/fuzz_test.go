@@ -64,7 +64,8 @@ func newEnv(tb testing.TB, o envOptions) *env {
 		defer cancel()
 		_ = c.Close(ctx)
 	})
-	cfg := server.Config{Cell: c, AdminToken: adminToken, Registry: reg, Logger: log,
+	cfg := server.Config{Cell: c, AdminToken: adminToken, Registry: reg, Logger: log, InsecureNoAuth: true,
+		Reconciler:     server.ReportFunc(func(ctx context.Context, pod string) (any, error) { return c.Reconcile(ctx, pod) }),
 		SampleInterval: 100 * time.Millisecond, SeriesWindow: time.Second, RequestTimeout: 10 * time.Second}
 	if o.cfg != nil {
 		o.cfg(&cfg)
@@ -80,6 +81,7 @@ func newEnv(tb testing.TB, o envOptions) *env {
 // serve runs one request through the handler in process (no network).
 func (e *env) serve(method, path string, body []byte) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(method, path, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
 	e.srv.Handler().ServeHTTP(rec, req)
 	return rec
@@ -90,6 +92,7 @@ func (e *env) serve(method, path string, body []byte) *httptest.ResponseRecorder
 var rejectCodes = map[string]bool{
 	"invalid_input":  true,  // a field's value or type is wrong
 	"unknown_field":  false, // names the field in the message (the key may be "")
+	"duplicate_key":  true,  // a member given twice
 	"malformed_json": false, // the body itself: syntax, empty, trailing data
 	"body_too_large": false,
 }

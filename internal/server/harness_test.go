@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -28,6 +29,25 @@ import (
 )
 
 const adminToken = "test-admin-token-0123456789"
+
+// clientToken is the harness's checkout API client (roles checkout and
+// inventory, every shop); do sends it on /v1 calls unless told otherwise.
+const clientToken = "test-client-token-0123456789"
+
+// anonymous, as do's token, sends no Authorization header at all.
+const anonymous = "-"
+
+// testClients accepts clientToken, plus the clients of extra (a clients
+// file's entries).
+func testClients(t testing.TB, extra string) *server.Clients {
+	t.Helper()
+	sum := sha256.Sum256([]byte(clientToken))
+	c, err := server.ParseClients([]byte(fmt.Sprintf("[[clients]]\nname = \"test\"\ntoken_sha256 = \"%x\"\nroles = [\"checkout\", \"inventory\"]\n\n%s", sum, extra)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
 
 // podBundle is one test pod's servers.
 type podBundle struct {
@@ -58,6 +78,8 @@ type options struct {
 	noToken bool
 	// noHTTP leaves the handler out of an httptest server.
 	noHTTP bool
+	// clients are extra clients file entries beside the harness's own.
+	clients string
 	// deadRedis names a pod whose Redis address answers nothing.
 	deadRedis string
 	// noRelay starts no relay (cell.Config.NoRelay): MySQL's changes stay
@@ -171,7 +193,7 @@ func setup(t *testing.T, o options) *harness {
 	}
 	var err error
 	h.srv, err = server.New(server.Config{
-		Cell: c, Controller: h.ctl, AdminToken: token, Registry: reg, Logger: log,
+		Cell: c, Controller: h.ctl, AdminToken: token, Registry: reg, Logger: log, Clients: testClients(t, o.clients),
 		Reconciler:     server.ReportFunc(func(ctx context.Context, pod string) (any, error) { return c.Reconcile(ctx, pod) }),
 		SampleInterval: 100 * time.Millisecond, SeriesWindow: time.Second, RequestTimeout: 10 * time.Second,
 	})
@@ -195,7 +217,9 @@ type response struct {
 }
 
 // do sends a request; body may be a string (sent as is) or a value
-// (encoded as JSON). token "" sends no Authorization header.
+// (encoded as JSON), sent as application/json unless headers say
+// otherwise. token "" sends the harness client's token on /v1 calls and
+// none elsewhere; anonymous sends none.
 func (h *harness) do(method, path string, body any, token string, headers ...string) response {
 	h.t.Helper()
 	var rd io.Reader
@@ -216,8 +240,14 @@ func (h *harness) do(method, path string, body any, token string, headers ...str
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if token != "" {
+	if token == "" && strings.HasPrefix(path, "/v1/") {
+		token = clientToken
+	}
+	if token != "" && token != anonymous {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])

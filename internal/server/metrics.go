@@ -19,6 +19,7 @@ type metrics struct {
 	seconds      *prometheus.HistogramVec
 	operations   *prometheus.CounterVec
 	authFailures *prometheus.CounterVec
+	refused      *prometheus.CounterVec
 	killObeyed   prometheus.Histogram
 }
 
@@ -44,13 +45,18 @@ func newMetrics(reg prometheus.Registerer, c *cell.Cell) (*metrics, error) {
 			Name: "reservoir_admin_auth_failures_total",
 			Help: "Admin API calls refused for a missing or wrong bearer token, and /readyz calls with a wrong one, by reason.",
 		}, []string{"reason"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reservoir_api_refused_total",
+			Help: "Checkout API calls refused before their handler ran, by the answer's error code: unauthorized, forbidden, " +
+				"unsupported_media_type, body_too_large, overloaded (a pod's slots and queue full, or the body budget spent), and the like.",
+		}, []string{"reason"}),
 		killObeyed: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "reservoir_killswitch_obeyed_seconds",
 			Help:    "Time from writing a kill switch change (admin API) to this replica's flag source answering it.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}),
 	}
-	for _, col := range []prometheus.Collector{m.requests, m.seconds, m.operations, m.authFailures, m.killObeyed, &rolloutCollector{c: c}} {
+	for _, col := range []prometheus.Collector{m.requests, m.seconds, m.operations, m.authFailures, m.refused, m.killObeyed, &rolloutCollector{c: c}} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}

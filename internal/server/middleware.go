@@ -129,27 +129,28 @@ func (s *Server) outer(next http.Handler) http.Handler {
 	})
 }
 
-// route registers h on pattern with the per-route metrics and, for API and
-// admin calls, the request timeout.
-func (s *Server) route(mux *http.ServeMux, pattern string, timeout bool, h http.HandlerFunc) {
+// route registers h on pattern with the per-route metrics. A limited
+// route (the admin API's reads) gets the request timeout and one of the
+// admin listener's AdminMaxInFlight slots, or 503 at once; checkout calls
+// are admitted by apiOp instead, and health, metrics, the dashboard and
+// the kill switch take no slot.
+func (s *Server) route(mux *http.ServeMux, pattern string, limited bool, h http.HandlerFunc) {
 	mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		if timeout {
-			ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-			defer cancel()
-			r = r.WithContext(ctx)
-		}
 		rec, ok := w.(*recorder)
 		if !ok {
 			rec = &recorder{ResponseWriter: w}
 		}
-		if timeout {
+		if limited {
+			ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+			defer cancel()
+			r = r.WithContext(ctx)
 			select {
-			case s.inflight <- struct{}{}:
-				defer func() { <-s.inflight }()
+			case s.adminSlots <- struct{}{}:
+				defer func() { <-s.adminSlots }()
 			default:
 				writeProblem(rec, r, problem{Status: http.StatusServiceUnavailable, Code: "overloaded",
-					Message: fmt.Sprintf("the server is serving its maximum of %d calls; retry shortly", cap(s.inflight)), RetryAfter: time.Second})
+					Message: fmt.Sprintf("the admin API is serving its maximum of %d calls; retry shortly", cap(s.adminSlots)), RetryAfter: time.Second})
 				s.metrics.requests.WithLabelValues(pattern, fmt.Sprint(http.StatusServiceUnavailable)).Inc()
 				return
 			}

@@ -85,7 +85,7 @@ func (s *Server) reconcile(w http.ResponseWriter, r *http.Request) {
 	report, err := s.cfg.Reconciler.Report(ctx, pod)
 	v := reconcileView{Pod: pod, At: start.UTC(), Took: float64(time.Since(start).Microseconds()) / 1000, Report: report}
 	if err != nil {
-		v.Error = err.Error()
+		v.Error = "the reconcile failed (" + failureClass(err) + "); the server's log has the error under request id " + RequestID(r.Context())
 	}
 	s.reconcileMu.Lock()
 	s.reconciled[pod] = v

@@ -325,6 +325,21 @@ func TestSecretsNeverLeak(t *testing.T) {
 			}
 		}
 	}
+	// The admin API answers about a broken pod without the driver's words
+	// either ("Access denied for user 'u'@'host'"): a class and the
+	// request id; the log has the rest.
+	for _, path := range []string{"/admin/reconcile?pod=pod-b", "/admin/reconcile?pod=pod-c"} {
+		r := h.do("POST", path, nil, adminToken)
+		if r.status != http.StatusServiceUnavailable || str(r.body["error"]) != "unavailable" {
+			t.Errorf("POST %s on a broken pod: %d %s, want 503 unavailable", path, r.status, trim(r.raw))
+		}
+		g := h.do("GET", strings.Replace(path, "POST", "", 1), nil, adminToken)
+		for _, leak := range []string{user, "Access denied", "127.0.0.1", "Error 1045"} {
+			if strings.Contains(r.raw, leak) || strings.Contains(g.raw, leak) {
+				t.Errorf("%s names %q: %s / %s", path, leak, trim(r.raw), trim(g.raw))
+			}
+		}
+	}
 	// /readyz failed for pod-b and pod-c: it must have said which and why
 	// (as a class) without the DSN, and without the drivers' errors, which
 	// name the user and the address.
@@ -468,7 +483,7 @@ func floodEnv(t *testing.T) (*env, string) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- e.srv.Serve(ctx, ln) }()
+	go func() { done <- e.srv.Serve(ctx, ln, nil) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -666,13 +681,13 @@ func TestFloodKeepsMemoryBounded(t *testing.T) {
 	}
 }
 
-// Load shedding: with every in-flight slot taken, an API call answers 503
-// "overloaded" with Retry-After at once, and health still answers; once a
-// slot frees, calls are served again.
+// Load shedding: with every slot of the pod taken, an API call waits at
+// most PodQueueWait, then answers 503 "overloaded" with Retry-After, and
+// health still answers; once a slot frees, calls are served again.
 func TestOverloadSheds(t *testing.T) {
 	t.Parallel()
 	h := setup(t, options{})
-	release := server.OccupySlots(h.srv, 1024)
+	release := server.OccupySlots(h.srv, "pod-a", h.cell.Pod("pod-a").DB.Stats().MaxOpenConnections)
 	r := h.do("POST", "/v1/shops/1001/reservations", `{"token":"t","lines":[{"item":7,"quantity":1,"locations":[1]}]}`, "")
 	if r.status != http.StatusServiceUnavailable || str(r.body["error"]) != "overloaded" || r.header.Get("Retry-After") == "" {
 		t.Errorf("reserve with every slot taken: %d %v %v", r.status, r.body, r.header)

@@ -1,12 +1,15 @@
-// Package server is reservoir's HTTP layer: the JSON API checkout calls
-// (reserve, claim, release, get, availability, adjust), the token-protected
+// Package server is reservoir's HTTP layer, on two listeners: the checkout
+// API (reserve, claim, release, get, availability, adjust), for
+// authenticated clients; and the admin listener, with the token-protected
 // admin API (rollout status, kill switch, diffs, stats, reconcile), the
-// diff dashboard page, /metrics, /healthz and /readyz.
+// diff dashboard page, /metrics, /healthz and /readyz. A flood of the
+// checkout listener never reaches the admin one: the kill switch answers
+// when it is needed most.
 //
-// It owns HTTP concerns only: decoding and validating requests (an invalid
-// request never reaches a store), mapping answers and errors to status
-// codes, request ids, access logs, body limits, timeouts and graceful
-// shutdown. It calls the facades of a cell.Cell for reservations and the
+// It owns HTTP concerns only: authenticating clients, admitting calls
+// (admission.go), decoding and validating requests (an invalid request
+// never reaches a store), mapping answers and errors to status codes,
+// request ids, access logs, body limits, timeouts and graceful shutdown. It calls the facades of a cell.Cell for reservations and the
 // rollout package for flags; it never builds SQL or Redis commands and
 // never decides authority.
 package server
@@ -46,6 +49,13 @@ type Config struct {
 	// Reconciler reports cross-store drift per pod for POST
 	// /admin/reconcile. Optional: without one that endpoint answers 501.
 	Reconciler Reconciler
+	// Clients are the checkout API's clients: a call without one of their
+	// tokens answers 401, a call its roles or shops do not allow 403.
+	// Required unless InsecureNoAuth.
+	Clients *Clients
+	// InsecureNoAuth serves the checkout API to anyone who reaches it: for
+	// development on a laptop, never in production.
+	InsecureNoAuth bool
 	// AdminToken is the bearer token of the admin API, compared in
 	// constant time and never logged. Empty disables the admin API (every
 	// admin call answers 401 saying so).
@@ -86,13 +96,22 @@ type Config struct {
 	// KillWait is how long a kill switch change waits for this replica's
 	// flag source to obey, to report the propagation time. Default: 3s.
 	KillWait time.Duration
-	// MaxInFlight caps the API and admin calls served at once; beyond it a
-	// call answers 503 "overloaded" with Retry-After at once instead of
-	// queueing (load shedding: a flood costs a goroutine and a small
-	// answer each, not a store connection). Health, metrics, the
-	// dashboard and the kill switch are not counted: an operator can
-	// engage it while the replica sheds checkout calls. Default: 1024.
-	MaxInFlight int
+	// PodQueueWait is how long a checkout call may wait for one of its
+	// pod's slots. A pod serves as many calls at once as its MySQL pool
+	// has connections, and as many more may wait; beyond that, or after
+	// this wait, the call answers 503 "overloaded" with Retry-After, and
+	// nothing was done. Default: 250ms.
+	PodQueueWait time.Duration
+	// BodyBytesInFlight caps the checkout request bytes the server holds
+	// at once (bodies being read or served); a call whose body does not
+	// fit answers 503 "overloaded" before its body is read. Bodies are
+	// read before a pod slot is taken, so slow senders hold only this
+	// budget. Default: 32 MiB.
+	BodyBytesInFlight int64
+	// AdminMaxInFlight caps the admin API reads served at once; beyond it
+	// a call answers 503 "overloaded" at once. Health, metrics, the
+	// dashboard and the kill switch are not counted. Default: 64.
+	AdminMaxInFlight int
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -122,8 +141,12 @@ func (c Config) WithDefaults() Config {
 	def(&c.SeriesWindow, 10*time.Second)
 	def(&c.KillWait, 3*time.Second)
 	def(&c.ReconcileTimeout, 5*time.Minute)
-	if c.MaxInFlight == 0 {
-		c.MaxInFlight = 1024
+	def(&c.PodQueueWait, 250*time.Millisecond)
+	if c.BodyBytesInFlight == 0 {
+		c.BodyBytesInFlight = 32 << 20
+	}
+	if c.AdminMaxInFlight == 0 {
+		c.AdminMaxInFlight = 64
 	}
 	return c
 }
@@ -141,8 +164,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("server: Config.SampleInterval must be >= 10ms, got %s", c.SampleInterval)
 	case c.SeriesWindow < c.SampleInterval:
 		return fmt.Errorf("server: Config.SeriesWindow %s is shorter than SampleInterval %s", c.SeriesWindow, c.SampleInterval)
-	case c.MaxInFlight < 1:
-		return fmt.Errorf("server: Config.MaxInFlight must be >= 1, got %d", c.MaxInFlight)
+	case c.Clients == nil && !c.InsecureNoAuth:
+		return errors.New("server: Config.Clients is required (or set InsecureNoAuth to serve the checkout API to anyone, for development)")
+	case c.Clients != nil && c.InsecureNoAuth:
+		return errors.New("server: Config.Clients and InsecureNoAuth are exclusive")
+	case c.PodQueueWait < 0:
+		return fmt.Errorf("server: Config.PodQueueWait must be >= 0, got %s", c.PodQueueWait)
+	case c.BodyBytesInFlight < c.MaxBodyBytes:
+		return fmt.Errorf("server: Config.BodyBytesInFlight %d is below MaxBodyBytes %d: the largest body could never be read", c.BodyBytesInFlight, c.MaxBodyBytes)
+	case c.AdminMaxInFlight < 1:
+		return fmt.Errorf("server: Config.AdminMaxInFlight must be >= 1, got %d", c.AdminMaxInFlight)
 	case c.AdminToken != "" && len(c.AdminToken) < 16:
 		return errors.New("server: Config.AdminToken must be at least 16 bytes (or empty to disable the admin API)")
 	}
@@ -158,16 +189,20 @@ func NewRegistry() *prometheus.Registry {
 }
 
 // Server is reservoir's HTTP server. New starts its sampler; Close stops
-// it. Serve runs the listener until its context ends.
+// it. Serve runs the listeners until its context ends.
 type Server struct {
-	cfg       Config
-	log       *slog.Logger
-	handler   http.Handler
-	tokenHash *[32]byte
-	metrics   *metrics
-	sampler   *sampler
-	draining  atomic.Bool
-	inflight  chan struct{} // one slot per API or admin call being served
+	cfg        Config
+	log        *slog.Logger
+	api        http.Handler // the checkout API
+	adminH     http.Handler // the admin API, dashboard, metrics and health
+	both       http.Handler // both, for one listener
+	tokenHash  *[32]byte
+	metrics    *metrics
+	sampler    *sampler
+	draining   atomic.Bool
+	adminSlots chan struct{}       // one per admin read being served
+	gates      map[string]*podGate // per pod: its checkout calls in flight
+	bodyBytes  atomic.Int64        // checkout body bytes held now
 
 	reconcileMu sync.Mutex
 	reconciled  map[string]reconcileView // last report per pod
@@ -181,7 +216,11 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, reconciled: map[string]reconcileView{}, inflight: make(chan struct{}, cfg.MaxInFlight)}
+	s := &Server{cfg: cfg, log: cfg.Logger, reconciled: map[string]reconcileView{},
+		adminSlots: make(chan struct{}, cfg.AdminMaxInFlight), gates: map[string]*podGate{}}
+	for _, p := range cfg.Cell.Pods() {
+		s.gates[p.Name] = newPodGate(podSlots(p))
+	}
 	if cfg.AdminToken != "" {
 		h := sha256.Sum256([]byte(cfg.AdminToken))
 		s.tokenHash = &h
@@ -191,14 +230,15 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: register metrics: %w", err)
 	}
 	s.metrics = m
-	s.handler = s.routes()
+	s.api, s.adminH, s.both = s.routes()
 	s.sampler = startSampler(cfg.Registry, cfg.SampleInterval, cfg.SeriesWindow, s.log)
 	return s, nil
 }
 
-// Handler returns the server's handler: every route behind the request id,
-// access log and panic recovery.
-func (s *Server) Handler() http.Handler { return s.handler }
+// Handler returns every route, checkout API and admin, on one handler:
+// for tests and for embedding behind a listener of one's own. Serve with
+// an admin listener keeps them apart.
+func (s *Server) Handler() http.Handler { return s.both }
 
 // Close stops the sampler. It does not stop Serve (cancel its context)
 // and does not close the cell.
@@ -206,38 +246,68 @@ func (s *Server) Close() {
 	s.closeOnce.Do(s.sampler.stop)
 }
 
-// Serve answers on ln until ctx ends, then shuts down gracefully: it stops
-// accepting, answers /readyz with 503, and waits up to ShutdownTimeout for
-// requests in flight to finish (then closes what is left). It returns nil
-// after a clean shutdown. The caller then closes the cell, which drains
-// the facades' shadow work and flushes the comparer.
-func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
-		ReadTimeout:       s.cfg.ReadTimeout,
-		WriteTimeout:      s.cfg.WriteTimeout,
-		IdleTimeout:       s.cfg.IdleTimeout,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+// Serve answers the checkout API on api and the admin routes (admin API,
+// dashboard, /metrics, /healthz, /readyz) on admin, until ctx ends. With
+// admin nil, api serves both (development; a flood of checkout calls then
+// shares the listener with the kill switch).
+//
+// When ctx ends it shuts down gracefully: it stops accepting, answers
+// /readyz with 503, and waits up to ShutdownTimeout for requests in
+// flight to finish (then closes what is left). It returns nil after a
+// clean shutdown. The caller then closes the cell, which drains the
+// facades' shadow work and flushes the comparer.
+func (s *Server) Serve(ctx context.Context, api, admin net.Listener) error {
+	type served struct {
+		hs *http.Server
+		ln net.Listener
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	servers := []served{{s.httpServer(s.api), api}}
+	if admin == nil {
+		servers[0].hs.Handler = s.both
+	} else {
+		servers = append(servers, served{s.httpServer(s.adminH), admin})
+	}
+	errc := make(chan error, len(servers))
+	for _, sv := range servers {
+		go func() { errc <- sv.hs.Serve(sv.ln) }()
+	}
+	var err error
+	pending := len(servers)
 	select {
-	case err := <-errc:
-		return fmt.Errorf("server: %w", err)
+	case err = <-errc:
+		err = fmt.Errorf("server: %w", err)
+		pending--
 	case <-ctx.Done():
 	}
 	s.draining.Store(true)
 	s.log.Info("server: shutting down: no new connections; waiting for requests in flight", "timeout", s.cfg.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
-	err := hs.Shutdown(sctx)
-	if err != nil {
-		_ = hs.Close()
-		err = fmt.Errorf("server: shutdown: requests still running after %s were cut: %w", s.cfg.ShutdownTimeout, err)
+	for _, sv := range servers {
+		if serr := sv.hs.Shutdown(sctx); serr != nil {
+			_ = sv.hs.Close()
+			if err == nil {
+				err = fmt.Errorf("server: shutdown: requests still running after %s were cut: %w", s.cfg.ShutdownTimeout, serr)
+			}
+		}
 	}
-	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = fmt.Errorf("server: %w", serr)
+	for range pending {
+		if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+			err = fmt.Errorf("server: %w", serr)
+		}
 	}
 	return err
+}
+
+// httpServer is an http.Server for h with the configured timeouts.
+func (s *Server) httpServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -52,7 +53,8 @@ type lockedBuffer = testbuf.Buffer
 type proc struct {
 	name    string
 	topo    string
-	base    string
+	base    string // the checkout API
+	admin   string // the admin listener: admin API, /metrics, /readyz
 	started time.Time
 	cmd     *exec.Cmd
 	stderr  *lockedBuffer
@@ -60,15 +62,26 @@ type proc struct {
 	err     error // set before done is closed
 }
 
-var listening = regexp.MustCompile(`listening on (http://[0-9.:]+)`)
+var (
+	listening = regexp.MustCompile(`listening on (http://[0-9.:]+)`)
+	adminOn   = regexp.MustCompile(`admin on (http://[0-9.:]+)`)
+)
+
+// apiToken is the soak's checkout API client token; every replica gets
+// the client in $RESERVOIR_CLIENTS (the clients file's content, as a
+// Kubernetes Secret would pass it).
+const apiToken = "soak-client-token-0123456789abcdef"
+
+// clientsEntry is the clients file that accepts apiToken.
+var clientsEntry = fmt.Sprintf("[[clients]]\nname = \"soak\"\ntoken_sha256 = \"%x\"\nroles = [\"checkout\", \"inventory\"]\n", sha256.Sum256([]byte(apiToken)))
 
 // startServe starts `reservoir serve` on a free port with the admin token in
 // its environment and waits until it listens.
 func startServe(t *testing.T, name, topo, token string) *proc {
 	t.Helper()
-	cmd := exec.Command(binary, "serve", "--topology", topo, "--addr", "127.0.0.1:0",
+	cmd := exec.Command(binary, "serve", "--topology", topo, "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
 		"--log-level", "warn", "--shutdown-timeout", "10s", "--drain-timeout", "10s")
-	cmd.Env = append(os.Environ(), "RESERVOIR_ADMIN_TOKEN="+token)
+	cmd.Env = append(os.Environ(), "RESERVOIR_ADMIN_TOKEN="+token, "RESERVOIR_CLIENTS="+clientsEntry)
 	p := &proc{name: name, topo: topo, started: time.Now(), cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	out, err := cmd.StdoutPipe()
@@ -78,13 +91,14 @@ func startServe(t *testing.T, name, topo, token string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	found := make(chan string, 1)
+	found := make(chan [2]string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		sent := false
 		for sc.Scan() {
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil && !sent {
-				found <- m[1]
+			m, a := listening.FindStringSubmatch(sc.Text()), adminOn.FindStringSubmatch(sc.Text())
+			if m != nil && a != nil && !sent {
+				found <- [2]string{m[1], a[1]}
 				sent = true
 			}
 		}
@@ -103,7 +117,8 @@ func startServe(t *testing.T, name, topo, token string) *proc {
 		}
 	})
 	select {
-	case p.base = <-found:
+	case f := <-found:
+		p.base, p.admin = f[0], f[1]
 	case <-p.done:
 		t.Fatalf("%s exited before listening: %v\n%s", name, p.err, p.stderr.String())
 	case <-time.After(60 * time.Second):

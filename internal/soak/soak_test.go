@@ -224,7 +224,7 @@ func TestSoak(t *testing.T) {
 			continue
 		}
 		if _, err := waitFor(20*time.Second, func() error {
-			code, r, err := ready(ctx, g.client, p.base)
+			code, r, err := ready(ctx, g.client, p.admin)
 			if err == nil && code != 200 {
 				err = fmt.Errorf("/readyz %d: %v", code, r.NotReady)
 			}
@@ -233,7 +233,7 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("%s not ready: %v", p.name, err)
 		}
 	}
-	if code, r, err := ready(ctx, g.client, doubt.base); err != nil || code != 503 || r.FlagsLoaded || !slices.ContainsFunc(r.NotReady, func(s string) bool { return strings.HasPrefix(s, "flags_not_loaded") }) {
+	if code, r, err := ready(ctx, g.client, doubt.admin); err != nil || code != 503 || r.FlagsLoaded || !slices.ContainsFunc(r.NotReady, func(s string) bool { return strings.HasPrefix(s, "flags_not_loaded") }) {
 		t.Fatalf("%s without its flags: /readyz %d %+v (%v), want 503 with flags_not_loaded", doubt.name, code, r, err)
 	}
 	for _, probe := range []struct{ method, path string }{
@@ -245,7 +245,7 @@ func TestSoak(t *testing.T) {
 		if strings.HasSuffix(probe.path, "/reservations") {
 			body = map[string]any{"token": "soak-doubt-probe", "lines": []map[string]any{{"item": 1, "quantity": 1, "locations": []int64{1}}}}
 		}
-		code, answer, _ := adminCall(ctx, g.client, doubt.base, probe.method, probe.path, "", body, nil)
+		code, answer, _ := adminCall(ctx, g.client, doubt.base, probe.method, probe.path, apiToken, body, nil)
 		if code != 503 || errorCode(answer) != "flags_unavailable" {
 			t.Fatalf("%s without its flags: %s %s answered %d %s, want 503 flags_unavailable", doubt.name, probe.method, probe.path, code, answer)
 		}
@@ -347,7 +347,7 @@ func TestSoak(t *testing.T) {
 		}
 		for _, p := range procs {
 			if _, err := waitFor(10*time.Second, func() error {
-				st, err := status(ctx, admin, p.base, adminToken)
+				st, err := status(ctx, admin, p.admin, adminToken)
 				if err != nil {
 					return err
 				}
@@ -394,7 +394,7 @@ func TestSoak(t *testing.T) {
 				RelayLag      string   `json:"relay_lag"`
 			}
 			for attempt := 1; ; attempt++ {
-				code, body, err := adminCall(ctx, admin, procs[0].base, "POST", "/admin/killswitch", adminToken,
+				code, body, err := adminCall(ctx, admin, procs[0].admin, "POST", "/admin/killswitch", adminToken,
 					map[string]any{"scope": scope, "state": k, "reason": "soak schedule"}, &resp)
 				if err != nil {
 					t.Fatalf("kill %s %s: %v", scope, k, err)
@@ -421,7 +421,7 @@ func TestSoak(t *testing.T) {
 	release := func(scope string) func() {
 		return func() {
 			t.Helper()
-			code, body, err := adminCall(ctx, admin, procs[0].base, "DELETE", "/admin/killswitch", adminToken,
+			code, body, err := adminCall(ctx, admin, procs[0].admin, "DELETE", "/admin/killswitch", adminToken,
 				map[string]any{"scope": scope, "reason": "soak schedule"}, nil)
 			if err != nil || code != 200 {
 				t.Fatalf("release %s: %d %s (%v)", scope, code, body, err)
@@ -441,7 +441,7 @@ func TestSoak(t *testing.T) {
 			}
 			down := time.Now()
 			seen, err := waitFor(10*time.Second, func() error {
-				_, r, err := ready(ctx, g.client, procs[0].base)
+				_, r, err := ready(ctx, g.client, procs[0].admin)
 				if err == nil && (r.store("pod-a", store) == "ok" || r.store("pod-a", store) == "") {
 					err = fmt.Errorf("pod-a %s is %q", store, r.store("pod-a", store))
 				}
@@ -456,7 +456,7 @@ func TestSoak(t *testing.T) {
 			}
 			healed := time.Now()
 			back, err := waitFor(30*time.Second, func() error {
-				_, r, err := ready(ctx, g.client, procs[0].base)
+				_, r, err := ready(ctx, g.client, procs[0].admin)
 				if err == nil && r.store("pod-a", store) != "ok" {
 					err = fmt.Errorf("pod-a %s is %q", store, r.store("pod-a", store))
 				}
@@ -477,7 +477,7 @@ func TestSoak(t *testing.T) {
 		return func() {
 			t.Helper()
 			old := procs[i]
-			if m, err := scrape(g.client, old.base); err == nil {
+			if m, err := scrape(g.client, old.admin); err == nil {
 				gone.add(m)
 			}
 			before := g.unansweredBy(old.base)
@@ -504,7 +504,7 @@ func TestSoak(t *testing.T) {
 			g.replace(i, p.base)
 			listen := time.Since(start)
 			readyIn, err := waitFor(20*time.Second, func() error {
-				code, r, err := ready(ctx, g.client, p.base)
+				code, r, err := ready(ctx, g.client, p.admin)
 				if err == nil && code != 200 {
 					err = fmt.Errorf("/readyz %d: %v", code, r.NotReady)
 				}
@@ -522,10 +522,10 @@ func TestSoak(t *testing.T) {
 	// answered but with 503 (its own counters, read before).
 	readable := func() {
 		t.Helper()
-		if code, r, err := ready(ctx, g.client, doubt.base); err != nil || code != 503 || r.FlagsLoaded {
+		if code, r, err := ready(ctx, g.client, doubt.admin); err != nil || code != 503 || r.FlagsLoaded {
 			t.Errorf("%s without its flags: /readyz %d flags_loaded %v (%v), want 503 and false", doubt.name, code, r.FlagsLoaded, err)
 		}
-		m, err := scrape(g.client, doubt.base)
+		m, err := scrape(g.client, doubt.admin)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -548,7 +548,7 @@ func TestSoak(t *testing.T) {
 			t.Fatal(err)
 		}
 		readyIn, err := waitFor(10*time.Second, func() error {
-			code, r, err := ready(ctx, g.client, doubt.base)
+			code, r, err := ready(ctx, g.client, doubt.admin)
 			if err == nil && (code != 200 || !r.FlagsLoaded) {
 				err = fmt.Errorf("/readyz %d flags_loaded %v: %v", code, r.FlagsLoaded, r.NotReady)
 			}
@@ -577,7 +577,7 @@ func TestSoak(t *testing.T) {
 		t.Helper()
 		mid = make([]metrics, len(procs))
 		for i, p := range procs {
-			if mid[i], err = scrape(g.client, p.base); err != nil {
+			if mid[i], err = scrape(g.client, p.admin); err != nil {
 				t.Fatalf("%s midpoint: %v", p.name, err)
 			}
 		}
@@ -663,7 +663,7 @@ func TestSoak(t *testing.T) {
 	at(1.0)
 	end := make([]metrics, len(procs))
 	for i, p := range procs {
-		if end[i], err = scrape(g.client, p.base); err != nil {
+		if end[i], err = scrape(g.client, p.admin); err != nil {
 			t.Fatalf("%s end: %v", p.name, err)
 		}
 	}
@@ -774,7 +774,7 @@ func TestSoak(t *testing.T) {
 	var total metrics
 	total.add(gone)
 	for _, p := range procs {
-		m, err := scrape(g.client, p.base)
+		m, err := scrape(g.client, p.admin)
 		if err != nil {
 			t.Fatalf("%s after the settle: %v", p.name, err)
 		}

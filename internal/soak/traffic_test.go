@@ -315,6 +315,7 @@ func (g *traffic) call(op string, first int, how attempts, method, path string, 
 			return 0, nil, attempt > 0
 		}
 		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+apiToken)
 		code, answer = 0, nil
 		if res, err := g.client.Do(req); err == nil {
 			out, rerr := io.ReadAll(io.LimitReader(res.Body, 1<<16))

@@ -1,0 +1,211 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/internal/cell"
+)
+
+// Admission of a checkout API call, in the order the checks run. Each
+// check is cheaper than the next and costs the server less than what it
+// protects:
+//
+//  1. The client's bearer token and its rights (401, 403): headers only.
+//  2. The Content-Type (415): a browser's cross-site form or text/plain
+//     POST never reaches a handler.
+//  3. The declared Content-Length (413 at once): a client announcing more
+//     than MaxBodyBytes is not read at all.
+//  4. The body, read whole and bounded, before any slot is taken, against
+//     a budget of body bytes in flight (503 when spent): slow senders hold
+//     a goroutine and their own bytes, never a store's connection, and
+//     together never more than BodyBytesInFlight.
+//  5. A slot of the shop's pod, as many as the pod's MySQL pool has
+//     connections, waiting at most PodQueueWait in a queue as long again
+//     (503 with Retry-After): a burst fails fast instead of waiting
+//     RequestTimeout for a connection.
+//
+// Only then does the handler run, with RequestTimeout.
+
+// podGate limits the calls served at once for one pod.
+type podGate struct {
+	slots   chan struct{}
+	waiting atomic.Int64
+}
+
+func newPodGate(n int) *podGate { return &podGate{slots: make(chan struct{}, n)} }
+
+// enter takes a slot, waiting at most wait while no more callers than
+// slots wait already. It returns false when the call must be shed.
+func (g *podGate) enter(r *http.Request, wait time.Duration) bool {
+	select {
+	case g.slots <- struct{}{}:
+		return true
+	default:
+	}
+	if g.waiting.Add(1) > int64(cap(g.slots)) {
+		g.waiting.Add(-1)
+		return false
+	}
+	defer g.waiting.Add(-1)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case g.slots <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-r.Context().Done():
+	}
+	return false
+}
+
+func (g *podGate) leave() { <-g.slots }
+
+// podSlots is the pod's in-flight limit: its MySQL pool's size, the
+// resource every call of a pod in mysql mode (and every shadow) needs.
+func podSlots(p *cell.Pod) int {
+	if n := p.DB.Stats().MaxOpenConnections; n > 0 {
+		return n
+	}
+	return 64
+}
+
+// apiOp registers a checkout API route: op names the operation the
+// client's roles must allow; withBody says the route takes a JSON body.
+func (s *Server) apiOp(mux *http.ServeMux, pattern, op string, withBody bool, h http.HandlerFunc) {
+	s.route(mux, pattern, false, func(w http.ResponseWriter, r *http.Request) {
+		r, p := s.admit(w, r, op, withBody)
+		if p != nil {
+			if p.Status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="reservoir"`)
+			}
+			s.metrics.refused.WithLabelValues(p.Code).Inc()
+			writeProblem(w, r, *p)
+			return
+		}
+		defer s.unadmit(r)
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		h(w, r.WithContext(ctx))
+	})
+}
+
+// admitted is what admit took for a request, to give back after it.
+type admitted struct {
+	gate  *podGate
+	bytes int64
+}
+
+type admittedKey struct{}
+
+// admit runs checks 1-5 for a call of op. On success it returns the
+// request to serve: its body has been read into memory (its Body replays
+// it) and a slot of the shop's pod is held; unadmit gives both back.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, op string, withBody bool) (*http.Request, *problem) {
+	var client *Client
+	if s.cfg.Clients != nil {
+		c, p := s.cfg.Clients.authenticate(r)
+		if p != nil {
+			return r, p
+		}
+		client = c
+	}
+	shop, pod, p := s.podOf(r)
+	if p != nil {
+		return r, p
+	}
+	if client != nil {
+		if p := client.permit(op, shop); p != nil {
+			return r, p
+		}
+	}
+	if p := checkContentType(r, withBody); p != nil {
+		return r, p
+	}
+	a := &admitted{}
+	if withBody {
+		if r.ContentLength > s.cfg.MaxBodyBytes {
+			w.Header().Set("Connection", "close")
+			return r, &problem{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
+				Message: fmt.Sprintf("the request body exceeds %d bytes", s.cfg.MaxBodyBytes)}
+		}
+		n := r.ContentLength
+		if n < 0 {
+			n = s.cfg.MaxBodyBytes // chunked: it may be this long
+		}
+		if s.bodyBytes.Add(n) > s.cfg.BodyBytesInFlight {
+			s.bodyBytes.Add(-n)
+			w.Header().Set("Connection", "close")
+			return r, &problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
+				Message: "the server is reading its maximum of request bodies at once; retry shortly"}
+		}
+		a.bytes = n
+		data, err := readBody(w, r, s.cfg.MaxBodyBytes)
+		if err != nil {
+			s.bodyBytes.Add(-n)
+			return r, s.bodyReadProblem(r, err)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(data))
+	}
+	g := s.gates[pod.Name]
+	if !g.enter(r, s.cfg.PodQueueWait) {
+		s.bodyBytes.Add(-a.bytes)
+		return r, &problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
+			Message: fmt.Sprintf("pod %s is serving its maximum of %d calls and %d more are waiting; nothing was done; retry shortly", pod.Name, cap(g.slots), cap(g.slots))}
+	}
+	a.gate = g
+	return r.WithContext(context.WithValue(r.Context(), admittedKey{}, a)), nil
+}
+
+// unadmit gives back what admit took for r.
+func (s *Server) unadmit(r *http.Request) {
+	a, _ := r.Context().Value(admittedKey{}).(*admitted)
+	if a == nil {
+		return
+	}
+	a.gate.leave()
+	s.bodyBytes.Add(-a.bytes)
+}
+
+// readBody reads r's body whole, at most limit bytes, into a buffer sized
+// by its Content-Length (so a short body costs only its own bytes).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	size := r.ContentLength
+	if size < 0 || size > limit {
+		size = 512
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size+1))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	return buf.Bytes(), err
+}
+
+// checkContentType refuses a call whose Content-Type is not JSON: a body
+// must be application/json (a charset, if given, utf-8), and a call
+// without one may send no Content-Type other than that. A cross-site
+// form or text/plain POST from a browser is refused before anything is
+// read.
+func checkContentType(r *http.Request, withBody bool) *problem {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" && !withBody {
+		return nil
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err == nil && mt == "application/json" {
+		if cs, ok := params["charset"]; !ok || cs == "utf-8" || cs == "UTF-8" {
+			return nil
+		}
+	}
+	got := strconv.Quote(ct)
+	if ct == "" {
+		got = "none"
+	}
+	return &problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type", Field: "Content-Type",
+		Message: "Content-Type must be application/json, got " + got}
+}

@@ -1,0 +1,226 @@
+package soak
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/internal/testdb"
+	"github.com/seed31b0e981/reservoir/internal/testredis"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// The flood: floodConns connections keep sending slow bodies to the
+// checkout listener of one `reservoir serve` process for floodFor, each
+// declaring a body just under the cap and trickling it; a connection the
+// server answers or cuts is replaced at once. Meanwhile an operator flips
+// the kill switch on the admin listener over and over.
+const (
+	floodConns = 1100
+	floodFor   = 12 * time.Second
+	floodBody  = 255 << 10 // bytes declared per request (the cap is 256 KiB)
+)
+
+// TestFloodLeavesTheKillSwitchReachable proves that a slow-body flood of
+// the checkout listener never reaches the admin listener: throughout the
+// flood the kill switch answers with p99 under 1 s, the process stays
+// under 200 MB of RSS, and once the flood ends checkout calls succeed
+// again within 2 s.
+func TestFloodLeavesTheKillSwitchReachable(t *testing.T) {
+	dir := t.TempDir()
+	control, db, rd := testdb.New(t), testdb.New(t), testredis.New(t)
+	flags := rollout.FlagsFile{Path: filepath.Join(dir, "flags.json")}
+	if err := flags.Write(rollout.NewFlags()); err != nil {
+		t.Fatal(err)
+	}
+	topo := filepath.Join(dir, "topology.toml")
+	if err := os.WriteFile(topo, []byte(fmt.Sprintf("control_dsn = %q\nflags_file = %q\n[[pods]]\nname = \"pod-a\"\nmysql_dsn = %q\nredis_addr = %q\nredis_prefix = %q\nshops = [1001]\n",
+		control.DSN, flags.Path, db.DSN, testredis.Addr(t), rd.Prefix)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const adminToken = "flood-admin-token-0123456789"
+	p := startServe(t, "serve-flood", topo, adminToken)
+	ctx := context.Background()
+	client := &http.Client{Timeout: 30 * time.Second}
+	if code, r, err := ready(ctx, client, p.admin); err != nil || code != 200 {
+		t.Fatalf("not ready before the flood: %d %+v %v", code, r, err)
+	}
+	cart := func(tok string) map[string]any {
+		return map[string]any{"token": tok, "ttl_ms": 60000, "lines": []map[string]any{{"item": 7, "quantity": 1, "locations": []int64{1}}}}
+	}
+	if code, body, err := adminCall(ctx, client, p.base, "POST", "/v1/shops/1001/items/7/locations/1/adjust", apiToken, map[string]any{"available": 1000}, nil); err != nil || code != 200 {
+		t.Fatalf("adjust: %d %s %v", code, body, err)
+	}
+	if code, body, err := adminCall(ctx, client, p.base, "POST", "/v1/shops/1001/reservations", apiToken, cart("before"), nil); err != nil || code != 201 {
+		t.Fatalf("reserve before the flood: %d %s %v", code, body, err)
+	}
+	pid := p.cmd.Process.Pid
+	baseRSS := rssMiB(t, pid)
+
+	// The flood.
+	floodCtx, stopFlood := context.WithCancel(ctx)
+	var (
+		wg                     sync.WaitGroup
+		opened, answered, cuts atomic.Int64
+		statusMu               sync.Mutex
+		statuses               = map[int]int{}
+	)
+	for range floodConns {
+		wg.Go(func() {
+			for floodCtx.Err() == nil {
+				opened.Add(1)
+				status := slowBody(floodCtx, p.base)
+				switch {
+				case status > 0:
+					answered.Add(1)
+					statusMu.Lock()
+					statuses[status]++
+					statusMu.Unlock()
+				case floodCtx.Err() == nil:
+					cuts.Add(1)
+				}
+			}
+		})
+	}
+
+	// The operator, and the process's memory, during the flood.
+	var (
+		lat    []time.Duration
+		maxRSS float64
+	)
+	sampler := make(chan struct{})
+	go func() {
+		defer close(sampler)
+		for floodCtx.Err() == nil {
+			maxRSS = max(maxRSS, rssMiB(t, pid))
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	deadline := time.Now().Add(floodFor)
+	time.Sleep(time.Second) // let the flood fill the listener first
+	for i := 0; time.Now().Before(deadline); i++ {
+		method := "POST"
+		if i%2 == 1 {
+			method = "DELETE"
+		}
+		start := time.Now()
+		code, body, err := adminCall(ctx, client, p.admin, method, "/admin/killswitch", adminToken,
+			map[string]any{"scope": "pod:pod-a", "reason": "flood drill " + strconv.Itoa(i)}, nil)
+		lat = append(lat, time.Since(start))
+		if err != nil || code != 200 {
+			t.Errorf("kill switch %s #%d during the flood: %d %s %v", method, i, code, body, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The flood ends: every connection is closed.
+	stopFlood()
+	ended := time.Now()
+	wg.Wait()
+	<-sampler
+	// Checkout serves again.
+	var recovered time.Duration
+	for i := 0; ; i++ {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		code, _, err := adminCall(rctx, client, p.base, "POST", "/v1/shops/1001/reservations", apiToken, cart("after-"+strconv.Itoa(i)), nil)
+		cancel()
+		if err == nil && code == 201 {
+			recovered = time.Since(ended)
+			break
+		}
+		if time.Since(ended) > 10*time.Second {
+			t.Fatalf("checkout did not recover within 10 s of the flood's end: last %d %v", code, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	slices.Sort(lat)
+	p99 := lat[min(len(lat)-1, len(lat)*99/100)]
+	statusMu.Lock()
+	t.Logf("flood: %d connections for %s: %d requests opened, %d answered (%v), %d cut by the server",
+		floodConns, floodFor, opened.Load(), answered.Load(), statuses, cuts.Load())
+	statusMu.Unlock()
+	t.Logf("kill switch during the flood: %d calls, p50 %s, p99 %s, max %s", len(lat),
+		lat[len(lat)/2].Round(time.Millisecond), p99.Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
+	t.Logf("serve RSS: %.0f MiB before, %.0f MiB at most during the flood; checkout recovered %s after the flood", baseRSS, maxRSS, recovered.Round(time.Millisecond))
+	if len(lat) < 20 {
+		t.Errorf("only %d kill switch calls in %s", len(lat), floodFor)
+	}
+	if p99 >= time.Second {
+		t.Errorf("kill switch p99 %s during the flood, want under 1 s", p99)
+	}
+	if maxRSS >= 200 {
+		t.Errorf("serve reached %.0f MiB of RSS during the flood, want under 200", maxRSS)
+	}
+	if recovered > 2*time.Second {
+		t.Errorf("checkout recovered %s after the flood, want within 2 s", recovered)
+	}
+}
+
+// slowBody opens a connection to base, sends an authenticated reserve
+// declaring floodBody bytes of body, and trickles it (1 KiB every 100 ms)
+// until the server answers or cuts, or ctx ends. It returns the answer's
+// status, or 0 if there was none.
+func slowBody(ctx context.Context, base string) int {
+	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
+	if err != nil {
+		time.Sleep(10 * time.Millisecond)
+		return 0
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	if _, err := fmt.Fprintf(conn, "POST /v1/shops/1001/reservations HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{\"token\":\"",
+		apiToken, floodBody); err != nil {
+		return 0
+	}
+	answer := make(chan int, 1)
+	go func() {
+		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			answer <- 0
+			return
+		}
+		res.Body.Close()
+		answer <- res.StatusCode
+	}()
+	chunk := []byte(strings.Repeat("a", 1024))
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case s := <-answer:
+			return s
+		case <-tick.C:
+			if _, err := conn.Write(chunk); err != nil {
+				return <-answer
+			}
+		}
+	}
+}
+
+// rssMiB reads a process's resident set size.
+func rssMiB(t *testing.T, pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Errorf("read the process's status: %v", err)
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
