@@ -59,3 +59,47 @@ func TestDeployFilesUseRealMetrics(t *testing.T) {
 		}
 	}
 }
+
+// Every error code the server can answer is in docs/api.md's error table:
+// a caller's client maps codes to actions, so an undocumented code is one
+// it cannot handle. The codes are the literals the server's code writes
+// into problems (and the admin token check's codes).
+func TestEveryErrorCodeIsDocumented(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "api.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	row := regexp.MustCompile("(?m)^\\| [0-9]{3} \\| (.+?) \\|")
+	code := regexp.MustCompile("`([a-z_]+)`")
+	for _, m := range row.FindAllStringSubmatch(string(doc), -1) {
+		for _, c := range code.FindAllStringSubmatch(m[1], -1) {
+			documented[c[1]] = true
+		}
+	}
+	literal := regexp.MustCompile(`(?:Code: +|return )"([a-z_]+)", ?`)
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range literal.FindAllStringSubmatch(string(b), -1) {
+			found++
+			if !documented[m[1]] {
+				t.Errorf("%s answers error code %q, which docs/api.md's error table does not list", f, m[1])
+			}
+		}
+	}
+	if found < 25 {
+		t.Fatalf("found only %d error code literals: the pattern no longer matches the code", found)
+	}
+}
