@@ -16,12 +16,10 @@ import (
 
 // MySQL error numbers the store handles.
 const (
-	errDupEntry     = 1062 // ER_DUP_ENTRY
-	errExpectRows   = 1242 // ER_SUBQUERY_NO_1_ROW: only sqlExpectRows raises it
-	errLockWait     = 1205 // ER_LOCK_WAIT_TIMEOUT: only the statement rolled back
-	errDeadlock     = 1213 // ER_LOCK_DEADLOCK: the whole transaction rolled back
-	errNoSuchTable  = 1146
-	errUnknownTable = 1051
+	errDupEntry   = 1062 // ER_DUP_ENTRY
+	errExpectRows = 1242 // ER_SUBQUERY_NO_1_ROW: only sqlExpectRows raises it
+	errLockWait   = 1205 // ER_LOCK_WAIT_TIMEOUT: only the statement rolled back
+	errDeadlock   = 1213 // ER_LOCK_DEADLOCK: the whole transaction rolled back
 )
 
 func mysqlErrno(err error) uint16 {

@@ -53,10 +53,6 @@ func (t *storeTimer) wrap(pod string, s reservation.Store) reservation.Store {
 	return &timedStore{Store: s, pod: pod, store: string(s.Name()), t: t}
 }
 
-// DomainError reports whether err is one of reservation's sentinel errors:
-// an answer about the reservation, not a failure of the store.
-func DomainError(err error) bool { return reservation.AnswerName(err) != "" }
-
 // timedStore is a reservation.Store that times each call of the one it
 // wraps. It adds nothing else: the facade still sees the store's answers
 // and errors unchanged.
@@ -72,7 +68,7 @@ func (s *timedStore) observe(op string, start time.Time, err error) {
 	result := ResultOK
 	switch {
 	case err == nil:
-	case DomainError(err):
+	case reservation.AnswerName(err) != "": // an answer about the reservation, not a failure
 		result = ResultDomain
 	default:
 		result = ResultError

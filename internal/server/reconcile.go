@@ -4,8 +4,6 @@ import (
 	"context"
 	"net/http"
 	"time"
-
-	"github.com/seed31b0e981/reservoir/rollout"
 )
 
 // Reconciler reports the drift between a pod's two stores (a full-state
@@ -23,31 +21,6 @@ type ReportFunc func(ctx context.Context, pod string) (any, error)
 
 // Report implements Reconciler.
 func (f ReportFunc) Report(ctx context.Context, pod string) (any, error) { return f(ctx, pod) }
-
-// CleanReconciler adapts a rollout.Reconciler (the check the controller
-// runs before a kill switch over a mysql_only scope) to a Reconciler: its
-// report is {"clean": bool, "summary": string}.
-type CleanReconciler struct {
-	// R answers whether a pod is clean.
-	R rollout.Reconciler
-}
-
-// CleanReport is CleanReconciler's report.
-type CleanReport struct {
-	// Clean is true when the pod has no drift.
-	Clean bool `json:"clean"`
-	// Summary is the reconciler's one-line account.
-	Summary string `json:"summary"`
-}
-
-// Report implements Reconciler.
-func (c CleanReconciler) Report(ctx context.Context, pod string) (any, error) {
-	clean, summary, err := c.R.Clean(ctx, pod)
-	if err != nil {
-		return nil, err
-	}
-	return CleanReport{Clean: clean, Summary: summary}, nil
-}
 
 // reconcileView is one pod's last reconciliation, kept by this replica.
 type reconcileView struct {
