@@ -32,7 +32,7 @@ func newMetrics(reg prometheus.Registerer, c *cell.Cell) (*metrics, error) {
 			Help: "HTTP requests by route pattern and status code.",
 		}, []string{"route", "code"}),
 		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "reservoir_http_request_seconds",
+			Name:    "reservoir_http_request_duration_seconds",
 			Help:    "HTTP request handling time by route pattern.",
 			Buckets: httpBuckets,
 		}, []string{"route"}),
