@@ -28,6 +28,7 @@ import (
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/dualwrite"
 	"github.com/seed31b0e981/reservoir/internal/reconcile"
+	"github.com/seed31b0e981/reservoir/internal/tlsclient"
 	"github.com/seed31b0e981/reservoir/internal/topology"
 	"github.com/seed31b0e981/reservoir/mirror"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
@@ -179,7 +180,7 @@ func Open(ctx context.Context, cfg Config) (_ *Cell, err error) {
 		}
 	}()
 
-	if c.Control, err = c.openDB(cfg.Topology.ControlDSN, "control"); err != nil {
+	if c.Control, err = c.openDB("control database", cfg.Topology.ControlDSN, "control_tls_ca", cfg.Topology.ControlTLSCA); err != nil {
 		return nil, err
 	}
 	c.Flags, err = rollout.NewFlagSource(ctx, rollout.FlagSourceConfig{
@@ -224,29 +225,64 @@ func Open(ctx context.Context, cfg Config) (_ *Cell, err error) {
 	return c, nil
 }
 
-func (c *Cell) openDB(dsn, what string) (*sql.DB, error) {
+// openDB opens what's MySQL pool on dsn; with a CA file (the topology's
+// caField), over TLS verified against it. Errors name the database and the
+// field, never the DSN: it may hold a password.
+func (c *Cell) openDB(what, dsn, caField, ca string) (*sql.DB, error) {
+	if ca != "" {
+		var err error
+		if dsn, err = tlsclient.MySQLDSN(dsn, ca); err != nil {
+			return nil, fmt.Errorf("cell: %s: %s: %w", what, caField, err)
+		}
+	}
 	db, err := mysqlstore.Open(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("cell: %s database: %w", what, err)
+		return nil, fmt.Errorf("cell: %s: %w", what, err)
 	}
 	db.SetMaxOpenConns(c.cfg.MaxOpenConns)
 	c.dbs = append(c.dbs, db)
 	return db, nil
 }
 
-// redisKey identifies a Redis deployment, so pods on the same server (the
-// demo's, told apart by key prefix) share one client.
+// redisKey identifies a Redis deployment and how it is reached, so pods on
+// the same server with the same credentials and TLS settings (the demo's,
+// told apart by key prefix) share one client, and pods that log in as
+// different users do not. It holds the password: it is a map key, never
+// printed.
 func redisKey(p topology.Pod) string {
+	conn := fmt.Sprintf("|user=%q|password=%q|tls=%t|ca=%q|name=%q",
+		p.RedisUsername, p.RedisPassword, p.RedisTLS, p.RedisTLSCA, p.RedisTLSServerName)
 	if p.RedisAddr != "" {
-		return "addr:" + p.RedisAddr
+		return "addr:" + p.RedisAddr + conn
 	}
 	addrs := slices.Clone(p.RedisCluster)
 	slices.Sort(addrs)
-	return "cluster:" + strings.Join(addrs, ",")
+	return "cluster:" + strings.Join(addrs, ",") + conn
+}
+
+// redisOptions are the options of tp's Redis client: its address or
+// cluster seeds, its credentials and TLS. Errors name the topology field.
+func (c *Cell) redisOptions(tp topology.Pod) (*redis.UniversalOptions, error) {
+	opts := &redis.UniversalOptions{PoolSize: c.cfg.RedisPoolSize, Username: tp.RedisUsername, Password: tp.RedisPassword}
+	if tp.RedisAddr != "" {
+		opts.Addrs = []string{tp.RedisAddr}
+	} else {
+		opts.Addrs, opts.IsClusterMode = tp.RedisCluster, true
+	}
+	if tp.RedisTLS {
+		// One configuration for every node of a cluster: each connection
+		// verifies the node it dials (by its host, unless a name is set).
+		t, err := tlsclient.Config(tp.RedisTLSCA, tp.RedisTLSServerName)
+		if err != nil {
+			return nil, fmt.Errorf("cell: pod %s: redis_tls_ca: %w", tp.Name, err)
+		}
+		opts.TLSConfig = t
+	}
+	return opts, nil
 }
 
 func (c *Cell) openPod(tp topology.Pod, clients map[string]redis.UniversalClient, timer *storeTimer) (*Pod, error) {
-	db, err := c.openDB(tp.MySQLDSN, "pod "+tp.Name)
+	db, err := c.openDB("pod "+tp.Name+" database", tp.MySQLDSN, "mysql_tls_ca", tp.MySQLTLSCA)
 	if err != nil {
 		return nil, err
 	}
@@ -261,11 +297,9 @@ func (c *Cell) openPod(tp topology.Pod, clients map[string]redis.UniversalClient
 	key := redisKey(tp)
 	client := clients[key]
 	if client == nil {
-		opts := &redis.UniversalOptions{PoolSize: c.cfg.RedisPoolSize}
-		if tp.RedisAddr != "" {
-			opts.Addrs = []string{tp.RedisAddr}
-		} else {
-			opts.Addrs, opts.IsClusterMode = tp.RedisCluster, true
+		opts, err := c.redisOptions(tp)
+		if err != nil {
+			return nil, err
 		}
 		client = redisstore.NewClient(opts)
 		clients[key] = client

@@ -1,6 +1,7 @@
 // Package testdb gives each test its own migrated database on the shared
 // MariaDB/MySQL server that scripts/services starts, so tests run in
-// parallel without seeing each other's rows.
+// parallel without seeing each other's rows; over plain TCP (New) or over
+// verified TLS as a user the server accepts only over TLS (NewTLS).
 package testdb
 
 import (
@@ -16,6 +17,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/seed31b0e981/reservoir/internal/tlsclient"
 	"github.com/seed31b0e981/reservoir/migrations"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 )
@@ -23,6 +25,15 @@ import (
 // EnvDSN names the variable holding the server's DSN, without a database
 // (e.g. root@tcp(127.0.0.1:33306)/). scripts/services prints it.
 const EnvDSN = "RESERVOIR_MYSQL_DSN"
+
+// EnvTLSDSN names the variable holding a DSN, without a database, of a user
+// the server refuses without TLS (REQUIRE SSL). scripts/services prints it
+// when its MariaDB serves TLS.
+const EnvTLSDSN = "RESERVOIR_MYSQL_TLS_DSN"
+
+// EnvTLSCA names the variable holding the CA file (PEM) that signed the
+// servers' certificates. scripts/services prints it.
+const EnvTLSCA = "RESERVOIR_TLS_CA"
 
 // EnvKeep, when "1", keeps test databases for inspection.
 const EnvKeep = "RESERVOIR_KEEP_DB"
@@ -42,6 +53,23 @@ func ServerDSN(t testing.TB) string {
 		t.Fatalf("%s is not set: start the servers with `eval \"$(scripts/services start)\"` or run `make test`", EnvDSN)
 	}
 	return dsn
+}
+
+// TLSServerDSN returns the TLS user's DSN, set to verify the server against
+// the CA of EnvTLSCA (tlsclient.MySQLDSN), or fails the test with what to
+// run. Like ServerDSN, it never skips.
+func TLSServerDSN(t testing.TB) string {
+	t.Helper()
+	dsn, ca := os.Getenv(EnvTLSDSN), os.Getenv(EnvTLSCA)
+	if dsn == "" || ca == "" {
+		t.Fatalf("%s or %s is not set: start the servers with `eval \"$(scripts/services start)\"` or run `make test`; "+
+			"a MariaDB started by an older scripts/services serves no TLS: restart it with `scripts/services stop mysql` first", EnvTLSDSN, EnvTLSCA)
+	}
+	full, err := tlsclient.MySQLDSN(dsn, ca)
+	if err != nil {
+		t.Fatalf("%s with %s: %v", EnvTLSDSN, EnvTLSCA, err)
+	}
+	return full
 }
 
 func adminDB(t testing.TB) *sql.DB {
@@ -75,7 +103,23 @@ type DB struct {
 // test ends (unless RESERVOIR_KEEP_DB=1).
 func New(t testing.TB) *DB {
 	t.Helper()
-	d, drop, err := create(adminDB(t), ServerDSN(t))
+	return newOn(t, ServerDSN(t))
+}
+
+// NewTLS is New with the database opened as the TLS user over TLS verified
+// against the test CA (TLSServerDSN): every statement of the test, the
+// migrations included, goes over TLS, or the server refuses it. The
+// database is created and dropped over the plain admin connection.
+func NewTLS(t testing.TB) *DB {
+	t.Helper()
+	return newOn(t, TLSServerDSN(t))
+}
+
+// newOn creates a database through the admin connection and opens it on
+// server.
+func newOn(t testing.TB, server string) *DB {
+	t.Helper()
+	d, drop, err := create(adminDB(t), server)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +152,9 @@ func ForExample() (*DB, func()) {
 	return d, func() { drop(); _ = admin.Close() }
 }
 
-// create makes and migrates a database; drop closes and drops it.
+// create makes a database through admin, then opens it on server (the
+// server DSN with its user and TLS settings) and migrates it; drop closes
+// and drops it.
 func create(admin *sql.DB, server string) (_ *DB, drop func(), err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -132,7 +178,7 @@ func create(admin *sql.DB, server string) (_ *DB, drop func(), err error) {
 	}()
 	cfg, err := mysql.ParseDSN(server)
 	if err != nil {
-		return nil, nil, fmt.Errorf("parse %s: %w", EnvDSN, err)
+		return nil, nil, fmt.Errorf("parse the server DSN: %w", err)
 	}
 	cfg.DBName = name
 	dsn, err := mysqlstore.DSN(cfg.FormatDSN())

@@ -1,6 +1,7 @@
 // Package testredis gives each test its own key prefix on the shared Redis
-// servers that scripts/services starts (a standalone server and a 3-master
-// cluster), so tests run in parallel without seeing each other's keys.
+// servers that scripts/services starts (a standalone server, a 3-master
+// cluster, and a standalone server that takes only TLS and authenticated
+// clients), so tests run in parallel without seeing each other's keys.
 //
 // Clients are built the way redisstore requires (no resends) and shared by
 // every test of a process; a test's keys are deleted when it ends.
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seed31b0e981/reservoir/internal/tlsclient"
 )
 
 // EnvAddr names the variable holding the standalone server's address
@@ -27,6 +30,20 @@ const EnvAddr = "RESERVOIR_REDIS_ADDR"
 // EnvClusterAddrs names the variable holding the cluster's node addresses,
 // comma separated. scripts/services prints it.
 const EnvClusterAddrs = "RESERVOIR_REDIS_CLUSTER_ADDRS"
+
+// EnvSecureAddr names the variable holding the address of the Redis that
+// speaks only TLS and wants a password (redis-secure). EnvSecureUser and
+// EnvSecurePassword name its ACL user and that user's password,
+// EnvSecureDefaultPassword its requirepass (the default user's), and
+// EnvTLSCA the CA file (PEM) its certificate chains to. scripts/services
+// prints them all.
+const (
+	EnvSecureAddr            = "RESERVOIR_REDIS_SECURE_ADDR"
+	EnvSecureUser            = "RESERVOIR_REDIS_SECURE_USER"
+	EnvSecurePassword        = "RESERVOIR_REDIS_SECURE_PASSWORD"
+	EnvSecureDefaultPassword = "RESERVOIR_REDIS_SECURE_DEFAULT_PASSWORD"
+	EnvTLSCA                 = "RESERVOIR_TLS_CA"
+)
 
 // EnvKeep, when "1", keeps a test's keys for inspection.
 const EnvKeep = "RESERVOIR_KEEP_REDIS"
@@ -48,7 +65,7 @@ type shared struct {
 	err    error
 }
 
-var standalone, cluster shared
+var standalone, cluster, secure shared
 
 // Addr returns the standalone server's address or fails the test with what
 // to run. Integration tests never skip silently: a missing server is a
@@ -70,6 +87,59 @@ func ClusterAddrs(t testing.TB) []string {
 		t.Fatalf("%s is not set: start the cluster with `eval \"$(scripts/services start mysql redis cluster)\"` or run `make test`", EnvClusterAddrs)
 	}
 	return strings.Split(v, ",")
+}
+
+// Secure is how to reach the secure server.
+type Secure struct {
+	// Addr is its TLS port (host:port); it has no plain one.
+	Addr string
+	// User and Password log in as the ACL user, which may not administer
+	// the server.
+	User, Password string
+	// DefaultPassword is the requirepass: the password of user "default".
+	DefaultPassword string
+	// CA is the CA file (PEM) the server's certificate chains to.
+	CA string
+}
+
+// SecureServer returns the secure server's settings or fails the test with
+// what to run (never a skip).
+func SecureServer(t testing.TB) Secure {
+	t.Helper()
+	s := Secure{
+		Addr: os.Getenv(EnvSecureAddr), User: os.Getenv(EnvSecureUser), Password: os.Getenv(EnvSecurePassword),
+		DefaultPassword: os.Getenv(EnvSecureDefaultPassword), CA: os.Getenv(EnvTLSCA),
+	}
+	for _, v := range [][2]string{{EnvSecureAddr, s.Addr}, {EnvSecureUser, s.User}, {EnvSecurePassword, s.Password},
+		{EnvSecureDefaultPassword, s.DefaultPassword}, {EnvTLSCA, s.CA}} {
+		if v[1] == "" {
+			t.Fatalf("%s is not set: start the TLS Redis with `eval \"$(scripts/services start mysql redis-secure)\"` or run `make test`", v[0])
+		}
+	}
+	return s
+}
+
+// Options returns client options for the secure server as its ACL user,
+// over TLS verified against the CA, never resending (what redisstore.New
+// requires). Each call returns new options, for a test to spoil.
+func (s Secure) Options(t testing.TB) *redis.Options {
+	t.Helper()
+	tc, err := tlsclient.Config(s.CA, "")
+	if err != nil {
+		t.Fatalf("%s: %v", EnvTLSCA, err)
+	}
+	return &redis.Options{Addr: s.Addr, Username: s.User, Password: s.Password, TLSConfig: tc, MaxRetries: -1}
+}
+
+// NewSecure returns a fresh prefix on the secure server, through a shared
+// client that logs in as the ACL user over verified TLS.
+func NewSecure(t testing.TB) *Redis {
+	t.Helper()
+	s := SecureServer(t)
+	o := s.Options(t) // outside get's once: a failure there must stop this test only
+	o.PoolSize = 256
+	c := secure.get(t, func() redis.UniversalClient { return redis.NewClient(o) }, s.Addr+" (TLS, user "+s.User+")")
+	return newPrefix(t, c, false)
 }
 
 // New returns a fresh prefix on the standalone server.

@@ -1,7 +1,15 @@
 // Package topology reads the deployment map: which pods exist, each pod's
-// MySQL and Redis, which pod serves which shop, and the shared control
-// database and flags file. Every reservoir replica reads the same file, so
-// replicas stay stateless and agree on routing.
+// MySQL and Redis (and how to authenticate to them and verify them), which
+// pod serves which shop, and the shared control database and flags file.
+// Every reservoir replica reads the same file, so replicas stay stateless
+// and agree on routing.
+//
+// Secrets need not be in the file: the fields that can hold one
+// (control_dsn, mysql_dsn, redis_username, redis_password) may take them
+// from the environment (${NAME}) or a file (file:PATH) instead; see
+// docs/secrets.md. Parse resolves them and never puts a resolved value, or
+// the text around a reference, into an error. The package opens no
+// connection: that is internal/cell's.
 package topology
 
 import (
@@ -18,8 +26,13 @@ import (
 // Config is a topology file.
 type Config struct {
 	// ControlDSN is the database holding the comparer's stats and diffs and
-	// the rollout audit. Required.
+	// the rollout audit (a go-sql-driver/mysql DSN). Required. A secret
+	// field: it may use ${ENV} or file:PATH.
 	ControlDSN string `toml:"control_dsn"`
+	// ControlTLSCA is a CA file (PEM): the control database is reached
+	// over TLS and its certificate verified against it. Empty: as
+	// ControlDSN says (tls=true there verifies against the system's roots).
+	ControlTLSCA string `toml:"control_tls_ca"`
 	// FlagsFile is the flagd flags file every replica watches. Required.
 	FlagsFile string `toml:"flags_file"`
 	// PlanFile is the rollout plan (optional; the rollout command needs it).
@@ -36,8 +49,15 @@ type Pod struct {
 	// Name identifies the pod in flags, metrics and the plan. Required:
 	// letters, digits, '-' and '_'.
 	Name string `toml:"name"`
-	// MySQLDSN is the pod's ledger and unit-pool database. Required.
+	// MySQLDSN is the pod's ledger and unit-pool database (a
+	// go-sql-driver/mysql DSN). Required. A secret field: it may use
+	// ${ENV} or file:PATH.
 	MySQLDSN string `toml:"mysql_dsn"`
+	// MySQLTLSCA is a CA file (PEM): the pod's MySQL is reached over TLS
+	// and its certificate verified against it, for the DSN's host. Empty:
+	// as MySQLDSN says (tls=true there verifies against the system's
+	// roots). Not both: a DSN with a tls parameter and a CA is refused.
+	MySQLTLSCA string `toml:"mysql_tls_ca"`
 	// RedisAddr is the pod's standalone Redis (host:port). Exactly one of
 	// RedisAddr and RedisCluster is required.
 	RedisAddr string `toml:"redis_addr"`
@@ -45,6 +65,26 @@ type Pod struct {
 	RedisCluster []string `toml:"redis_cluster"`
 	// RedisPrefix starts the pod's Redis keys. Default: "reservoir:".
 	RedisPrefix string `toml:"redis_prefix"`
+	// RedisUsername is the Redis ACL user. Empty: the default user (AUTH
+	// with the password alone, as requirepass expects). It needs
+	// RedisPassword. A secret field.
+	RedisUsername string `toml:"redis_username"`
+	// RedisPassword is the Redis password (of RedisUsername, or of the
+	// default user). Empty: no AUTH. A secret field: write it as ${ENV}
+	// or file:PATH rather than in the file.
+	RedisPassword string `toml:"redis_password"`
+	// RedisTLS makes every connection to the pod's Redis (each cluster
+	// node's too) use TLS, the server verified against RedisTLSCA or the
+	// system's roots. Default: false.
+	RedisTLS bool `toml:"redis_tls"`
+	// RedisTLSCA is a CA file (PEM) to verify Redis against. Needs
+	// RedisTLS. Empty: the system's roots.
+	RedisTLSCA string `toml:"redis_tls_ca"`
+	// RedisTLSServerName is the name Redis's certificate must carry, when
+	// it is not the host dialed (e.g. nodes dialed by IP whose
+	// certificate names a DNS name; one name for every cluster node).
+	// Needs RedisTLS. Empty: the host of each address.
+	RedisTLSServerName string `toml:"redis_tls_server_name"`
 	// Shops are routed to this pod explicitly.
 	Shops []int64 `toml:"shops"`
 	// PoolCap is the MySQL unit pool cap. Default: 1000.
@@ -62,9 +102,15 @@ func Load(path string) (*Config, error) {
 	return Parse(b)
 }
 
-// Parse decodes and validates a topology. Unknown keys are errors: a typo
-// must not silently route traffic somewhere else.
+// Parse decodes a topology, resolves its secrets (from the environment and
+// files, see docs/secrets.md) and validates it. Unknown keys are errors: a
+// typo must not silently route traffic somewhere else.
 func Parse(b []byte) (*Config, error) {
+	return parse(b, os.LookupEnv, os.ReadFile)
+}
+
+// parse is Parse with the environment and the file system given.
+func parse(b []byte, env func(string) (string, bool), readFile func(string) ([]byte, error)) (*Config, error) {
 	var c Config
 	md, err := toml.Decode(string(b), &c)
 	if err != nil {
@@ -76,6 +122,9 @@ func Parse(b []byte) (*Config, error) {
 			keys[i] = k.String()
 		}
 		return nil, fmt.Errorf("topology: unknown key(s): %s", strings.Join(keys, ", "))
+	}
+	if err := c.resolveSecrets(env, readFile); err != nil {
+		return nil, err
 	}
 	c = c.WithDefaults()
 	if err := c.Validate(); err != nil {
@@ -129,6 +178,12 @@ func (c Config) Validate() error {
 			return fmt.Errorf("topology: %s.redis_prefix must not contain braces", f)
 		case p.PoolCap < 1:
 			return fmt.Errorf("topology: %s.pool_cap must be >= 1", f)
+		case p.RedisUsername != "" && p.RedisPassword == "":
+			return fmt.Errorf("topology: %s.redis_username is set but redis_password is empty: an ACL user needs its password", f)
+		case p.RedisTLSCA != "" && !p.RedisTLS:
+			return fmt.Errorf("topology: %s.redis_tls_ca is set but redis_tls is not: set redis_tls = true to use TLS", f)
+		case p.RedisTLSServerName != "" && !p.RedisTLS:
+			return fmt.Errorf("topology: %s.redis_tls_server_name is set but redis_tls is not: set redis_tls = true to use TLS", f)
 		}
 		names[p.Name] = true
 		for _, s := range p.Shops {

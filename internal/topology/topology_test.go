@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -54,12 +55,38 @@ func TestParseErrorsNameTheField(t *testing.T) {
 	}
 }
 
+// The example references its secrets; given them, it parses, and each
+// lands where the example says.
 func TestExampleFileParses(t *testing.T) {
-	c, err := Load("../../deploy/topology.example.toml")
+	b, err := os.ReadFile("../../deploy/topology.example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"RESERVOIR_CONTROL_DB_PASSWORD": "cpw", "RESERVOIR_REDIS_C_PASSWORD": "rpw", "RESERVOIR_POD_B_DB_PASSWORD": "bpw"}
+	files := map[string]string{
+		"/etc/reservoir/secrets/pod-c-mysql-dsn":  "reservoir:cdb@tcp(mysql-c:3306)/reservoir\n",
+		"/etc/reservoir/secrets/redis-b-password": "bredis\n",
+	}
+	c, err := parse(b, lookup(env), readFrom(files))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(c.Pods) != 2 || c.Pods[1].PoolCap != 1000 {
-		t.Errorf("example topology: %+v", c.Pods)
+		t.Fatalf("example topology: %d pods", len(c.Pods))
+	}
+	c0, c1 := c.Pods[0], c.Pods[1]
+	for got, want := range map[string]string{
+		c.ControlDSN:     "reservoir:cpw@tcp(mysql-control:3306)/reservoir_control",
+		c0.MySQLDSN:      "reservoir:cdb@tcp(mysql-c:3306)/reservoir",
+		c0.RedisPassword: "rpw",
+		c1.MySQLDSN:      "reservoir:bpw@tcp(mysql-b:3306)/reservoir?tls=true",
+		c1.RedisPassword: "bredis",
+	} {
+		if got != want {
+			t.Errorf("resolved %q, want %q", got, want)
+		}
+	}
+	if !c0.RedisTLS || c0.RedisTLSCA == "" || c0.MySQLTLSCA == "" || c.ControlTLSCA == "" || c1.RedisTLSServerName == "" {
+		t.Errorf("TLS settings of the example: %+v %+v", c0, c1)
 	}
 }
