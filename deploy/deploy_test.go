@@ -1,0 +1,1294 @@
+package deploy_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"gopkg.in/yaml.v3"
+
+	"github.com/seed31b0e981/reservoir/internal/server"
+	"github.com/seed31b0e981/reservoir/internal/topology"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// tb is what the checks need of a *testing.T; TestChecksCatchBreakage
+// gives them a recorder instead, to see them fail.
+type tb interface {
+	Helper()
+	Error(args ...any)
+	Errorf(format string, args ...any)
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
+	Setenv(key, value string)
+}
+
+// repo is the repository the checks read: the files on disk, with some
+// replaced by edited copies (TestChecksCatchBreakage's breakages).
+type repo struct {
+	root string
+	edit map[string][]byte // path relative to root -> content
+}
+
+// thisRepo is the repository, from this package's directory.
+var thisRepo = &repo{root: ".."}
+
+// read returns the content of path (root-joined, as Glob returns it).
+func (r *repo) read(t tb, p string) []byte {
+	t.Helper()
+	rel, err := filepath.Rel(r.root, p)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	if b, ok := r.edit[filepath.ToSlash(rel)]; ok {
+		return b
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return b
+}
+
+// The fields of a Kubernetes object the checks read. They are local and
+// partial on purpose (k8s.io/api would be a heavy dependency for a test):
+// a field that matters and is misspelt in a manifest reads as missing,
+// and the check that needs it fails.
+
+type object struct {
+	APIVersion string            `yaml:"apiVersion"`
+	Kind       string            `yaml:"kind"`
+	Metadata   metadata          `yaml:"metadata"`
+	Spec       yaml.Node         `yaml:"spec"`
+	Data       map[string]string `yaml:"data"`
+	StringData map[string]string `yaml:"stringData"`
+
+	file string
+}
+
+func (o *object) String() string { return o.file + ": " + o.Kind + " " + o.Metadata.Name }
+
+type metadata struct {
+	Name   string            `yaml:"name"`
+	Labels map[string]string `yaml:"labels"`
+}
+
+type labelSelector struct {
+	MatchLabels map[string]string `yaml:"matchLabels"`
+}
+
+type deploymentSpec struct {
+	Replicas int           `yaml:"replicas"`
+	Selector labelSelector `yaml:"selector"`
+	Template podTemplate   `yaml:"template"`
+}
+
+type jobSpec struct {
+	Template podTemplate `yaml:"template"`
+}
+
+type serviceSpec struct {
+	Selector map[string]string `yaml:"selector"`
+	Ports    []struct {
+		Name       string    `yaml:"name"`
+		Port       int       `yaml:"port"`
+		TargetPort yaml.Node `yaml:"targetPort"`
+	} `yaml:"ports"`
+}
+
+type pdbSpec struct {
+	Selector       labelSelector `yaml:"selector"`
+	MaxUnavailable *int          `yaml:"maxUnavailable"`
+	MinAvailable   *int          `yaml:"minAvailable"`
+}
+
+type podTemplate struct {
+	Metadata metadata `yaml:"metadata"`
+	Spec     podSpec  `yaml:"spec"`
+}
+
+type podSpec struct {
+	TerminationGracePeriodSeconds *int            `yaml:"terminationGracePeriodSeconds"`
+	SecurityContext               securityContext `yaml:"securityContext"`
+	Containers                    []container     `yaml:"containers"`
+	InitContainers                []container     `yaml:"initContainers"`
+	Volumes                       []volume        `yaml:"volumes"`
+}
+
+type securityContext struct {
+	RunAsNonRoot             *bool `yaml:"runAsNonRoot"`
+	RunAsUser                *int  `yaml:"runAsUser"`
+	AllowPrivilegeEscalation *bool `yaml:"allowPrivilegeEscalation"`
+	ReadOnlyRootFilesystem   *bool `yaml:"readOnlyRootFilesystem"`
+	Capabilities             struct {
+		Drop []string `yaml:"drop"`
+	} `yaml:"capabilities"`
+}
+
+type container struct {
+	Name    string   `yaml:"name"`
+	Image   string   `yaml:"image"`
+	Command []string `yaml:"command"`
+	Args    []string `yaml:"args"`
+	Ports   []struct {
+		Name          string `yaml:"name"`
+		ContainerPort int    `yaml:"containerPort"`
+	} `yaml:"ports"`
+	Env []struct {
+		Name      string `yaml:"name"`
+		Value     string `yaml:"value"`
+		ValueFrom *struct {
+			SecretKeyRef    *keyRef `yaml:"secretKeyRef"`
+			ConfigMapKeyRef *keyRef `yaml:"configMapKeyRef"`
+		} `yaml:"valueFrom"`
+	} `yaml:"env"`
+	Resources struct {
+		Requests map[string]string `yaml:"requests"`
+		Limits   map[string]string `yaml:"limits"`
+	} `yaml:"resources"`
+	StartupProbe    *probe          `yaml:"startupProbe"`
+	LivenessProbe   *probe          `yaml:"livenessProbe"`
+	ReadinessProbe  *probe          `yaml:"readinessProbe"`
+	SecurityContext securityContext `yaml:"securityContext"`
+	Lifecycle       struct {
+		PreStop *struct {
+			Sleep *struct {
+				Seconds int `yaml:"seconds"`
+			} `yaml:"sleep"`
+		} `yaml:"preStop"`
+	} `yaml:"lifecycle"`
+	VolumeMounts []struct {
+		Name      string `yaml:"name"`
+		MountPath string `yaml:"mountPath"`
+		SubPath   string `yaml:"subPath"`
+	} `yaml:"volumeMounts"`
+}
+
+type keyRef struct {
+	Name string `yaml:"name"`
+	Key  string `yaml:"key"`
+}
+
+type probe struct {
+	HTTPGet *struct {
+		Path string    `yaml:"path"`
+		Port yaml.Node `yaml:"port"`
+	} `yaml:"httpGet"`
+}
+
+type volume struct {
+	Name      string `yaml:"name"`
+	ConfigMap *struct {
+		Name string `yaml:"name"`
+	} `yaml:"configMap"`
+	Secret *struct {
+		SecretName string `yaml:"secretName"`
+	} `yaml:"secret"`
+	EmptyDir *struct{} `yaml:"emptyDir"`
+}
+
+// manifests is every object of deploy/kubernetes.
+type manifests struct {
+	objects []*object
+}
+
+func loadManifests(t tb, r *repo) *manifests {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(r.root, "deploy", "kubernetes", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifest in deploy/kubernetes: %v", err)
+	}
+	m := &manifests{}
+	for _, f := range files {
+		b := r.read(t, f)
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		for i := 0; ; i++ {
+			o := &object{}
+			err := dec.Decode(o)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: document %d: %v", f, i, err)
+			}
+			o.file = filepath.Base(f)
+			if o.APIVersion == "" || o.Kind == "" || o.Metadata.Name == "" {
+				t.Errorf("%s: document %d lacks apiVersion, kind or metadata.name", f, i)
+				continue
+			}
+			if prev := m.find(o.Kind, o.Metadata.Name); prev != nil {
+				t.Errorf("%s and %s both define %s %s", prev.file, o.file, o.Kind, o.Metadata.Name)
+			}
+			m.objects = append(m.objects, o)
+		}
+	}
+	return m
+}
+
+func (m *manifests) find(kind, name string) *object {
+	for _, o := range m.objects {
+		if o.Kind == kind && o.Metadata.Name == name {
+			return o
+		}
+	}
+	return nil
+}
+
+func (m *manifests) all(kind string) []*object {
+	var out []*object
+	for _, o := range m.objects {
+		if o.Kind == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// one returns the only object of kind, decoding its spec into spec.
+func (m *manifests) one(t tb, kind string, spec any) *object {
+	t.Helper()
+	all := m.all(kind)
+	if len(all) != 1 {
+		t.Fatalf("deploy/kubernetes has %d %s, want 1", len(all), kind)
+	}
+	if err := all[0].Spec.Decode(spec); err != nil {
+		t.Fatalf("%s: spec: %v", all[0], err)
+	}
+	return all[0]
+}
+
+// keys returns the keys a ConfigMap or Secret defines, or nil when
+// there is no such object.
+func (m *manifests) keys(kind, name string) map[string]string {
+	o := m.find(kind, name)
+	if o == nil {
+		return nil
+	}
+	out := map[string]string{}
+	for k, v := range o.Data {
+		out[k] = v
+	}
+	for k, v := range o.StringData {
+		out[k] = v
+	}
+	return out
+}
+
+// flagValue returns --name's value in args ("--name=v" or "--name v").
+func flagValue(args []string, name string) (string, bool) {
+	for i, a := range args {
+		for _, prefix := range []string{"--" + name, "-" + name} {
+			if v, ok := strings.CutPrefix(a, prefix+"="); ok {
+				return v, true
+			}
+			if a == prefix && i+1 < len(args) {
+				return args[i+1], true
+			}
+		}
+	}
+	return "", false
+}
+
+// portOf returns the port of a listen address such as ":8080".
+func portOf(t tb, what, addr string) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("%s %q: %v", what, addr, err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatalf("%s %q: port %q", what, addr, p)
+	}
+	return n
+}
+
+// cliFlags returns the flags `reservoir` defines, from internal/cli's
+// source: the name of every flag registered with fs.Type("name", ...),
+// plus the shared --dsn and --topology. A manifest that passes a flag the
+// command does not have would crash-loop.
+func cliFlags(t tb, r *repo) map[string]bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(r.root, "internal", "cli", "*.go"))
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	def := regexp.MustCompile(`\bfs\.(?:String|Bool|Duration|Int|Int64|Uint|Float64|Var|Func|TextVar)\(\s*(?:[^,()]+,\s*)?"([a-z][a-z0-9-]*)"`)
+	helper := regexp.MustCompile(`\bfs\.String\(\s*"([a-z][a-z0-9-]*)"`)
+	out := map[string]bool{}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b := r.read(t, f)
+		for _, re := range []*regexp.Regexp{def, helper} {
+			for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+				out[m[1]] = true
+			}
+		}
+	}
+	if !out["topology"] || !out["dsn"] || !out["addr"] {
+		t.Fatalf("found no --topology, --dsn or --addr in internal/cli: the flag scan is broken (%v)", out)
+	}
+	return out
+}
+
+func checkFlagsExist(t tb, who string, args []string, known map[string]bool) {
+	t.Helper()
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !known[name] {
+			t.Errorf("%s passes --%s, which no reservoir command defines (internal/cli)", who, name)
+		}
+	}
+}
+
+// checkSecurity checks a container's effective security context (the
+// container's fields over the pod's).
+func checkSecurity(t tb, who string, pod securityContext, c container) {
+	t.Helper()
+	nonRoot := c.SecurityContext.RunAsNonRoot
+	if nonRoot == nil {
+		nonRoot = pod.RunAsNonRoot
+	}
+	user := c.SecurityContext.RunAsUser
+	if user == nil {
+		user = pod.RunAsUser
+	}
+	switch {
+	case nonRoot == nil || !*nonRoot:
+		t.Errorf("%s: runAsNonRoot is not true", who)
+	case user == nil || *user == 0:
+		t.Errorf("%s: runAsUser is not set to a non-zero uid", who)
+	}
+	sc := c.SecurityContext
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("%s: allowPrivilegeEscalation is not false", who)
+	}
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Errorf("%s: readOnlyRootFilesystem is not true", who)
+	}
+	if !slices.Contains(sc.Capabilities.Drop, "ALL") {
+		t.Errorf("%s: capabilities.drop does not list ALL", who)
+	}
+	for _, kind := range []string{"cpu", "memory"} {
+		if c.Resources.Requests[kind] == "" || c.Resources.Limits[kind] == "" {
+			t.Errorf("%s: resources.requests and limits must both set %s", who, kind)
+		}
+	}
+}
+
+// checkRefs checks that every Secret and ConfigMap a pod uses (volumes,
+// env) is in the manifests, with the key it names.
+func checkRefs(t tb, m *manifests, who string, spec podSpec) {
+	t.Helper()
+	for _, v := range spec.Volumes {
+		switch {
+		case v.ConfigMap != nil && m.find("ConfigMap", v.ConfigMap.Name) == nil:
+			t.Errorf("%s: volume %s mounts ConfigMap %s, which deploy/kubernetes does not define", who, v.Name, v.ConfigMap.Name)
+		case v.Secret != nil && m.find("Secret", v.Secret.SecretName) == nil:
+			t.Errorf("%s: volume %s mounts Secret %s, which deploy/kubernetes does not define", who, v.Name, v.Secret.SecretName)
+		}
+	}
+	for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+		for _, e := range c.Env {
+			if e.ValueFrom == nil {
+				continue
+			}
+			for kind, ref := range map[string]*keyRef{"Secret": e.ValueFrom.SecretKeyRef, "ConfigMap": e.ValueFrom.ConfigMapKeyRef} {
+				if ref == nil {
+					continue
+				}
+				keys := m.keys(kind, ref.Name)
+				if keys == nil {
+					t.Errorf("%s: container %s: env %s reads %s %s, which deploy/kubernetes does not define", who, c.Name, e.Name, kind, ref.Name)
+				} else if _, ok := keys[ref.Key]; !ok {
+					t.Errorf("%s: container %s: env %s reads key %q of %s %s, which it does not have", who, c.Name, e.Name, ref.Key, kind, ref.Name)
+				}
+			}
+		}
+		for _, vm := range c.VolumeMounts {
+			if !slices.ContainsFunc(spec.Volumes, func(v volume) bool { return v.Name == vm.Name }) {
+				t.Errorf("%s: container %s mounts volume %s, which the pod does not define", who, c.Name, vm.Name)
+			}
+		}
+	}
+}
+
+// secretEnv maps each of a container's env variables filled from a
+// Secret to its Secret and key.
+func secretEnv(c container) map[string]keyRef {
+	out := map[string]keyRef{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			out[e.Name] = *e.ValueFrom.SecretKeyRef
+		}
+	}
+	return out
+}
+
+func subset(sub, of map[string]string) bool {
+	if len(sub) == 0 {
+		return false // an empty selector selects everything: never meant here
+	}
+	for k, v := range sub {
+		if of[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// served is what the Deployment runs, as the other checks need it.
+type served struct {
+	m         *manifests
+	dep       *object
+	spec      deploymentSpec
+	c         container
+	ports     map[string]int // container port name -> number
+	topoPath  string
+	topoMount string
+}
+
+func loadServed(t tb, r *repo) *served {
+	t.Helper()
+	s := &served{m: loadManifests(t, r)}
+	s.dep = s.m.one(t, "Deployment", &s.spec)
+	if len(s.spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("%s: %d containers, want 1 (reservoir)", s.dep, len(s.spec.Template.Spec.Containers))
+	}
+	s.c = s.spec.Template.Spec.Containers[0]
+	s.ports = map[string]int{}
+	for _, p := range s.c.Ports {
+		s.ports[p.Name] = p.ContainerPort
+	}
+	return s
+}
+
+// resolvePort resolves a probe's or a Service's port (a name or a number)
+// to a container port number, or 0.
+func (s *served) resolvePort(n yaml.Node) int {
+	if v, err := strconv.Atoi(n.Value); err == nil {
+		for _, p := range s.ports {
+			if p == v {
+				return v
+			}
+		}
+		return 0
+	}
+	return s.ports[n.Value]
+}
+
+// TestDeployment checks what a broken Deployment would cost in production:
+// ports, probes, the non-root user, resources, the grace period, the flags
+// of serve, and the secrets and config it reads.
+func TestDeployment(t *testing.T) { checkDeployment(t, thisRepo) }
+
+func checkDeployment(t tb, r *repo) {
+	s := loadServed(t, r)
+	who := s.dep.String()
+	if s.spec.Replicas < 2 {
+		t.Errorf("%s: replicas %d: one replica is an outage at every rollout", who, s.spec.Replicas)
+	}
+	if !subset(s.spec.Selector.MatchLabels, s.spec.Template.Metadata.Labels) {
+		t.Errorf("%s: selector %v does not select the template's labels %v", who, s.spec.Selector.MatchLabels, s.spec.Template.Metadata.Labels)
+	}
+
+	// Ports: the checkout API on --addr, the admin listener on --admin-addr.
+	args := slices.Concat(s.c.Command, s.c.Args)
+	if len(s.c.Args) == 0 || s.c.Args[0] != "serve" {
+		t.Fatalf("%s: args %v do not start with serve", who, s.c.Args)
+	}
+	checkFlagsExist(t, who, args, cliFlags(t, r))
+	want := map[string]int{"checkout": 8080, "admin": 8081}
+	for name, port := range want {
+		if s.ports[name] != port {
+			t.Errorf("%s: container port %q is %d, want %d", who, name, s.ports[name], port)
+		}
+	}
+	for flag, name := range map[string]string{"addr": "checkout", "admin-addr": "admin"} {
+		v, ok := flagValue(args, flag)
+		if !ok {
+			t.Errorf("%s: serve has no --%s: its default listens on 127.0.0.1 only, unreachable from the kubelet and the Service", who, flag)
+			continue
+		}
+		if p := portOf(t, "--"+flag, v); p != s.ports[name] {
+			t.Errorf("%s: --%s %s listens on %d, but container port %q is %d", who, flag, v, p, name, s.ports[name])
+		}
+	}
+
+	// Probes: on the admin port, never the checkout one (a checkout flood
+	// must not fail them); liveness checks the process only.
+	for _, p := range []struct {
+		name, path string
+		probe      *probe
+		required   bool
+	}{
+		{"livenessProbe", "/healthz", s.c.LivenessProbe, true},
+		{"readinessProbe", "/readyz", s.c.ReadinessProbe, true},
+		{"startupProbe", "/healthz", s.c.StartupProbe, false},
+	} {
+		switch {
+		case p.probe == nil && p.required:
+			t.Errorf("%s: no %s", who, p.name)
+		case p.probe == nil:
+		case p.probe.HTTPGet == nil:
+			t.Errorf("%s: %s is not an httpGet", who, p.name)
+		case p.probe.HTTPGet.Path != p.path:
+			t.Errorf("%s: %s hits %s, want %s", who, p.name, p.probe.HTTPGet.Path, p.path)
+		case s.resolvePort(p.probe.HTTPGet.Port) != s.ports["admin"]:
+			t.Errorf("%s: %s hits port %q, want the admin port (%d)", who, p.name, p.probe.HTTPGet.Port.Value, s.ports["admin"])
+		}
+	}
+
+	checkSecurity(t, who, s.spec.Template.Spec.SecurityContext, s.c)
+	checkRefs(t, s.m, who, s.spec.Template.Spec)
+
+	// Grace: the kubelet's SIGKILL must come after the preStop pause, the
+	// requests in flight (--shutdown-timeout) and the shadow calls and the
+	// comparer's last flush (--drain-timeout).
+	budget := time.Duration(0)
+	for flag, def := range map[string]time.Duration{"shutdown-timeout": 15 * time.Second, "drain-timeout": 10 * time.Second} {
+		d := def
+		if v, ok := flagValue(args, flag); ok {
+			var err error
+			if d, err = time.ParseDuration(v); err != nil {
+				t.Fatalf("%s: --%s %q: %v", who, flag, v, err)
+			}
+		}
+		budget += d
+	}
+	if ps := s.c.Lifecycle.PreStop; ps != nil && ps.Sleep != nil {
+		budget += time.Duration(ps.Sleep.Seconds) * time.Second
+	}
+	grace := s.spec.Template.Spec.TerminationGracePeriodSeconds
+	switch {
+	case grace == nil:
+		t.Errorf("%s: no terminationGracePeriodSeconds: the default 30s", who)
+	case time.Duration(*grace)*time.Second <= budget || *grace <= 25:
+		t.Errorf("%s: terminationGracePeriodSeconds %d is not above preStop + --shutdown-timeout + --drain-timeout (%s)", who, *grace, budget)
+	}
+
+	// Files: the topology and the clients where serve looks for them, the
+	// flags as a whole directory (a subPath mount never sees a new
+	// version of its ConfigMap).
+	mounts := map[string]string{}
+	for _, vm := range s.c.VolumeMounts {
+		mounts[vm.Name] = vm.MountPath
+		if vm.SubPath != "" {
+			t.Errorf("%s: volume %s is mounted with subPath %s: it would never see an update", who, vm.Name, vm.SubPath)
+		}
+	}
+	for _, f := range []struct{ flag, kind string }{{"topology", "ConfigMap"}, {"clients", "Secret"}} {
+		v, ok := flagValue(args, f.flag)
+		if !ok {
+			t.Errorf("%s: serve has no --%s", who, f.flag)
+			continue
+		}
+		if !s.fileExists(v, f.kind) {
+			t.Errorf("%s: --%s %s is not a key of a %s mounted at its directory", who, f.flag, v, f.kind)
+		}
+	}
+	env := secretEnv(s.c)
+	if ref, ok := env["RESERVOIR_ADMIN_TOKEN"]; !ok {
+		t.Errorf("%s: $RESERVOIR_ADMIN_TOKEN does not come from a Secret: the admin API would be disabled", who)
+	} else if tok := s.m.keys("Secret", ref.Name)[ref.Key]; len(tok) < 16 {
+		t.Errorf("%s: the example admin token is %d bytes; serve refuses one under 16", who, len(tok))
+	}
+	if _, ok := flagValue(args, "admin-token-file"); ok {
+		t.Logf("%s: --admin-token-file is set; $RESERVOIR_ADMIN_TOKEN is then ignored", who)
+	}
+	if _, ok := flagValue(args, "insecure-no-auth"); ok || slices.Contains(args, "--insecure-no-auth") {
+		t.Errorf("%s: --insecure-no-auth serves the checkout API to anyone", who)
+	}
+}
+
+// fileExists reports whether path is a key of a ConfigMap or Secret (kind)
+// mounted at path's directory in the Deployment's container.
+func (s *served) fileExists(p, kind string) bool {
+	dir, file := path.Split(p)
+	for _, vm := range s.c.VolumeMounts {
+		if strings.TrimSuffix(vm.MountPath, "/")+"/" != dir {
+			continue
+		}
+		for _, v := range s.spec.Template.Spec.Volumes {
+			switch {
+			case v.Name != vm.Name:
+			case kind == "ConfigMap" && v.ConfigMap != nil:
+				_, ok := s.m.keys("ConfigMap", v.ConfigMap.Name)[file]
+				return ok
+			case kind == "Secret" && v.Secret != nil:
+				_, ok := s.m.keys("Secret", v.Secret.SecretName)[file]
+				return ok
+			}
+		}
+	}
+	return false
+}
+
+// The Services reach the container's two ports, each by name, on the same
+// numbers, and select the Deployment's pods; together they expose every
+// port the container has.
+func TestServices(t *testing.T) { checkServices(t, thisRepo) }
+
+func checkServices(t tb, r *repo) {
+	s := loadServed(t, r)
+	svcs := s.m.all("Service")
+	if len(svcs) == 0 {
+		t.Fatal("deploy/kubernetes has no Service")
+	}
+	exposed := map[int]bool{}
+	for _, o := range svcs {
+		var spec serviceSpec
+		if err := o.Spec.Decode(&spec); err != nil {
+			t.Fatalf("%s: %v", o, err)
+		}
+		if !subset(spec.Selector, s.spec.Template.Metadata.Labels) {
+			t.Errorf("%s: selector %v does not select the Deployment's pods %v", o, spec.Selector, s.spec.Template.Metadata.Labels)
+		}
+		for _, p := range spec.Ports {
+			target := s.resolvePort(p.TargetPort)
+			switch {
+			case target == 0:
+				t.Errorf("%s: port %s targets %q, which is no container port", o, p.Name, p.TargetPort.Value)
+			case target != p.Port:
+				t.Errorf("%s: port %s is %d but targets container port %d: keep them equal", o, p.Name, p.Port, target)
+			}
+			exposed[target] = true
+		}
+	}
+	for name, port := range s.ports {
+		if !exposed[port] {
+			t.Errorf("no Service exposes container port %s (%d)", name, port)
+		}
+	}
+	if n := len(svcs); n < 2 {
+		t.Errorf("%d Service(s): the checkout API and the admin listener should be exposed apart", n)
+	}
+}
+
+// The PodDisruptionBudget covers the Deployment's pods and lets a node
+// drain proceed.
+func TestPodDisruptionBudget(t *testing.T) { checkPodDisruptionBudget(t, thisRepo) }
+
+func checkPodDisruptionBudget(t tb, r *repo) {
+	s := loadServed(t, r)
+	var spec pdbSpec
+	o := s.m.one(t, "PodDisruptionBudget", &spec)
+	if !subset(spec.Selector.MatchLabels, s.spec.Template.Metadata.Labels) {
+		t.Errorf("%s: selector %v does not select the Deployment's pods %v", o, spec.Selector.MatchLabels, s.spec.Template.Metadata.Labels)
+	}
+	switch {
+	case spec.MaxUnavailable == nil && spec.MinAvailable == nil:
+		t.Errorf("%s: neither maxUnavailable nor minAvailable", o)
+	case spec.MaxUnavailable != nil && *spec.MaxUnavailable < 1:
+		t.Errorf("%s: maxUnavailable %d blocks every node drain", o, *spec.MaxUnavailable)
+	case spec.MinAvailable != nil && *spec.MinAvailable >= s.spec.Replicas:
+		t.Errorf("%s: minAvailable %d with %d replicas blocks every node drain", o, *spec.MinAvailable, s.spec.Replicas)
+	}
+}
+
+// envRef matches a ${NAME} reference of the topology.
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// The topology in the ConfigMap is valid, takes every secret from the
+// environment the Deployment fills from a Secret, and points at the flags
+// ConfigMap, whose flags put every shop in redis mode with the kill switch
+// off (docs/deploy.md: every shop starts in redis mode). The migrate Job
+// migrates the control database and every pod's, with the same Secret
+// keys the topology reads.
+func TestTopologyFlagsAndMigrate(t *testing.T) { checkTopologyFlagsAndMigrate(t, thisRepo) }
+
+func checkTopologyFlagsAndMigrate(t tb, r *repo) {
+	s := loadServed(t, r)
+	args := slices.Concat(s.c.Command, s.c.Args)
+	topoPath, _ := flagValue(args, "topology")
+	var text string
+	for _, v := range s.spec.Template.Spec.Volumes {
+		if v.ConfigMap != nil && s.fileExists(topoPath, "ConfigMap") {
+			if k, ok := s.m.keys("ConfigMap", v.ConfigMap.Name)[path.Base(topoPath)]; ok {
+				text = k
+			}
+		}
+	}
+	if text == "" {
+		t.Fatalf("the topology %s is in no ConfigMap", topoPath)
+	}
+	env := secretEnv(s.c)
+	var code []string // the topology without its comments
+	for _, l := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			code = append(code, l)
+		}
+	}
+	for _, m := range envRef.FindAllStringSubmatch(strings.Join(code, "\n"), -1) {
+		ref, ok := env[m[1]]
+		if !ok {
+			t.Errorf("the topology refers to ${%s}, which the Deployment does not fill from a Secret", m[1])
+			continue
+		}
+		t.Setenv(m[1], s.m.keys("Secret", ref.Name)[ref.Key])
+	}
+	// The secret fields as written (Parse resolves them): each a reference,
+	// never a secret inline.
+	var raw struct {
+		ControlDSN string `toml:"control_dsn"`
+		Pods       []struct {
+			Name          string `toml:"name"`
+			MySQLDSN      string `toml:"mysql_dsn"`
+			RedisPassword string `toml:"redis_password"`
+		} `toml:"pods"`
+	}
+	if _, err := toml.Decode(text, &raw); err != nil {
+		t.Fatalf("the topology in the ConfigMap: %v", err)
+	}
+	secretFields := map[string]string{"control_dsn": raw.ControlDSN}
+	for _, p := range raw.Pods {
+		secretFields["pod "+p.Name+" mysql_dsn"] = p.MySQLDSN
+		if p.RedisPassword != "" {
+			secretFields["pod "+p.Name+" redis_password"] = p.RedisPassword
+		}
+	}
+	for f, v := range secretFields {
+		if m := envRef.FindString(v); m != v {
+			t.Errorf("the topology's %s is %q, not one ${ENV} reference: keep the secret in a Secret", f, v)
+		}
+	}
+	topo, err := topology.Parse([]byte(text))
+	if err != nil {
+		t.Fatalf("the topology in the ConfigMap: %v", err)
+	}
+
+	// The flags file: in the flags ConfigMap, mounted where the topology
+	// says, every shop in redis mode.
+	if !s.fileExists(topo.FlagsFile, "ConfigMap") {
+		t.Fatalf("flags_file %s is not a key of a ConfigMap mounted at its directory", topo.FlagsFile)
+	}
+	var flagsJSON string
+	for _, o := range s.m.all("ConfigMap") {
+		if v, ok := o.Data[path.Base(topo.FlagsFile)]; ok {
+			flagsJSON = v
+		}
+	}
+	flags, err := rollout.ParseFlags([]byte(flagsJSON))
+	if err != nil {
+		t.Fatalf("the flags in the ConfigMap: %v", err)
+	}
+	for _, p := range topo.Pods {
+		for _, shop := range append([]int64{999999}, p.Shops...) {
+			if d := flags.Resolve(p.Name, shop); d.Mode != rollout.ModeRedis || d.Kill != rollout.KillOff {
+				t.Errorf("the first flags give pod %s shop %d %+v, want mode redis and the kill switch off", p.Name, shop, d)
+			}
+		}
+	}
+
+	// The migrate Job: one container per database, each `migrate up` with
+	// the DSN the topology reads for that database.
+	var job jobSpec
+	jo := s.m.one(t, "Job", &job)
+	dsnKey := func(field string) (keyRef, bool) {
+		m := envRef.FindStringSubmatch(field)
+		if m == nil || m[0] != field {
+			return keyRef{}, false
+		}
+		ref, ok := env[m[1]]
+		return ref, ok
+	}
+	wantKeys := map[keyRef]string{}
+	if ref, ok := dsnKey(raw.ControlDSN); ok {
+		wantKeys[ref] = "the control database"
+	}
+	for _, p := range raw.Pods {
+		if ref, ok := dsnKey(p.MySQLDSN); ok {
+			wantKeys[ref] = "pod " + p.Name
+		}
+	}
+	if len(wantKeys) != len(raw.Pods)+1 {
+		t.Fatalf("the DSNs of the control database and of %d pods name %d distinct Secret keys", len(raw.Pods), len(wantKeys))
+	}
+	known := cliFlags(t, r)
+	spec := job.Template.Spec
+	for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+		who := jo.String() + " container " + c.Name
+		cargs := slices.Concat(c.Command, c.Args)
+		if len(cargs) < 2 || cargs[0] != "migrate" || cargs[len(cargs)-1] != "up" {
+			t.Errorf("%s: args %v, want migrate ... up", who, cargs)
+		}
+		checkFlagsExist(t, who, cargs, known)
+		if _, ok := flagValue(cargs, "dsn"); ok {
+			t.Errorf("%s: --dsn on the command line shows the password in the pod spec; use $RESERVOIR_DSN from the Secret", who)
+		}
+		if c.Image != s.c.Image {
+			t.Errorf("%s: image %s, the Deployment runs %s: migrate with the binary you deploy", who, c.Image, s.c.Image)
+		}
+		ref, ok := secretEnv(c)["RESERVOIR_DSN"]
+		if !ok {
+			t.Errorf("%s: $RESERVOIR_DSN does not come from a Secret", who)
+		}
+		delete(wantKeys, ref)
+		checkSecurity(t, who, spec.SecurityContext, c)
+	}
+	for ref, db := range wantKeys {
+		t.Errorf("%s migrates no database with %s's DSN (Secret %s key %s)", jo, db, ref.Name, ref.Key)
+	}
+	checkRefs(t, s.m, jo.String(), spec)
+}
+
+// The Secret examples are placeholders a reader cannot mistake for
+// credentials, and the clients file is one serve accepts.
+func TestSecretExamples(t *testing.T) { checkSecretExamples(t, thisRepo) }
+
+func checkSecretExamples(t tb, r *repo) {
+	m := loadManifests(t, r)
+	for _, o := range m.all("Secret") {
+		if !strings.Contains(o.file, "example") {
+			t.Errorf("%s: a Secret in a file not named as an example", o)
+		}
+		for k, v := range m.keys("Secret", o.Metadata.Name) {
+			if k == "clients.toml" {
+				if _, err := server.ParseClients([]byte(v)); err != nil {
+					t.Errorf("%s: %s: %v", o, k, err)
+				}
+				continue
+			}
+			if !strings.Contains(v, "PLACEHOLDER") {
+				t.Errorf("%s: %s does not say it is a PLACEHOLDER", o, k)
+			}
+		}
+	}
+}
+
+// dockerfile is the repository's Dockerfile, instruction by instruction.
+type dockerfile struct {
+	stages []stage
+	args   map[string]string // ARGs before the first FROM
+}
+
+type stage struct {
+	from, name string
+	user       string
+	expose     []string
+	entrypoint []string
+	cmd        []string
+	runs       []string
+	copies     []string
+}
+
+func loadDockerfile(t tb, r *repo) *dockerfile {
+	t.Helper()
+	b := r.read(t, filepath.Join(r.root, "Dockerfile"))
+	d := &dockerfile{args: map[string]string{}}
+	var lines []string
+	cont := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "#") || (l == "" && cont == "") {
+			continue
+		}
+		if s, ok := strings.CutSuffix(l, `\`); ok {
+			cont += s + " "
+			continue
+		}
+		lines = append(lines, cont+l)
+		cont = ""
+	}
+	execForm := func(instr, v string) []string {
+		var out []string
+		if err := json.Unmarshal([]byte(v), &out); err != nil {
+			t.Fatalf("Dockerfile: %s %s: not the exec form (a JSON array): a shell form needs a shell, which the runtime image has not", instr, v)
+		}
+		return out
+	}
+	for _, l := range lines {
+		instr, rest, _ := strings.Cut(l, " ")
+		rest = strings.TrimSpace(rest)
+		var cur *stage
+		if n := len(d.stages); n > 0 {
+			cur = &d.stages[n-1]
+		}
+		switch strings.ToUpper(instr) {
+		case "FROM":
+			f := strings.Fields(rest)
+			st := stage{from: f[0]}
+			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
+				st.name = f[2]
+			}
+			d.stages = append(d.stages, st)
+		case "ARG":
+			if cur == nil {
+				k, v, _ := strings.Cut(rest, "=")
+				d.args[k] = v
+			}
+		case "USER":
+			cur.user = rest
+		case "EXPOSE":
+			cur.expose = append(cur.expose, strings.Fields(rest)...)
+		case "ENTRYPOINT":
+			cur.entrypoint = execForm(instr, rest)
+		case "CMD":
+			cur.cmd = execForm(instr, rest)
+		case "RUN":
+			cur.runs = append(cur.runs, rest)
+		case "COPY":
+			cur.copies = append(cur.copies, rest)
+		}
+	}
+	if len(d.stages) == 0 {
+		t.Fatal("Dockerfile: no FROM")
+	}
+	return d
+}
+
+// The Dockerfile builds a static binary with the Go of go.mod in one
+// stage and runs it as a non-root user in another, on the ports and with
+// the user the manifests expect.
+func TestDockerfile(t *testing.T) { checkDockerfile(t, thisRepo) }
+
+func checkDockerfile(t tb, r *repo) {
+	d := loadDockerfile(t, r)
+	s := loadServed(t, r)
+	if len(d.stages) < 2 {
+		t.Fatalf("Dockerfile has %d stage(s): build and run apart, so the image carries no compiler", len(d.stages))
+	}
+	build, run := d.stages[0], d.stages[len(d.stages)-1]
+	if run.from == build.from || (build.name != "" && run.from == build.name) {
+		t.Errorf("Dockerfile: the final stage runs FROM %s, the builder", run.from)
+	}
+
+	// The builder's Go is go.mod's.
+	gomod := r.read(t, filepath.Join(r.root, "go.mod"))
+	m := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(gomod)
+	if m == nil {
+		t.Fatal("go.mod has no go line")
+	}
+	from := os.Expand(build.from, func(k string) string { return d.args[k] })
+	if !strings.HasPrefix(strings.TrimPrefix(from, "docker.io/library/"), "golang:"+string(m[1])) {
+		t.Errorf("Dockerfile: the builder is %s, go.mod says go %s", from, m[1])
+	}
+	copied := false
+	for _, c := range run.copies {
+		f := strings.Fields(c)
+		copied = copied || (len(f) == 3 && strings.HasPrefix(f[0], "--from=") && len(run.entrypoint) > 0 && f[2] == run.entrypoint[0])
+	}
+	if !copied {
+		t.Errorf("Dockerfile: the final stage does not COPY --from the builder the binary its ENTRYPOINT runs (%v)", run.entrypoint)
+	}
+	built := strings.Join(build.runs, "\n")
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "./cmd/reservoir"} {
+		if !strings.Contains(built, want) {
+			t.Errorf("Dockerfile: the build does not use %s", want)
+		}
+	}
+
+	// The runtime stage: numeric non-root user, equal to the manifests'.
+	uid, _, _ := strings.Cut(run.user, ":")
+	n, err := strconv.Atoi(uid)
+	switch {
+	case run.user == "":
+		t.Error("Dockerfile: the final stage sets no USER: it would run as root")
+	case err != nil:
+		t.Errorf("Dockerfile: USER %s is not numeric: runAsNonRoot cannot verify a name", run.user)
+	case n == 0:
+		t.Error("Dockerfile: USER is root")
+	default:
+		if u := s.spec.Template.Spec.SecurityContext.RunAsUser; u != nil && *u != n {
+			t.Errorf("Dockerfile: USER %d, the Deployment's runAsUser %d", n, *u)
+		}
+		if u := s.c.SecurityContext.RunAsUser; u != nil && *u != n {
+			t.Errorf("Dockerfile: USER %d, the container's runAsUser %d", n, *u)
+		}
+	}
+	if !slices.Equal(run.entrypoint, []string{"/reservoir"}) {
+		t.Errorf("Dockerfile: ENTRYPOINT %v, want [/reservoir]", run.entrypoint)
+	}
+	if s.c.Command != nil {
+		t.Errorf("%s: the container overrides the image's entrypoint with %v", s.dep, s.c.Command)
+	}
+
+	// EXPOSE: the manifests' container ports, and CMD listens on them.
+	var exposed, ports []int
+	for _, e := range run.expose {
+		p, err := strconv.Atoi(strings.TrimSuffix(e, "/tcp"))
+		if err != nil {
+			t.Errorf("Dockerfile: EXPOSE %s", e)
+		}
+		exposed = append(exposed, p)
+	}
+	for _, p := range s.ports {
+		ports = append(ports, p)
+	}
+	slices.Sort(exposed)
+	slices.Sort(ports)
+	if !slices.Equal(exposed, ports) {
+		t.Errorf("Dockerfile EXPOSEs %v, the Deployment's container ports are %v", exposed, ports)
+	}
+	if len(run.cmd) == 0 || run.cmd[0] != "serve" {
+		t.Fatalf("Dockerfile: CMD %v does not start with serve", run.cmd)
+	}
+	checkFlagsExist(t, "Dockerfile CMD", run.cmd, cliFlags(t, r))
+	for flag, name := range map[string]string{"addr": "checkout", "admin-addr": "admin"} {
+		v, ok := flagValue(run.cmd, flag)
+		if !ok {
+			t.Errorf("Dockerfile: CMD has no --%s: the default listens on 127.0.0.1, unreachable from outside the container", flag)
+			continue
+		}
+		if p := portOf(t, "CMD --"+flag, v); p != s.ports[name] {
+			t.Errorf("Dockerfile: CMD --%s listens on %d, the %s port is %d", flag, p, name, s.ports[name])
+		}
+	}
+}
+
+// .dockerignore keeps out of the build context nothing the build reads:
+// go.mod, go.sum, the command, and every file a //go:embed names.
+func TestDockerignore(t *testing.T) { checkDockerignore(t, thisRepo) }
+
+func checkDockerignore(t tb, r *repo) {
+	b := r.read(t, filepath.Join(r.root, ".dockerignore"))
+	var patterns []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			patterns = append(patterns, strings.TrimPrefix(path.Clean(l), "/"))
+		}
+	}
+	needed := []string{"go.mod", "go.sum", "cmd/reservoir/main.go"}
+	embed := regexp.MustCompile(`(?m)^//go:embed (.+)$`)
+	err := filepath.WalkDir(r.root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() && (e.Name() == ".git" || e.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if e.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		src := r.read(t, p)
+		rel, _ := filepath.Rel(r.root, filepath.Dir(p))
+		for _, m := range embed.FindAllStringSubmatch(string(src), -1) {
+			for _, pat := range strings.Fields(m[1]) {
+				files, err := filepath.Glob(filepath.Join(filepath.Dir(p), pat))
+				if err != nil || len(files) == 0 {
+					t.Errorf("%s: //go:embed %s matches nothing", p, pat)
+				}
+				for _, f := range files {
+					rel, _ := filepath.Rel(r.root, f)
+					needed = append(needed, filepath.ToSlash(rel))
+				}
+			}
+		}
+		needed = append(needed, filepath.ToSlash(filepath.Join(rel, e.Name())))
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	if len(needed) < 10 {
+		t.Fatalf("found only %v to keep: the walk is broken", needed)
+	}
+	for _, f := range needed {
+		if strings.HasPrefix(f, "deploy/") {
+			continue // this package: it has no code the binary needs
+		}
+		for _, pat := range patterns {
+			if ignored(pat, f) {
+				t.Errorf(".dockerignore's %q excludes %s, which the build reads", pat, f)
+			}
+		}
+	}
+	for _, f := range []string{".git/HEAD", "bin/reservoir", "docs/api.md"} {
+		if !slices.ContainsFunc(patterns, func(p string) bool { return ignored(p, f) }) {
+			t.Errorf(".dockerignore does not exclude %s", f)
+		}
+	}
+}
+
+// ignored reports whether a .dockerignore pattern excludes file: the
+// pattern matches the file or one of its parent directories, "**"
+// matching any number of directories.
+func ignored(pattern, file string) bool {
+	parts := strings.Split(file, "/")
+	for i := 1; i <= len(parts); i++ {
+		if match(strings.Split(pattern, "/"), parts[:i]) {
+			return true
+		}
+	}
+	return false
+}
+
+func match(pat, parts []string) bool {
+	switch {
+	case len(pat) == 0:
+		return len(parts) == 0
+	case pat[0] == "**":
+		for i := 0; i <= len(parts); i++ {
+			if match(pat[1:], parts[i:]) {
+				return true
+			}
+		}
+		return false
+	case len(parts) == 0:
+		return false
+	}
+	ok, _ := path.Match(pat[0], parts[0])
+	return ok && match(pat[1:], parts[1:])
+}
+
+// recorder is a tb that keeps what a check reports. Fatal ends the check's
+// goroutine, as it ends a test's.
+type recorder struct {
+	t      *testing.T
+	errors []string
+}
+
+func (r *recorder) Helper()           {}
+func (r *recorder) Error(args ...any) { r.errors = append(r.errors, fmt.Sprint(args...)) }
+func (r *recorder) Errorf(format string, a ...any) {
+	r.errors = append(r.errors, fmt.Sprintf(format, a...))
+}
+func (r *recorder) Fatal(args ...any)              { r.Error(args...); runtime.Goexit() }
+func (r *recorder) Fatalf(format string, a ...any) { r.Errorf(format, a...); runtime.Goexit() }
+func (r *recorder) Logf(string, ...any)            {}
+func (r *recorder) Setenv(key, value string)       { r.t.Setenv(key, value) }
+
+// TestChecksCatchBreakage plants one breakage at a time in a copy of a
+// file and shows the check that guards against it failing, with the
+// words that say why: a check that passes on everything proves nothing.
+func TestChecksCatchBreakage(t *testing.T) {
+	const (
+		dep     = "deploy/kubernetes/deployment.yaml"
+		svc     = "deploy/kubernetes/service.yaml"
+		pdb     = "deploy/kubernetes/pdb.yaml"
+		cm      = "deploy/kubernetes/configmap.yaml"
+		job     = "deploy/kubernetes/migrate-job.yaml"
+		secrets = "deploy/kubernetes/secrets.example.yaml"
+	)
+	cases := []struct {
+		name, file, old, new string
+		check                func(tb, *repo)
+		want                 string
+	}{
+		{"readiness on the checkout port", dep, "path: /readyz\n              port: admin", "path: /readyz\n              port: checkout",
+			checkDeployment, "readinessProbe hits port"},
+		{"liveness on /readyz", dep, "path: /healthz\n              port: admin\n            periodSeconds: 10", "path: /readyz\n              port: admin\n            periodSeconds: 10",
+			checkDeployment, "livenessProbe hits /readyz"},
+		{"root allowed", dep, "            runAsNonRoot: true\n            runAsUser: 65532\n            allowPrivilegeEscalation", "            runAsNonRoot: false\n            runAsUser: 65532\n            allowPrivilegeEscalation",
+			checkDeployment, "runAsNonRoot is not true"},
+		{"writable root", dep, "readOnlyRootFilesystem: true", "readOnlyRootFilesystem: false", checkDeployment, "readOnlyRootFilesystem"},
+		{"no memory limit", dep, "              memory: 512Mi\n", "", checkDeployment, "must both set memory"},
+		{"grace too short", dep, "terminationGracePeriodSeconds: 45", "terminationGracePeriodSeconds: 25", checkDeployment, "terminationGracePeriodSeconds 25"},
+		{"a flag serve lacks", dep, "- --drain-timeout=10s", "- --drain-timeout=10s\n            - --drain=10s", checkDeployment, "passes --drain"},
+		{"admin port moved", dep, "--admin-addr=:8081", "--admin-addr=:9090", checkDeployment, "--admin-addr :9090 listens on 9090"},
+		{"a Secret missing", secrets, "name: reservoir-admin\n", "name: reservoir-admin-typo\n", checkDeployment, "does not define"},
+		{"flags by subPath", dep, "mountPath: /etc/reservoir/flags\n", "mountPath: /etc/reservoir/flags\n              subPath: reservoir.flagd.json\n",
+			checkDeployment, "subPath"},
+		{"service port apart", svc, "port: 8081", "port: 9091", checkServices, "keep them equal"},
+		{"service selects nothing", svc, "app.kubernetes.io/component: server\n  ports:\n    - name: admin", "app.kubernetes.io/component: worker\n  ports:\n    - name: admin",
+			checkServices, "does not select"},
+		{"PDB selects other pods", pdb, "app.kubernetes.io/component: server", "app.kubernetes.io/component: worker", checkPodDisruptionBudget, "does not select"},
+		{"PDB blocks drains", pdb, "maxUnavailable: 1", "maxUnavailable: 0", checkPodDisruptionBudget, "blocks every node drain"},
+		{"a DSN inline", cm, `mysql_dsn = "${RESERVOIR_POD_A_DSN}"`, `mysql_dsn = "reservoir:hunter2@tcp(mysql-a:3306)/reservoir"`,
+			checkTopologyFlagsAndMigrate, "not one ${ENV} reference"},
+		{"a reference unfilled", cm, "${RESERVOIR_POD_B_REDIS_PASSWORD}", "${RESERVOIR_REDIS_B}", checkTopologyFlagsAndMigrate, "does not fill"},
+		{"first flags not redis", cm, `"defaultVariant": "redis"`, `"defaultVariant": "shadow"`, checkTopologyFlagsAndMigrate, "want mode redis"},
+		{"a pod not migrated", job, "key: pod-b-dsn", "key: pod-a-dsn", checkTopologyFlagsAndMigrate, "migrates no database with pod pod-b's DSN"},
+		{"a DSN on the command line", job, `args: ["migrate", "up"]`, `args: ["migrate", "--dsn", "x", "up"]`, checkTopologyFlagsAndMigrate, "--dsn on the command line"},
+		{"a real-looking secret", secrets, `pod-a-password: "PLACEHOLDER-NOT-A-PASSWORD"`, `pod-a-password: "hunter2"`, checkSecretExamples, "PLACEHOLDER"},
+		{"a bad clients file", secrets, `roles = ["inventory"]`, `roles = ["admin"]`, checkSecretExamples, "unknown role"},
+		{"one stage", "Dockerfile", "FROM gcr.io/distroless/static-debian12:nonroot\n", "", checkDockerfile, "1 stage(s)"},
+		{"binary not copied", "Dockerfile", "COPY --from=build /out/reservoir /reservoir", "", checkDockerfile, "does not COPY"},
+		{"root user", "Dockerfile", "USER 65532:65532", "USER 0", checkDockerfile, "USER is root"},
+		{"user by name", "Dockerfile", "USER 65532:65532", "USER nonroot", checkDockerfile, "not numeric"},
+		{"a port not exposed", "Dockerfile", "EXPOSE 8080 8081", "EXPOSE 8080", checkDockerfile, "EXPOSEs [8080]"},
+		{"shell entrypoint", "Dockerfile", `ENTRYPOINT ["/reservoir"]`, `ENTRYPOINT ["/bin/sh", "-c", "/reservoir"]`, checkDockerfile, "ENTRYPOINT"},
+		{"another Go", "Dockerfile", "ARG GO_VERSION=1.26", "ARG GO_VERSION=1.22", checkDockerfile, "go.mod says go"},
+		{"cgo on", "Dockerfile", "CGO_ENABLED=0 ", "", checkDockerfile, "CGO_ENABLED=0"},
+		{"migrations ignored", ".dockerignore", "\ndocs\n", "\ndocs\nmigrations/*.sql\n", checkDockerignore, "excludes migrations/00001"},
+		{"source ignored", ".dockerignore", "\ndocs\n", "\ndocs\n**/*.go\n", checkDockerignore, "excludes cmd/reservoir/main.go"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join(thisRepo.root, c.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(b, []byte(c.old)) {
+				t.Fatalf("%s no longer contains %q: update this case", c.file, c.old)
+			}
+			r := &repo{root: thisRepo.root, edit: map[string][]byte{c.file: bytes.Replace(b, []byte(c.old), []byte(c.new), 1)}}
+			rec := &recorder{t: t}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				c.check(rec, r)
+			}()
+			<-done
+			if len(rec.errors) == 0 {
+				t.Fatalf("the check passed with %s broken (%q -> %q)", c.file, c.old, c.new)
+			}
+			if !slices.ContainsFunc(rec.errors, func(e string) bool { return strings.Contains(e, c.want) }) {
+				t.Errorf("the check failed, but none of its errors says %q:\n%s", c.want, strings.Join(rec.errors, "\n"))
+			}
+		})
+	}
+}
+
+// docs/deploy.md, the page these files are used from, names every
+// manifest, links only to pages of the repository that exist, and its
+// table of contents reaches its headings.
+func TestDeployDoc(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(thisRepo.root, "docs", "deploy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	files, err := filepath.Glob(filepath.Join(thisRepo.root, "deploy", "kubernetes", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if !strings.Contains(doc, filepath.Base(f)) {
+			t.Errorf("docs/deploy.md does not mention %s", filepath.Base(f))
+		}
+	}
+	anchors := map[string]bool{}
+	slug := regexp.MustCompile(`[^a-z0-9 _-]`)
+	for _, m := range regexp.MustCompile(`(?m)^#+ (.+)$`).FindAllStringSubmatch(doc, -1) {
+		anchors[strings.ReplaceAll(slug.ReplaceAllString(strings.ToLower(m[1]), ""), " ", "-")] = true
+	}
+	links := regexp.MustCompile(`\]\(([^)]+)\)`).FindAllStringSubmatch(doc, -1)
+	if len(links) < 5 {
+		t.Fatalf("only %d links found in docs/deploy.md: the scan is broken", len(links))
+	}
+	for _, m := range links {
+		target, anchor, _ := strings.Cut(m[1], "#")
+		switch {
+		case strings.Contains(target, ":"):
+			t.Errorf("docs/deploy.md links outside the repository: %s", m[1])
+		case target == "" && !anchors[anchor]:
+			t.Errorf("docs/deploy.md links to #%s, which is no heading of it", anchor)
+		case target != "":
+			if _, err := os.Stat(filepath.Join(thisRepo.root, "docs", target)); err != nil {
+				t.Errorf("docs/deploy.md links to %s: %v", target, err)
+			}
+		}
+	}
+}

@@ -1,0 +1,8 @@
+// Package deploy holds reservoir's deployment files: the Kubernetes
+// manifests (kubernetes/), the example topology, plan and flags, the
+// Grafana board and the alert rules. It has no code: its test holds the
+// manifests and the repository's Dockerfile to each other and to the code
+// they run (ports, probes, flags of `reservoir serve` and `migrate`,
+// secrets, the non-root user), so a change on one side that the other
+// does not follow fails `go test ./...` instead of a rollout.
+package deploy
