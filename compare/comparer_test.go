@@ -546,7 +546,7 @@ func TestSlowDBNeverBlocksAndStatsAreKept(t *testing.T) {
 	for i := range 100 {
 		c2.Observe(mismatchObs("p1", "shadow", now, i))
 	}
-	time.Sleep(50 * time.Millisecond) // the writer is now waiting on the lock
+	testdb.WaitStatement(t, b.db.DB, "compare_diff") // the writer is waiting on the table lock
 	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	closeStart := time.Now()

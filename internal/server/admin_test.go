@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/rollout"
 )
 
@@ -283,7 +283,7 @@ func TestGracefulShutdown(t *testing.T) {
 	var code int
 	var reqErr error
 	wg.Go(func() { code, reqErr = post("/v1/shops/1001/items/7/locations/1/adjust", `{"delta": 5}`) })
-	waitBlocked(t, h.pods["pod-a"].db.DB, "adjust") // the adjust is in flight, inside the server
+	testdb.WaitStatement(t, h.pods["pod-a"].db.DB, "adjust") // the adjust is in flight, blocked on the row
 	stop()
 	// The listener closes once shutdown begins: new connections are
 	// refused while the request in flight still runs.
@@ -322,32 +322,6 @@ func TestGracefulShutdown(t *testing.T) {
 	defer cancel()
 	if err := h.cell.Close(cctx); err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatalf("close cell: %v", err)
-	}
-}
-
-// waitBlocked waits until a statement tagged with caller runs on db's
-// database in another session (the processlist, as MariaDB and MySQL 8
-// both show it): the observable sign that a call is inside the store,
-// blocked on a lock the test holds. (InnoDB's lock wait
-// view is not enough: MariaDB takes a unique-key FOR UPDATE lock in the
-// optimizer, and does not list that wait there.)
-func waitBlocked(t *testing.T, db *sql.DB, caller string) {
-	t.Helper()
-	const q = `SELECT COUNT(*) FROM information_schema.PROCESSLIST
-  WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND COMMAND = 'Query' AND INFO LIKE ?`
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		var n int
-		if err := db.QueryRow(q, "/*caller='"+caller+"'*/%").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("no %s statement was blocked within 10 s", caller)
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

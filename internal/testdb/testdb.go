@@ -207,3 +207,30 @@ func (d *DB) Count(t testing.TB, table string) int64 {
 
 // String names the database.
 func (d *DB) String() string { return fmt.Sprintf("database %s", d.Name) }
+
+// WaitStatement waits (up to 10 s) until a statement tagged
+// /*caller='caller'*/ runs on db's database in another session, as the
+// processlist shows it (MariaDB and MySQL 8 alike): the observable sign
+// that a call is inside the database, blocked on a lock the test holds.
+// Tests synchronise on it instead of sleeping. (InnoDB's lock-wait view
+// is not enough: MariaDB takes a unique-key FOR UPDATE lock in the
+// optimizer and does not list that wait, and a table lock is no InnoDB
+// wait at all.)
+func WaitStatement(t testing.TB, db *sql.DB, caller string) {
+	t.Helper()
+	const q = `SELECT COUNT(*) FROM information_schema.PROCESSLIST
+  WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND COMMAND = 'Query' AND INFO LIKE ?`
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var n int
+		if err := db.QueryRow(q, "/*caller='"+caller+"'*/%").Scan(&n); err != nil {
+			t.Fatalf("read the processlist: %v", err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s statement ran within 10 s", caller)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
