@@ -144,6 +144,11 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return errors.Join(err, closeCell())
 	}
 	defer srv.Close()
+	// A schema behind the binary does not stop the start: the replica is
+	// not ready (/readyz names `reservoir migrate`) until it is migrated.
+	if err := srv.CheckSchema(ctx); err != nil {
+		log.Error("serve: not ready until the schema is migrated", "err", err)
+	}
 	if token == "" {
 		log.Warn("serve: no admin token ($RESERVOIR_ADMIN_TOKEN or --admin-token-file): the admin API and the dashboard's data are disabled")
 	}

@@ -7,11 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
-	"weak"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -434,24 +432,8 @@ func (c *schemaCheck) logChange() {
 	}
 }
 
-// schemaChecks holds each Server's schemaCheck, keyed weakly so that a
-// Server nobody holds any more takes its cache with it. It stands in for
-// a field of Server while server.go is reworked in parallel with this
-// check; it holds the cell and the logger, never the Server itself.
-var schemaChecks sync.Map // weak.Pointer[Server] -> *schemaCheck
-
-// schema returns s's schemaCheck, made on first use.
-func (s *Server) schema() *schemaCheck {
-	key := weak.Make(s)
-	if v, ok := schemaChecks.Load(key); ok {
-		return v.(*schemaCheck)
-	}
-	v, loaded := schemaChecks.LoadOrStore(key, &schemaCheck{cell: s.cfg.Cell, log: s.log})
-	if !loaded {
-		runtime.AddCleanup(s, func(k weak.Pointer[Server]) { schemaChecks.Delete(k) }, key)
-	}
-	return v.(*schemaCheck)
-}
+// schema returns s's schema check.
+func (s *Server) schema() *schemaCheck { return s.schemaCheck }
 
 func (s *Server) metricsHandler() http.HandlerFunc {
 	h := promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{

@@ -204,6 +204,8 @@ type Server struct {
 	gates      map[string]*podGate // per pod: its checkout calls in flight
 	bodyBytes  atomic.Int64        // checkout body bytes held now
 
+	schemaCheck *schemaCheck // each database's migrations, cached for /readyz
+
 	reconcileMu sync.Mutex
 	reconciled  map[string]reconcileView // last report per pod
 
@@ -217,7 +219,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, reconciled: map[string]reconcileView{},
-		adminSlots: make(chan struct{}, cfg.AdminMaxInFlight), gates: map[string]*podGate{}}
+		adminSlots: make(chan struct{}, cfg.AdminMaxInFlight), gates: map[string]*podGate{},
+		schemaCheck: &schemaCheck{cell: cfg.Cell, log: cfg.Logger}}
 	for _, p := range cfg.Cell.Pods() {
 		s.gates[p.Name] = newPodGate(podSlots(p))
 	}
