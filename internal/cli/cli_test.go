@@ -3,8 +3,11 @@ package cli
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 )
@@ -51,5 +54,25 @@ func TestMigrateCreatesDatabase(t *testing.T) {
 	code, out, errOut := run(t, "migrate", "--dsn", dsn, "--create", "up")
 	if code != 0 || !strings.Contains(out, "applied migration 00001") {
 		t.Fatalf("migrate --create up: code %d, out %q, err %q", code, out, errOut)
+	}
+}
+
+// migrate --tls-ca verifies the server against the CA, as the topology's
+// mysql_tls_ca does: through a user that the server only accepts over TLS
+// it reads the status; without the flag the same DSN is refused.
+func TestMigrateOverTLS(t *testing.T) {
+	db := testdb.New(t)
+	cfg, err := mysql.ParseDSN(os.Getenv(testdb.EnvTLSDSN))
+	if err != nil || os.Getenv(testdb.EnvTLSDSN) == "" {
+		t.Fatalf("%s: %q %v (start the servers with scripts/services)", testdb.EnvTLSDSN, os.Getenv(testdb.EnvTLSDSN), err)
+	}
+	cfg.DBName = db.Name
+	dsn := cfg.FormatDSN()
+	code, out, errOut := run(t, "migrate", "--dsn", dsn, "--tls-ca", os.Getenv(testdb.EnvTLSCA), "status")
+	if code != 0 || !strings.Contains(out, "applied") {
+		t.Fatalf("migrate --tls-ca status: code %d, out %q, err %q", code, out, errOut)
+	}
+	if code, _, errOut := run(t, "migrate", "--dsn", dsn, "status"); code == 0 || !strings.Contains(errOut, "Access denied") {
+		t.Errorf("migrate without --tls-ca through a TLS-only user: code %d, err %q", code, errOut)
 	}
 }

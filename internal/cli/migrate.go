@@ -7,13 +7,15 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/seed31b0e981/reservoir/internal/tlsclient"
 	"github.com/seed31b0e981/reservoir/migrations"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 )
 
 func runMigrate(ctx context.Context, args []string, out, errOut io.Writer) error {
-	fs := newFlags("migrate", "migrate [--dsn DSN] [--create] up|status", errOut)
+	fs := newFlags("migrate", "migrate [--dsn DSN] [--tls-ca FILE] [--create] up|status", errOut)
 	dsn := dsnFlag(fs)
+	caFile := fs.String("tls-ca", "", "verify the server's TLS certificate against this CA (PEM), as the topology's mysql_tls_ca and control_tls_ca do")
 	create := fs.Bool("create", false, "create the DSN's database first if it does not exist")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -24,6 +26,13 @@ func runMigrate(ctx context.Context, args []string, out, errOut io.Writer) error
 	}
 	if *dsn == "" {
 		return fmt.Errorf("--dsn is required (or set RESERVOIR_DSN)")
+	}
+	if *caFile != "" {
+		withTLS, err := tlsclient.MySQLDSN(*dsn, *caFile)
+		if err != nil {
+			return fmt.Errorf("--tls-ca: %w", err)
+		}
+		*dsn = withTLS
 	}
 	if *create {
 		if err := createDatabase(ctx, *dsn); err != nil {

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/rollout"
 )
 
@@ -81,12 +80,9 @@ func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error
 	if err != nil {
 		return err
 	}
-	db, err := mysqlstore.Open(env.topo.ControlDSN)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	ctl, err := rollout.NewController(rollout.ControllerConfig{DB: db, Flags: rollout.FlagsFile{Path: env.topo.FlagsFile}, Plan: plan,
+	// The cell's control database: opened from the topology with its
+	// secrets and TLS settings (control_tls_ca).
+	ctl, err := rollout.NewController(rollout.ControllerConfig{DB: env.cell.Control, Flags: rollout.FlagsFile{Path: env.topo.FlagsFile}, Plan: plan,
 		Stats: env.cell.Comparer, Reconciler: env.cell.Reconciler, Lag: env.cell})
 	if err != nil {
 		return err
