@@ -12,7 +12,7 @@ test: ## run every test (starts MariaDB, Redis and a Redis Cluster itself)
 
 .PHONY: services
 services: ## start the throwaway servers; eval "$$(scripts/services env)" to use them
-	scripts/services start mysql redis cluster
+	scripts/services start mysql redis cluster redis-secure
 
 .PHONY: services-stop
 services-stop: ## stop the throwaway servers
