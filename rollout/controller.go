@@ -32,8 +32,9 @@ type ControllerConfig struct {
 	// DB is the control database (migrated): rollout state and audit.
 	// Required.
 	DB *sql.DB
-	// Flags is the flags file every replica watches. Required.
-	Flags FlagsFile
+	// Flags is where the flags every replica follows live: a FlagsFile or
+	// the control database's FlagsTable. Required.
+	Flags FlagStore
 	// Plan is the rollout plan. Required.
 	Plan *Plan
 	// Stats feeds the gates. Required.
@@ -50,6 +51,11 @@ type ControllerConfig struct {
 	// (each watches the flags file; measured: tens of milliseconds).
 	// Default: 2s.
 	Propagation time.Duration
+	// ObeyWait bounds how long a kill, release or advance waits for every
+	// live replica (one whose heartbeat in rollout_replicas is fresh) to
+	// report the new version applied, to say "obeyed by 12/12 replicas in
+	// 38 ms" or name the ones that lag. Default: 2s; negative: no wait.
+	ObeyWait time.Duration
 }
 
 // Controller moves the rollout: status, advance, kill switch, history and
@@ -65,8 +71,8 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 	switch {
 	case cfg.DB == nil:
 		return nil, errors.New("rollout: ControllerConfig.DB is required")
-	case cfg.Flags.Path == "":
-		return nil, errors.New("rollout: ControllerConfig.Flags.Path is required")
+	case cfg.Flags == nil:
+		return nil, errors.New("rollout: ControllerConfig.Flags is required (a FlagsFile or a FlagsTable)")
 	case cfg.Plan == nil:
 		return nil, errors.New("rollout: ControllerConfig.Plan is required")
 	case cfg.Stats == nil:
@@ -77,6 +83,9 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.ObeyWait == 0 {
+		cfg.ObeyWait = 2 * time.Second
 	}
 	if cfg.Propagation == 0 {
 		cfg.Propagation = 2 * time.Second
@@ -184,8 +193,11 @@ type AdvanceOptions struct {
 	// way back depends on the relay (and, if Redis loses its data, on a
 	// rebuild by copy and catch-up).
 	ConfirmMySQLOnly bool
-	// Out receives the dry-run diff. Default: io.Discard.
+	// Out receives the dry-run diff, and the fleet's obedience. Default:
+	// io.Discard.
 	Out io.Writer
+	// Fleet, when set, receives how the fleet obeyed the change.
+	Fleet *Obedience
 }
 
 // ErrGatesFail is returned by Advance when a gate fails; the error text
@@ -225,10 +237,12 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 	if o.Override {
 		action = "override"
 	}
-	before, after, err := c.change(ctx, o.DryRun, o.Out, func(f *Flags) error { return next.Apply(f) })
+	before, after, err := c.change(ctx, o.DryRun, o.Out, st.FlagsVersion, o.Actor, action, strings.Join(next.Pods, ","), st.Stage,
+		func(f *Flags) error { return next.Apply(f) })
 	if err != nil || o.DryRun {
 		return next, err
 	}
+	c.obey(ctx, after, o.Out, o.Fleet)
 	now := c.cfg.Now().UTC()
 	if _, err := c.cfg.DB.ExecContext(ctx, sqlStateWrite, st.Stage+1, now); err != nil {
 		return Stage{}, fmt.Errorf("rollout: advance: flags written, state not recorded: %w", err)
@@ -253,12 +267,16 @@ func reasonOr(reason, fallback string) string {
 	return reason
 }
 
-// change applies edit to the flags file, or with dryRun prints the diff it
-// would make. A change that changes the flags is written at the file's
-// version plus one (FlagsFile.Update), so every replica's decisions carry
-// the new version as the epoch of the handoffs it causes; the dry run
-// shows that version too. It returns the rendered files before and after.
-func (c *Controller) change(ctx context.Context, dryRun bool, out io.Writer, edit func(*Flags) error) (before, after []byte, err error) {
+// change applies edit to the flags, or with dryRun prints the diff it
+// would make. The caller decided from the flags at version: if another
+// writer changed them since, nothing is written, the refused attempt is
+// audited (action + "_conflict") and the error wraps ErrFlagsChanged,
+// naming both versions. A change that changes the flags is written at
+// their version plus one, so every replica's decisions carry the new
+// version as the epoch of the handoffs it causes; the dry run shows that
+// version too. It returns the rendered flags before and after.
+func (c *Controller) change(ctx context.Context, dryRun bool, out io.Writer, version int64, actor, action, scope string, stage int,
+	edit func(*Flags) error) (before, after []byte, err error) {
 	if dryRun {
 		cur, err := c.cfg.Flags.Read()
 		if err != nil {
@@ -274,11 +292,17 @@ func (c *Controller) change(ctx context.Context, dryRun bool, out io.Writer, edi
 		if after, err = next.Render(); err != nil {
 			return nil, nil, err
 		}
-		fmt.Fprintf(out, "--- %s\n+++ %s (after)\n", c.cfg.Flags.Path, c.cfg.Flags.Path)
+		fmt.Fprintf(out, "--- %s\n+++ %s (after)\n", c.cfg.Flags, c.cfg.Flags)
 		_, err = io.WriteString(out, LineDiff(string(before), string(after)))
 		return before, after, err
 	}
-	b, a, err := c.cfg.Flags.Update(edit)
+	b, a, err := c.cfg.Flags.UpdateAt(version, edit)
+	if errors.Is(err, ErrFlagsChanged) {
+		if aerr := c.audit(ctx, c.cfg.Now().UTC(), actor, action+"_conflict", scope, err.Error(), stage, nil, nil); aerr != nil {
+			err = errors.Join(err, aerr)
+		}
+		return nil, nil, err
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -306,7 +330,11 @@ type KillOptions struct {
 	Resynced bool
 	// DryRun prints the diff to Out and changes nothing.
 	DryRun bool
-	Out    io.Writer
+	// Out receives the relay lag, the dry-run diff and the fleet's
+	// obedience. Default: io.Discard.
+	Out io.Writer
+	// Fleet, when set, receives how the fleet obeyed the change.
+	Fleet *Obedience
 }
 
 // ErrKillRefused is wrapped by Kill's error when it refuses to engage the
@@ -365,7 +393,7 @@ func (c *Controller) Kill(ctx context.Context, scope Scope, k Kill, o KillOption
 	if lag != "" {
 		o.Reason += " [relay lag at the switch: " + lag + "]" // the audit's reason; the flags keep the operator's
 	}
-	return c.kill(ctx, scope, "kill", o, func(f *Flags) error { return f.EngageKill(scope, k, attribution) })
+	return c.kill(ctx, scope, "kill", cur.Version, o, func(f *Flags) error { return f.EngageKill(scope, k, attribution) })
 }
 
 // lag describes the relay lag of the plan's pods within scope.
@@ -394,25 +422,57 @@ func (c *Controller) Release(ctx context.Context, scope Scope, o KillOptions) er
 	if o.Actor == "" || strings.TrimSpace(o.Reason) == "" {
 		return errors.New("rollout: release: an actor and a reason are required")
 	}
-	return c.kill(ctx, scope, "release", o, func(f *Flags) error {
+	cur, err := c.cfg.Flags.Read()
+	if err != nil {
+		return err
+	}
+	return c.kill(ctx, scope, "release", cur.Version, o, func(f *Flags) error {
 		return f.ReleaseKill(scope, Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()})
 	})
 }
 
-// kill writes edit (a kill switch change) and audits it as action.
-func (c *Controller) kill(ctx context.Context, scope Scope, action string, o KillOptions, edit func(*Flags) error) error {
+// kill writes edit (a kill switch change, decided from the flags at
+// version), audits it as action and waits for the fleet to obey.
+func (c *Controller) kill(ctx context.Context, scope Scope, action string, version int64, o KillOptions, edit func(*Flags) error) error {
 	if o.Out == nil {
 		o.Out = io.Discard
-	}
-	before, after, err := c.change(ctx, o.DryRun, o.Out, edit)
-	if err != nil || o.DryRun {
-		return err
 	}
 	stage, _, err := c.state(ctx)
 	if err != nil {
 		return err
 	}
-	return c.audit(ctx, c.cfg.Now().UTC(), o.Actor, action, scope.String(), o.Reason, stage, before, after)
+	before, after, err := c.change(ctx, o.DryRun, o.Out, version, o.Actor, action, scope.String(), stage, edit)
+	if err != nil || o.DryRun {
+		return err
+	}
+	if err := c.audit(ctx, c.cfg.Now().UTC(), o.Actor, action, scope.String(), o.Reason, stage, before, after); err != nil {
+		return err
+	}
+	c.obey(ctx, after, o.Out, o.Fleet)
+	return nil
+}
+
+// obey waits (ObeyWait at most) for the live replicas to apply the flags
+// rendered as after, prints how they did to out and fills into.
+func (c *Controller) obey(ctx context.Context, after []byte, out io.Writer, into *Obedience) {
+	if c.cfg.ObeyWait < 0 {
+		return
+	}
+	f, err := ParseFlags(after)
+	if err != nil {
+		return
+	}
+	ob, err := WaitObeyed(ctx, c.cfg.DB, f.Version, c.cfg.ObeyWait)
+	if err != nil {
+		fmt.Fprintf(out, "could not tell whether the fleet obeys: %v\n", err)
+		return
+	}
+	if out != nil {
+		fmt.Fprintln(out, ob.String())
+	}
+	if into != nil {
+		*into = ob
+	}
 }
 
 // podsUnder lists the plan's pods within scope whose decision (for the

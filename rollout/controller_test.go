@@ -146,7 +146,8 @@ func setupController(t *testing.T, clean bool) *ctlBundle {
 // reconciler, a lag reader).
 func (b *ctlBundle) controller(t *testing.T, edit func(*rollout.ControllerConfig)) *rollout.Controller {
 	t.Helper()
-	cfg := rollout.ControllerConfig{DB: b.db.DB, Flags: b.flags, Plan: b.plan, Stats: b.cmp, Now: b.clk.Now, Propagation: 10 * time.Millisecond}
+	cfg := rollout.ControllerConfig{DB: b.db.DB, Flags: b.flags, Plan: b.plan, Stats: b.cmp, Now: b.clk.Now, Propagation: 10 * time.Millisecond,
+		ObeyWait: -1} // no replica reports in these tests
 	if edit != nil {
 		edit(&cfg)
 	}

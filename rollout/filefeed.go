@@ -261,14 +261,25 @@ func (f *fileFeed) read() ([]byte, os.FileInfo, error) {
 // provider would refuse too, keeping its previous version), then checks
 // that both flags carry the same version, which it returns.
 func (f *fileFeed) validate(data []byte) (int64, error) {
+	return checkFlags(f.check, f.path, data)
+}
+
+// checkFlags runs flagd's own parser (check, for source) over a flags
+// document and checks that both flags carry the same version, which it
+// returns. Every feed checks each version with it before passing it on.
+func checkFlags(check *evaluator.JSON, source string, data []byte) (int64, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
-		return 0, fmt.Errorf("the file is empty")
+		return 0, fmt.Errorf("the document is empty")
 	}
-	if err := f.check.SetState(isync.DataSync{FlagData: string(data), Source: f.path}); err != nil {
+	if err := check.SetState(isync.DataSync{FlagData: string(data), Source: source}); err != nil {
 		return 0, err
 	}
 	return fileVersion(data)
 }
+
+func (f *fileFeed) isLoaded() bool { return f.loaded.Load() }
+
+func (f *fileFeed) source() string { return f.path }
 
 // fileVersion returns the metadata.version both flags carry (0 for none),
 // as FlagSource will read it from their evaluations. Flags that disagree

@@ -889,6 +889,15 @@ func (ff FlagsFile) Write(f *Flags) error {
 // (equal when nothing changed) for the caller's audit trail; on error
 // nothing is written.
 func (ff FlagsFile) Update(change func(*Flags) error) (before, after *Flags, err error) {
+	return ff.UpdateAt(-1, change)
+}
+
+// String implements FlagStore.
+func (ff FlagsFile) String() string { return "flags file " + ff.Path }
+
+// UpdateAt implements FlagStore: Update, refused with ErrFlagsChanged
+// unless the file is at version (a negative version accepts any).
+func (ff FlagsFile) UpdateAt(version int64, change func(*Flags) error) (before, after *Flags, err error) {
 	unlock, err := lockFlags(ff.Path)
 	if err != nil {
 		return nil, nil, err
@@ -900,6 +909,9 @@ func (ff FlagsFile) Update(change func(*Flags) error) (before, after *Flags, err
 	}
 	if err != nil {
 		return nil, nil, err
+	}
+	if version >= 0 && before.Version != version {
+		return nil, nil, fmt.Errorf("%w: decided at version %d, %s is at version %d: read the flags again", ErrFlagsChanged, version, ff, before.Version)
 	}
 	if after, err = nextFlags(before, change); err != nil {
 		return nil, nil, err

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	flagd "github.com/open-feature/go-sdk-contrib/providers/flagd/pkg"
 	"github.com/open-feature/go-sdk/openfeature"
 	"github.com/open-feature/go-sdk/openfeature/isolated"
+
+	isync "github.com/open-feature/flagd/core/pkg/sync"
 )
 
 // ErrFlagsNotLoaded is returned by FlagSource.Decide, with RedisSafe, while
@@ -38,10 +41,17 @@ var ErrUnknownVariant = errors.New("unknown variant")
 
 // FlagSourceConfig configures a FlagSource.
 type FlagSourceConfig struct {
-	// Path of the flags file (flagd's JSON format, docs/flags.md). Required.
-	// The file need not exist, or be readable, when the source starts: the
-	// source then starts not loaded and loads the file when it can.
+	// Path of the flags file (flagd's JSON format, docs/flags.md). Exactly
+	// one of Path and DB is required. The file need not exist, or be
+	// readable, when the source starts: the source then starts not loaded
+	// and loads the file when it can.
 	Path string
+	// DB is the control database whose rollout_flags document (FlagsTable)
+	// the source follows instead of a file: the flag plane of a fleet on
+	// many hosts. As with a file, a database unreachable or without a
+	// document at start leaves the source not loaded until it can read
+	// one, and one unreachable later leaves the last valid flags in force.
+	DB *sql.DB
 	// Logger receives loads, reloads, rejected files and evaluation
 	// problems. Default: slog.Default().
 	Logger *slog.Logger
@@ -50,7 +60,9 @@ type FlagSourceConfig struct {
 	LoadTimeout time.Duration
 	// PollInterval is how often the file is also checked by stat, for a
 	// change the directory watch did not report (a filesystem without
-	// inotify, an overflowed event queue). Default: 1s.
+	// inotify, an overflowed event queue), or the database's document
+	// version is read. Default: 1s for a file, 20ms for the database (a
+	// change reaches every replica within it).
 	PollInterval time.Duration
 	// LogEvery limits evaluation problems (unknown variants, missing flags,
 	// evaluation errors) to one log line per problem per LogEvery, with the
@@ -68,6 +80,9 @@ func (c FlagSourceConfig) WithDefaults() FlagSourceConfig {
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = time.Second
+		if c.DB != nil {
+			c.PollInterval = 20 * time.Millisecond
+		}
 	}
 	if c.LogEvery == 0 {
 		c.LogEvery = 10 * time.Second
@@ -78,8 +93,8 @@ func (c FlagSourceConfig) WithDefaults() FlagSourceConfig {
 // Validate reports a config that cannot work.
 func (c FlagSourceConfig) Validate() error {
 	var errs []error
-	if c.Path == "" {
-		errs = append(errs, errors.New("rollout: FlagSourceConfig.Path is required: the flags file (e.g. deploy/flags/reservoir.flagd.json)"))
+	if (c.Path == "") == (c.DB == nil) {
+		errs = append(errs, errors.New("rollout: give exactly one of FlagSourceConfig.Path (a flags file, e.g. deploy/flags/reservoir.flagd.json) and FlagSourceConfig.DB (the control database)"))
 	}
 	if c.LoadTimeout < time.Millisecond {
 		errs = append(errs, fmt.Errorf("rollout: FlagSourceConfig.LoadTimeout %v must be at least 1ms", c.LoadTimeout))
@@ -131,7 +146,7 @@ type FlagSource struct {
 	cfg     FlagSourceConfig
 	log     *slog.Logger
 	limiter *logLimiter
-	feed    *fileFeed
+	feed    feed
 	api     *openfeature.EvaluationAPI
 	client  *openfeature.Client
 
@@ -141,6 +156,19 @@ type FlagSource struct {
 }
 
 var _ ModeSource = (*FlagSource)(nil)
+
+// feed is where a FlagSource's flags come from: a file (fileFeed) or the
+// control database (dbFeed). Each passes flagd only versions that its
+// parser accepted.
+type feed interface {
+	isync.ISync
+	// prime reads the flags once before the provider starts.
+	prime()
+	// isLoaded reports whether a valid version was passed on.
+	isLoaded() bool
+	// source names it for flagd and the logs.
+	source() string
+}
 
 // NewFlagSource loads the flags file and starts watching it. It fails when
 // the config is invalid, the provider cannot start, or ctx ends first. A
@@ -152,14 +180,20 @@ func NewFlagSource(ctx context.Context, cfg FlagSourceConfig) (*FlagSource, erro
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &FlagSource{cfg: cfg, log: cfg.Logger.With("flags_file", cfg.Path), limiter: newLogLimiter(cfg.LogEvery)}
-	s.feed = newFileFeed(cfg.Path, cfg.PollInterval, s.log, s.problem)
+	s := &FlagSource{limiter: newLogLimiter(cfg.LogEvery), cfg: cfg}
+	if cfg.DB != nil {
+		s.log = cfg.Logger.With("flags", "control database")
+		s.feed = newDBFeed(cfg.DB, cfg.PollInterval, cfg.LoadTimeout, s.log, s.problem)
+	} else {
+		s.log = cfg.Logger.With("flags_file", cfg.Path)
+		s.feed = newFileFeed(cfg.Path, cfg.PollInterval, s.log, s.problem)
+	}
 	s.feed.prime()
 
 	provider, err := flagd.NewProvider(
 		flagd.WithInProcessResolver(),
 		flagd.WithOfflineFilePath(""), // FLAGD_OFFLINE_FLAG_SOURCE_PATH would switch to flagd's own file watch
-		flagd.WithCustomSyncProviderAndUri(s.feed, cfg.Path),
+		flagd.WithCustomSyncProviderAndUri(s.feed, s.feed.source()),
 		flagd.WithDeadline(int(cfg.LoadTimeout/time.Millisecond)),
 	)
 	if err != nil {
@@ -178,7 +212,7 @@ func NewFlagSource(ctx context.Context, cfg FlagSourceConfig) (*FlagSource, erro
 		if serr := s.shutdown(); serr != nil {
 			s.log.Warn("rollout: flags provider did not shut down", "err", serr)
 		}
-		return nil, fmt.Errorf("rollout: start flags provider for %s: %w", cfg.Path, err)
+		return nil, fmt.Errorf("rollout: start flags provider for %s: %w", s.feed.source(), err)
 	}
 	s.client = s.api.NewClient()
 	return s, nil
@@ -190,7 +224,22 @@ func NewFlagSource(ctx context.Context, cfg FlagSourceConfig) (*FlagSource, erro
 // is not ready (docs/flags.md). It is the source's own state: the SDK's
 // provider state is no guide (with flagd's own file watch it stays ERROR
 // for good after one rejected file).
-func (s *FlagSource) Loaded() bool { return s.feed.loaded.Load() && !s.closed.Load() }
+func (s *FlagSource) Loaded() bool { return s.feed.isLoaded() && !s.closed.Load() }
+
+// AppliedVersion is the version of the flags this source answers with now
+// (what Decide reports), and false while none is loaded. It is the
+// replica's own word on which flags it obeys, for its heartbeat.
+func (s *FlagSource) AppliedVersion(ctx context.Context) (int64, bool) {
+	if !s.Loaded() {
+		return 0, false
+	}
+	ec := openfeature.NewEvaluationContext("0", map[string]any{"pod": "", "shop": 0})
+	e, err := s.evaluate(ctx, FlagKillSwitch, string(KillOff), ec, "", 0)
+	if err != nil {
+		return 0, false
+	}
+	return e.version, true
+}
 
 // Decide implements ModeSource: two flag evaluations (mode and kill
 // switch) for the shop of the pod, and the version both report. It never
@@ -204,7 +253,7 @@ func (s *FlagSource) Decide(ctx context.Context, pod string, shop int64) (Decisi
 	if s.closed.Load() {
 		return RedisSafe, ErrFlagsNotLoaded
 	}
-	if !s.feed.loaded.Load() {
+	if !s.feed.isLoaded() {
 		s.problem("not-loaded", slog.LevelError, "rollout: flags file not loaded; no decision until it is")
 		return RedisSafe, ErrFlagsNotLoaded
 	}

@@ -486,7 +486,7 @@ func TestFlagSourceSeesEveryEditStyle(t *testing.T) {
 
 func TestFlagSourceConfig(t *testing.T) {
 	t.Parallel()
-	if _, err := NewFlagSource(t.Context(), FlagSourceConfig{}); err == nil || !strings.Contains(err.Error(), "Path is required") {
+	if _, err := NewFlagSource(t.Context(), FlagSourceConfig{}); err == nil || !strings.Contains(err.Error(), "exactly one of FlagSourceConfig.Path") {
 		t.Errorf("empty config: %v", err)
 	}
 	if err := (FlagSourceConfig{Path: "x", PollInterval: -1}).WithDefaults().Validate(); err == nil {

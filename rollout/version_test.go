@@ -376,8 +376,9 @@ func memSource(t *testing.T, mode, kill func() (string, any)) *FlagSource {
 		FlagMode: flag(FlagMode, mode), FlagKillSwitch: flag(FlagKillSwitch, kill),
 	})))
 	cfg := FlagSourceConfig{Path: "memory", Logger: slog.New(slog.DiscardHandler)}.WithDefaults()
-	s := &FlagSource{cfg: cfg, log: cfg.Logger, limiter: newLogLimiter(cfg.LogEvery), feed: &fileFeed{}, api: api, client: api.NewClient()}
-	s.feed.loaded.Store(true)
+	ff := &fileFeed{}
+	ff.loaded.Store(true)
+	s := &FlagSource{cfg: cfg, log: cfg.Logger, limiter: newLogLimiter(cfg.LogEvery), feed: ff, api: api, client: api.NewClient()}
 	t.Cleanup(func() { must(t, s.Close()) })
 	return s
 }

@@ -74,6 +74,11 @@ type Config struct {
 	// NoRelay starts no relay: Redis follows MySQL only through handoffs.
 	// For tests that show what the relay protects. Default: false.
 	NoRelay bool
+	// Heartbeat reports this replica to the control database
+	// (rollout_replicas) with the flags version it applied, so the
+	// controller can tell when the fleet obeys a change. A serving
+	// replica sets it; a CLI command does not. Default: false.
+	Heartbeat bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -148,15 +153,16 @@ type Cell struct {
 	// rollout.Reconciler for the controller.
 	Reconciler *reconcile.Reconciler
 
-	cfg     Config
-	log     *slog.Logger
-	pods    []*Pod
-	byName  map[string]*Pod
-	clients []redis.UniversalClient
-	dbs     []*sql.DB
-	reaper  *reaper
-	relays  context.CancelFunc
-	relayWG sync.WaitGroup
+	cfg       Config
+	log       *slog.Logger
+	pods      []*Pod
+	byName    map[string]*Pod
+	clients   []redis.UniversalClient
+	dbs       []*sql.DB
+	reaper    *reaper
+	heartbeat *rollout.Heartbeat
+	relays    context.CancelFunc
+	relayWG   sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -183,11 +189,15 @@ func Open(ctx context.Context, cfg Config) (_ *Cell, err error) {
 	if c.Control, err = c.openDB("control database", cfg.Topology.ControlDSN, "control_tls_ca", cfg.Topology.ControlTLSCA); err != nil {
 		return nil, err
 	}
-	c.Flags, err = rollout.NewFlagSource(ctx, rollout.FlagSourceConfig{
-		Path: cfg.Topology.FlagsFile, Logger: cfg.Logger, PollInterval: cfg.FlagPollInterval,
-	})
-	if err != nil {
+	fsc := rollout.FlagSourceConfig{Path: cfg.Topology.FlagsFile, Logger: cfg.Logger, PollInterval: cfg.FlagPollInterval}
+	if cfg.Topology.FlagsSource == topology.FlagsFromDatabase {
+		fsc.Path, fsc.DB = "", c.Control
+	}
+	if c.Flags, err = rollout.NewFlagSource(ctx, fsc); err != nil {
 		return nil, fmt.Errorf("cell: %w", err)
+	}
+	if cfg.Heartbeat {
+		c.heartbeat = rollout.StartHeartbeat(rollout.HeartbeatConfig{DB: c.Control, Source: c.Flags, Pods: cfg.Topology.PodNames(), Logger: cfg.Logger})
 	}
 	cc := cfg.Compare
 	cc.DB, cc.Registerer, cc.Logger = c.Control, cfg.Registerer, cfg.Logger
@@ -422,6 +432,9 @@ func (c *Cell) Reconcile(ctx context.Context, pod string) (DriftReport, error) {
 func (c *Cell) Close(ctx context.Context) error {
 	c.closeOnce.Do(func() {
 		var errs []error
+		if c.heartbeat != nil {
+			c.heartbeat.Stop()
+		}
 		if c.reaper != nil {
 			c.reaper.stop()
 		}
@@ -459,6 +472,23 @@ func (c *Cell) Close(ctx context.Context) error {
 		}
 	})
 	return c.closeErr
+}
+
+// FlagStore is where this cell's flags are written: the flags file, or the
+// control database's document, as the topology's flags_source says.
+func (c *Cell) FlagStore() rollout.FlagStore {
+	if c.Topology.FlagsSource == topology.FlagsFromDatabase {
+		return rollout.FlagsTable{DB: c.Control}
+	}
+	return rollout.FlagsFile{Path: c.Topology.FlagsFile}
+}
+
+// Replica is this replica's heartbeat id ("" without Config.Heartbeat).
+func (c *Cell) Replica() string {
+	if c.heartbeat == nil {
+		return ""
+	}
+	return c.heartbeat.ID()
 }
 
 // Lag reports a pod's relay lag (rollout.LagReader): the changes MySQL

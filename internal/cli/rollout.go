@@ -82,7 +82,7 @@ func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error
 	}
 	// The cell's control database: opened from the topology with its
 	// secrets and TLS settings (control_tls_ca).
-	ctl, err := rollout.NewController(rollout.ControllerConfig{DB: env.cell.Control, Flags: rollout.FlagsFile{Path: env.topo.FlagsFile}, Plan: plan,
+	ctl, err := rollout.NewController(rollout.ControllerConfig{DB: env.cell.Control, Flags: env.cell.FlagStore(), Plan: plan,
 		Stats: env.cell.Comparer, Reconciler: env.cell.Reconciler, Lag: env.cell})
 	if err != nil {
 		return err
@@ -114,6 +114,11 @@ func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error
 		if err != nil {
 			return fmt.Errorf("--scope: %w", err)
 		}
+		if sc.Kind == rollout.ScopePod && env.cell.Pod(sc.Pod) == nil {
+			// An unknown pod would be written and obeyed by nobody.
+			fmt.Fprintf(errOut, "reservoir rollout: --scope: no pod %q in the topology (pods: %s)\n", sc.Pod, strings.Join(env.topo.PodNames(), ", "))
+			return errUsage
+		}
 		o := rollout.KillOptions{Actor: *actor, Reason: *reason, Resynced: *resynced, DryRun: *dryRun, Out: out}
 		if action == "release" {
 			err = ctl.Release(ctx, sc, o)
@@ -124,7 +129,7 @@ func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error
 			return err
 		}
 		if !*dryRun {
-			fmt.Fprintf(out, "%s %s: written to %s; replicas obey within milliseconds\n", action, sc, env.topo.FlagsFile)
+			fmt.Fprintf(out, "%s %s: written to the %s\n", action, sc, env.cell.FlagStore())
 		}
 		return nil
 	case "history":

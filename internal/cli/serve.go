@@ -117,7 +117,7 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	// A flags file that is missing or unreadable does not stop the start:
 	// the replica serves, is not ready and answers reservation calls 503
 	// flags_unavailable until a valid file is in place (it watches it).
-	c, err := cell.Open(ctx, cell.Config{Topology: topo, Registerer: reg, Logger: log})
+	c, err := cell.Open(ctx, cell.Config{Topology: topo, Registerer: reg, Logger: log, Heartbeat: true})
 	if err != nil {
 		return err
 	}
@@ -130,7 +130,7 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if topo.PlanFile != "" {
 		plan, err := rollout.LoadPlan(topo.PlanFile)
 		if err == nil {
-			ctl, err = rollout.NewController(rollout.ControllerConfig{DB: c.Control, Flags: rollout.FlagsFile{Path: topo.FlagsFile}, Plan: plan,
+			ctl, err = rollout.NewController(rollout.ControllerConfig{DB: c.Control, Flags: c.FlagStore(), Plan: plan,
 				Stats: c.Comparer, Reconciler: c.Reconciler, Lag: c})
 		}
 		if err != nil {

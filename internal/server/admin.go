@@ -201,7 +201,7 @@ func (s *Server) rolloutStatus(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	c := s.cfg.Cell
 	v := RolloutView{FlagsFile: c.Topology.FlagsFile, FlagsLoaded: c.Flags.Loaded(), At: time.Now().UTC(), Pods: []PodView{}, Shops: []ShopView{}}
-	flags, err := rollout.FlagsFile{Path: c.Topology.FlagsFile}.Read()
+	flags, err := c.FlagStore().Read()
 	if err != nil {
 		v.FlagsError = err.Error()
 		flags = rollout.NewFlags()
@@ -318,6 +318,10 @@ type KillResponse struct {
 	ObeyedAfterMs *float64 `json:"obeyed_after_ms"`
 	// Effective is this replica's decision for the scope now.
 	Effective DecisionView `json:"effective"`
+	// Fleet says how the fleet obeyed: the live replicas (those that
+	// report to the control database) and how many applied the change,
+	// within how long ("obeyed by 3/3 replicas in 38 ms" in Summary).
+	Fleet rollout.Obedience `json:"fleet"`
 	// RelayLag is, for an engage, the relay lag of the scope's pods at the
 	// moment of the switch ("pod-a 12 change(s), oldest 40ms"), as the
 	// audit (or, without a controller, the server's log) records it: what
@@ -409,7 +413,7 @@ func (s *Server) representative(scope rollout.Scope) (string, int64) {
 // that took after start (nil if it did not).
 func (s *Server) waitObeyed(ctx context.Context, scope rollout.Scope, start time.Time) (*float64, DecisionView) {
 	pod, shop := s.representative(scope)
-	flags, err := rollout.FlagsFile{Path: s.cfg.Cell.Topology.FlagsFile}.Read()
+	flags, err := s.cfg.Cell.FlagStore().Read()
 	if err != nil {
 		return nil, s.decide(ctx, pod, shop)
 	}
@@ -444,10 +448,10 @@ func (s *Server) engageKill(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	who := actor(r)
-	ff := rollout.FlagsFile{Path: s.cfg.Cell.Topology.FlagsFile}
+	ff := s.cfg.Cell.FlagStore()
 	cur, err := ff.Read()
 	if err != nil {
-		s.internal(w, r, "read the flags file", err)
+		s.internal(w, r, "read the flags", err)
 		return
 	}
 	// A kill over a scope running mysql_only is checked first, by a
@@ -457,12 +461,15 @@ func (s *Server) engageKill(w http.ResponseWriter, r *http.Request) {
 	// it, and the audit (or, without a controller, the log) records it.
 	start := time.Now()
 	audited := s.cfg.Controller != nil
-	var lag string
+	var (
+		lag   string
+		fleet rollout.Obedience
+	)
 	if audited {
 		// The controller runs the check (its Reconciler) and reports the
 		// lag to Out and in the audit.
 		var out bytes.Buffer
-		err = s.cfg.Controller.Kill(ctx, scope, req.State, rollout.KillOptions{Actor: who, Reason: req.Reason, Resynced: req.Resynced, Out: &out})
+		err = s.cfg.Controller.Kill(ctx, scope, req.State, rollout.KillOptions{Actor: who, Reason: req.Reason, Resynced: req.Resynced, Out: &out, Fleet: &fleet})
 		lag = lagFromOutput(out.String())
 		if errors.Is(err, rollout.ErrKillRefused) {
 			s.refuseKill(w, r, err.Error())
@@ -481,9 +488,13 @@ func (s *Server) engageKill(w http.ResponseWriter, r *http.Request) {
 		// No audit without a controller: the lag goes to the log line
 		// below and the answer. The flags keep the operator's reason.
 		lag = s.lagText(ctx, s.podsUnder(scope))
-		_, _, err = ff.Update(func(f *rollout.Flags) error {
+		var after *rollout.Flags
+		_, after, err = ff.Update(func(f *rollout.Flags) error {
 			return f.EngageKill(scope, req.State, rollout.Attribution{Actor: who, Reason: req.Reason})
 		})
+		if err == nil {
+			fleet = s.fleetObeys(ctx, after.Version)
+		}
 	}
 	if err != nil {
 		s.internal(w, r, "engage the kill switch", err)
@@ -491,7 +502,17 @@ func (s *Server) engageKill(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Warn("server: kill switch engaged", "request_id", RequestID(ctx), "scope", scope.String(), "state", req.State,
 		"actor", who, "reason", req.Reason, "audited", audited, "relay_lag", lag)
-	s.killAnswer(w, r, ff, scope, who, audited, start, lag)
+	s.killAnswer(w, r, ff, scope, who, audited, start, lag, fleet)
+}
+
+// fleetObeys waits (2s at most) for every live replica to report version
+// applied, for a change made without a controller.
+func (s *Server) fleetObeys(ctx context.Context, version int64) rollout.Obedience {
+	ob, err := rollout.WaitObeyed(ctx, s.cfg.Cell.Control, version, 2*time.Second)
+	if err != nil {
+		s.log.Warn("server: could not tell whether the fleet obeys", "request_id", RequestID(ctx), "err", err)
+	}
+	return ob
 }
 
 // refuseKill answers a kill switch refused over a mysql_only scope.
@@ -530,16 +551,23 @@ func (s *Server) releaseKill(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	who := actor(r)
-	ff := rollout.FlagsFile{Path: s.cfg.Cell.Topology.FlagsFile}
+	ff := s.cfg.Cell.FlagStore()
 	start := time.Now()
 	audited := s.cfg.Controller != nil
-	var err error
+	var (
+		err   error
+		fleet rollout.Obedience
+	)
 	if audited {
-		err = s.cfg.Controller.Release(r.Context(), scope, rollout.KillOptions{Actor: who, Reason: req.Reason})
+		err = s.cfg.Controller.Release(r.Context(), scope, rollout.KillOptions{Actor: who, Reason: req.Reason, Fleet: &fleet})
 	} else {
-		_, _, err = ff.Update(func(f *rollout.Flags) error {
+		var after *rollout.Flags
+		_, after, err = ff.Update(func(f *rollout.Flags) error {
 			return f.ReleaseKill(scope, rollout.Attribution{Actor: who, Reason: req.Reason})
 		})
+		if err == nil {
+			fleet = s.fleetObeys(r.Context(), after.Version)
+		}
 	}
 	if err != nil {
 		s.internal(w, r, "release the kill switch", err)
@@ -547,12 +575,12 @@ func (s *Server) releaseKill(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Warn("server: kill switch released", "request_id", RequestID(r.Context()), "scope", scope.String(),
 		"actor", who, "reason", req.Reason, "audited", audited)
-	s.killAnswer(w, r, ff, scope, who, audited, start, "")
+	s.killAnswer(w, r, ff, scope, who, audited, start, "", fleet)
 }
 
-func (s *Server) killAnswer(w http.ResponseWriter, r *http.Request, ff rollout.FlagsFile, scope rollout.Scope, who string, audited bool, start time.Time, lag string) {
+func (s *Server) killAnswer(w http.ResponseWriter, r *http.Request, ff rollout.FlagStore, scope rollout.Scope, who string, audited bool, start time.Time, lag string, fleet rollout.Obedience) {
 	obeyed, eff := s.waitObeyed(r.Context(), scope, start)
-	resp := KillResponse{Scope: scope.String(), Actor: who, Audited: audited, ObeyedAfterMs: obeyed, Effective: eff, RelayLag: lag}
+	resp := KillResponse{Scope: scope.String(), Actor: who, Audited: audited, ObeyedAfterMs: obeyed, Effective: eff, RelayLag: lag, Fleet: fleet}
 	if f, err := ff.Read(); err == nil {
 		resp.Kill = killView(f.KillAt(scope))
 	}

@@ -87,6 +87,9 @@ var (
 	descLoaded = prometheus.NewDesc("reservoir_rollout_flags_loaded",
 		"1 when this replica's flag source has a valid flags file in force; 0 means it answers every reservation call 503 flags_unavailable and is not ready.",
 		nil, nil)
+	descApplied = prometheus.NewDesc("reservoir_rollout_flags_applied_version",
+		"The version of the flags this replica's flag source answers with (0 while none is loaded); the fleet obeys a change when every replica reports its version.",
+		nil, nil)
 	descShopKills = prometheus.NewDesc("reservoir_rollout_shop_kill_switches",
 		"Shops whose own kill switch is engaged in the flags file (shops are never a label).",
 		nil, nil)
@@ -94,7 +97,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (rc *rolloutCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMode, descKill, descAuthority, descLoaded, descShopKills} {
+	for _, d := range []*prometheus.Desc{descMode, descKill, descAuthority, descLoaded, descApplied, descShopKills} {
 		ch <- d
 	}
 }
@@ -121,8 +124,10 @@ func (rc *rolloutCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descAuthority, prometheus.GaugeValue, b(ok && d.Route().Authority == "mysql"), pod)
 	}
 	ch <- prometheus.MustNewConstMetric(descLoaded, prometheus.GaugeValue, b(rc.c.Flags.Loaded()))
+	applied, _ := rc.c.Flags.AppliedVersion(ctx)
+	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(applied))
 	n := 0
-	if f, err := (rollout.FlagsFile{Path: rc.c.Topology.FlagsFile}).Read(); err == nil {
+	if f, err := rc.c.FlagStore().Read(); err == nil {
 		for _, s := range f.Shops {
 			if s.Kill.Engaged() {
 				n++

@@ -79,9 +79,16 @@ var clientsEntry = fmt.Sprintf("[[clients]]\nname = \"soak\"\ntoken_sha256 = \"%
 // its environment and waits until it listens.
 func startServe(t *testing.T, name, topo, token string) *proc {
 	t.Helper()
+	return startServeIn(t, name, "", topo, token)
+}
+
+// startServeIn is startServe with dir as the process's working directory.
+func startServeIn(t *testing.T, name, dir, topo, token string) *proc {
+	t.Helper()
 	cmd := exec.Command(binary, "serve", "--topology", topo, "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
 		"--log-level", "warn", "--shutdown-timeout", "10s", "--drain-timeout", "10s")
 	cmd.Env = append(os.Environ(), "RESERVOIR_ADMIN_TOKEN="+token, "RESERVOIR_CLIENTS="+clientsEntry)
+	cmd.Dir = dir
 	p := &proc{name: name, topo: topo, started: time.Now(), cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	out, err := cmd.StdoutPipe()

@@ -33,7 +33,13 @@ type Config struct {
 	// over TLS and its certificate verified against it. Empty: as
 	// ControlDSN says (tls=true there verifies against the system's roots).
 	ControlTLSCA string `toml:"control_tls_ca"`
-	// FlagsFile is the flagd flags file every replica watches. Required.
+	// FlagsSource is where the flags every replica follows live: "file"
+	// (FlagsFile, watched by the replicas of one host or a shared volume)
+	// or "database" (the control database's rollout_flags document, polled
+	// by every replica of a fleet on any number of hosts). Default: "file".
+	FlagsSource string `toml:"flags_source"`
+	// FlagsFile is the flagd flags file every replica watches. Required
+	// with flags_source "file".
 	FlagsFile string `toml:"flags_file"`
 	// PlanFile is the rollout plan (optional; the rollout command needs it).
 	PlanFile string `toml:"plan_file"`
@@ -138,6 +144,9 @@ func (c Config) WithDefaults() Config {
 	if c.DefaultRule == "" {
 		c.DefaultRule = "modulo"
 	}
+	if c.FlagsSource == "" {
+		c.FlagsSource = FlagsFromFile
+	}
 	c.Pods = slices.Clone(c.Pods)
 	for i := range c.Pods {
 		if c.Pods[i].RedisPrefix == "" {
@@ -150,13 +159,26 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// The values of flags_source.
+const (
+	// FlagsFromFile: the flags file at flags_file.
+	FlagsFromFile = "file"
+	// FlagsFromDatabase: the control database's flags document.
+	FlagsFromDatabase = "database"
+)
+
 // Validate reports the first problem, naming the field.
 func (c Config) Validate() error {
 	if c.ControlDSN == "" {
 		return errors.New("topology: control_dsn is required")
 	}
-	if c.FlagsFile == "" {
-		return errors.New("topology: flags_file is required")
+	switch {
+	case c.FlagsSource != FlagsFromFile && c.FlagsSource != FlagsFromDatabase:
+		return fmt.Errorf("topology: flags_source %q must be %q or %q", c.FlagsSource, FlagsFromFile, FlagsFromDatabase)
+	case c.FlagsSource == FlagsFromFile && c.FlagsFile == "":
+		return errors.New(`topology: flags_file is required (or flags_source = "database")`)
+	case c.FlagsSource == FlagsFromDatabase && c.FlagsFile != "":
+		return errors.New(`topology: flags_file is set but flags_source is "database": the replicas would not read it; remove one`)
 	}
 	if len(c.Pods) == 0 {
 		return errors.New("topology: at least one [[pods]] is required")

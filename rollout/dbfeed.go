@@ -1,0 +1,164 @@
+package rollout
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/open-feature/flagd/core/pkg/evaluator"
+	flagdlog "github.com/open-feature/flagd/core/pkg/logger"
+	"github.com/open-feature/flagd/core/pkg/store"
+	isync "github.com/open-feature/flagd/core/pkg/sync"
+)
+
+// dbSource names the control database as flagd's sync source.
+const dbSource = "reservoir-control-db"
+
+// dbFeed feeds the control database's flags document (FlagsTable) to
+// flagd's in-process provider, as fileFeed feeds a file. It polls the
+// document's version, one indexed row, every poll interval, and reads the
+// document only when the version changed: a fleet of replicas costs the
+// database a point read each per interval. Each new document is checked
+// with flagd's own parser and for flags that agree on metadata.version
+// before it is passed on, so the provider always holds the last valid
+// version; a database that cannot be reached leaves it in effect.
+type dbFeed struct {
+	db      *sql.DB
+	poll    time.Duration
+	timeout time.Duration
+	log     *slog.Logger
+	problem func(key string, level slog.Level, msg string, args ...any)
+	check   *evaluator.JSON
+
+	loaded atomic.Bool
+
+	mu       sync.Mutex
+	current  []byte // the document in effect (noFlags before any)
+	row      int64  // the row version of current (-1 before any)
+	rejected int64  // the row version last refused (-1: none)
+}
+
+var _ isync.ISync = (*dbFeed)(nil)
+
+func newDBFeed(db *sql.DB, poll, timeout time.Duration, log *slog.Logger, problem func(key string, level slog.Level, msg string, args ...any)) *dbFeed {
+	quiet := flagdlog.NewLogger(nil, false)
+	checkStore, err := store.NewStore(quiet, []string{dbSource})
+	if err != nil {
+		panic(fmt.Sprintf("rollout: flagd store: %v", err)) // only for a duplicate source name; there is one
+	}
+	return &dbFeed{db: db, poll: poll, timeout: timeout, log: log, problem: problem,
+		check: evaluator.NewJSON(quiet, checkStore), current: []byte(noFlags), row: -1, rejected: -1}
+}
+
+func (f *dbFeed) isLoaded() bool { return f.loaded.Load() }
+
+func (f *dbFeed) source() string { return dbSource }
+
+// prime reads the document once before the provider starts. A database
+// that cannot be reached, or holds no document yet, is not an error here:
+// Sync keeps polling.
+func (f *dbFeed) prime() {
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	defer cancel()
+	if _, err := f.fetch(ctx); err != nil {
+		f.log.Error("rollout: flags cannot be read from the control database; no decisions until they can (polling)", "err", err)
+	}
+}
+
+// Init implements sync.ISync.
+func (f *dbFeed) Init(context.Context) error { return nil }
+
+// IsReady implements sync.ISync.
+func (f *dbFeed) IsReady() bool { return true }
+
+// ReSync implements sync.ISync: it sends the document in effect again.
+func (f *dbFeed) ReSync(ctx context.Context, out chan<- isync.DataSync) error {
+	f.mu.Lock()
+	data := f.current
+	f.mu.Unlock()
+	f.send(ctx, out, data)
+	return nil
+}
+
+// Sync implements sync.ISync: the document in effect, then every new valid
+// one, until ctx ends.
+func (f *dbFeed) Sync(ctx context.Context, out chan<- isync.DataSync) error {
+	if err := f.ReSync(ctx, out); err != nil {
+		return err
+	}
+	poll := time.NewTicker(f.poll)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-poll.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, f.timeout)
+		data, err := f.fetch(pctx)
+		cancel()
+		switch {
+		case err != nil && f.loaded.Load():
+			f.problem("feed/db", slog.LevelWarn, "rollout: flags unreadable in the control database; keeping the last valid flags", "err", err)
+		case err != nil:
+			f.problem("feed/db", slog.LevelError, "rollout: flags cannot be read from the control database; no decisions until they can", "err", err)
+		case data != nil:
+			f.send(ctx, out, data)
+		}
+	}
+}
+
+// fetch reads the document when its version changed and, if it is valid,
+// makes it current and returns it (nil when nothing new).
+func (f *dbFeed) fetch(ctx context.Context) ([]byte, error) {
+	var row int64
+	err := f.db.QueryRowContext(ctx, sqlFlagsVersion).Scan(&row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errors.New("no flags document yet (write one: `reservoir rollout` or FlagsTable)")
+	}
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	same := row == f.row || row == f.rejected
+	f.mu.Unlock()
+	if same {
+		return nil, nil
+	}
+	var doc string
+	if err := f.db.QueryRowContext(ctx, sqlFlagsRead).Scan(&row, &doc); err != nil {
+		return nil, err
+	}
+	data := []byte(doc)
+	version, err := checkFlags(f.check, dbSource, data)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err != nil {
+		f.rejected = row
+		if f.loaded.Load() {
+			f.log.Error("rollout: flags document rejected; keeping the last valid flags", "row_version", row, "err", err)
+		} else {
+			f.log.Error("rollout: flags document could not be loaded; no decisions until it is fixed", "row_version", row, "err", err)
+		}
+		return nil, nil
+	}
+	f.current, f.row, f.rejected = data, row, -1
+	if !f.loaded.Swap(true) {
+		f.log.Info("rollout: flags loaded from the control database", "bytes", len(data), "version", version)
+	} else {
+		f.log.Info("rollout: flags reloaded from the control database", "bytes", len(data), "version", version)
+	}
+	return data, nil
+}
+
+func (f *dbFeed) send(ctx context.Context, out chan<- isync.DataSync, data []byte) {
+	select {
+	case out <- isync.DataSync{FlagData: string(data), Source: dbSource}:
+	case <-ctx.Done():
+	}
+}
