@@ -88,8 +88,17 @@ func (s Scope) String() string {
 }
 
 // podName is what a pod may be called: it appears in JSON, in $evaluators
-// names and in scope strings, so it is kept to a plain alphabet.
+// names and in scope strings, so it is kept to a plain alphabet. The
+// topology names pods by the same rule (ValidPodName), so every pod that
+// serves traffic can be targeted by a flag and a kill switch.
 var podName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// PodNameRule says in words what ValidPodName accepts.
+const PodNameRule = "1-63 lower-case letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+// ValidPodName reports whether name can name a pod: in the topology, the
+// flags and kill switch scopes alike.
+func ValidPodName(name string) bool { return podName.MatchString(name) }
 
 // Validate reports whether the scope names a valid pod or shop.
 func (s Scope) Validate() error {

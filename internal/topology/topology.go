@@ -16,11 +16,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/seed31b0e981/reservoir/rollout"
 )
 
 // Config is a topology file.
@@ -97,7 +98,6 @@ type Pod struct {
 	PoolCap int64 `toml:"pool_cap"`
 }
 
-var podName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // Load reads and validates a topology file.
 func Load(path string) (*Config, error) {
@@ -188,8 +188,8 @@ func (c Config) Validate() error {
 	for i, p := range c.Pods {
 		f := fmt.Sprintf("pods[%d]", i)
 		switch {
-		case !podName.MatchString(p.Name):
-			return fmt.Errorf("topology: %s.name %q must be 1-64 letters, digits, '-' or '_'", f, p.Name)
+		case !rollout.ValidPodName(p.Name):
+			return fmt.Errorf("topology: %s.name %q must be %s (the flags' rule: a pod the flags cannot name could never be switched)", f, p.Name, rollout.PodNameRule)
 		case names[p.Name]:
 			return fmt.Errorf("topology: %s.name %q is used twice", f, p.Name)
 		case p.MySQLDSN == "":

@@ -47,6 +47,12 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{strings.Replace(sample, `shops = [1, 2]`, `shops = [1, -2]`, 1), "pods[0].shops: -2"},
 		{sample + "\ndefault_rule = \"pod:nope\"\n", "unknown key"}, // after [[pods]] it is a pod key
 		{strings.Replace(sample, "flags_file = \"flags.json\"", "flags_file = \"flags.json\"\ndefault_rule = \"pod:nope\"", 1), `default_rule "pod:nope"`},
+		// One pod-name rule with the flags: a pod they cannot name could
+		// never be switched.
+		{strings.Replace(sample, `name = "pod-b"`, `name = "Pod-B"`, 1), `pods[1].name "Pod-B" must be 1-63 lower-case`},
+		{strings.Replace(sample, "flags_file = \"flags.json\"", "flags_source = \"database\"\nflags_file = \"flags.json\"", 1), `flags_file is set but flags_source is "database"`},
+		{strings.Replace(sample, "flags_file = \"flags.json\"", "flags_source = \"etcd\"", 1), `flags_source "etcd" must be`},
+		{strings.Replace(sample, "flags_file = \"flags.json\"", "", 1), `flags_file is required`},
 	} {
 		_, err := Parse([]byte(tc.edit))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
