@@ -98,7 +98,6 @@ type Pod struct {
 	PoolCap int64 `toml:"pool_cap"`
 }
 
-
 // Load reads and validates a topology file.
 func Load(path string) (*Config, error) {
 	b, err := os.ReadFile(path)
