@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 )
@@ -35,10 +36,15 @@ type ControllerConfig struct {
 	// Flags is where the flags every replica follows live: a FlagsFile or
 	// the control database's FlagsTable. Required.
 	Flags FlagStore
-	// Plan is the rollout plan. Required.
+	// Plan is the rollout plan. Optional: without one, Status, Advance and
+	// AutoStep answer ErrNoPlan, and the kill switch still works (every
+	// change of the flags goes through a controller, plan or not).
 	Plan *Plan
-	// Stats feeds the gates. Required.
+	// Stats feeds the gates. Required with a Plan.
 	Stats StatsReader
+	// Pods are the pods the topology names: a kill switch scope naming
+	// another pod is refused (ErrUnknownScope). Default: the plan's pods.
+	Pods []string
 	// Reconciler checks Redis before a kill switch over mysql_only (it is
 	// refused without one unless confirmed with Resynced). Optional.
 	Reconciler Reconciler
@@ -73,13 +79,23 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 		return nil, errors.New("rollout: ControllerConfig.DB is required")
 	case cfg.Flags == nil:
 		return nil, errors.New("rollout: ControllerConfig.Flags is required (a FlagsFile or a FlagsTable)")
-	case cfg.Plan == nil:
-		return nil, errors.New("rollout: ControllerConfig.Plan is required")
-	case cfg.Stats == nil:
-		return nil, errors.New("rollout: ControllerConfig.Stats is required")
+	case cfg.Plan != nil && cfg.Stats == nil:
+		return nil, errors.New("rollout: ControllerConfig.Stats is required with a Plan (it feeds the gates)")
+	case cfg.Plan == nil && len(cfg.Pods) == 0:
+		return nil, errors.New("rollout: ControllerConfig.Pods is required without a Plan")
 	}
-	if err := cfg.Plan.Validate(); err != nil {
-		return nil, err
+	if cfg.Plan != nil {
+		if err := cfg.Plan.Validate(); err != nil {
+			return nil, err
+		}
+		if len(cfg.Pods) == 0 {
+			cfg.Pods = cfg.Plan.Pods
+		}
+		for _, p := range cfg.Plan.Pods {
+			if !slices.Contains(cfg.Pods, p) {
+				return nil, fmt.Errorf("rollout: the plan's pod %q is not among ControllerConfig.Pods (%s)", p, strings.Join(cfg.Pods, ", "))
+			}
+		}
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -144,8 +160,20 @@ func (c *Controller) state(ctx context.Context) (stage int, since time.Time, err
 	return stage, since.UTC(), nil
 }
 
+// ErrNoPlan is returned by Status, Advance and AutoStep of a controller
+// without a plan.
+var ErrNoPlan = errors.New("rollout: no rollout plan is configured (the topology's plan_file): stages and gates are not available")
+
+// ErrUnknownScope is wrapped by the error of a kill switch change whose
+// scope names a pod the controller does not know: written, nobody would
+// obey it.
+var ErrUnknownScope = errors.New("rollout: unknown scope")
+
 // Status evaluates the current stage's gates.
 func (c *Controller) Status(ctx context.Context) (Status, error) {
+	if c.cfg.Plan == nil {
+		return Status{}, ErrNoPlan
+	}
 	stage, since, err := c.state(ctx)
 	if err != nil {
 		return Status{}, err
@@ -155,7 +183,7 @@ func (c *Controller) Status(ctx context.Context) (Status, error) {
 		return Status{}, err
 	}
 	st := Status{Stage: stage, Since: since, FlagsVersion: flags.Version}
-	for _, pod := range c.cfg.Plan.Pods {
+	for _, pod := range c.cfg.Pods {
 		pf := flags.Pods[pod]
 		st.Pods = append(st.Pods, PodStatus{Pod: pod, Mode: pf.Mode, Ramp: pf.Ramp, Kill: flags.KillAt(PodScope(pod)), Effective: flags.Resolve(pod, 0)})
 	}
@@ -188,6 +216,11 @@ type AdvanceOptions struct {
 	Override bool
 	// DryRun prints the exact flags file change to Out and changes nothing.
 	DryRun bool
+	// Resynced confirms that Redis holds what MySQL decided, for a stage
+	// that hands a pod running mysql_only back to Redis, without the relay
+	// lag and reconciler checks (which, without a LagReader or a
+	// Reconciler, otherwise refuse).
+	Resynced bool
 	// ConfirmMySQLOnly must be set to enter a mysql_only stage: Redis
 	// leaves the request path and follows only through the relay, so the
 	// way back depends on the relay (and, if Redis loses its data, on a
@@ -230,6 +263,17 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 	if !AllPass(st.Gates) && !o.Override {
 		return Stage{}, fmt.Errorf("%w for stage %q: %s", ErrGatesFail, st.StageName, failing(st.Gates))
 	}
+	if killed := killedPods(st, next.Pods); len(killed) > 0 && !o.Override {
+		// The stage would be written under an engaged kill switch, which
+		// keeps deciding in Redis: the stage would look applied and not
+		// be, and releasing the switch later would apply it unannounced.
+		return Stage{}, fmt.Errorf("%w: advance: the kill switch is engaged on %s, which stage %q covers: release it first "+
+			"(`reservoir rollout release --scope pod:NAME --reason R`), or advance with --override and a reason (audited)",
+			ErrKillEngaged, strings.Join(killed, ", "), next.Name)
+	}
+	if err := c.checkLeavingMySQLOnly(ctx, st, next, o.Resynced); err != nil {
+		return Stage{}, err
+	}
 	if next.Mode == ModeMySQLOnly && !o.ConfirmMySQLOnly {
 		return Stage{}, fmt.Errorf("rollout: advance: stage %q is mysql_only: Redis leaves the request path and follows MySQL only through the relay (a kill switch back to Redis is then checked by reconcile first); confirm explicitly", next.Name)
 	}
@@ -248,6 +292,65 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 		return Stage{}, fmt.Errorf("rollout: advance: flags written, state not recorded: %w", err)
 	}
 	return next, c.audit(ctx, now, o.Actor, action, strings.Join(next.Pods, ","), reasonOr(o.Reason, next.Name), st.Stage+1, before, after)
+}
+
+// ErrKillEngaged is wrapped by Advance's error when a kill switch covers a
+// pod of the next stage (an override advances all the same, audited).
+var ErrKillEngaged = errors.New("rollout: a kill switch is engaged")
+
+// ErrRedisNotCurrent is wrapped by Advance's error when the next stage
+// hands a pod running mysql_only back to Redis while Redis may lack what
+// MySQL decided.
+var ErrRedisNotCurrent = errors.New("rollout: Redis is not known to hold what MySQL decided")
+
+// killedPods lists the pods among pods whose kill switch (their own or the
+// global one) is engaged.
+func killedPods(st Status, pods []string) []string {
+	var out []string
+	for _, p := range st.Pods {
+		if slices.Contains(pods, p.Pod) && p.Effective.Kill != KillOff {
+			out = append(out, p.Pod)
+		}
+	}
+	return out
+}
+
+// checkLeavingMySQLOnly refuses a stage that hands a pod running
+// mysql_only back to Redis (as decider, or as the store compared) unless
+// Redis is current: its relay lag is zero and the reconciler finds no
+// drift, or resynced says an operator checked it. In mysql_only Redis
+// follows MySQL only through the relay; a Redis that lost its data (a
+// flush, a failover) would decide from a hole.
+func (c *Controller) checkLeavingMySQLOnly(ctx context.Context, st Status, next Stage, resynced bool) error {
+	if next.Mode == ModeMySQLOnly || resynced {
+		return nil
+	}
+	for _, p := range st.Pods {
+		if !slices.Contains(next.Pods, p.Pod) || p.Effective.Mode != ModeMySQLOnly {
+			continue
+		}
+		if c.cfg.Lag == nil || c.cfg.Reconciler == nil {
+			return fmt.Errorf("%w: advance: pod %s runs mysql_only and stage %q hands it back to Redis; without a relay lag reader and a reconciler "+
+				"the controller cannot check Redis: check it (`reservoir reconcile --pod %s`), then advance with --resynced", ErrRedisNotCurrent, p.Pod, next.Name, p.Pod)
+		}
+		n, oldest, err := c.cfg.Lag.Lag(ctx, p.Pod)
+		if err != nil {
+			return fmt.Errorf("%w: advance: pod %s: read its relay lag: %w", ErrRedisNotCurrent, p.Pod, err)
+		}
+		if n > 0 {
+			return fmt.Errorf("%w: advance: pod %s's relay has %d change(s) for Redis pending (oldest %s): wait for it to drain, then advance",
+				ErrRedisNotCurrent, p.Pod, n, oldest.Round(time.Millisecond))
+		}
+		clean, summary, err := c.cfg.Reconciler.Clean(ctx, p.Pod)
+		if err != nil {
+			return fmt.Errorf("%w: advance: pod %s: reconcile: %w", ErrRedisNotCurrent, p.Pod, err)
+		}
+		if !clean {
+			return fmt.Errorf("%w: advance: pod %s: Redis does not hold what MySQL decided (%s): run `reservoir reconcile --pod %s --repair`, then advance",
+				ErrRedisNotCurrent, p.Pod, summary, p.Pod)
+		}
+	}
+	return nil
 }
 
 func failing(rs []GateResult) string {
@@ -365,6 +468,9 @@ func (c *Controller) Kill(ctx context.Context, scope Scope, k Kill, o KillOption
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
+	if err := c.knownScope(scope); err != nil {
+		return err
+	}
 	cur, err := c.cfg.Flags.Read()
 	if err != nil {
 		return err
@@ -422,6 +528,9 @@ func (c *Controller) Release(ctx context.Context, scope Scope, o KillOptions) er
 	if o.Actor == "" || strings.TrimSpace(o.Reason) == "" {
 		return errors.New("rollout: release: an actor and a reason are required")
 	}
+	if err := c.knownScope(scope); err != nil {
+		return err
+	}
 	cur, err := c.cfg.Flags.Read()
 	if err != nil {
 		return err
@@ -429,6 +538,17 @@ func (c *Controller) Release(ctx context.Context, scope Scope, o KillOptions) er
 	return c.kill(ctx, scope, "release", cur.Version, o, func(f *Flags) error {
 		return f.ReleaseKill(scope, Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()})
 	})
+}
+
+// knownScope refuses a scope naming a pod the controller does not know.
+func (c *Controller) knownScope(scope Scope) error {
+	if err := scope.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnknownScope, err)
+	}
+	if scope.Kind == ScopePod && !slices.Contains(c.cfg.Pods, scope.Pod) {
+		return fmt.Errorf("%w: no pod %q (pods: %s)", ErrUnknownScope, scope.Pod, strings.Join(c.cfg.Pods, ", "))
+	}
+	return nil
 }
 
 // kill writes edit (a kill switch change, decided from the flags at
@@ -479,7 +599,7 @@ func (c *Controller) obey(ctx context.Context, after []byte, out io.Writer, into
 // scope's shop, if any) satisfies match.
 func (c *Controller) podsUnder(f *Flags, scope Scope, match func(Decision) bool) []string {
 	var out []string
-	for _, pod := range c.cfg.Plan.Pods {
+	for _, pod := range c.cfg.Pods {
 		if scope.Kind == ScopePod && scope.Pod != pod {
 			continue
 		}

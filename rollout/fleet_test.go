@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/seed31b0e981/reservoir/rollout"
 )
@@ -114,5 +115,100 @@ func TestFlagsTable(t *testing.T) {
 	f, err := table.Read()
 	if err != nil || f.Version != 1 || f.Resolve("pod-a", 1).Mode != rollout.ModeShadow {
 		t.Fatalf("read back: %v %+v", err, f)
+	}
+}
+
+// advance refuses to write a stage under an engaged kill switch on its
+// pods (it would look applied and not be), unless overridden with a
+// reason, which the audit records as an override.
+func TestAdvanceRefusedUnderAKillSwitch(t *testing.T) {
+	t.Parallel()
+	b := setupController(t, true)
+	ctx := context.Background()
+	if err := b.ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "incident"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana"})
+	if !errors.Is(err, rollout.ErrKillEngaged) || !strings.Contains(err.Error(), "pod-a") {
+		t.Fatalf("advance under pod-a's kill switch: %v, want ErrKillEngaged naming pod-a", err)
+	}
+	if b.decision(t, "pod-a").Mode != rollout.ModeRedis {
+		t.Fatal("the refused advance changed the flags")
+	}
+	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Override: true, Reason: "shadow under the switch, on purpose"}); err != nil {
+		t.Fatalf("advance with an override: %v", err)
+	}
+	hist, err := b.ctl.History(ctx, 5)
+	if err != nil || len(hist) == 0 || hist[0].Action != "override" {
+		t.Fatalf("the override is not audited as one: %v %+v", err, hist)
+	}
+	// The global kill switch covers every pod too.
+	b2 := setupController(t, true)
+	if err := b2.ctl.Kill(ctx, rollout.Global(), rollout.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "incident"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b2.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana"}); !errors.Is(err, rollout.ErrKillEngaged) {
+		t.Fatalf("advance under the global kill switch: %v", err)
+	}
+}
+
+// A kill switch for a pod the controller does not know is refused: it
+// would be written and obeyed by nobody.
+func TestKillRefusesAnUnknownPod(t *testing.T) {
+	t.Parallel()
+	b := setupController(t, true)
+	err := b.ctl.Kill(context.Background(), rollout.PodScope("pod-z"), rollout.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "typo"})
+	if !errors.Is(err, rollout.ErrUnknownScope) || !strings.Contains(err.Error(), "pod-a, pod-b") {
+		t.Fatalf("kill pod-z: %v, want ErrUnknownScope listing the pods", err)
+	}
+	if err := b.ctl.Release(context.Background(), rollout.PodScope("pod-z"), rollout.KillOptions{Actor: "ana", Reason: "typo"}); !errors.Is(err, rollout.ErrUnknownScope) {
+		t.Fatalf("release pod-z: %v, want ErrUnknownScope", err)
+	}
+}
+
+// A stage that hands a pod running mysql_only back to Redis waits for
+// Redis to be current: the relay drained and the reconciler clean, or an
+// operator's --resynced.
+func TestAdvanceLeavingMySQLOnlyNeedsRedisCurrent(t *testing.T) {
+	t.Parallel()
+	plan, err := rollout.ParsePlan([]byte(`
+pods = ["pod-a"]
+[[stages]]
+name = "mysql_only pod-a"
+mode = "mysql_only"
+pods = ["pod-a"]
+[[stages]]
+name = "back to mysql"
+mode = "mysql"
+pods = ["pod-a"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setupController(t, true)
+	lag := fakeLag{changes: map[string]int64{"pod-a": 3}, oldest: map[string]time.Duration{"pod-a": time.Second}}
+	ctl := b.controller(t, func(c *rollout.ControllerConfig) { c.Plan, c.Pods, c.Reconciler, c.Lag = plan, nil, b.rc, lag })
+	ctx := context.Background()
+	if _, err := ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", ConfirmMySQLOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+	over := rollout.AdvanceOptions{Actor: "ana", Override: true, Reason: "roll back a stage"} // the gates have no data yet
+	if _, err := ctl.Advance(ctx, over); !errors.Is(err, rollout.ErrRedisNotCurrent) || !strings.Contains(err.Error(), "3 change(s)") {
+		t.Fatalf("leaving mysql_only with 3 changes pending: %v", err)
+	}
+	lag.changes["pod-a"] = 0
+	b.rc.clean = false
+	if _, err := ctl.Advance(ctx, over); !errors.Is(err, rollout.ErrRedisNotCurrent) || !strings.Contains(err.Error(), "reconcile --pod pod-a --repair") {
+		t.Fatalf("leaving mysql_only with drift: %v", err)
+	}
+	if b.decision(t, "pod-a").Mode != rollout.ModeMySQLOnly {
+		t.Fatal("a refused advance changed the flags")
+	}
+	over.Resynced = true
+	if _, err := ctl.Advance(ctx, over); err != nil {
+		t.Fatalf("leaving mysql_only, resynced: %v", err)
+	}
+	if b.decision(t, "pod-a").Mode != rollout.ModeMySQL {
+		t.Fatal("the advance did not apply")
 	}
 }

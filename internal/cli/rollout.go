@@ -19,8 +19,10 @@ const rolloutSynopsis = `rollout --topology FILE [--plan FILE] ACTION [flags]
 
 actions:
   status     [--json]                        the stage in force, each pod's mode, each gate with its numbers
-  advance    [--dry-run] [--override --reason R] [--confirm-mysql-only]
-                                             apply the next stage when the gates pass
+  advance    [--dry-run] [--override --reason R] [--confirm-mysql-only] [--resynced]
+                                             apply the next stage when the gates pass; refused while a
+                                             kill switch covers its pods (--override: audited), and, for
+                                             a stage leaving mysql_only, until Redis is current
   kill       --scope S --reason R [--state redis|redis_only] [--resynced] [--dry-run]
                                              engage the kill switch (S: global, pod:NAME, shop:ID);
                                              prints the relay lag at the switch (each shop's handoff
@@ -54,7 +56,7 @@ func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error
 	confirm := sub.Bool("confirm-mysql-only", false, "advance: confirm entering a mysql_only stage")
 	scope := sub.String("scope", "", "kill/release: global, pod:NAME or shop:ID")
 	state := sub.String("state", "redis", "kill: redis (MySQL keeps a shadow, compared) or redis_only (stop touching MySQL's reservation tables)")
-	resynced := sub.Bool("resynced", false, "kill: over a mysql_only scope, skip the reconciler's check that Redis holds what MySQL decided (you checked it)")
+	resynced := sub.Bool("resynced", false, "kill, advance: a scope or stage leaving mysql_only: skip the checks that Redis holds what MySQL decided (you checked it)")
 	limit := sub.Int("limit", 50, "history: how many changes")
 	interval := sub.Duration("interval", 15*time.Second, "auto: time between steps")
 	once := sub.Bool("once", false, "auto: one step, then exit")
@@ -101,7 +103,8 @@ func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error
 		printStatus(out, st)
 		return nil
 	case "advance":
-		next, err := ctl.Advance(ctx, rollout.AdvanceOptions{Actor: *actor, Reason: *reason, Override: *override, DryRun: *dryRun, ConfirmMySQLOnly: *confirm, Out: out})
+		next, err := ctl.Advance(ctx, rollout.AdvanceOptions{Actor: *actor, Reason: *reason, Override: *override, DryRun: *dryRun,
+			ConfirmMySQLOnly: *confirm, Resynced: *resynced, Out: out})
 		if err != nil {
 			return err
 		}
