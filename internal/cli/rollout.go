@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -18,6 +19,8 @@ import (
 const rolloutSynopsis = `rollout --topology FILE [--plan FILE] ACTION [flags]
 
 actions:
+  init                                       write the first flags (every shop in redis mode) where the
+                                             topology's flags live, unless there are some
   status     [--json]                        the stage in force, each pod's mode, each gate with its numbers
   advance    [--dry-run] [--override --reason R] [--confirm-mysql-only] [--resynced]
                                              apply the next stage when the gates pass; refused while a
@@ -34,6 +37,49 @@ actions:
   history    [--limit N]                     every change: who, when, why
   auto       [--interval D] [--once]         advance when gates pass; kill the stage's pods when one breaks
   order-pods [--since D]                     the pods ordered by observed traffic, lowest first`
+
+// printReplicas lists the live replicas and the flags version each
+// applied, marking those behind the newest.
+func printReplicas(out io.Writer, rs []rollout.Replica) {
+	if len(rs) == 0 {
+		fmt.Fprintln(out, "\nreplicas: none reports to the control database (each `reservoir serve` does)")
+		return
+	}
+	newest := int64(0)
+	for _, r := range rs {
+		newest = max(newest, r.AppliedVersion)
+	}
+	fmt.Fprintf(out, "\nreplicas (%d live):\n", len(rs))
+	for _, r := range rs {
+		mark := ""
+		if r.AppliedVersion < newest {
+			mark = "  <- behind"
+		}
+		fmt.Fprintf(out, "  %-40s pods %-20s flags version %-6d applied %s, seen %s ago%s\n", r.ID, strings.Join(r.Pods, ","),
+			r.AppliedVersion, r.AppliedAt.Format(time.RFC3339), r.SeenAgo.Round(time.Millisecond), mark)
+	}
+}
+
+// initFlags writes the first flags document (every shop in redis mode,
+// the kill switch off) where the topology's flags live, unless there is
+// one: replicas that find none serve nothing (they cannot tell which store
+// decides).
+func initFlags(env *operatorEnv, out io.Writer) error {
+	store := env.cell.FlagStore()
+	cur, err := store.Read()
+	switch {
+	case err == nil:
+		fmt.Fprintf(out, "the %s already holds flags (version %d); nothing written\n", store, cur.Version)
+		return nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	if err := store.Write(rollout.NewFlags()); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "wrote the first flags to the %s: every shop in redis mode, kill switch off\n", store)
+	return nil
+}
 
 func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs := newFlags("rollout", rolloutSynopsis, errOut)
@@ -75,16 +121,20 @@ func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error
 	if action == "order-pods" {
 		return orderPods(ctx, env, *since, out)
 	}
-	if *planPath == "" {
-		return errors.New("no plan: give --plan or set plan_file in the topology")
+	if action == "init" {
+		return initFlags(env, out)
 	}
-	plan, err := rollout.LoadPlan(*planPath)
-	if err != nil {
-		return err
+	// Without a plan the kill switch and the history still work; status,
+	// advance and auto need one (rollout.ErrNoPlan says so).
+	var plan *rollout.Plan
+	if *planPath != "" {
+		if plan, err = rollout.LoadPlan(*planPath); err != nil {
+			return err
+		}
 	}
 	// The cell's control database: opened from the topology with its
 	// secrets and TLS settings (control_tls_ca).
-	ctl, err := rollout.NewController(rollout.ControllerConfig{DB: env.cell.Control, Flags: env.cell.FlagStore(), Plan: plan,
+	ctl, err := rollout.NewController(rollout.ControllerConfig{DB: env.cell.Control, Flags: env.cell.FlagStore(), Plan: plan, Pods: env.topo.PodNames(),
 		Stats: env.cell.Comparer, Reconciler: env.cell.Reconciler, Lag: env.cell})
 	if err != nil {
 		return err
@@ -92,15 +142,28 @@ func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error
 	switch action {
 	case "status":
 		st, err := ctl.Status(ctx)
-		if err != nil {
+		if err != nil && !errors.Is(err, rollout.ErrNoPlan) {
 			return err
+		}
+		replicas, rerr := rollout.Replicas(ctx, env.cell.Control)
+		if rerr != nil {
+			return rerr
 		}
 		if *asJSON {
 			enc := json.NewEncoder(out)
 			enc.SetIndent("", "  ")
-			return enc.Encode(st)
+			view := struct {
+				rollout.Status
+				Replicas []rollout.Replica `json:"replicas"`
+			}{st, replicas}
+			return enc.Encode(view)
 		}
-		printStatus(out, st)
+		if err != nil {
+			fmt.Fprintln(out, err)
+		} else {
+			printStatus(out, st)
+		}
+		printReplicas(out, replicas)
 		return nil
 	case "advance":
 		next, err := ctl.Advance(ctx, rollout.AdvanceOptions{Actor: *actor, Reason: *reason, Override: *override, DryRun: *dryRun,

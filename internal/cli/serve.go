@@ -130,7 +130,7 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if topo.PlanFile != "" {
 		plan, err := rollout.LoadPlan(topo.PlanFile)
 		if err == nil {
-			ctl, err = rollout.NewController(rollout.ControllerConfig{DB: c.Control, Flags: c.FlagStore(), Plan: plan,
+			ctl, err = rollout.NewController(rollout.ControllerConfig{DB: c.Control, Flags: c.FlagStore(), Plan: plan, Pods: topo.PodNames(),
 				Stats: c.Comparer, Reconciler: c.Reconciler, Lag: c})
 		}
 		if err != nil {

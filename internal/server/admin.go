@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -193,6 +192,10 @@ type RolloutView struct {
 	Plan *rollout.Status `json:"plan"`
 	// PlanMessage explains a null Plan or a failed status.
 	PlanMessage string `json:"plan_message,omitempty"`
+	// Replicas are the live replicas that report to the control database,
+	// with the flags version each applied: a replica behind the others
+	// has not obeyed the last change yet.
+	Replicas []rollout.Replica `json:"replicas"`
 	// At is when this answer was made.
 	At time.Time `json:"at"`
 }
@@ -233,26 +236,22 @@ func (s *Server) rolloutStatus(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Shops = append(v.Shops, sv)
 	}
-	switch {
-	case s.cfg.Controller == nil:
+	switch st, err := s.cfg.Controller.Status(ctx); {
+	case errors.Is(err, rollout.ErrNoPlan):
 		v.PlanMessage = "no rollout plan is configured (the topology's plan_file): stages and gates are not available"
+	case err != nil:
+		s.log.Error("server: rollout status failed", "request_id", RequestID(ctx), "err", err)
+		v.PlanMessage = "rollout status failed (" + failureClass(err) + "); the server's log has the error"
 	default:
-		st, err := s.cfg.Controller.Status(ctx)
-		if err != nil {
-			v.PlanMessage = "rollout status failed: " + err.Error()
-		} else {
-			v.Plan = &st
-		}
+		v.Plan = &st
+	}
+	if rs, err := rollout.Replicas(ctx, c.Control); err == nil {
+		v.Replicas = rs
 	}
 	writeJSON(w, http.StatusOK, v)
 }
 
 func (s *Server) rolloutHistory(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.Controller == nil {
-		writeProblem(w, r, problem{Status: http.StatusNotImplemented, Code: "no_plan",
-			Message: "no rollout plan is configured (the topology's plan_file), so there is no controller and no audit to read"})
-		return
-	}
 	limit, p := intParam(r, "limit", 20, 1, 500)
 	if p != nil {
 		writeProblem(w, r, *p)
@@ -310,8 +309,9 @@ type KillResponse struct {
 	Kill KillView `json:"kill"`
 	// Actor made the change.
 	Actor string `json:"actor"`
-	// Audited is true when the change went through the rollout controller
-	// and was recorded in the audit table (a plan is configured).
+	// Audited is always true: every change goes through the rollout
+	// controller and its audit. (Kept for clients of the earlier API, where
+	// a server without a plan wrote the flags unaudited.)
 	Audited bool `json:"audited"`
 	// ObeyedAfterMs is how long after the file was written this replica's
 	// flag source answered accordingly; null if not within KillWait.
@@ -448,61 +448,42 @@ func (s *Server) engageKill(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	who := actor(r)
-	ff := s.cfg.Cell.FlagStore()
-	cur, err := ff.Read()
-	if err != nil {
-		s.internal(w, r, "read the flags", err)
-		return
-	}
 	// A kill over a scope running mysql_only is checked first, by a
 	// reconciler: a handoff's drain brings Redis up to date only if Redis
 	// still holds what the relay delivered before (docs/ownership.md,
 	// section 4). The relay lag is taken at the switch: the answer says
 	// it, and the audit (or, without a controller, the log) records it.
 	start := time.Now()
-	audited := s.cfg.Controller != nil
+	// The controller runs the check over a mysql_only scope (its
+	// Reconciler), reports the lag to Out and in the audit, and waits
+	// for the fleet to obey.
 	var (
-		lag   string
+		out   bytes.Buffer
 		fleet rollout.Obedience
 	)
-	if audited {
-		// The controller runs the check (its Reconciler) and reports the
-		// lag to Out and in the audit.
-		var out bytes.Buffer
-		err = s.cfg.Controller.Kill(ctx, scope, req.State, rollout.KillOptions{Actor: who, Reason: req.Reason, Resynced: req.Resynced, Out: &out, Fleet: &fleet})
-		lag = lagFromOutput(out.String())
-		if errors.Is(err, rollout.ErrKillRefused) {
-			s.refuseKill(w, r, err.Error())
-			return
-		}
-		if err == nil && lag == "" {
-			lag = s.lagText(ctx, s.podsUnder(scope)) // a controller without a LagReader
-		}
-	} else {
-		if pods := s.mysqlOnlyUnder(cur, scope); len(pods) > 0 && !req.Resynced {
-			if msg := s.checkMirrored(ctx, scope, pods); msg != "" {
-				s.refuseKill(w, r, msg)
-				return
-			}
-		}
-		// No audit without a controller: the lag goes to the log line
-		// below and the answer. The flags keep the operator's reason.
-		lag = s.lagText(ctx, s.podsUnder(scope))
-		var after *rollout.Flags
-		_, after, err = ff.Update(func(f *rollout.Flags) error {
-			return f.EngageKill(scope, req.State, rollout.Attribution{Actor: who, Reason: req.Reason})
-		})
-		if err == nil {
-			fleet = s.fleetObeys(ctx, after.Version)
-		}
-	}
-	if err != nil {
+	err := s.cfg.Controller.Kill(ctx, scope, req.State, rollout.KillOptions{Actor: who, Reason: req.Reason, Resynced: req.Resynced, Out: &out, Fleet: &fleet})
+	lag := lagFromOutput(out.String())
+	switch {
+	case errors.Is(err, rollout.ErrKillRefused):
+		s.refuseKill(w, r, err.Error())
+		return
+	case errors.Is(err, rollout.ErrUnknownScope):
+		writeProblem(w, r, *badInput("scope", "scope: %v", err))
+		return
+	case errors.Is(err, rollout.ErrFlagsChanged):
+		writeProblem(w, r, problem{Status: http.StatusConflict, Code: "flags_changed", RetryAfter: time.Second,
+			Message: "the flags changed while this change was decided (another operator?); nothing was written: look at the status and try again"})
+		return
+	case err != nil:
 		s.internal(w, r, "engage the kill switch", err)
 		return
 	}
+	if lag == "" {
+		lag = s.lagText(ctx, s.podsUnder(scope)) // a controller without a LagReader
+	}
 	s.log.Warn("server: kill switch engaged", "request_id", RequestID(ctx), "scope", scope.String(), "state", req.State,
-		"actor", who, "reason", req.Reason, "audited", audited, "relay_lag", lag)
-	s.killAnswer(w, r, ff, scope, who, audited, start, lag, fleet)
+		"actor", who, "reason", req.Reason, "relay_lag", lag, "fleet", fleet.Summary)
+	s.killAnswer(w, r, scope, who, start, lag, fleet)
 }
 
 // fleetObeys waits (2s at most) for every live replica to report version
@@ -521,25 +502,6 @@ func (s *Server) refuseKill(w http.ResponseWriter, r *http.Request, msg string) 
 		Message: msg + ` (send "resynced": true only once Redis holds what MySQL decided)`})
 }
 
-// checkMirrored is the check a kill over pods running mysql_only needs
-// when no controller (which runs it itself) is configured: the cell's
-// reconciler must find Redis holding what MySQL decided in each pod. It
-// returns why the kill is refused, or "".
-func (s *Server) checkMirrored(ctx context.Context, scope rollout.Scope, pods []string) string {
-	for _, pod := range pods {
-		clean, summary, err := s.cfg.Cell.Reconciler.Clean(ctx, pod)
-		if err != nil {
-			s.log.Error("server: the kill switch's reconcile check failed", "request_id", RequestID(ctx), "pod", pod, "err", err)
-			return fmt.Sprintf("kill %s: pod %s runs mysql_only and could not be checked (%s; the server's log has the error); retry, or run `reservoir reconcile --pod %s`", scope, pod, failureClass(err), pod)
-		}
-		if !clean {
-			return fmt.Sprintf("kill %s: pod %s runs mysql_only and Redis does not hold what MySQL decided (%s); "+
-				"run `reservoir reconcile --pod %s --repair` to rebuild Redis, then kill again", scope, pod, summary, pod)
-		}
-	}
-	return ""
-}
-
 func (s *Server) releaseKill(w http.ResponseWriter, r *http.Request) {
 	req, scope, p := s.readKill(w, r)
 	if p != nil {
@@ -551,52 +513,33 @@ func (s *Server) releaseKill(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	who := actor(r)
-	ff := s.cfg.Cell.FlagStore()
 	start := time.Now()
-	audited := s.cfg.Controller != nil
-	var (
-		err   error
-		fleet rollout.Obedience
-	)
-	if audited {
-		err = s.cfg.Controller.Release(r.Context(), scope, rollout.KillOptions{Actor: who, Reason: req.Reason, Fleet: &fleet})
-	} else {
-		var after *rollout.Flags
-		_, after, err = ff.Update(func(f *rollout.Flags) error {
-			return f.ReleaseKill(scope, rollout.Attribution{Actor: who, Reason: req.Reason})
-		})
-		if err == nil {
-			fleet = s.fleetObeys(r.Context(), after.Version)
-		}
-	}
-	if err != nil {
+	var fleet rollout.Obedience
+	err := s.cfg.Controller.Release(r.Context(), scope, rollout.KillOptions{Actor: who, Reason: req.Reason, Fleet: &fleet})
+	switch {
+	case errors.Is(err, rollout.ErrUnknownScope):
+		writeProblem(w, r, *badInput("scope", "scope: %v", err))
+		return
+	case errors.Is(err, rollout.ErrFlagsChanged):
+		writeProblem(w, r, problem{Status: http.StatusConflict, Code: "flags_changed", RetryAfter: time.Second,
+			Message: "the flags changed while this change was decided (another operator?); nothing was written: look at the status and try again"})
+		return
+	case err != nil:
 		s.internal(w, r, "release the kill switch", err)
 		return
 	}
 	s.log.Warn("server: kill switch released", "request_id", RequestID(r.Context()), "scope", scope.String(),
-		"actor", who, "reason", req.Reason, "audited", audited)
-	s.killAnswer(w, r, ff, scope, who, audited, start, "", fleet)
+		"actor", who, "reason", req.Reason, "fleet", fleet.Summary)
+	s.killAnswer(w, r, scope, who, start, "", fleet)
 }
 
-func (s *Server) killAnswer(w http.ResponseWriter, r *http.Request, ff rollout.FlagStore, scope rollout.Scope, who string, audited bool, start time.Time, lag string, fleet rollout.Obedience) {
+func (s *Server) killAnswer(w http.ResponseWriter, r *http.Request, scope rollout.Scope, who string, start time.Time, lag string, fleet rollout.Obedience) {
 	obeyed, eff := s.waitObeyed(r.Context(), scope, start)
-	resp := KillResponse{Scope: scope.String(), Actor: who, Audited: audited, ObeyedAfterMs: obeyed, Effective: eff, RelayLag: lag, Fleet: fleet}
-	if f, err := ff.Read(); err == nil {
+	resp := KillResponse{Scope: scope.String(), Actor: who, Audited: true, ObeyedAfterMs: obeyed, Effective: eff, RelayLag: lag, Fleet: fleet}
+	if f, err := s.cfg.Cell.FlagStore().Read(); err == nil {
 		resp.Kill = killView(f.KillAt(scope))
 	}
 	writeJSON(w, http.StatusOK, resp)
-}
-
-// mysqlOnlyUnder lists the topology's pods within scope that run
-// mysql_only (for a shop scope: the shop's own decision).
-func (s *Server) mysqlOnlyUnder(f *rollout.Flags, scope rollout.Scope) []string {
-	var out []string
-	for _, name := range s.podsUnder(scope) {
-		if f.Resolve(name, scope.Shop).Mode == rollout.ModeMySQLOnly {
-			out = append(out, name)
-		}
-	}
-	return out
 }
 
 // intParam reads an optional integer query parameter within [lo, hi].

@@ -38,13 +38,13 @@ type Config struct {
 	// Cell is the opened topology the server answers for. Required. The
 	// server never closes it: whoever opened it does, after Serve returns.
 	Cell *cell.Cell
-	// Controller moves the rollout (status with gates, audited kill
-	// switch). Give it the cell as its LagReader (ControllerConfig.Lag)
-	// so the audit records the relay lag at each switch. Optional:
-	// without a plan file there is none; the kill switch then writes the
-	// flags file directly (not audited; the cell's reconciler checks a
-	// mysql_only scope, and the log records the relay lag) and status says
-	// no plan is configured.
+	// Controller makes every change of the flags the admin API makes
+	// (the kill switch, audited and checked), and answers the plan's
+	// status. Give it the cell as its LagReader (ControllerConfig.Lag) so
+	// the audit records the relay lag at each switch. Default: a
+	// controller without a plan on the cell's flag store, control
+	// database, reconciler and relay lag (status then says no plan is
+	// configured).
 	Controller *rollout.Controller
 	// Reconciler reports cross-store drift per pod for POST
 	// /admin/reconcile. Optional: without one that endpoint answers 501.
@@ -217,6 +217,15 @@ func New(cfg Config) (*Server, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Controller == nil {
+		c := cfg.Cell
+		ctl, err := rollout.NewController(rollout.ControllerConfig{DB: c.Control, Flags: c.FlagStore(), Pods: c.Topology.PodNames(),
+			Reconciler: c.Reconciler, Lag: c})
+		if err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		cfg.Controller = ctl
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, reconciled: map[string]reconcileView{},
 		adminSlots: make(chan struct{}, cfg.AdminMaxInFlight), gates: map[string]*podGate{},
