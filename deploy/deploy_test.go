@@ -588,9 +588,9 @@ func checkDeployment(t tb, r *repo) {
 		t.Errorf("%s: terminationGracePeriodSeconds %d is not above preStop + --shutdown-timeout + --drain-timeout (%s)", who, *grace, budget)
 	}
 
-	// Files: the topology and the clients where serve looks for them, the
-	// flags as a whole directory (a subPath mount never sees a new
-	// version of its ConfigMap).
+	// Files: the topology and the clients where serve looks for them, each
+	// as a whole directory (a subPath mount never sees a new version of
+	// its ConfigMap or Secret).
 	mounts := map[string]string{}
 	for _, vm := range s.c.VolumeMounts {
 		mounts[vm.Name] = vm.MountPath
@@ -625,24 +625,32 @@ func checkDeployment(t tb, r *repo) {
 // fileExists reports whether path is a key of a ConfigMap or Secret (kind)
 // mounted at path's directory in the Deployment's container.
 func (s *served) fileExists(p, kind string) bool {
+	_, ok := mounted(s.m, s.spec.Template.Spec, s.c, p, kind)
+	return ok
+}
+
+// mounted returns the content of the file at path p in container c of a
+// pod (spec): a key of the ConfigMap or Secret (kind) mounted at p's
+// directory. ok is false when p is no such key.
+func mounted(m *manifests, spec podSpec, c container, p, kind string) (content string, ok bool) {
 	dir, file := path.Split(p)
-	for _, vm := range s.c.VolumeMounts {
+	for _, vm := range c.VolumeMounts {
 		if strings.TrimSuffix(vm.MountPath, "/")+"/" != dir {
 			continue
 		}
-		for _, v := range s.spec.Template.Spec.Volumes {
+		for _, v := range spec.Volumes {
 			switch {
 			case v.Name != vm.Name:
 			case kind == "ConfigMap" && v.ConfigMap != nil:
-				_, ok := s.m.keys("ConfigMap", v.ConfigMap.Name)[file]
-				return ok
+				content, ok = m.keys("ConfigMap", v.ConfigMap.Name)[file]
+				return content, ok
 			case kind == "Secret" && v.Secret != nil:
-				_, ok := s.m.keys("Secret", v.Secret.SecretName)[file]
-				return ok
+				content, ok = m.keys("Secret", v.Secret.SecretName)[file]
+				return content, ok
 			}
 		}
 	}
-	return false
+	return "", false
 }
 
 // The Services reach the container's two ports, each by name, on the same
@@ -711,26 +719,24 @@ func checkPodDisruptionBudget(t tb, r *repo) {
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
 // The topology in the ConfigMap is valid, takes every secret from the
-// environment the Deployment fills from a Secret, and points at the flags
-// ConfigMap, whose flags put every shop in redis mode with the kill switch
-// off (docs/deploy.md: every shop starts in redis mode). The migrate Job
-// migrates the control database and every pod's, with the same Secret
-// keys the topology reads.
+// environment the Deployment fills from a Secret, and keeps the flags in
+// the control database (flags_source = "database"), where the kill switch
+// of any replica, of the dashboard or of `reservoir rollout kill` reaches
+// every replica within tens of milliseconds; a flags file would be a
+// read-only ConfigMap, about a minute behind. The migrate Job migrates the
+// control database and every pod's, with the same Secret keys the
+// topology reads, and then writes the first flags (`rollout ... init`:
+// every shop in redis mode, the kill switch off), after the control
+// database's migration (which creates their table), with the Deployment's
+// topology and env.
 func TestTopologyFlagsAndMigrate(t *testing.T) { checkTopologyFlagsAndMigrate(t, thisRepo) }
 
 func checkTopologyFlagsAndMigrate(t tb, r *repo) {
 	s := loadServed(t, r)
 	args := slices.Concat(s.c.Command, s.c.Args)
 	topoPath, _ := flagValue(args, "topology")
-	var text string
-	for _, v := range s.spec.Template.Spec.Volumes {
-		if v.ConfigMap != nil && s.fileExists(topoPath, "ConfigMap") {
-			if k, ok := s.m.keys("ConfigMap", v.ConfigMap.Name)[path.Base(topoPath)]; ok {
-				text = k
-			}
-		}
-	}
-	if text == "" {
+	text, ok := mounted(s.m, s.spec.Template.Spec, s.c, topoPath, "ConfigMap")
+	if !ok || text == "" {
 		t.Fatalf("the topology %s is in no ConfigMap", topoPath)
 	}
 	env := secretEnv(s.c)
@@ -740,7 +746,9 @@ func checkTopologyFlagsAndMigrate(t tb, r *repo) {
 			code = append(code, l)
 		}
 	}
+	var refs []string // the ${NAME}s the topology needs
 	for _, m := range envRef.FindAllStringSubmatch(strings.Join(code, "\n"), -1) {
+		refs = append(refs, m[1])
 		ref, ok := env[m[1]]
 		if !ok {
 			t.Errorf("the topology refers to ${%s}, which the Deployment does not fill from a Secret", m[1])
@@ -778,31 +786,26 @@ func checkTopologyFlagsAndMigrate(t tb, r *repo) {
 		t.Fatalf("the topology in the ConfigMap: %v", err)
 	}
 
-	// The flags file: in the flags ConfigMap, mounted where the topology
-	// says, every shop in redis mode.
-	if !s.fileExists(topo.FlagsFile, "ConfigMap") {
-		t.Fatalf("flags_file %s is not a key of a ConfigMap mounted at its directory", topo.FlagsFile)
+	// The flags: in the control database. A flags file here would be a
+	// ConfigMap: read-only (the admin API's kill switch fails) and a minute
+	// from the replicas.
+	if topo.FlagsSource != topology.FlagsFromDatabase {
+		t.Errorf("the topology's flags_source is %q, want %q: every replica polls the control database's flags, and a kill switch from any replica, the dashboard or `reservoir rollout kill` reaches them all (a flags_file would be a read-only ConfigMap, a minute behind)",
+			topo.FlagsSource, topology.FlagsFromDatabase)
 	}
-	var flagsJSON string
-	for _, o := range s.m.all("ConfigMap") {
-		if v, ok := o.Data[path.Base(topo.FlagsFile)]; ok {
-			flagsJSON = v
-		}
-	}
-	flags, err := rollout.ParseFlags([]byte(flagsJSON))
-	if err != nil {
-		t.Fatalf("the flags in the ConfigMap: %v", err)
-	}
+	// What `rollout init` writes there first: every shop in redis mode
+	// (docs/deploy.md: Redis decides until the rollout moves a pod).
+	first := rollout.NewFlags()
 	for _, p := range topo.Pods {
 		for _, shop := range append([]int64{999999}, p.Shops...) {
-			if d := flags.Resolve(p.Name, shop); d.Mode != rollout.ModeRedis || d.Kill != rollout.KillOff {
-				t.Errorf("the first flags give pod %s shop %d %+v, want mode redis and the kill switch off", p.Name, shop, d)
+			if d := first.Resolve(p.Name, shop); d.Mode != rollout.ModeRedis || d.Kill != rollout.KillOff {
+				t.Errorf("the first flags (rollout init) give pod %s shop %d %+v, want mode redis and the kill switch off", p.Name, shop, d)
 			}
 		}
 	}
 
 	// The migrate Job: one container per database, each `migrate up` with
-	// the DSN the topology reads for that database.
+	// the DSN the topology reads for that database; then `rollout init`.
 	var job jobSpec
 	jo := s.m.one(t, "Job", &job)
 	dsnKey := func(field string) (keyRef, bool) {
@@ -814,8 +817,9 @@ func checkTopologyFlagsAndMigrate(t tb, r *repo) {
 		return ref, ok
 	}
 	wantKeys := map[keyRef]string{}
-	if ref, ok := dsnKey(raw.ControlDSN); ok {
-		wantKeys[ref] = "the control database"
+	controlKey, ok := dsnKey(raw.ControlDSN)
+	if ok {
+		wantKeys[controlKey] = "the control database"
 	}
 	for _, p := range raw.Pods {
 		if ref, ok := dsnKey(p.MySQLDSN); ok {
@@ -827,30 +831,88 @@ func checkTopologyFlagsAndMigrate(t tb, r *repo) {
 	}
 	known := cliFlags(t, r)
 	spec := job.Template.Spec
-	for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+	if len(spec.Containers) == 0 {
+		t.Errorf("%s: no containers (a pod needs one; init containers alone do not do)", jo)
+	}
+	// Init containers run one by one, each to completion, before the
+	// containers, which run in parallel: the control database's migration
+	// must be an init container, and `rollout init` must come after it.
+	controlAt := -1  // the control database's migration, in spec.InitContainers
+	var initAt []int // `rollout init`, in the concatenation
+	for i, c := range slices.Concat(spec.InitContainers, spec.Containers) {
 		who := jo.String() + " container " + c.Name
 		cargs := slices.Concat(c.Command, c.Args)
-		if len(cargs) < 2 || cargs[0] != "migrate" || cargs[len(cargs)-1] != "up" {
-			t.Errorf("%s: args %v, want migrate ... up", who, cargs)
-		}
 		checkFlagsExist(t, who, cargs, known)
-		if _, ok := flagValue(cargs, "dsn"); ok {
-			t.Errorf("%s: --dsn on the command line shows the password in the pod spec; use $RESERVOIR_DSN from the Secret", who)
-		}
 		if c.Image != s.c.Image {
-			t.Errorf("%s: image %s, the Deployment runs %s: migrate with the binary you deploy", who, c.Image, s.c.Image)
+			t.Errorf("%s: image %s, the Deployment runs %s: migrate and init with the binary you deploy", who, c.Image, s.c.Image)
 		}
-		ref, ok := secretEnv(c)["RESERVOIR_DSN"]
-		if !ok {
-			t.Errorf("%s: $RESERVOIR_DSN does not come from a Secret", who)
-		}
-		delete(wantKeys, ref)
 		checkSecurity(t, who, spec.SecurityContext, c)
+		switch {
+		case len(cargs) >= 2 && cargs[0] == "migrate" && cargs[len(cargs)-1] == "up":
+			if _, ok := flagValue(cargs, "dsn"); ok {
+				t.Errorf("%s: --dsn on the command line shows the password in the pod spec; use $RESERVOIR_DSN from the Secret", who)
+			}
+			ref, ok := secretEnv(c)["RESERVOIR_DSN"]
+			if !ok {
+				t.Errorf("%s: $RESERVOIR_DSN does not come from a Secret", who)
+				continue
+			}
+			if ref == controlKey && i < len(spec.InitContainers) && controlAt < 0 {
+				controlAt = i
+			}
+			delete(wantKeys, ref)
+		case len(cargs) >= 2 && cargs[0] == "rollout" && cargs[len(cargs)-1] == "init":
+			initAt = append(initAt, i)
+			checkFlagsInit(t, s.m, who, spec, c, text, refs, env)
+		default:
+			t.Errorf("%s: args %v, want migrate ... up or rollout ... init", who, cargs)
+		}
 	}
 	for ref, db := range wantKeys {
 		t.Errorf("%s migrates no database with %s's DSN (Secret %s key %s)", jo, db, ref.Name, ref.Key)
 	}
+	if len(initAt) == 0 {
+		t.Errorf("%s runs no `rollout ... init`: a new control database holds no flags, and replicas without flags are never ready", jo)
+	}
+	for _, i := range initAt {
+		if controlAt < 0 || i <= controlAt {
+			t.Errorf("%s: `rollout init` does not run after the control database's migration (it must be an init container, and init a later one or a container): init would find no rollout_flags table", jo)
+		}
+	}
 	checkRefs(t, s.m, jo.String(), spec)
+}
+
+// checkFlagsInit checks the Job's `rollout ... init` container: it reads
+// the Deployment's topology (text) from a mounted ConfigMap, with every
+// ${NAME} it refers to (refs) filled from the Secret key the Deployment
+// fills it from (env): the topology is read whole, so an unfilled
+// reference stops it, and another key would be another database.
+func checkFlagsInit(t tb, m *manifests, who string, spec podSpec, c container, text string, refs []string, env map[string]keyRef) {
+	t.Helper()
+	cargs := slices.Concat(c.Command, c.Args)
+	p, ok := flagValue(cargs, "topology")
+	switch {
+	case !ok:
+		t.Errorf("%s: rollout has no --topology", who)
+	default:
+		got, ok := mounted(m, spec, c, p, "ConfigMap")
+		switch {
+		case !ok:
+			t.Errorf("%s: --topology %s is not a key of a ConfigMap mounted at its directory", who, p)
+		case got != text:
+			t.Errorf("%s: --topology %s is not the topology the Deployment reads", who, p)
+		}
+	}
+	cenv := secretEnv(c)
+	for _, name := range refs {
+		ref, ok := cenv[name]
+		switch {
+		case !ok:
+			t.Errorf("%s does not fill ${%s} from a Secret: the topology would not load", who, name)
+		case ref != env[name]:
+			t.Errorf("%s fills ${%s} from Secret %s key %s, the Deployment from Secret %s key %s", who, name, ref.Name, ref.Key, env[name].Name, env[name].Key)
+		}
+	}
 }
 
 // The Secret examples are placeholders a reader cannot mistake for
@@ -1181,6 +1243,21 @@ func TestChecksCatchBreakage(t *testing.T) {
 		job     = "deploy/kubernetes/migrate-job.yaml"
 		secrets = "deploy/kubernetes/secrets.example.yaml"
 	)
+	// The Job's init containers (the control database's migration) and
+	// containers (each pod's, then `rollout init`), to plant a move of
+	// one among the other: cut from the file.
+	jobYAML, err := os.ReadFile(filepath.Join(thisRepo.root, job))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, afterInits, _ := strings.Cut(string(jobYAML), "      initContainers:\n")
+	jobInits, afterContainers, ok1 := strings.Cut(afterInits, "      containers:\n")
+	jobContainers, _, ok2 := strings.Cut(afterContainers, "      volumes:\n")
+	jobPods, jobFlagsInit, ok3 := strings.Cut(jobContainers, "        - name: flags-init\n")
+	if !ok1 || !ok2 || !ok3 {
+		t.Fatalf("%s no longer has initContainers, then containers ending with flags-init, then volumes: update the cases that move them", job)
+	}
+	jobFlagsInit = "        - name: flags-init\n" + jobFlagsInit
 	cases := []struct {
 		name, file, old, new string
 		check                func(tb, *repo)
@@ -1198,7 +1275,7 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{"a flag serve lacks", dep, "- --drain-timeout=10s", "- --drain-timeout=10s\n            - --drain=10s", checkDeployment, "passes --drain"},
 		{"admin port moved", dep, "--admin-addr=:8081", "--admin-addr=:9090", checkDeployment, "--admin-addr :9090 listens on 9090"},
 		{"a Secret missing", secrets, "name: reservoir-admin\n", "name: reservoir-admin-typo\n", checkDeployment, "does not define"},
-		{"flags by subPath", dep, "mountPath: /etc/reservoir/flags\n", "mountPath: /etc/reservoir/flags\n              subPath: reservoir.flagd.json\n",
+		{"topology by subPath", dep, "mountPath: /etc/reservoir/topology\n", "mountPath: /etc/reservoir/topology\n              subPath: topology.toml\n",
 			checkDeployment, "subPath"},
 		{"service port apart", svc, "port: 8081", "port: 9091", checkServices, "keep them equal"},
 		{"service selects nothing", svc, "app.kubernetes.io/component: server\n  ports:\n    - name: admin", "app.kubernetes.io/component: worker\n  ports:\n    - name: admin",
@@ -1208,9 +1285,19 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{"a DSN inline", cm, `mysql_dsn = "${RESERVOIR_POD_A_DSN}"`, `mysql_dsn = "reservoir:hunter2@tcp(mysql-a:3306)/reservoir"`,
 			checkTopologyFlagsAndMigrate, "not one ${ENV} reference"},
 		{"a reference unfilled", cm, "${RESERVOIR_POD_B_REDIS_PASSWORD}", "${RESERVOIR_REDIS_B}", checkTopologyFlagsAndMigrate, "does not fill"},
-		{"first flags not redis", cm, `"defaultVariant": "redis"`, `"defaultVariant": "shadow"`, checkTopologyFlagsAndMigrate, "want mode redis"},
+		{"flags from a file", cm, "\n    flags_source = \"database\"\n", "\n    flags_file = \"/etc/reservoir/flags/reservoir.flagd.json\"\n", checkTopologyFlagsAndMigrate, "flags_source"},
 		{"a pod not migrated", job, "key: pod-b-dsn", "key: pod-a-dsn", checkTopologyFlagsAndMigrate, "migrates no database with pod pod-b's DSN"},
 		{"a DSN on the command line", job, `args: ["migrate", "up"]`, `args: ["migrate", "--dsn", "x", "up"]`, checkTopologyFlagsAndMigrate, "--dsn on the command line"},
+		{"no rollout init", job, `"init"]`, `"status"]`, checkTopologyFlagsAndMigrate, "runs no `rollout ... init`"},
+		{"init before the control database's migration", job, "      initContainers:\n" + jobInits + "      containers:\n" + jobContainers,
+			"      initContainers:\n" + jobFlagsInit + jobInits + "      containers:\n" + jobPods,
+			checkTopologyFlagsAndMigrate, "does not run after the control database's migration"},
+		{"control migrated in parallel with init", job, "      initContainers:\n" + jobInits + "      containers:\n", "      containers:\n" + jobInits,
+			checkTopologyFlagsAndMigrate, "does not run after the control database's migration"},
+		{"init without the topology", job, "          volumeMounts:\n            - name: topology\n", "          volumeMounts:\n            - name: topology-typo\n",
+			checkTopologyFlagsAndMigrate, "is not a key of a ConfigMap mounted"},
+		{"init env unfilled", job, "- name: RESERVOIR_POD_B_REDIS_PASSWORD", "- name: RESERVOIR_POD_B_REDIS_PASS", checkTopologyFlagsAndMigrate, "does not fill ${RESERVOIR_POD_B_REDIS_PASSWORD}"},
+		{"init env from another key", job, "key: pod-b-password", "key: pod-a-password", checkTopologyFlagsAndMigrate, "the Deployment from Secret reservoir-redis key pod-b-password"},
 		{"a real-looking secret", secrets, `pod-a-password: "PLACEHOLDER-NOT-A-PASSWORD"`, `pod-a-password: "hunter2"`, checkSecretExamples, "PLACEHOLDER"},
 		{"a bad clients file", secrets, `roles = ["inventory"]`, `roles = ["admin"]`, checkSecretExamples, "unknown role"},
 		{"one stage", "Dockerfile", "FROM gcr.io/distroless/static-debian12:nonroot\n", "", checkDockerfile, "1 stage(s)"},
@@ -1244,6 +1331,7 @@ func TestChecksCatchBreakage(t *testing.T) {
 			if len(rec.errors) == 0 {
 				t.Fatalf("the check passed with %s broken (%q -> %q)", c.file, c.old, c.new)
 			}
+			t.Logf("with %s broken:\n%s", c.file, strings.Join(rec.errors, "\n"))
 			if !slices.ContainsFunc(rec.errors, func(e string) bool { return strings.Contains(e, c.want) }) {
 				t.Errorf("the check failed, but none of its errors says %q:\n%s", c.want, strings.Join(rec.errors, "\n"))
 			}
