@@ -42,9 +42,9 @@ var ErrUnknownVariant = errors.New("unknown variant")
 // FlagSourceConfig configures a FlagSource.
 type FlagSourceConfig struct {
 	// Path of the flags file (flagd's JSON format, docs/flags.md). Exactly
-	// one of Path and DB is required. The file need not exist, or be
-	// readable, when the source starts: the source then starts not loaded
-	// and loads the file when it can.
+	// one of Path, DB, FlagdAddr and Provider is required. The file need
+	// not exist, or be readable, when the source starts: the source then
+	// starts not loaded and loads the file when it can.
 	Path string
 	// DB is the control database whose rollout_flags document (FlagsTable)
 	// the source follows instead of a file: the flag plane of a fleet on
@@ -52,6 +52,21 @@ type FlagSourceConfig struct {
 	// document at start leaves the source not loaded until it can read
 	// one, and one unreachable later leaves the last valid flags in force.
 	DB *sql.DB
+	// FlagdAddr is a flagd daemon's gRPC sync service (host:port, e.g.
+	// "flagd:8015") that the source follows instead of a file: the daemon
+	// reads the flags wherever it is set up to, and pushes every version to
+	// each replica over a SyncFlags stream. Plaintext only (TLS is not
+	// supported yet). As with a file, a daemon down at start leaves the
+	// source not loaded until it answers, and a stream that breaks later
+	// leaves the last valid flags in force while the source reconnects.
+	FlagdAddr string
+	// Provider is any OpenFeature provider to evaluate the flags through
+	// instead of flagd's in-process one: the source then neither reads nor
+	// checks a document, and is loaded once the provider reports ready
+	// (docs/flags.md says what the provider must answer). The source owns
+	// it from then on: Close shuts it down. reservoir cannot write its
+	// flags (no FlagStore fits it).
+	Provider openfeature.FeatureProvider
 	// Logger receives loads, reloads, rejected files and evaluation
 	// problems. Default: slog.Default().
 	Logger *slog.Logger
@@ -62,7 +77,8 @@ type FlagSourceConfig struct {
 	// change the directory watch did not report (a filesystem without
 	// inotify, an overflowed event queue), or the database's document
 	// version is read. Default: 1s for a file, 20ms for the database (a
-	// change reaches every replica within it).
+	// change reaches every replica within it). Unused with FlagdAddr (the
+	// daemon pushes) and Provider.
 	PollInterval time.Duration
 	// LogEvery limits evaluation problems (unknown variants, missing flags,
 	// evaluation errors) to one log line per problem per LogEvery, with the
@@ -93,8 +109,20 @@ func (c FlagSourceConfig) WithDefaults() FlagSourceConfig {
 // Validate reports a config that cannot work.
 func (c FlagSourceConfig) Validate() error {
 	var errs []error
-	if (c.Path == "") == (c.DB == nil) {
-		errs = append(errs, errors.New("rollout: give exactly one of FlagSourceConfig.Path (a flags file, e.g. deploy/flags/reservoir.flagd.json) and FlagSourceConfig.DB (the control database)"))
+	given := 0
+	for _, set := range []bool{c.Path != "", c.DB != nil, c.FlagdAddr != "", c.Provider != nil} {
+		if set {
+			given++
+		}
+	}
+	if given != 1 {
+		errs = append(errs, errors.New("rollout: give exactly one of FlagSourceConfig.Path (a flags file, e.g. deploy/flags/reservoir.flagd.json), "+
+			"FlagSourceConfig.DB (the control database), FlagSourceConfig.FlagdAddr (a flagd daemon's sync service) and FlagSourceConfig.Provider (an OpenFeature provider)"))
+	}
+	if c.FlagdAddr != "" {
+		if err := CheckFlagdAddr(c.FlagdAddr); err != nil {
+			errs = append(errs, fmt.Errorf("rollout: FlagSourceConfig.FlagdAddr %w", err))
+		}
 	}
 	if c.LoadTimeout < time.Millisecond {
 		errs = append(errs, fmt.Errorf("rollout: FlagSourceConfig.LoadTimeout %v must be at least 1ms", c.LoadTimeout))
@@ -121,7 +149,10 @@ func (c FlagSourceConfig) Validate() error {
 // applies in milliseconds, and so does a save by an editor that renames the
 // original away or a delete and recreate, which flagd's watch loses for
 // good. Each version is checked with flagd's own parser, and for flags
-// that agree on metadata.version, before it is applied.
+// that agree on metadata.version, before it is applied. The control
+// database (DB, see dbFeed) and a flagd daemon (FlagdAddr, see grpcFeed)
+// feed flagd the same way, checked the same way; a Provider replaces flagd
+// and is taken as it answers (docs/flags.md, "Where the flags come from").
 //
 // Safety rules (an error always comes with RedisSafe, which the caller
 // must not act on: a replica in doubt about its flags serves nothing,
@@ -150,6 +181,9 @@ type FlagSource struct {
 	api     *openfeature.EvaluationAPI
 	client  *openfeature.Client
 
+	// wasReady is set once a Provider (no feed) reported ready.
+	wasReady atomic.Bool
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -157,9 +191,9 @@ type FlagSource struct {
 
 var _ ModeSource = (*FlagSource)(nil)
 
-// feed is where a FlagSource's flags come from: a file (fileFeed) or the
-// control database (dbFeed). Each passes flagd only versions that its
-// parser accepted.
+// feed is where a FlagSource's flags come from: a file (fileFeed), the
+// control database (dbFeed) or a flagd daemon (grpcFeed). Each passes flagd
+// only versions that its parser accepted.
 type feed interface {
 	isync.ISync
 	// prime reads the flags once before the provider starts.
@@ -181,7 +215,13 @@ func NewFlagSource(ctx context.Context, cfg FlagSourceConfig) (*FlagSource, erro
 		return nil, err
 	}
 	s := &FlagSource{limiter: newLogLimiter(cfg.LogEvery), cfg: cfg}
-	if cfg.DB != nil {
+	if cfg.Provider != nil {
+		return s.startProvider(ctx)
+	}
+	if cfg.FlagdAddr != "" {
+		s.log = cfg.Logger.With("flags", "flagd "+cfg.FlagdAddr)
+		s.feed = newGRPCFeed(cfg.FlagdAddr, cfg.LoadTimeout, s.log, s.problem)
+	} else if cfg.DB != nil {
 		s.log = cfg.Logger.With("flags", "control database")
 		s.feed = newDBFeed(cfg.DB, cfg.PollInterval, cfg.LoadTimeout, s.log, s.problem)
 	} else {
@@ -223,8 +263,9 @@ func NewFlagSource(ctx context.Context, cfg FlagSourceConfig) (*FlagSource, erro
 // cannot be loaded, and after Close). A replica whose source is not loaded
 // is not ready (docs/flags.md). It is the source's own state: the SDK's
 // provider state is no guide (with flagd's own file watch it stays ERROR
-// for good after one rejected file).
-func (s *FlagSource) Loaded() bool { return s.feed.isLoaded() && !s.closed.Load() }
+// for good after one rejected file), except with a Provider, whose state
+// is all there is (see providerLoaded).
+func (s *FlagSource) Loaded() bool { return s.loaded() && !s.closed.Load() }
 
 // AppliedVersion is the version of the flags this source answers with now
 // (what Decide reports), and false while none is loaded. It is the
@@ -253,7 +294,7 @@ func (s *FlagSource) Decide(ctx context.Context, pod string, shop int64) (Decisi
 	if s.closed.Load() {
 		return RedisSafe, ErrFlagsNotLoaded
 	}
-	if !s.feed.isLoaded() {
+	if !s.loaded() {
 		s.problem("not-loaded", slog.LevelError, "rollout: flags file not loaded; no decision until it is")
 		return RedisSafe, ErrFlagsNotLoaded
 	}

@@ -190,8 +190,11 @@ func Open(ctx context.Context, cfg Config) (_ *Cell, err error) {
 		return nil, err
 	}
 	fsc := rollout.FlagSourceConfig{Path: cfg.Topology.FlagsFile, Logger: cfg.Logger, PollInterval: cfg.FlagPollInterval}
-	if cfg.Topology.FlagsSource == topology.FlagsFromDatabase {
+	switch cfg.Topology.FlagsSource {
+	case topology.FlagsFromDatabase:
 		fsc.Path, fsc.DB = "", c.Control
+	case topology.FlagsFromFlagd:
+		fsc.Path, fsc.FlagdAddr = "", cfg.Topology.FlagdAddr
 	}
 	if c.Flags, err = rollout.NewFlagSource(ctx, fsc); err != nil {
 		return nil, fmt.Errorf("cell: %w", err)
@@ -475,10 +478,15 @@ func (c *Cell) Close(ctx context.Context) error {
 }
 
 // FlagStore is where this cell's flags are written: the flags file, or the
-// control database's document, as the topology's flags_source says.
+// control database's document, as the topology's flags_source says. With
+// a flagd daemon reservoir cannot write them: every call of the store it
+// returns fails, naming the daemon (rollout.ExternalFlags).
 func (c *Cell) FlagStore() rollout.FlagStore {
-	if c.Topology.FlagsSource == topology.FlagsFromDatabase {
+	switch c.Topology.FlagsSource {
+	case topology.FlagsFromDatabase:
 		return rollout.FlagsTable{DB: c.Control}
+	case topology.FlagsFromFlagd:
+		return rollout.ExternalFlags{Where: "the flagd daemon at " + c.Topology.FlagdAddr}
 	}
 	return rollout.FlagsFile{Path: c.Topology.FlagsFile}
 }

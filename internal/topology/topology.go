@@ -35,13 +35,19 @@ type Config struct {
 	// ControlDSN says (tls=true there verifies against the system's roots).
 	ControlTLSCA string `toml:"control_tls_ca"`
 	// FlagsSource is where the flags every replica follows live: "file"
-	// (FlagsFile, watched by the replicas of one host or a shared volume)
-	// or "database" (the control database's rollout_flags document, polled
-	// by every replica of a fleet on any number of hosts). Default: "file".
+	// (FlagsFile, watched by the replicas of one host or a shared volume),
+	// "database" (the control database's rollout_flags document, polled
+	// by every replica of a fleet on any number of hosts) or "flagd" (a
+	// flagd daemon at FlagdAddr pushes them to every replica; reservoir
+	// cannot change them there). Default: "file".
 	FlagsSource string `toml:"flags_source"`
 	// FlagsFile is the flagd flags file every replica watches. Required
 	// with flags_source "file".
 	FlagsFile string `toml:"flags_file"`
+	// FlagdAddr is the flagd daemon's gRPC sync service, host:port
+	// (plaintext; TLS is not supported yet). Required with flags_source
+	// "flagd", refused otherwise.
+	FlagdAddr string `toml:"flagd_addr"`
 	// PlanFile is the rollout plan (optional; the rollout command needs it).
 	PlanFile string `toml:"plan_file"`
 	// DefaultRule routes shops no pod lists: "modulo" (shop id modulo the
@@ -164,6 +170,8 @@ const (
 	FlagsFromFile = "file"
 	// FlagsFromDatabase: the control database's flags document.
 	FlagsFromDatabase = "database"
+	// FlagsFromFlagd: a flagd daemon's sync service at flagd_addr.
+	FlagsFromFlagd = "flagd"
 )
 
 // Validate reports the first problem, naming the field.
@@ -172,12 +180,21 @@ func (c Config) Validate() error {
 		return errors.New("topology: control_dsn is required")
 	}
 	switch {
-	case c.FlagsSource != FlagsFromFile && c.FlagsSource != FlagsFromDatabase:
-		return fmt.Errorf("topology: flags_source %q must be %q or %q", c.FlagsSource, FlagsFromFile, FlagsFromDatabase)
+	case c.FlagsSource != FlagsFromFile && c.FlagsSource != FlagsFromDatabase && c.FlagsSource != FlagsFromFlagd:
+		return fmt.Errorf("topology: flags_source %q must be %q, %q or %q", c.FlagsSource, FlagsFromFile, FlagsFromDatabase, FlagsFromFlagd)
 	case c.FlagsSource == FlagsFromFile && c.FlagsFile == "":
-		return errors.New(`topology: flags_file is required (or flags_source = "database")`)
-	case c.FlagsSource == FlagsFromDatabase && c.FlagsFile != "":
-		return errors.New(`topology: flags_file is set but flags_source is "database": the replicas would not read it; remove one`)
+		return errors.New(`topology: flags_file is required (or flags_source = "database" or "flagd")`)
+	case c.FlagsSource != FlagsFromFile && c.FlagsFile != "":
+		return fmt.Errorf("topology: flags_file is set but flags_source is %q: the replicas would not read it; remove one", c.FlagsSource)
+	case c.FlagsSource == FlagsFromFlagd && c.FlagdAddr == "":
+		return errors.New(`topology: flagd_addr is required with flags_source = "flagd" (the daemon's sync service, host:port)`)
+	case c.FlagsSource != FlagsFromFlagd && c.FlagdAddr != "":
+		return fmt.Errorf(`topology: flagd_addr is set but flags_source is %q: the replicas would not use it; set flags_source = "flagd" or remove flagd_addr`, c.FlagsSource)
+	}
+	if c.FlagdAddr != "" {
+		if err := rollout.CheckFlagdAddr(c.FlagdAddr); err != nil {
+			return fmt.Errorf("topology: flagd_addr %w", err)
+		}
 	}
 	if len(c.Pods) == 0 {
 		return errors.New("topology: at least one [[pods]] is required")
