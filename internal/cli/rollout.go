@@ -19,8 +19,9 @@ import (
 const rolloutSynopsis = `rollout --topology FILE [--plan FILE] ACTION [flags]
 
 actions:
-  init                                       write the first flags (every shop in redis mode) where the
-                                             topology's flags live, unless there are some
+  init       [--from FILE]                   write the first flags (every shop in redis mode, or a flags
+                                             file's, at its version) where the topology's flags live,
+                                             unless there are some
   status     [--json]                        the stage in force, each pod's mode, each gate with its numbers
   advance    [--dry-run] [--override --reason R] [--confirm-mysql-only] [--resynced]
                                              apply the next stage when the gates pass; refused while a
@@ -64,7 +65,12 @@ func printReplicas(out io.Writer, rs []rollout.Replica) {
 // the kill switch off) where the topology's flags live, unless there is
 // one: replicas that find none serve nothing (they cannot tell which store
 // decides).
-func initFlags(env *operatorEnv, out io.Writer) error {
+//
+// With from, the flags file's flags are copied at their version: the
+// stores remember the version of each shop's last handoff and treat older
+// flags as stale, so a fleet moved mid-rollout from a file to the database
+// must keep counting from the file's version.
+func initFlags(env *operatorEnv, from string, out io.Writer) error {
 	store := env.cell.FlagStore()
 	cur, err := store.Read()
 	switch {
@@ -74,10 +80,17 @@ func initFlags(env *operatorEnv, out io.Writer) error {
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
-	if err := store.Write(rollout.NewFlags()); err != nil {
+	first, what := rollout.NewFlags(), "every shop in redis mode, kill switch off"
+	if from != "" {
+		if first, err = (rollout.FlagsFile{Path: from}).Read(); err != nil {
+			return fmt.Errorf("--from: %w", err)
+		}
+		what = fmt.Sprintf("copied from %s at version %d", from, first.Version)
+	}
+	if err := store.Write(first); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "wrote the first flags to the %s: every shop in redis mode, kill switch off\n", store)
+	fmt.Fprintf(out, "wrote the first flags to the %s: %s\n", store, what)
 	return nil
 }
 
@@ -104,6 +117,7 @@ func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error
 	state := sub.String("state", "redis", "kill: redis (MySQL keeps a shadow, compared) or redis_only (stop touching MySQL's reservation tables)")
 	resynced := sub.Bool("resynced", false, "kill, advance: a scope or stage leaving mysql_only: skip the checks that Redis holds what MySQL decided (you checked it)")
 	limit := sub.Int("limit", 50, "history: how many changes")
+	from := sub.String("from", "", "init: copy this flags file (its flags and version) instead of writing redis everywhere: moving a fleet from a flags file to the control database")
 	interval := sub.Duration("interval", 15*time.Second, "auto: time between steps")
 	once := sub.Bool("once", false, "auto: one step, then exit")
 	since := sub.Duration("since", 24*time.Hour, "order-pods: how far back to count traffic")
@@ -122,7 +136,7 @@ func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error
 		return orderPods(ctx, env, *since, out)
 	}
 	if action == "init" {
-		return initFlags(env, out)
+		return initFlags(env, *from, out)
 	}
 	// Without a plan the kill switch and the history still work; status,
 	// advance and auto need one (rollout.ErrNoPlan says so).
