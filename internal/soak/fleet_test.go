@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/internal/flagdtest"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
 	"github.com/seed31b0e981/reservoir/rollout"
@@ -139,4 +140,92 @@ func killOf(st rolloutStatus, pod string) string {
 		}
 	}
 	return ""
+}
+
+// The same fleet on the other two sources. The flags are changed where
+// each source reads them (reservoir's controller cannot write to a flagd
+// daemon): through a test flagd sync server, and in a flags file the
+// three replicas share; the replicas' heartbeats say when all obeyed, and
+// each replica's own answer follows.
+func TestFleetObeysFlagdAndAFile(t *testing.T) {
+	for _, source := range []string{"flagd", "file"} {
+		t.Run(source, func(t *testing.T) {
+			control, db, rd := testdb.New(t), testdb.New(t), testredis.New(t)
+			flagsPath := filepath.Join(t.TempDir(), "flags.json")
+			file := rollout.FlagsFile{Path: flagsPath}
+			if err := file.Write(rollout.NewFlags()); err != nil {
+				t.Fatal(err)
+			}
+			var daemon *flagdtest.Server
+			flagsKeys := fmt.Sprintf("flags_file = %q\n", flagsPath)
+			if source == "flagd" {
+				first, err := rollout.NewFlags().Render()
+				if err != nil {
+					t.Fatal(err)
+				}
+				daemon = flagdtest.New(t, string(first))
+				flagsKeys = fmt.Sprintf("flags_source = \"flagd\"\nflagd_addr = %q\n", daemon.Addr())
+			}
+			topoText := fmt.Sprintf("control_dsn = %q\n%s[[pods]]\nname = \"pod-a\"\nmysql_dsn = %q\nredis_addr = %q\nredis_prefix = %q\nshops = [1001]\n",
+				control.DSN, flagsKeys, db.DSN, testredis.Addr(t), rd.Prefix)
+			const adminToken = "fleet-admin-token-0123456789"
+			var procs []*proc
+			for i := range 3 {
+				dir := t.TempDir()
+				if err := os.WriteFile(filepath.Join(dir, "topology.toml"), []byte(topoText), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				procs = append(procs, startServeIn(t, fmt.Sprintf("serve-%d", i), dir, "topology.toml", adminToken))
+			}
+			ctx := context.Background()
+			client := &http.Client{Timeout: 10 * time.Second}
+			if _, err := waitFor(20*time.Second, func() error {
+				rs, err := rollout.Replicas(ctx, control.DB)
+				if err == nil && len(rs) != 3 {
+					err = fmt.Errorf("%d replicas report", len(rs))
+				}
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			var took []time.Duration
+			for i := range 10 {
+				engage := i%2 == 0
+				_, after, err := file.Update(func(f *rollout.Flags) error {
+					a := rollout.Attribution{Actor: "fleet-test", Reason: "drill " + strconv.Itoa(i)}
+					if engage {
+						return f.EngageKill(rollout.PodScope("pod-a"), rollout.KillRedis, a)
+					}
+					return f.ReleaseKill(rollout.PodScope("pod-a"), a)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if daemon != nil {
+					doc, err := after.Render()
+					if err != nil {
+						t.Fatal(err)
+					}
+					daemon.Set(string(doc))
+				}
+				ob, err := rollout.WaitObeyed(ctx, control.DB, after.Version, 5*time.Second)
+				if err != nil || ob.Live != 3 || ob.Obeyed != 3 {
+					t.Fatalf("change #%d: %s (%v)", i, ob.Summary, err)
+				}
+				took = append(took, ob.Took)
+				want := map[bool]string{true: "redis", false: "off"}[engage]
+				for _, p := range procs {
+					st, err := status(ctx, client, p.admin, adminToken)
+					if err != nil {
+						t.Fatalf("%s status: %v", p.name, err)
+					}
+					if got := killOf(st, "pod-a"); got != want {
+						t.Fatalf("after change #%d, %s applies kill switch %q, want %q", i, p.name, got, want)
+					}
+				}
+			}
+			slices.Sort(took)
+			t.Logf("%s: 10 kill switch changes obeyed by all 3 replicas: p50 %s, max %s", source, took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+		})
+	}
 }
