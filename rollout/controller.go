@@ -458,6 +458,13 @@ var ErrKillRefused = errors.New("rollout: kill refused")
 // failover) the drain cannot bring it back, so the kill is refused while
 // the reconciler finds drift (`reservoir reconcile --repair` rebuilds
 // Redis by copy and catch-up), unless o.Resynced confirms it.
+//
+// The kill works whatever the state of the flags: when the store holds a
+// document ParseFlags refuses (an *InvalidFlagsError), Kill writes a valid
+// one instead, built from the last valid flags in the audit (else the code
+// defaults) plus the kill, at a version above every one seen, and audits
+// it as "kill_over_invalid" with the invalid document as before_flags
+// (killover.go). Out says what it was built from.
 func (c *Controller) Kill(ctx context.Context, scope Scope, k Kill, o KillOptions) error {
 	if k != KillRedis && k != KillRedisOnly {
 		return fmt.Errorf("rollout: kill: state must be %q or %q, got %q", KillRedis, KillRedisOnly, k)
@@ -471,7 +478,7 @@ func (c *Controller) Kill(ctx context.Context, scope Scope, k Kill, o KillOption
 	if err := c.knownScope(scope); err != nil {
 		return err
 	}
-	cur, err := c.cfg.Flags.Read()
+	cur, over, err := c.flagsForKill(ctx) // over an invalid document: the last valid flags
 	if err != nil {
 		return err
 	}
@@ -499,7 +506,11 @@ func (c *Controller) Kill(ctx context.Context, scope Scope, k Kill, o KillOption
 	if lag != "" {
 		o.Reason += " [relay lag at the switch: " + lag + "]" // the audit's reason; the flags keep the operator's
 	}
-	return c.kill(ctx, scope, "kill", cur.Version, o, func(f *Flags) error { return f.EngageKill(scope, k, attribution) })
+	edit := func(f *Flags) error { return f.EngageKill(scope, k, attribution) }
+	if over != nil {
+		return c.killOverInvalid(ctx, scope, "kill", cur, over, o, edit)
+	}
+	return c.kill(ctx, scope, "kill", cur.Version, o, edit)
 }
 
 // lag describes the relay lag of the plan's pods within scope.
@@ -524,6 +535,9 @@ func (c *Controller) lag(ctx context.Context, f *Flags, scope Scope) string {
 // copies Redis's state into MySQL as it takes over (docs/ownership.md), so
 // what Redis decided while the switch was engaged, and anything MySQL's
 // shadow missed, reaches MySQL before MySQL decides.
+//
+// Like Kill, Release works over an invalid flags document
+// ("release_over_invalid").
 func (c *Controller) Release(ctx context.Context, scope Scope, o KillOptions) error {
 	if o.Actor == "" || strings.TrimSpace(o.Reason) == "" {
 		return errors.New("rollout: release: an actor and a reason are required")
@@ -531,13 +545,17 @@ func (c *Controller) Release(ctx context.Context, scope Scope, o KillOptions) er
 	if err := c.knownScope(scope); err != nil {
 		return err
 	}
-	cur, err := c.cfg.Flags.Read()
+	cur, over, err := c.flagsForKill(ctx) // over an invalid document: the last valid flags
 	if err != nil {
 		return err
 	}
-	return c.kill(ctx, scope, "release", cur.Version, o, func(f *Flags) error {
+	edit := func(f *Flags) error {
 		return f.ReleaseKill(scope, Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()})
-	})
+	}
+	if over != nil {
+		return c.killOverInvalid(ctx, scope, "release", cur, over, o, edit)
+	}
+	return c.kill(ctx, scope, "release", cur.Version, o, edit)
 }
 
 // knownScope refuses a scope naming a pod the controller does not know.

@@ -41,6 +41,9 @@ type dbFeed struct {
 	current  []byte // the document in effect (noFlags before any)
 	row      int64  // the row version of current (-1 before any)
 	rejected int64  // the row version last refused (-1: none)
+
+	// rej is the refusal FlagSource.Rejected reports.
+	rej rejection
 }
 
 var _ isync.ISync = (*dbFeed)(nil)
@@ -125,6 +128,11 @@ func (f *dbFeed) fetch(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	f.mu.Lock()
+	if row == f.row && f.rejected >= 0 {
+		// Put back at the version in force: the newest again.
+		f.rejected = -1
+		f.rej.accept()
+	}
 	same := row == f.row || row == f.rejected
 	f.mu.Unlock()
 	if same {
@@ -140,6 +148,7 @@ func (f *dbFeed) fetch(ctx context.Context) ([]byte, error) {
 	defer f.mu.Unlock()
 	if err != nil {
 		f.rejected = row
+		f.rej.reject(err)
 		if f.loaded.Load() {
 			f.log.Error("rollout: flags document rejected; keeping the last valid flags", "row_version", row, "err", err)
 		} else {
@@ -148,6 +157,7 @@ func (f *dbFeed) fetch(ctx context.Context) ([]byte, error) {
 		return nil, nil
 	}
 	f.current, f.row, f.rejected = data, row, -1
+	f.rej.accept()
 	if !f.loaded.Swap(true) {
 		f.log.Info("rollout: flags loaded from the control database", "bytes", len(data), "version", version)
 	} else {

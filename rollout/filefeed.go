@@ -57,6 +57,9 @@ type fileFeed struct {
 	highest  int64       // the highest metadata.version passed on
 	seen     os.FileInfo // the file as last read (nil before a read succeeds)
 	rejected []byte      // the last version refused, logged once (nil: none)
+
+	// rej is the refusal FlagSource.Rejected reports.
+	rej rejection
 }
 
 var _ isync.ISync = (*fileFeed)(nil)
@@ -90,6 +93,7 @@ func (f *fileFeed) prime() {
 	version, err := f.validate(data)
 	if err != nil {
 		f.rejected = data
+		f.rej.reject(err)
 		f.log.Error("rollout: flags file could not be loaded; no decisions until it is fixed", "err", err)
 		return
 	}
@@ -192,6 +196,11 @@ func (f *fileFeed) refresh(ctx context.Context, out chan<- isync.DataSync, polle
 		return
 	}
 	f.seen = fi
+	if bytes.Equal(data, f.current) && f.rejected != nil {
+		// Put back as it was: the version in force is the newest again.
+		f.rejected = nil
+		f.rej.accept()
+	}
 	if bytes.Equal(data, f.current) || (f.rejected != nil && bytes.Equal(data, f.rejected)) {
 		f.mu.Unlock()
 		return
@@ -211,6 +220,7 @@ func (f *fileFeed) refresh(ctx context.Context, out chan<- isync.DataSync, polle
 	version, err := f.validate(data)
 	if err != nil {
 		f.rejected = data
+		f.rej.reject(err)
 		f.mu.Unlock()
 		if f.loaded.Load() {
 			f.log.Error("rollout: flags file rejected; keeping the last valid flags", "err", err)
@@ -221,6 +231,7 @@ func (f *fileFeed) refresh(ctx context.Context, out chan<- isync.DataSync, polle
 	}
 	highest := f.highest
 	f.current, f.highest, f.rejected = data, max(highest, version), nil
+	f.rej.accept()
 	f.mu.Unlock()
 
 	f.send(ctx, out, data)
@@ -265,11 +276,17 @@ func (f *fileFeed) validate(data []byte) (int64, error) {
 }
 
 // checkFlags runs flagd's own parser (check, for source) over a flags
-// document and checks that both flags carry the same version, which it
-// returns. Every feed checks each version with it before passing it on.
+// document, after reservoir's own check of its flags' variants
+// (checkVariants: an unknown variant is a rejected document, and a syntax
+// error is told with its line and column), and checks that both flags
+// carry the same version, which it returns. Every feed checks each
+// version with it before passing it on.
 func checkFlags(check *evaluator.JSON, source string, data []byte) (int64, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return 0, fmt.Errorf("the document is empty")
+	}
+	if err := checkVariants(data); err != nil {
+		return 0, err
 	}
 	if err := check.SetState(isync.DataSync{FlagData: string(data), Source: source}); err != nil {
 		return 0, err

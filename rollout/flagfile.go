@@ -305,8 +305,18 @@ func variantsOf[T ~string](values []T) map[string]string {
 // metadata.version: a file without it parses as version 0, and flags that
 // disagree on it (a flag absent from the file has none) are refused. A
 // file with no flags parses as NewFlags(): that is what it means to the
-// provider.
+// provider. A *FlagsError found in the document says where it is
+// (FlagsError.Line and Column): a JSON syntax error's position, or where
+// the offending value starts.
 func ParseFlags(data []byte) (*Flags, error) {
+	f, err := parseFlags(data)
+	if err != nil {
+		return nil, locate(data, err)
+	}
+	return f, nil
+}
+
+func parseFlags(data []byte) (*Flags, error) {
 	f := NewFlags()
 	if len(bytes.TrimSpace(data)) == 0 {
 		return f, nil
@@ -315,10 +325,10 @@ func ParseFlags(data []byte) (*Flags, error) {
 	dec.UseNumber()
 	var top any
 	if err := dec.Decode(&top); err != nil {
-		return nil, &FlagsError{Field: "file", Problem: "not JSON: " + err.Error()}
+		return nil, syntaxError(data, err)
 	}
-	if dec.More() {
-		return nil, &FlagsError{Field: "file", Problem: "trailing data after the JSON document"}
+	if err := trailing(data, dec); err != nil {
+		return nil, err
 	}
 	root, ok := top.(map[string]any)
 	if !ok {
@@ -851,7 +861,7 @@ type FlagsFile struct {
 }
 
 // Read parses the flags file. A missing file is an error wrapping
-// fs.ErrNotExist.
+// fs.ErrNotExist; a file ParseFlags refuses, an *InvalidFlagsError.
 func (ff FlagsFile) Read() (*Flags, error) {
 	data, err := os.ReadFile(ff.Path)
 	if err != nil {
@@ -859,7 +869,7 @@ func (ff FlagsFile) Read() (*Flags, error) {
 	}
 	f, err := ParseFlags(data)
 	if err != nil {
-		return nil, fmt.Errorf("rollout: flags file %s: %w", ff.Path, err)
+		return nil, &InvalidFlagsError{Store: ff.String(), Document: data, Version: highestVersion(data), Err: err}
 	}
 	return f, nil
 }

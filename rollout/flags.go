@@ -454,10 +454,21 @@ type FlagsError struct {
 	Field string
 	// Problem says what is wrong with it and what is expected.
 	Problem string
+	// Line and Column say where in the document the problem is (1-based,
+	// columns in characters), when it was read from one (ParseFlags, the
+	// sources' checks): a JSON syntax error's position, or where the
+	// value Field names starts. 0 when unknown.
+	Line, Column int
 }
 
 // Error implements error.
-func (e *FlagsError) Error() string { return "rollout: flags: " + e.Field + ": " + e.Problem }
+func (e *FlagsError) Error() string {
+	where := ""
+	if e.Line > 0 {
+		where = fmt.Sprintf(" (line %d, column %d)", e.Line, e.Column)
+	}
+	return "rollout: flags: " + e.Field + where + ": " + e.Problem
+}
 
 // Validate checks the whole state and returns every problem found (joined
 // *FlagsError values, in a stable order), or nil.

@@ -335,36 +335,34 @@ func TestFlagSourceBadFiles(t *testing.T) {
 		})
 	}
 
-	t.Run("unknown variant", func(t *testing.T) {
-		t.Parallel()
-		fx := setup(t, nil, modeFlag(`{"redis": "redis", "mysql_fast": "mysql_fast"}`, "mysql_fast"))
-		src := fx.source(t)
-		for range 100 {
-			d, err := src.Decide(t.Context(), "pod-a", 1)
-			if d != RedisSafe || !errors.Is(err, ErrUnknownVariant) {
-				t.Fatalf("got %+v, %v; want RedisSafe, ErrUnknownVariant", d, err)
+	// A variant reservoir does not know, or one whose value is not its
+	// name, is a rejected document (never "redis with the kill switch
+	// off"): at start the source loads nothing, and says where the
+	// problem is.
+	for name, tc := range map[string]struct{ raw, want string }{
+		"unknown variant": {modeFlag(`{"redis": "redis", "mysql_fast": "mysql_fast"}`, "mysql_fast"),
+			`flags["reservations.mode"].variants["mysql_fast"] (line 1, column 99): unknown variant "mysql_fast"`},
+		"variant of the wrong type": {modeFlag(`{"redis": 1, "mysql": 2}`, "mysql"),
+			`flags["reservations.mode"].variants["mysql"] (line 1, column 88): value 2 must equal the variant's name "mysql"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fx := setup(t, nil, tc.raw)
+			src := fx.source(t)
+			for range 20 {
+				if d, err := src.Decide(t.Context(), "pod-a", 1); d != RedisSafe || !errors.Is(err, ErrFlagsNotLoaded) {
+					t.Fatalf("got %+v, %v; want RedisSafe, ErrFlagsNotLoaded", d, err)
+				}
 			}
-		}
-		if n := fx.logs.count(`flag answered an unknown variant; no decision" flags_file=`); n != 1 {
-			t.Errorf("want exactly one (rate-limited) log line, got %d:\n%s", n, fx.logs)
-		}
-		if !strings.Contains(fx.logs.String(), "variant=mysql_fast") {
-			t.Errorf("log line does not name the variant:\n%s", fx.logs)
-		}
-	})
-
-	t.Run("variant of the wrong type", func(t *testing.T) {
-		t.Parallel()
-		fx := setup(t, nil, modeFlag(`{"redis": 1, "mysql": 2}`, "mysql"))
-		src := fx.source(t)
-		d, err := src.Decide(t.Context(), "pod-a", 1)
-		if d != RedisSafe || err == nil {
-			t.Fatalf("got %+v, %v; want RedisSafe and an error", d, err)
-		}
-		if fx.logs.count("flag evaluation failed; no decision") != 1 {
-			t.Errorf("no clear log line:\n%s", fx.logs)
-		}
-	})
+			at, err := src.Rejected()
+			if err == nil || !strings.Contains(err.Error(), tc.want) || at.IsZero() {
+				t.Errorf("Rejected() = %v, %v; want an error containing %s", at, err, tc.want)
+			}
+			if fx.logs.count("flags file could not be loaded; no decisions until it is fixed") != 1 || !strings.Contains(fx.logs.String(), "line 1, column") {
+				t.Errorf("want one clear log line with the position:\n%s", fx.logs)
+			}
+		})
+	}
 
 	// flagd rejects these and keeps the last valid flags: a broken edit
 	// must not flip a running fleet (a mysql_only scope cannot fall back to

@@ -19,10 +19,13 @@ import (
 // read through a FlagSource on the same medium.
 type FlagStore interface {
 	// Read returns the current flags. No document yet is an error
-	// wrapping fs.ErrNotExist.
+	// wrapping fs.ErrNotExist; a document ParseFlags refuses, an error
+	// wrapping *InvalidFlagsError (so do Update's and UpdateAt's).
 	Read() (*Flags, error)
 	// Write replaces the document with f, at f.Version as given (a
 	// document from scratch); it skips the write when nothing changes.
+	// It never parses the document it replaces, so it writes over an
+	// invalid one too.
 	Write(f *Flags) error
 	// Update applies change to the current flags and writes the result at
 	// the next version (nextFlags), serialised with every other writer;
@@ -102,15 +105,19 @@ func (t FlagsTable) Read() (*Flags, error) {
 	}
 	f, err := ParseFlags([]byte(doc))
 	if err != nil {
-		return nil, fmt.Errorf("rollout: the control database's flags (version %d): %w", version, err)
+		return nil, t.invalid(version, doc, err)
 	}
 	return f, nil
 }
 
-// Write implements FlagStore.
+// Write implements FlagStore. It never parses the document it replaces.
 func (t FlagsTable) Write(f *Flags) error {
-	_, _, err := t.change(-1, func(cur *Flags) (*Flags, error) { return f.Clone(), nil })
-	return err
+	return t.replace(nil, f)
+}
+
+// invalid is Read's error for a document ParseFlags refuses.
+func (t FlagsTable) invalid(row int64, doc string, err error) *InvalidFlagsError {
+	return &InvalidFlagsError{Store: t.String(), Document: []byte(doc), Version: max(row, highestVersion([]byte(doc))), Err: err}
 }
 
 // Update implements FlagStore.
@@ -152,7 +159,7 @@ func (t FlagsTable) change(expect int64, next func(*Flags) (*Flags, error)) (bef
 		return nil, nil, fmt.Errorf("rollout: read the flags for a change: %w", err)
 	default:
 		if before, err = ParseFlags([]byte(doc)); err != nil {
-			return nil, nil, fmt.Errorf("rollout: the control database's flags (version %d): %w", curVersion, err)
+			return nil, nil, t.invalid(curVersion, doc, err)
 		}
 	}
 	if expect >= 0 && before.Version != expect {

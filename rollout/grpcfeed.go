@@ -91,6 +91,9 @@ type grpcFeed struct {
 	current  []byte // the document in effect (noFlags before any)
 	highest  int64  // the highest metadata.version passed on
 	rejected []byte // the last document refused (nil: none)
+
+	// rej is the refusal FlagSource.Rejected reports.
+	rej rejection
 }
 
 var _ feed = (*grpcFeed)(nil)
@@ -247,6 +250,11 @@ func (f *grpcFeed) stream(ctx context.Context, client syncv1grpc.FlagSyncService
 // does at every reconnect).
 func (f *grpcFeed) accept(data []byte) []byte {
 	f.mu.Lock()
+	if bytes.Equal(data, f.current) && f.rejected != nil {
+		// Put back as it was: the version in force is the newest again.
+		f.rejected = nil
+		f.rej.accept()
+	}
 	if bytes.Equal(data, f.current) || (f.rejected != nil && bytes.Equal(data, f.rejected)) {
 		f.mu.Unlock()
 		return nil
@@ -254,6 +262,7 @@ func (f *grpcFeed) accept(data []byte) []byte {
 	version, err := checkFlags(f.check, f.source(), data)
 	if err != nil {
 		f.rejected = append([]byte{}, data...) // never nil: an empty document is refused once
+		f.rej.reject(err)
 		f.mu.Unlock()
 		if f.loaded.Load() {
 			f.log.Error("rollout: flags document from the flagd daemon rejected; keeping the last valid flags", "addr", f.addr, "err", err)
@@ -264,6 +273,7 @@ func (f *grpcFeed) accept(data []byte) []byte {
 	}
 	highest := f.highest
 	f.current, f.highest, f.rejected = data, max(highest, version), nil
+	f.rej.accept()
 	f.mu.Unlock()
 
 	if !f.loaded.Swap(true) {

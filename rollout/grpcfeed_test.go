@@ -126,8 +126,14 @@ func TestGRPCFeedFollowsTheDaemon(t *testing.T) {
 	srv.Set(`{"flags": {`)
 	logged(t, logs, rejected, 2)
 	stillAnswers(t, src, ModeMySQL, 2, "after invalid JSON")
+	if _, err := src.Rejected(); err == nil || !strings.Contains(err.Error(), "(line 1, column 12)") {
+		t.Errorf("Rejected() after invalid JSON: %v, want the error with its line and column", err)
+	}
 	srv.Set(flagdDoc(t, ModeShadow, 3))
 	answers(t, src, ModeShadow, 3)
+	if _, err := src.Rejected(); err != nil {
+		t.Errorf("Rejected() after a valid document loaded: %v", err)
+	}
 
 	// The stream breaks: the source keeps its flags and opens a new one.
 	const broke = "flagd sync stream broke; keeping the last valid flags"

@@ -179,6 +179,10 @@ type RolloutView struct {
 	FlagsLoaded bool `json:"flags_loaded"`
 	// FlagsError is set when the file cannot be read or parsed now.
 	FlagsError string `json:"flags_error,omitempty"`
+	// FlagsRejected is set while this replica's flag source refuses the
+	// newest flags document it saw: why, with the line and column, and
+	// since when (reservoir_rollout_flags_rejected).
+	FlagsRejected *RejectedView `json:"flags_rejected,omitempty"`
 	// GlobalMode and GlobalKill are the global scope.
 	GlobalMode rollout.Mode `json:"global_mode"`
 	// GlobalKill is the global kill switch.
@@ -204,6 +208,7 @@ func (s *Server) rolloutStatus(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	c := s.cfg.Cell
 	v := RolloutView{FlagsFile: c.Topology.FlagsFile, FlagsLoaded: c.Flags.Loaded(), At: time.Now().UTC(), Pods: []PodView{}, Shops: []ShopView{}}
+	v.FlagsRejected = rejectedView(c.Flags)
 	flags, err := c.FlagStore().Read()
 	if err != nil {
 		v.FlagsError = err.Error()

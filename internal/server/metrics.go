@@ -87,6 +87,10 @@ var (
 	descLoaded = prometheus.NewDesc("reservoir_rollout_flags_loaded",
 		"1 when this replica's flag source has a valid flags file in force; 0 means it answers every reservation call 503 flags_unavailable and is not ready.",
 		nil, nil)
+	descRejected = prometheus.NewDesc("reservoir_rollout_flags_rejected",
+		"1 while this replica's flag source refused the newest flags document it saw (invalid JSON, an unknown variant, ...) and answers from the last valid one; "+
+			"/admin/rollout/status says why, with the line and column. 0 once a valid document loads.",
+		nil, nil)
 	descApplied = prometheus.NewDesc("reservoir_rollout_flags_applied_version",
 		"The version of the flags this replica's flag source answers with (0 while none is loaded); the fleet obeys a change when every replica reports its version.",
 		nil, nil)
@@ -97,7 +101,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (rc *rolloutCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMode, descKill, descAuthority, descLoaded, descApplied, descShopKills} {
+	for _, d := range []*prometheus.Desc{descMode, descKill, descAuthority, descLoaded, descRejected, descApplied, descShopKills} {
 		ch <- d
 	}
 }
@@ -124,6 +128,8 @@ func (rc *rolloutCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descAuthority, prometheus.GaugeValue, b(ok && d.Route().Authority == "mysql"), pod)
 	}
 	ch <- prometheus.MustNewConstMetric(descLoaded, prometheus.GaugeValue, b(rc.c.Flags.Loaded()))
+	_, rejected := rc.c.Flags.Rejected()
+	ch <- prometheus.MustNewConstMetric(descRejected, prometheus.GaugeValue, b(rejected != nil && rc.c.Flags.Loaded()))
 	applied, _ := rc.c.Flags.AppliedVersion(ctx)
 	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(applied))
 	n := 0

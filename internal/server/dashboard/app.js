@@ -154,7 +154,9 @@ function renderPods(st) {
   for (const pod of st.pods) {
     const p = last(state.series[pod.pod]);
     const eff = pod.effective;
-    const propagating = eff.mode !== pod.file.mode || eff.kill !== pod.file.kill;
+    // Without a readable document there is nothing to propagate: the
+    // banner says what is wrong instead.
+    const propagating = !st.flags_error && (eff.mode !== pod.file.mode || eff.kill !== pod.file.kill);
     const killed = eff.kill !== "off";
     const ramp = pod.ramp ? " (" + pod.ramp.Percent + "% " + pod.ramp.Mode + ")" : "";
     tbody.append(el("tr", { "data-pod": pod.pod, class: killed ? "killed" : "" },
@@ -179,7 +181,7 @@ function renderPods(st) {
   const g = st.global_kill;
   $("#pods-note").textContent = "global mode " + st.global_mode + ", global kill switch " + killText(g) +
     (st.flags_loaded ? "" : " — flags file NOT loaded at this replica: it answers every reservation call 503 flags_unavailable and is not ready") +
-    (st.flags_error ? " — flags file: " + st.flags_error : "");
+    (st.flags_error ? " — flags file invalid (see the banner above)" : "");
   const rel = $("#release-global");
   if (g.state !== "off" && !rel) {
     $("#kill-global").after(el("button", { id: "release-global", type: "button", "data-release": "global", onclick: () => openKill("global", "release") }, "Release global"));
@@ -196,6 +198,29 @@ function renderPods(st) {
       el("td", {}, s.effective ? s.effective.authority : "–"),
       el("td", {}, s.kill.state !== "off" ? el("button", { type: "button", class: "small", "data-release": "shop:" + s.shop, onclick: () => openKill("shop:" + s.shop, "release") }, "Release…") : "")));
   }
+}
+
+// renderBanner shows, in red above everything, a flags document that this
+// replica refused or that cannot be parsed: the error names the line and
+// column, and says what is in force meanwhile.
+function renderBanner(st) {
+  const banner = $("#flags-banner");
+  const rej = st.flags_rejected;
+  if (!rej && !st.flags_error) {
+    banner.hidden = true;
+    return;
+  }
+  if (rej) {
+    $("#flags-banner-title").textContent = "Flags document rejected at " + time(rej.at) + ":";
+    $("#flags-banner-error").textContent = rej.error;
+  } else {
+    $("#flags-banner-title").textContent = "Flags document invalid:";
+    $("#flags-banner-error").textContent = st.flags_error;
+  }
+  $("#flags-banner-note").textContent = (rej && !rej.last_valid_in_force) || !st.flags_loaded
+    ? "No valid flags are loaded at this replica: it answers every reservation call 503 flags_unavailable. Fix the document (docs/flags.md)."
+    : "This replica answers from the last valid flags: no change made since applies. Fix the document (docs/flags.md); the kill switch still works (it writes a valid document built from the last valid flags).";
+  banner.hidden = false;
 }
 
 // --------------------------------------------------------------- rollout
@@ -520,6 +545,7 @@ async function refresh() {
       for (const p of (series.data.pods[pod] || [])) if (!seen.has(p.at)) cur.push(p);
       state.series[pod] = cur.slice(-150);
     }
+    renderBanner(st.data);
     renderPods(st.data);
     renderPlan(st.data);
     renderCharts(st.data);

@@ -1,0 +1,288 @@
+package rollout_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/internal/testdb"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// waitFor polls cond until it holds, failing the test after within.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", within, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// lastAudit is the newest audit entry.
+func lastAudit(t *testing.T, ctl *rollout.Controller) rollout.AuditEntry {
+	t.Helper()
+	h, err := ctl.History(context.Background(), 1)
+	if err != nil || len(h) != 1 {
+		t.Fatalf("history: %v %v", h, err)
+	}
+	return h[0]
+}
+
+// Acceptance (d): with an invalid flags file in place, the kill switch
+// still works. Kill writes a valid file built from the last valid flags in
+// the audit plus the kill, at a version above the broken file's, and
+// audits it as such with the broken file as before_flags; the dry run
+// shows it and writes nothing; release works the same way.
+func TestKillOverAnInvalidFlagsFile(t *testing.T) {
+	t.Parallel()
+	b := setupController(t, true)
+	ctx := context.Background()
+	// An audited change: stage 0 (shadow on pod-a), version 1.
+	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "start"}); err != nil {
+		t.Fatal(err)
+	}
+	good, err := os.ReadFile(b.flags.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A hand edit breaks the file: a missing comma, at version 7.
+	broken := strings.Replace(strings.ReplaceAll(string(good), `"version": 1`, `"version": 7`), `"state": "ENABLED",`, `"state": "ENABLED"`, 1)
+	if err := os.WriteFile(b.flags.Path, []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Where it breaks: the key after the missing comma.
+	i := strings.Index(broken, `"variants"`)
+	where := fmt.Sprintf("(line %d, column %d)", 1+strings.Count(broken[:i], "\n"), i-strings.LastIndex(broken[:i], "\n"))
+	_, err = b.flags.Read()
+	var bad *rollout.InvalidFlagsError
+	if !errors.As(err, &bad) || bad.Version != 7 || !strings.Contains(err.Error(), where) {
+		t.Fatalf("reading the broken file: %v (%+v); want an InvalidFlagsError at version 7 naming %s", err, bad, where)
+	}
+
+	var dry bytes.Buffer
+	if err := b.ctl.Kill(ctx, rollout.PodScope("pod-b"), rollout.KillRedis, rollout.KillOptions{Actor: "bob", Reason: "pod-b p99", DryRun: true, Out: &dry}); err != nil {
+		t.Fatalf("dry run over the broken file: %v", err)
+	}
+	if now, _ := os.ReadFile(b.flags.Path); string(now) != broken {
+		t.Fatal("the dry run wrote the file")
+	}
+	for _, want := range []string{"dry run: would write a valid document at version 8", "\n-       \"state\": \"ENABLED\"\n", "\n+         \"pod:pod-b.reason\": \"pod-b p99\","} {
+		if !strings.Contains(dry.String(), want) {
+			t.Errorf("the dry run does not show %q:\n%s", want, dry.String())
+		}
+	}
+
+	var out bytes.Buffer
+	if err := b.ctl.Kill(ctx, rollout.PodScope("pod-b"), rollout.KillRedis, rollout.KillOptions{Actor: "bob", Reason: "pod-b p99", Out: &out}); err != nil {
+		t.Fatalf("kill over the broken file: %v", err)
+	}
+	f, err := b.flags.Read()
+	if err != nil {
+		t.Fatalf("the file after the kill: %v", err)
+	}
+	if f.Version != 8 || f.KillAt(rollout.PodScope("pod-b")).State != rollout.KillRedis || f.Pods["pod-a"].Mode != rollout.ModeShadow {
+		t.Errorf("after the kill: version %d, pod-b %+v, pod-a mode %q; want version 8, pod-b killed, pod-a still shadow (the audit's flags)",
+			f.Version, f.KillAt(rollout.PodScope("pod-b")), f.Pods["pod-a"].Mode)
+	}
+	if !strings.Contains(out.String(), "built from the last valid flags in the audit (entry ") {
+		t.Errorf("the kill does not say what it built on:\n%s", out.String())
+	}
+	written, _ := os.ReadFile(b.flags.Path)
+	a := lastAudit(t, b.ctl)
+	if a.Action != "kill_over_invalid" || a.Actor != "bob" || a.Scope != "pod:pod-b" || a.Before != broken || a.After != string(written) ||
+		!strings.HasPrefix(a.Reason, "pod-b p99 [") || !strings.Contains(a.Reason, where) {
+		t.Errorf("audit: %+v", a)
+	}
+
+	// Broken again (an unknown variant this time): release works too.
+	mysqll := strings.ReplaceAll(strings.Replace(string(written), `"mysql": "mysql"`, `"mysqll": "mysqll"`, 1), `"version": 8`, `"version": 9`)
+	if err := os.WriteFile(b.flags.Path, []byte(mysqll), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ctl.Release(ctx, rollout.PodScope("pod-b"), rollout.KillOptions{Actor: "bob", Reason: "p99 back"}); err != nil {
+		t.Fatalf("release over the broken file: %v", err)
+	}
+	if f, err = b.flags.Read(); err != nil || f.Version != 10 || f.KillAt(rollout.PodScope("pod-b")).Engaged() || f.Pods["pod-a"].Mode != rollout.ModeShadow {
+		t.Errorf("after the release: %+v, %v; want version 10, pod-b released, pod-a shadow", f, err)
+	}
+	if a := lastAudit(t, b.ctl); a.Action != "release_over_invalid" || a.Before != mysqll || !strings.Contains(a.Reason, `variants["mysqll"] (line `) {
+		t.Errorf("audit of the release: %+v", a)
+	}
+}
+
+// The same with the flags in the control database, on real MariaDB, with
+// a replica's flag source following it: the broken document is rejected
+// (the source keeps the last valid flags and reports it), the kill writes
+// a valid one at a version above the broken row's, and the source loads
+// it and clears the rejection.
+func TestKillOverAnInvalidDatabaseDocument(t *testing.T) {
+	t.Parallel()
+	b := setupController(t, true)
+	ctx := context.Background()
+	table := rollout.FlagsTable{DB: b.db.DB}
+	ctl := b.controller(t, func(c *rollout.ControllerConfig) { c.Flags = table })
+	if err := table.Write(rollout.NewFlags()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "pod-a first"}); err != nil {
+		t.Fatal(err)
+	}
+	src, err := rollout.NewFlagSource(ctx, rollout.FlagSourceConfig{DB: b.db.DB, PollInterval: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	decision := func(pod string) rollout.Decision {
+		d, err := src.Decide(ctx, pod, 1)
+		if err != nil {
+			t.Fatalf("decide %s: %v", pod, err)
+		}
+		return d
+	}
+	if d := decision("pod-a"); d.Kill != rollout.KillRedis || d.Version != 1 {
+		t.Fatalf("at start: %+v", d)
+	}
+
+	// A hand edit in the database: an unknown variant, at row version 2.
+	var doc string
+	if err := b.db.DB.QueryRow(`SELECT document FROM rollout_flags WHERE id = 1`).Scan(&doc); err != nil {
+		t.Fatal(err)
+	}
+	bad := strings.ReplaceAll(strings.Replace(doc, `"mysql": "mysql"`, `"mysqll": "mysqll"`, 1), `"version": 1`, `"version": 2`)
+	if _, err := b.db.DB.Exec(`UPDATE rollout_flags SET version = 2, document = ? WHERE id = 1`, bad); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "the source to reject the document", func() bool { _, err := src.Rejected(); return err != nil })
+	if _, err := src.Rejected(); !strings.Contains(err.Error(), `flags["reservations.mode"].variants["mysqll"] (line `) {
+		t.Errorf("the rejection does not say where: %v", err)
+	}
+	if d := decision("pod-a"); d.Kill != rollout.KillRedis || d.Version != 1 {
+		t.Errorf("after the rejected document: %+v, want the last valid flags", d)
+	}
+
+	if err := ctl.Kill(ctx, rollout.PodScope("pod-b"), rollout.KillRedisOnly, rollout.KillOptions{Actor: "bob", Reason: "pod-b MySQL down"}); err != nil {
+		t.Fatalf("kill over the broken document: %v", err)
+	}
+	waitFor(t, 2*time.Second, "the source to load the kill", func() bool { return decision("pod-b").Kill == rollout.KillRedisOnly })
+	if d := decision("pod-a"); d.Kill != rollout.KillRedis || d.Version != 3 {
+		t.Errorf("pod-a after the kill: %+v; want its kill switch kept (from the audit) at version 3", d)
+	}
+	if _, err := src.Rejected(); err != nil {
+		t.Errorf("still rejected after a valid document loaded: %v", err)
+	}
+	if a := lastAudit(t, ctl); a.Action != "kill_over_invalid" || a.Before != bad || !strings.Contains(a.After, `"version": 3`) {
+		t.Errorf("audit: %+v", a)
+	}
+}
+
+// Without a valid document in the audit, the kill builds on the code
+// defaults, at a version above every one seen: the broken document's and
+// every replica's applied version (fences carry the versions replicas
+// decided at; a lower one would be stale to them).
+func TestKillOverAnInvalidDocumentWithoutAudit(t *testing.T) {
+	t.Parallel()
+	b := setupController(t, true)
+	ctx := context.Background()
+	if err := os.WriteFile(b.flags.Path, []byte(`{"flags": {"reservations.mode": {"metadata": {"version": 3}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.DB.Exec(`INSERT INTO rollout_replicas (replica_id, pods, applied_version, applied_at, last_seen)
+		VALUES ('old-replica', 'pod-a', 9, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))`); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := b.ctl.Kill(ctx, rollout.Global(), rollout.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "everything", Out: &out}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := b.flags.Read()
+	if err != nil || f.Version != 10 || f.Kill.State != rollout.KillRedis || f.Mode != rollout.ModeRedis {
+		t.Errorf("after the kill: %+v, %v; want the code defaults plus the kill at version 10", f, err)
+	}
+	if !strings.Contains(out.String(), "the code defaults") || !strings.Contains(out.String(), "(line 1, column 60)") {
+		t.Errorf("the kill does not say what it built on, or where the document was broken:\n%s", out.String())
+	}
+}
+
+// Writing over an invalid document only replaces the document read: if
+// it changed since, nothing is written (ErrFlagsChanged).
+func TestReplaceInvalidIsACompareAndSwap(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	for _, store := range []interface {
+		rollout.FlagStore
+		ReplaceInvalid([]byte, *rollout.Flags) error
+	}{rollout.FlagsFile{Path: filepath.Join(t.TempDir(), "flags.json")}, rollout.FlagsTable{DB: db.DB}} {
+		f := rollout.NewFlags()
+		f.Version = 4
+		if err := store.Write(f); err != nil {
+			t.Fatal(err)
+		}
+		f.Version = 5
+		if err := store.ReplaceInvalid([]byte(`{"not": "what is there"`), f); !errors.Is(err, rollout.ErrFlagsChanged) {
+			t.Errorf("%s: over another document: %v, want ErrFlagsChanged", store, err)
+		}
+		if got, err := store.Read(); err != nil || got.Version != 4 {
+			t.Errorf("%s: %+v, %v; want version 4 untouched", store, got, err)
+		}
+	}
+}
+
+// Unknown variants are refused when written, whichever store and however
+// they got into the model (the setters refuse them too): the document is
+// left as it was.
+func TestWritesRefuseUnknownVariants(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	edits := map[string]func(f *rollout.Flags){
+		"global mode": func(f *rollout.Flags) { f.Mode = "mysqll" },
+		"pod mode":    func(f *rollout.Flags) { f.Pods["pod-a"] = rollout.PodFlags{Mode: "mysqll"} },
+		"ramp mode": func(f *rollout.Flags) {
+			f.Pods["pod-a"] = rollout.PodFlags{Mode: rollout.ModeShadow, Ramp: &rollout.Ramp{Mode: "mysql_fast", Percent: 10}}
+		},
+		"shop kill": func(f *rollout.Flags) {
+			f.Shops[7] = rollout.ShopFlags{Kill: rollout.KillSwitch{State: "redis_onyl", Reason: "x"}}
+		},
+		"global kill": func(f *rollout.Flags) { f.Kill = rollout.KillSwitch{State: "offf"} },
+	}
+	for _, store := range []rollout.FlagStore{rollout.FlagsFile{Path: filepath.Join(t.TempDir(), "flags.json")}, rollout.FlagsTable{DB: db.DB}} {
+		if err := store.Write(rollout.NewFlags()); err != nil {
+			t.Fatal(err)
+		}
+		for name, edit := range edits {
+			f := rollout.NewFlags()
+			edit(f)
+			var fe *rollout.FlagsError
+			if _, err := f.Render(); !errors.As(err, &fe) || !strings.Contains(err.Error(), "unknown") {
+				t.Errorf("%s: Render: %v", name, err)
+			}
+			if err := store.Write(f); !errors.As(err, &fe) {
+				t.Errorf("%s: %s.Write: %v", name, store, err)
+			}
+			if _, _, err := store.Update(func(f *rollout.Flags) error { edit(f); return nil }); !errors.As(err, &fe) {
+				t.Errorf("%s: %s.Update: %v", name, store, err)
+			}
+		}
+		f := rollout.NewFlags()
+		if err := f.EngageKill(rollout.Global(), "redis_onyl", rollout.Attribution{Reason: "x"}); err == nil {
+			t.Error("EngageKill took an unknown state")
+		}
+		if err := f.SetMode(rollout.PodScope("pod-a"), "mysqll"); err == nil {
+			t.Error("SetMode took an unknown mode")
+		}
+		if got, err := store.Read(); err != nil || got.Version != 0 || got.Mode != rollout.ModeRedis || len(got.Pods)+len(got.Shops) != 0 {
+			t.Errorf("%s after refused writes: %+v, %v", store, got, err)
+		}
+	}
+}

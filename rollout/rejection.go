@@ -1,0 +1,70 @@
+package rollout
+
+import (
+	"sync"
+	"time"
+)
+
+// rejection is a feed's refusal of its newest flags document: why and
+// when, until a valid document loads (or the one in force is put back).
+// A source that keeps its last valid flags through a broken edit looks
+// healthy from the outside; this is what makes the broken edit visible
+// (FlagSource.Rejected, the server's reservoir_rollout_flags_rejected, the
+// dashboard's banner).
+type rejection struct {
+	mu  sync.Mutex
+	err error
+	at  time.Time
+}
+
+// reject records err as the reason the newest document was refused.
+func (r *rejection) reject(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.err, r.at = err, time.Now().UTC()
+}
+
+// accept clears the refusal: the newest document is the one in force.
+func (r *rejection) accept() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.err, r.at = nil, time.Time{}
+}
+
+func (r *rejection) refusal() (time.Time, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.at, r.err
+}
+
+// rejecter is a feed that reports its refusals (fileFeed, dbFeed,
+// grpcFeed).
+type rejecter interface {
+	refusal() (at time.Time, err error)
+}
+
+var (
+	_ rejecter = (*fileFeed)(nil)
+	_ rejecter = (*dbFeed)(nil)
+	_ rejecter = (*grpcFeed)(nil)
+)
+
+func (f *fileFeed) refusal() (time.Time, error) { return f.rej.refusal() }
+
+func (f *dbFeed) refusal() (time.Time, error) { return f.rej.refusal() }
+
+func (f *grpcFeed) refusal() (time.Time, error) { return f.rej.refusal() }
+
+// Rejected reports whether the newest flags document the source saw was
+// refused, why (the error names the line and column, or the JSON path, of
+// the problem) and when. While it is, the source answers from the last
+// valid document (Loaded) or, if none has loaded since it started, from
+// nothing (not Loaded). err is nil once a valid document loads, or the
+// one in force is put back. A source whose flags come from elsewhere
+// (an OpenFeature provider passed in) reports nil: it sees no documents.
+func (s *FlagSource) Rejected() (at time.Time, err error) {
+	if r, ok := s.feed.(rejecter); ok {
+		return r.refusal()
+	}
+	return time.Time{}, nil
+}
