@@ -62,6 +62,12 @@ type ControllerConfig struct {
 	// report the new version applied, to say "obeyed by 12/12 replicas in
 	// 38 ms" or name the ones that lag. Default: 2s; negative: no wait.
 	ObeyWait time.Duration
+	// InForce, when set, returns the flags document a flag source in this
+	// process answers from (FlagSource.InForce). Over an invalid document,
+	// Kill and Release build on it when it is newer than the audit's last
+	// valid flags (a valid change made outside the controller, by hand or
+	// from git, is then kept). Optional: without it, the audit alone.
+	InForce func() (doc []byte, ok bool)
 }
 
 // Controller moves the rollout: status, advance, kill switch, history and
@@ -461,8 +467,9 @@ var ErrKillRefused = errors.New("rollout: kill refused")
 //
 // The kill works whatever the state of the flags: when the store holds a
 // document ParseFlags refuses (an *InvalidFlagsError), Kill writes a valid
-// one instead, built from the last valid flags in the audit (else the code
-// defaults) plus the kill, at a version above every one seen, and audits
+// one instead, built from the last valid flags (the audit's, or
+// ControllerConfig.InForce's when newer; else the code defaults) plus the
+// kill, at a version above every one seen, and audits
 // it as "kill_over_invalid" with the invalid document as before_flags
 // (killover.go). Out says what it was built from.
 func (c *Controller) Kill(ctx context.Context, scope Scope, k Kill, o KillOptions) error {

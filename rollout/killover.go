@@ -20,8 +20,9 @@ import (
 // flags; a kill switch that first had to parse the broken document would
 // refuse too, in the very incident it is for. So when the store holds a
 // document ParseFlags refuses, Kill and Release write a valid one instead:
-// the last valid flags the audit holds (else the code defaults) plus the
-// change, at a version above every one seen, and audit it as such
+// the last valid flags (the audit's, or those a local flag source answers
+// from when newer; else the code defaults) plus the change, at a version
+// above every one seen, and audit it as such
 // ("kill_over_invalid", the broken document as before_flags).
 
 // InvalidFlagsError is the error (wrapped) of FlagsFile's and FlagsTable's
@@ -174,14 +175,20 @@ type overInvalid struct {
 
 // flagsForKill reads the flags a kill switch change builds on. When the
 // store holds an invalid document, it returns instead the last valid flags
-// in the audit (else NewFlags()), and the plan to write over it.
+// (recoverFlags), and the plan to write over it.
 func (c *Controller) flagsForKill(ctx context.Context) (*Flags, *overInvalid, error) {
 	cur, err := c.cfg.Flags.Read()
 	var bad *InvalidFlagsError
 	if !errors.As(err, &bad) {
 		return cur, nil, err
 	}
-	base, over, err := recoverFlags(ctx, c.cfg.DB, bad)
+	var inForce []byte
+	if c.cfg.InForce != nil {
+		if doc, ok := c.cfg.InForce(); ok {
+			inForce = doc
+		}
+	}
+	base, over, err := recoverFlags(ctx, c.cfg.DB, bad, inForce)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w; and the last valid flags could not be read: %w", bad, err)
 	}
@@ -189,13 +196,15 @@ func (c *Controller) flagsForKill(ctx context.Context) (*Flags, *overInvalid, er
 }
 
 // recoverFlags returns the flags to build on over the invalid document
-// bad: the newest audit entry whose after_flags parse, else NewFlags().
+// bad: the newest audit entry whose after_flags parse, or inForce (the
+// document a local flag source answers from; nil for none) when it parses
+// at a higher version, else NewFlags().
 // The version to write is one above the highest seen anywhere: the audit,
 // the invalid document (as far as it can be read), and every replica's
 // applied version (the stores' fences carry the versions replicas decided
 // at; a change at a version they have seen would be stale to them,
 // docs/ownership.md section 2).
-func recoverFlags(ctx context.Context, db *sql.DB, bad *InvalidFlagsError) (*Flags, *overInvalid, error) {
+func recoverFlags(ctx context.Context, db *sql.DB, bad *InvalidFlagsError, inForce []byte) (*Flags, *overInvalid, error) {
 	rows, err := db.QueryContext(ctx, sqlAuditFlags)
 	if err != nil {
 		return nil, nil, fmt.Errorf("rollout: read the audit: %w", err)
@@ -228,6 +237,9 @@ func recoverFlags(ctx context.Context, db *sql.DB, bad *InvalidFlagsError) (*Fla
 	var applied int64
 	if err := db.QueryRowContext(ctx, sqlAppliedHighest).Scan(&applied); err != nil {
 		return nil, nil, fmt.Errorf("rollout: read the replicas' versions: %w", err)
+	}
+	if f, err := ParseFlags(inForce); inForce != nil && err == nil && (base == nil || f.Version > base.Version) {
+		base, from = f, fmt.Sprintf("the flags this replica answers from (version %d)", f.Version)
 	}
 	if base == nil {
 		base, from = NewFlags(), "the code defaults (no valid flags in the audit: every mode is redis again)"

@@ -286,3 +286,44 @@ func TestWritesRefuseUnknownVariants(t *testing.T) {
 		}
 	}
 }
+
+// In a process that runs a flag source (a server), the kill over an
+// invalid document builds on the flags that source answers from when they
+// are newer than the audit's: a valid change made outside the controller
+// (by hand, from git) is kept, not rolled back to the audit's state.
+func TestKillOverAnInvalidDocumentKeepsTheFlagsInForce(t *testing.T) {
+	t.Parallel()
+	b := setupController(t, true)
+	ctx := context.Background()
+	src, err := rollout.NewFlagSource(ctx, rollout.FlagSourceConfig{Path: b.flags.Path, PollInterval: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	ctl := b.controller(t, func(c *rollout.ControllerConfig) { c.InForce = src.InForce })
+	if _, err := ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "start"}); err != nil { // audited: version 1
+		t.Fatal(err)
+	}
+	b.setMode(t, "pod-b", rollout.ModeMySQL) // not audited: version 2
+	waitFor(t, 2*time.Second, "the source to load version 2", func() bool {
+		d, err := src.Decide(ctx, "pod-b", 1)
+		return err == nil && d.Version == 2
+	})
+	good, _ := os.ReadFile(b.flags.Path)
+	broken := strings.ReplaceAll(strings.Replace(string(good), `"redis": "redis"`, `"redis": "redis",`, 1), `"version": 2`, `"version": 3`)
+	if err := os.WriteFile(b.flags.Path, []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, rollout.KillOptions{Actor: "bob", Reason: "pod-a", Out: &out}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := b.flags.Read()
+	if err != nil || f.Version != 4 || f.Pods["pod-b"].Mode != rollout.ModeMySQL || f.Pods["pod-a"].Mode != rollout.ModeShadow || !f.KillAt(rollout.PodScope("pod-a")).Engaged() {
+		t.Errorf("after the kill: %+v, %v; want version 4 with pod-b's mysql kept and pod-a shadow, killed", f, err)
+	}
+	if !strings.Contains(out.String(), "built from the flags this replica answers from (version 2)") {
+		t.Errorf("the kill does not say what it built on:\n%s", out.String())
+	}
+}

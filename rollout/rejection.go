@@ -68,3 +68,34 @@ func (s *FlagSource) Rejected() (at time.Time, err error) {
 	}
 	return time.Time{}, nil
 }
+
+// inForcer is a feed that tells the document it passed on last (fileFeed,
+// dbFeed, grpcFeed).
+type inForcer interface {
+	inForce() []byte
+}
+
+var (
+	_ inForcer = (*fileFeed)(nil)
+	_ inForcer = (*dbFeed)(nil)
+	_ inForcer = (*grpcFeed)(nil)
+)
+
+func (f *fileFeed) inForce() []byte { f.mu.Lock(); defer f.mu.Unlock(); return f.current }
+
+func (f *dbFeed) inForce() []byte { f.mu.Lock(); defer f.mu.Unlock(); return f.current }
+
+func (f *grpcFeed) inForce() []byte { f.mu.Lock(); defer f.mu.Unlock(); return f.current }
+
+// InForce returns the flags document the source answers from now, and
+// false while none has loaded (or with a Provider, which has no
+// document). The kill switch builds on it over an invalid document
+// (ControllerConfig.InForce): it is what this replica obeys, valid by
+// construction, even when it was written outside the controller.
+func (s *FlagSource) InForce() (doc []byte, ok bool) {
+	f, isFeed := s.feed.(inForcer)
+	if !isFeed || !s.Loaded() {
+		return nil, false
+	}
+	return append([]byte{}, f.inForce()...), true
+}

@@ -42,6 +42,13 @@ func TestRejectedFlagsDocumentIsVisible(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitDecision("pod-a", rollout.ModeShadow, rollout.KillOff)
+	// A change made outside the controller (not audited): pod-b mysql,
+	// version 2. The kill below keeps it: it builds on the flags this
+	// replica answers from, newer than the audit's.
+	if _, _, err := h.flags.Update(func(f *rollout.Flags) error { return f.SetMode(rollout.PodScope("pod-b"), rollout.ModeMySQL) }); err != nil {
+		t.Fatal(err)
+	}
+	h.waitDecision("pod-b", rollout.ModeMySQL, rollout.KillOff)
 	if got := h.rejectedMetric(); got != "0" {
 		t.Fatalf("reservoir_rollout_flags_rejected %s with a valid document", got)
 	}
@@ -52,7 +59,7 @@ func TestRejectedFlagsDocumentIsVisible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := strings.ReplaceAll(strings.ReplaceAll(string(good), `"shadow"`, `"shadoww"`), `"version": 1`, `"version": 2`)
+	bad := strings.ReplaceAll(strings.ReplaceAll(string(good), `"shadow"`, `"shadoww"`), `"version": 2`, `"version": 3`)
 	if err := os.WriteFile(h.flags.Path+".new", []byte(bad), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +142,7 @@ func TestRejectedFlagsDocumentIsVisible(t *testing.T) {
 		t.Errorf("audit: %+v %v", hist, err)
 	}
 	f, err := h.flags.Read()
-	if err != nil || f.Version != 3 || f.KillAt(rollout.PodScope("pod-a")).State != rollout.KillRedis {
+	if err != nil || f.Version != 4 || f.KillAt(rollout.PodScope("pod-a")).State != rollout.KillRedis || f.Pods["pod-b"].Mode != rollout.ModeMySQL {
 		t.Errorf("flags after the kill: %+v, %v", f, err)
 	}
 	if got := h.rejectedMetric(); got != "0" {

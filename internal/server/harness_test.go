@@ -182,7 +182,7 @@ func setup(t *testing.T, o options) *harness {
 			t.Fatal(err)
 		}
 		h.ctl, err = rollout.NewController(rollout.ControllerConfig{DB: c.Control, Flags: h.flags, Plan: plan, Stats: c.Comparer,
-			Reconciler: c.Reconciler, Lag: c})
+			Reconciler: c.Reconciler, Lag: c, InForce: c.Flags.InForce})
 		if err != nil {
 			t.Fatal(err)
 		}
