@@ -144,6 +144,11 @@ func TestDashboardInChromium(t *testing.T) {
 		}
 	}
 
+	// This replica reports to the control database, as `reservoir serve`
+	// does: the page lists it, and the kill switch says it obeyed.
+	hb := rollout.StartHeartbeat(rollout.HeartbeatConfig{DB: h.cell.Control, Source: h.cell.Flags, Pods: []string{"pod-a", "pod-b"}, ID: "dashboard-replica"})
+	t.Cleanup(hb.Stop)
+
 	start := time.Now()
 	step(chromedp.Navigate(h.http.URL + "/dashboard#token=" + adminToken))
 	waitRefresh(1)
@@ -153,6 +158,14 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	if u := eval(`location.href`); strings.Contains(u, "token") {
 		t.Errorf("the token stays in the address bar: %s", u)
+	}
+
+	// The replicas, with the flags version each applied.
+	if got := text(`#replicas tr[data-replica="dashboard-replica"]`); !strings.Contains(got, "pod-a, pod-b") {
+		waitRefresh(1) // its first heartbeat may have come after the first refresh
+		if got = text(`#replicas tr[data-replica="dashboard-replica"]`); !strings.Contains(got, "pod-a, pod-b") {
+			t.Errorf("the replica is not listed: %q (note %q)", got, text("#replicas-note"))
+		}
 	}
 
 	// Mode, kill switch and authority per pod are the API's.
@@ -281,8 +294,8 @@ func TestDashboardInChromium(t *testing.T) {
 	if !strings.Contains(answer, `"audited":true`) || strings.Contains(answer, `"obeyed_after_ms":null`) || !regexp.MustCompile(`"relay_lag":"pod-a [1-9][0-9]* change`).MatchString(answer) {
 		t.Errorf("kill answer on the page: %s", answer)
 	}
-	if got := text("#toast"); !strings.Contains(got, "relay lag at the switch: pod-a ") {
-		t.Errorf("the page does not tell the relay lag at the switch: %q", got)
+	if got := text("#toast"); !strings.Contains(got, "relay lag at the switch: pod-a ") || !strings.Contains(got, "obeyed by 1/1 replicas") {
+		t.Errorf("the page does not tell the relay lag at the switch and the fleet's obedience: %q", got)
 	}
 	f, err := h.flags.Read()
 	if err != nil {

@@ -225,6 +225,29 @@ function renderBanner(st) {
 
 // --------------------------------------------------------------- rollout
 
+// renderReplicas lists the live replicas; one behind the newest flags
+// version has not obeyed the last change.
+function renderReplicas(st) {
+  const rs = st.replicas || [];
+  const body = $("#replicas tbody");
+  body.replaceChildren();
+  const newest = rs.reduce((m, r) => Math.max(m, r.applied_version), 0);
+  const behind = rs.filter((r) => r.applied_version < newest).length;
+  $("#replicas-note").textContent = rs.length === 0
+    ? "no replica reports to the control database"
+    : rs.length + " live; " + (behind === 0 ? "all at flags version " + newest : behind + " behind flags version " + newest);
+  $("#replicas-note").className = behind > 0 ? "bad" : "sub";
+  for (const r of rs) {
+    const lag = r.applied_version < newest;
+    body.append(el("tr", { "data-replica": r.id, class: lag ? "bad" : "" },
+      el("td", { class: "mono" }, r.id),
+      el("td", {}, (r.pods || []).join(", ")),
+      el("td", { "data-field": "version" }, String(r.applied_version) + (lag ? " (behind)" : "")),
+      el("td", {}, time(r.applied_at)),
+      el("td", {}, nsToMs(r.seen_ago_ns) + " ago")));
+  }
+}
+
 function renderPlan(st) {
   const box = $("#plan");
   const gates = $("#gates");
@@ -503,7 +526,7 @@ function initKill() {
         const obeyed = r.data.obeyed_after_ms === null ? "not yet obeyed by this replica" : "this replica obeyed after " + r.data.obeyed_after_ms.toFixed(1) + " ms";
         toast((kill.action === "engage" ? "kill switch engaged for " : "kill switch released for ") + r.data.scope + ": " + obeyed +
           (r.data.relay_lag ? "; relay lag at the switch: " + r.data.relay_lag : "") +
-          (r.data.audited ? " (audited)" : " (not audited: no plan configured)"));
+          (r.data.fleet && r.data.fleet.summary ? "; " + r.data.fleet.summary : "") + " (audited)");
         document.body.dataset.lastKill = JSON.stringify(r.data);
       } else {
         $("#kill-step1").hidden = false;
@@ -547,6 +570,7 @@ async function refresh() {
     }
     renderBanner(st.data);
     renderPods(st.data);
+    renderReplicas(st.data);
     renderPlan(st.data);
     renderCharts(st.data);
     renderStats(st.data, stats);
