@@ -127,6 +127,10 @@ type Status struct {
 	Next *Stage `json:"next,omitempty"`
 	// FlagsVersion is the version of the flags file (Flags.Version).
 	FlagsVersion int64 `json:"flags_version"`
+	// FlagsInvalid says what is wrong with the stored flags document when
+	// it does not parse (with its line and column); Pods then show the
+	// last valid flags, and Ready is false. A kill switch still works.
+	FlagsInvalid string `json:"flags_invalid,omitempty"`
 	// Pods is each pod's decision for a shop without overrides.
 	Pods []PodStatus `json:"pods"`
 	// Evidence is what the gates judged.
@@ -184,11 +188,17 @@ func (c *Controller) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	flags, err := c.cfg.Flags.Read()
+	// Over an invalid document the status shows the last valid flags (what
+	// a kill switch would build on) and says what is wrong; it is never
+	// ready: a stage cannot be written over a document nobody can read.
+	flags, over, err := c.flagsForKill(ctx)
 	if err != nil {
 		return Status{}, err
 	}
 	st := Status{Stage: stage, Since: since, FlagsVersion: flags.Version}
+	if over != nil {
+		st.FlagsInvalid = over.bad.Error() + " (shown: the last valid flags, " + over.from + ")"
+	}
 	for _, pod := range c.cfg.Pods {
 		pf := flags.Pods[pod]
 		st.Pods = append(st.Pods, PodStatus{Pod: pod, Mode: pf.Mode, Ramp: pf.Ramp, Kill: flags.KillAt(PodScope(pod)), Effective: flags.Resolve(pod, 0)})
@@ -199,7 +209,7 @@ func (c *Controller) Status(ctx context.Context) (Status, error) {
 	}
 	if stage < 0 {
 		// Nothing applied yet: the first stage needs no evidence.
-		st.Ready = st.Next != nil
+		st.Ready = st.Next != nil && st.FlagsInvalid == ""
 		return st, nil
 	}
 	cur := c.cfg.Plan.Stages[stage]
@@ -209,7 +219,7 @@ func (c *Controller) Status(ctx context.Context) (Status, error) {
 		return Status{}, err
 	}
 	st.Gates = cur.Gates.Evaluate(st.Evidence, c.cfg.Now().Sub(since))
-	st.Ready = AllPass(st.Gates) && st.Next != nil
+	st.Ready = AllPass(st.Gates) && st.Next != nil && st.FlagsInvalid == ""
 	return st, nil
 }
 

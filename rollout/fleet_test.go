@@ -3,6 +3,7 @@ package rollout_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -210,5 +211,26 @@ pods = ["pod-a"]
 	}
 	if b.decision(t, "pod-a").Mode != rollout.ModeMySQL {
 		t.Fatal("the advance did not apply")
+	}
+}
+
+// Over an invalid document the status still answers: the last valid flags
+// with what is wrong (line and column), never ready.
+func TestStatusOverAnInvalidDocument(t *testing.T) {
+	t.Parallel()
+	b := setupController(t, true)
+	ctx := context.Background()
+	if err := os.WriteFile(b.flags.Path, []byte("{\n  \"flags\": {\n    \"reservoir-mode\": {,\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.ctl.Status(ctx)
+	if err != nil {
+		t.Fatalf("status over an invalid document: %v", err)
+	}
+	if st.FlagsInvalid == "" || !strings.Contains(st.FlagsInvalid, "line 3") || st.Ready {
+		t.Fatalf("status: invalid %q, ready %v; want the problem with its line, not ready", st.FlagsInvalid, st.Ready)
+	}
+	if len(st.Pods) != 2 {
+		t.Fatalf("status pods: %+v", st.Pods)
 	}
 }

@@ -255,6 +255,9 @@ func printStatus(w io.Writer, st rollout.Status) {
 	if st.Stage < 0 {
 		name = "(none applied yet)"
 	}
+	if st.FlagsInvalid != "" {
+		fmt.Fprintf(w, "THE FLAGS DOCUMENT IS INVALID: %s\nreplicas keep the last valid flags; a kill switch still works (it writes a valid document); fix or replace the document to advance\n\n", st.FlagsInvalid)
+	}
 	fmt.Fprintf(w, "stage %d: %s", st.Stage, name)
 	if !st.Since.IsZero() {
 		fmt.Fprintf(w, " since %s", st.Since.Format(time.RFC3339))
