@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
-	"github.com/BurntSushi/toml"
-
 	"github.com/seed31b0e981/reservoir/compare"
+	"github.com/seed31b0e981/reservoir/internal/tomlstrict"
 )
 
 // Plan is the order of the migration: pods from the lowest traffic to the
@@ -89,16 +87,8 @@ func LoadPlan(path string) (*Plan, error) {
 // ParsePlan decodes and validates a plan. Unknown keys are errors.
 func ParsePlan(b []byte) (*Plan, error) {
 	var p Plan
-	md, err := toml.Decode(string(b), &p)
-	if err != nil {
+	if err := tomlstrict.Decode(b, &p); err != nil {
 		return nil, fmt.Errorf("rollout: plan: %w", err)
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		keys := make([]string, len(und))
-		for i, k := range und {
-			keys[i] = k.String()
-		}
-		return nil, fmt.Errorf("rollout: plan: unknown key(s): %s", strings.Join(keys, ", "))
 	}
 	p.applyDefaults()
 	if err := p.Validate(); err != nil {

@@ -468,19 +468,7 @@ func (s *Server) engageKill(w http.ResponseWriter, r *http.Request) {
 	)
 	err := s.cfg.Controller.Kill(ctx, scope, req.State, rollout.KillOptions{Actor: who, Reason: req.Reason, Resynced: req.Resynced, Out: &out, Fleet: &fleet})
 	lag := lagFromOutput(out.String())
-	switch {
-	case errors.Is(err, rollout.ErrKillRefused):
-		s.refuseKill(w, r, err.Error())
-		return
-	case errors.Is(err, rollout.ErrUnknownScope):
-		writeProblem(w, r, *badInput("scope", "scope: %v", err))
-		return
-	case errors.Is(err, rollout.ErrFlagsChanged):
-		writeProblem(w, r, problem{Status: http.StatusConflict, Code: "flags_changed", RetryAfter: time.Second,
-			Message: "the flags changed while this change was decided (another operator?); nothing was written: look at the status and try again"})
-		return
-	case err != nil:
-		s.internal(w, r, "engage the kill switch", err)
+	if s.killFailed(w, r, "engage the kill switch", err) {
 		return
 	}
 	if lag == "" {
@@ -491,20 +479,26 @@ func (s *Server) engageKill(w http.ResponseWriter, r *http.Request) {
 	s.killAnswer(w, r, scope, who, start, lag, fleet)
 }
 
-// fleetObeys waits (2s at most) for every live replica to report version
-// applied, for a change made without a controller.
-func (s *Server) fleetObeys(ctx context.Context, version int64) rollout.Obedience {
-	ob, err := rollout.WaitObeyed(ctx, s.cfg.Cell.Control, version, 2*time.Second)
-	if err != nil {
-		s.log.Warn("server: could not tell whether the fleet obeys", "request_id", RequestID(ctx), "err", err)
+// killFailed answers a kill switch change (what) that the controller
+// refused or failed, and reports whether it did: a refusal over a
+// mysql_only scope (409 refused), an unknown pod (400), a lost race with
+// another operator (409 flags_changed), or a failure (503).
+func (s *Server) killFailed(w http.ResponseWriter, r *http.Request, what string, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, rollout.ErrKillRefused):
+		writeProblem(w, r, problem{Status: http.StatusConflict, Code: "refused", Field: "resynced",
+			Message: err.Error() + ` (send "resynced": true only once Redis holds what MySQL decided)`})
+	case errors.Is(err, rollout.ErrUnknownScope):
+		writeProblem(w, r, *badInput("scope", "scope: %v", err))
+	case errors.Is(err, rollout.ErrFlagsChanged):
+		writeProblem(w, r, problem{Status: http.StatusConflict, Code: "flags_changed", RetryAfter: time.Second,
+			Message: "the flags changed while this change was decided (another operator?); nothing was written: look at the status and try again"})
+	default:
+		s.internal(w, r, what, err)
 	}
-	return ob
-}
-
-// refuseKill answers a kill switch refused over a mysql_only scope.
-func (s *Server) refuseKill(w http.ResponseWriter, r *http.Request, msg string) {
-	writeProblem(w, r, problem{Status: http.StatusConflict, Code: "refused", Field: "resynced",
-		Message: msg + ` (send "resynced": true only once Redis holds what MySQL decided)`})
+	return true
 }
 
 func (s *Server) releaseKill(w http.ResponseWriter, r *http.Request) {
@@ -521,16 +515,7 @@ func (s *Server) releaseKill(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	var fleet rollout.Obedience
 	err := s.cfg.Controller.Release(r.Context(), scope, rollout.KillOptions{Actor: who, Reason: req.Reason, Fleet: &fleet})
-	switch {
-	case errors.Is(err, rollout.ErrUnknownScope):
-		writeProblem(w, r, *badInput("scope", "scope: %v", err))
-		return
-	case errors.Is(err, rollout.ErrFlagsChanged):
-		writeProblem(w, r, problem{Status: http.StatusConflict, Code: "flags_changed", RetryAfter: time.Second,
-			Message: "the flags changed while this change was decided (another operator?); nothing was written: look at the status and try again"})
-		return
-	case err != nil:
-		s.internal(w, r, "release the kill switch", err)
+	if s.killFailed(w, r, "release the kill switch", err) {
 		return
 	}
 	s.log.Warn("server: kill switch released", "request_id", RequestID(r.Context()), "scope", scope.String(),

@@ -15,7 +15,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/BurntSushi/toml"
+	"github.com/seed31b0e981/reservoir/internal/tomlstrict"
 )
 
 // The roles a checkout API client can hold, and what each may call.
@@ -96,16 +96,8 @@ func ParseClients(b []byte) (*Clients, error) {
 	var doc struct {
 		Clients []*Client `toml:"clients"`
 	}
-	md, err := toml.Decode(string(b), &doc)
-	if err != nil {
+	if err := tomlstrict.Decode(b, &doc); err != nil {
 		return nil, fmt.Errorf("clients: %w", err)
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		keys := make([]string, len(und))
-		for i, k := range und {
-			keys[i] = k.String()
-		}
-		return nil, fmt.Errorf("clients: unknown key(s): %s", strings.Join(keys, ", "))
 	}
 	if len(doc.Clients) == 0 {
 		return nil, errors.New("clients: no [[clients]] entry: a server with no client answers every /v1 call 401")

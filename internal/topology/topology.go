@@ -19,8 +19,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/BurntSushi/toml"
-
+	"github.com/seed31b0e981/reservoir/internal/tomlstrict"
 	"github.com/seed31b0e981/reservoir/rollout"
 )
 
@@ -123,16 +122,8 @@ func Parse(b []byte) (*Config, error) {
 // parse is Parse with the environment and the file system given.
 func parse(b []byte, env func(string) (string, bool), readFile func(string) ([]byte, error)) (*Config, error) {
 	var c Config
-	md, err := toml.Decode(string(b), &c)
-	if err != nil {
+	if err := tomlstrict.Decode(b, &c); err != nil {
 		return nil, fmt.Errorf("topology: %w", err)
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		keys := make([]string, len(und))
-		for i, k := range und {
-			keys[i] = k.String()
-		}
-		return nil, fmt.Errorf("topology: unknown key(s): %s", strings.Join(keys, ", "))
 	}
 	if err := c.resolveSecrets(env, readFile); err != nil {
 		return nil, err
