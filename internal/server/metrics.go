@@ -64,25 +64,28 @@ func newMetrics(reg prometheus.Registerer, c *cell.Cell) (*metrics, error) {
 	return m, nil
 }
 
-// rolloutCollector exports, at scrape time, what this replica's flag
-// source answers per pod: the mode and the kill switch, one series per
-// value so that alerts can say `reservoir_rollout_kill_switch{state!="off"} == 1`.
-// A pod whose decision fails (flags not loaded) has every value at 0: the
-// replica applies no mode (it answers 503), and reservoir_rollout_flags_loaded
-// says why.
+// rolloutCollector exports, at scrape time, what this replica applies per
+// pod, from the flags document its flag source answers from (never a
+// re-read of the store): the share of the pod's shops in each mode (a
+// percentage ramp splits the pod; no shop is guessed), the kill switch,
+// one series per value so that alerts can say
+// `reservoir_rollout_kill_switch{state!="off"} == 1`, and the share MySQL
+// decides. A pod whose flags are not loaded has every value at 0: the
+// replica applies no mode (it answers 503), and
+// reservoir_rollout_flags_loaded says why.
 type rolloutCollector struct {
 	c *cell.Cell
 }
 
 var (
 	descMode = prometheus.NewDesc("reservoir_rollout_mode",
-		"1 for the mode this replica's flag source answers for a shop of the pod without an override, 0 for the others.",
+		"The share (0 to 1) of the pod's shops without an override that this replica's flags put in each mode: 1 for the pod's mode, or split by a percentage ramp.",
 		[]string{"pod", "mode"}, nil)
 	descKill = prometheus.NewDesc("reservoir_rollout_kill_switch",
 		"1 for the kill switch state this replica's flag source answers for a shop of the pod, 0 for the others.",
 		[]string{"pod", "state"}, nil)
 	descAuthority = prometheus.NewDesc("reservoir_rollout_mysql_authority",
-		"1 when this replica's flags say MySQL decides a shop of the pod without an override (after the kill switch); each shop's fence follows on its next call.",
+		"The share (0 to 1) of the pod's shops without an override that this replica's flags give MySQL to decide (after the kill switch); each shop's fence follows on its next call.",
 		[]string{"pod"}, nil)
 	descLoaded = prometheus.NewDesc("reservoir_rollout_flags_loaded",
 		"1 when this replica's flag source has a valid flags file in force; 0 means it answers every reservation call 503 flags_unavailable and is not ready.",
@@ -116,16 +119,23 @@ func (rc *rolloutCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return 0
 	}
+	var inForce *rollout.Flags
+	if doc, ok := rc.c.Flags.InForce(); ok {
+		inForce, _ = rollout.ParseFlags(doc) // nil for a document with flags of other teams: shop 0's answer below
+	}
 	for _, pod := range rc.c.Topology.PodNames() {
-		d, err := rc.c.Flags.Decide(ctx, pod, 0)
-		ok := err == nil // else the facade answers 503 flags_unavailable: no mode applies
+		shares, kill, ok := podShares(ctx, rc.c, inForce, pod)
+		mysql := 0.0
 		for _, m := range rollout.Modes {
-			ch <- prometheus.MustNewConstMetric(descMode, prometheus.GaugeValue, b(ok && d.Mode == m), pod, string(m))
+			if ok && (rollout.Decision{Mode: m, Kill: kill}).Route().Authority == "mysql" {
+				mysql += shares[m]
+			}
+			ch <- prometheus.MustNewConstMetric(descMode, prometheus.GaugeValue, shares[m], pod, string(m))
 		}
 		for _, k := range rollout.Kills {
-			ch <- prometheus.MustNewConstMetric(descKill, prometheus.GaugeValue, b(ok && d.Kill == k), pod, string(k))
+			ch <- prometheus.MustNewConstMetric(descKill, prometheus.GaugeValue, b(ok && kill == k), pod, string(k))
 		}
-		ch <- prometheus.MustNewConstMetric(descAuthority, prometheus.GaugeValue, b(ok && d.Route().Authority == "mysql"), pod)
+		ch <- prometheus.MustNewConstMetric(descAuthority, prometheus.GaugeValue, mysql, pod)
 	}
 	ch <- prometheus.MustNewConstMetric(descLoaded, prometheus.GaugeValue, b(rc.c.Flags.Loaded()))
 	_, rejected := rc.c.Flags.Rejected()
@@ -133,12 +143,40 @@ func (rc *rolloutCollector) Collect(ch chan<- prometheus.Metric) {
 	applied, _ := rc.c.Flags.AppliedVersion(ctx)
 	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(applied))
 	n := 0
-	if f, err := rc.c.FlagStore().Read(); err == nil {
-		for _, s := range f.Shops {
+	if inForce != nil {
+		for _, s := range inForce.Shops {
 			if s.Kill.Engaged() {
 				n++
 			}
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(descShopKills, prometheus.GaugeValue, float64(n))
+}
+
+// podShares is the share of pod's shops (without an override) in each
+// mode, and the pod's kill switch, under the flags in force; ok is false
+// while none are loaded. Without a parsed document it falls back to the
+// flag source's answer for a shop of the pod outside any ramp.
+func podShares(ctx context.Context, c *cell.Cell, f *rollout.Flags, pod string) (shares map[rollout.Mode]float64, kill rollout.Kill, ok bool) {
+	shares = map[rollout.Mode]float64{}
+	if f == nil {
+		d, err := c.Flags.Decide(ctx, pod, 0)
+		if err != nil {
+			return shares, rollout.KillOff, false
+		}
+		shares[d.Mode] = 1
+		return shares, d.Kill, true
+	}
+	pf := f.Pods[pod]
+	base := pf.Mode
+	if base == "" {
+		base = f.Mode
+	}
+	shares[base] = 1
+	if pf.Ramp != nil {
+		p := float64(pf.Ramp.Percent) / 100
+		shares[base] -= p
+		shares[pf.Ramp.Mode] += p
+	}
+	return shares, f.Resolve(pod, 0).Kill, true
 }
