@@ -97,6 +97,9 @@ var (
 	descApplied = prometheus.NewDesc("reservoir_rollout_flags_applied_version",
 		"The version of the flags this replica's flag source answers with (0 while none is loaded); the fleet obeys a change when every replica reports its version.",
 		nil, nil)
+	descPoolMax = prometheus.NewDesc("reservoir_mysql_pool_max_connections",
+		"The size of this replica's MySQL connection pool for the pod: what its callers can occupy at most (and its checkout slots).",
+		[]string{"pod"}, nil)
 	descShopKills = prometheus.NewDesc("reservoir_rollout_shop_kill_switches",
 		"Shops whose own kill switch is engaged in the flags file (shops are never a label).",
 		nil, nil)
@@ -104,7 +107,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (rc *rolloutCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMode, descKill, descAuthority, descLoaded, descRejected, descApplied, descShopKills} {
+	for _, d := range []*prometheus.Desc{descPoolMax, descMode, descKill, descAuthority, descLoaded, descRejected, descApplied, descShopKills} {
 		ch <- d
 	}
 }
@@ -122,6 +125,9 @@ func (rc *rolloutCollector) Collect(ch chan<- prometheus.Metric) {
 	var inForce *rollout.Flags
 	if doc, ok := rc.c.Flags.InForce(); ok {
 		inForce, _ = rollout.ParseFlags(doc) // nil for a document with flags of other teams: shop 0's answer below
+	}
+	for _, p := range rc.c.Pods() {
+		ch <- prometheus.MustNewConstMetric(descPoolMax, prometheus.GaugeValue, float64(p.DB.Stats().MaxOpenConnections), p.Name)
 	}
 	for _, pod := range rc.c.Topology.PodNames() {
 		shares, kill, ok := podShares(ctx, rc.c, inForce, pod)
