@@ -249,9 +249,26 @@ type AdvanceOptions struct {
 	Fleet *Obedience
 }
 
-// ErrGatesFail is returned by Advance when a gate fails; the error text
-// names each failing gate with its numbers.
+// ErrGatesFail is wrapped by Advance's error when a gate fails: a
+// *GatesError, whose text names each failing gate with its numbers.
 var ErrGatesFail = errors.New("rollout: gates do not pass")
+
+// GatesError is Advance's refusal when a gate fails: errors.Is(err,
+// ErrGatesFail) holds, and errors.As gives the gates, so a caller can show
+// them one by one.
+type GatesError struct {
+	// Stage is the name of the stage in force, whose gates failed.
+	Stage string
+	// Gates are every gate's verdict, passing ones included.
+	Gates []GateResult
+}
+
+func (e *GatesError) Error() string {
+	return fmt.Sprintf("%v for stage %q: %s", ErrGatesFail, e.Stage, failing(e.Gates))
+}
+
+// Unwrap returns ErrGatesFail.
+func (e *GatesError) Unwrap() error { return ErrGatesFail }
 
 // Advance applies the next stage when the current stage's gates pass (or
 // with an audited override), after explicit confirmation before
@@ -277,7 +294,7 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 	}
 	next := *st.Next
 	if !AllPass(st.Gates) && !o.Override {
-		return Stage{}, fmt.Errorf("%w for stage %q: %s", ErrGatesFail, st.StageName, failing(st.Gates))
+		return Stage{}, &GatesError{Stage: st.StageName, Gates: st.Gates}
 	}
 	if killed := killedPods(st, next.Pods); len(killed) > 0 && !o.Override {
 		// The stage would be written under an engaged kill switch, which
