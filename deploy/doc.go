@@ -5,4 +5,9 @@
 // they run (ports, probes, flags of `reservoir serve` and `migrate`,
 // secrets, the non-root user), so a change on one side that the other
 // does not follow fails `go test ./...` instead of a rollout.
+//
+// docs_test.go does the same for the repository's Markdown: no link
+// leaves the repository or points to a page or heading it lacks, and
+// docs/topology.md, docs/compare.md and docs/rollout.md name every
+// topology key, every comparer class and the plan's default gates.
 package deploy
