@@ -39,6 +39,7 @@ redis_password = "file:/run/secrets/redis"
 name = "pod-b"
 mysql_dsn = "file:/run/secrets/b-dsn"
 redis_addr = "127.0.0.1:36379"
+redis_prefix = "b:"
 redis_password = "pw$${NOT_A_REF}x"
 `
 

@@ -25,9 +25,10 @@ import (
 
 // Config is a topology file.
 type Config struct {
-	// ControlDSN is the database holding the comparer's stats and diffs and
-	// the rollout audit (a go-sql-driver/mysql DSN). Required. A secret
-	// field: it may use ${ENV} or file:PATH.
+	// ControlDSN is the database holding the comparer's stats and diffs,
+	// the rollout state and audit, and (flags_source = "database") the
+	// flags document and the replicas' heartbeats (a go-sql-driver/mysql
+	// DSN). Required. A secret field: it may use ${ENV} or file:PATH.
 	ControlDSN string `toml:"control_dsn"`
 	// ControlTLSCA is a CA file (PEM): the control database is reached
 	// over TLS and its certificate verified against it. Empty: as
@@ -59,7 +60,8 @@ type Config struct {
 // Pod is one cell: a group of shops sharing one MySQL and one Redis.
 type Pod struct {
 	// Name identifies the pod in flags, metrics and the plan. Required:
-	// letters, digits, '-' and '_'.
+	// rollout.PodNameRule (1-63 lower-case letters, digits, '.', '_' or
+	// '-'), the flags' own rule.
 	Name string `toml:"name"`
 	// MySQLDSN is the pod's ledger and unit-pool database (a
 	// go-sql-driver/mysql DSN). Required. A secret field: it may use
@@ -191,6 +193,7 @@ func (c Config) Validate() error {
 		return errors.New("topology: at least one [[pods]] is required")
 	}
 	names := map[string]bool{}
+	prefixes := map[string]string{} // Redis and prefix -> pod
 	owner := map[int64]string{}
 	for i, p := range c.Pods {
 		f := fmt.Sprintf("pods[%d]", i)
@@ -215,6 +218,14 @@ func (c Config) Validate() error {
 			return fmt.Errorf("topology: %s.redis_tls_server_name is set but redis_tls is not: set redis_tls = true to use TLS", f)
 		}
 		names[p.Name] = true
+		// Two pods on one Redis with one prefix would share keys: each
+		// pod's reaper would settle the other's holds against its own
+		// ledger.
+		where := p.RedisAddr + "|" + strings.Join(p.RedisCluster, ",") + "|" + p.RedisPrefix
+		if other, dup := prefixes[where]; dup {
+			return fmt.Errorf("topology: %s.redis_prefix %q: pod %q uses the same Redis with the same prefix; give each pod its own prefix", f, p.RedisPrefix, other)
+		}
+		prefixes[where] = p.Name
 		for _, s := range p.Shops {
 			if s <= 0 {
 				return fmt.Errorf("topology: %s.shops: %d is not a positive shop id", f, s)

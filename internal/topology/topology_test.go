@@ -53,6 +53,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{strings.Replace(sample, "flags_file = \"flags.json\"", "flags_source = \"database\"\nflags_file = \"flags.json\"", 1), `flags_file is set but flags_source is "database"`},
 		{strings.Replace(sample, "flags_file = \"flags.json\"", "flags_source = \"etcd\"", 1), `flags_source "etcd" must be`},
 		{strings.Replace(sample, "flags_file = \"flags.json\"", "", 1), `flags_file is required`},
+		{sample + "\n[[pods]]\nname = \"pod-c\"\nmysql_dsn = \"x\"\nredis_cluster = [\"127.0.0.1:37001\"]\n", `pods[2].redis_prefix "reservoir:": pod "pod-b" uses the same Redis`},
 	} {
 		_, err := Parse([]byte(tc.edit))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
