@@ -320,8 +320,9 @@ func portOf(t tb, what, addr string) int {
 }
 
 // cliFlags returns the flags `reservoir` defines, from internal/cli's
-// source: the name of every flag registered with fs.Type("name", ...),
-// plus the shared --dsn and --topology. A manifest that passes a flag the
+// source: the name of every flag registered with fs.Type("name", ...) or
+// fs.TypeVar(&v, "name", ...), or envString(fs, "name", ...) (--dsn,
+// --topology, ...). A manifest that passes a flag the
 // command does not have would crash-loop.
 func cliFlags(t tb, r *repo) map[string]bool {
 	t.Helper()
@@ -329,8 +330,8 @@ func cliFlags(t tb, r *repo) map[string]bool {
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
-	def := regexp.MustCompile(`\bfs\.(?:String|Bool|Duration|Int|Int64|Uint|Float64|Var|Func|TextVar)\(\s*(?:[^,()]+,\s*)?"([a-z][a-z0-9-]*)"`)
-	helper := regexp.MustCompile(`\bfs\.String\(\s*"([a-z][a-z0-9-]*)"`)
+	def := regexp.MustCompile(`\bfs\.(?:String|Bool|Duration|Int|Int64|Uint|Float64|Var|Func|TextVar)(?:Var)?\(\s*(?:[^,()]+,\s*)?"([a-z][a-z0-9-]*)"`)
+	helper := regexp.MustCompile(`\b(?:fs\.String\(|envString\(\s*fs,)\s*"([a-z][a-z0-9-]*)"`)
 	out := map[string]bool{}
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {

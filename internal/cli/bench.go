@@ -15,32 +15,28 @@ import (
 )
 
 func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
-	fs := newFlags("bench", "bench [--quick] [--scenarios LIST] [--variants LIST] [--concurrency LIST] [--latency LIST] [--duration D] [--flush 0|1|2|keep] [--split] [--out DIR] [--plan] | bench --render FILE [--out DIR]", errOut)
-	mysqlDSN := fs.String("mysql-dsn", os.Getenv("RESERVOIR_MYSQL_DSN"),
-		"the MySQL server, without a database (default $RESERVOIR_MYSQL_DSN); the run creates and drops its own database")
-	redisAddr := fs.String("redis-addr", os.Getenv("RESERVOIR_REDIS_ADDR"),
-		"the standalone Redis server, host:port (default $RESERVOIR_REDIS_ADDR); the run uses and deletes its own key prefix")
+	fs := newFlags("bench", "bench [--quick] [--scenarios LIST] [--variants LIST] [--concurrency LIST] [--latency LIST] [--duration D] [--flush 0|1|2|keep] [--split] [--out DIR] [--plan] | bench --render FILE [--out DIR]", out)
+	mysqlDSN := envString(fs, "mysql-dsn", "RESERVOIR_MYSQL_DSN",
+		"the MySQL server's `DSN`, without a database; the run creates and drops its own database")
+	redisAddr := envString(fs, "redis-addr", "RESERVOIR_REDIS_ADDR",
+		"the standalone Redis server, `HOST:PORT`; the run uses and deletes its own key prefix")
 	quick := fs.Bool("quick", false, "the quick preset (about two minutes): fewer points, 1.5s windows")
-	scenarioList := fs.String("scenarios", "", "run only these scenarios: "+strings.Join(bench.ScenarioNames(), ","))
-	variantList := fs.String("variants", "", "run these variants in every scenario: "+strings.Join(bench.Variants, ","))
-	concurrencyList := fs.String("concurrency", "", "callers per point, replacing each scenario's sweep, e.g. 1,4,16,64,128")
-	latencyList := fs.String("latency", "", "round trip added between the load generator and each server, whole ms, e.g. 0,1ms")
+	scenarioList := fs.String("scenarios", "", "run only these scenarios, a comma-separated `LIST`: "+strings.Join(bench.ScenarioNames(), ","))
+	variantList := fs.String("variants", "", "run these variants in every scenario, a comma-separated `LIST`: "+strings.Join(bench.Variants, ","))
+	concurrencyList := fs.String("concurrency", "", "callers per point, a comma-separated `LIST` replacing each scenario's sweep, e.g. 1,4,16,64,128")
+	latencyList := fs.String("latency", "", "round trip added between the load generator and each server, a comma-separated `LIST` of whole ms, e.g. 0,1ms")
 	duration := fs.Duration("duration", 0, "measured window per point (default 3s; 1.5s with --quick)")
 	warmup := fs.Duration("warmup", 0, "unmeasured warmup before each window (default 500ms; 300ms with --quick)")
-	flush := fs.String("flush", "1", "innodb_flush_log_at_trx_commit for the run (0, 1 or 2; restored afterwards), or keep")
+	flush := fs.String("flush", "1", "innodb_flush_log_at_trx_commit for the run: `MODE` 0, 1 or 2 (restored afterwards), or keep")
 	buckets := fs.Int("buckets", 16, "rows per item of the buckets baseline")
 	poolCap := fs.Int64("pool-cap", 1000, "the unit pool's cap (scenarios may set their own)")
-	outDir := fs.String("out", "docs/bench", "directory for bench.json, bench.md and the charts (empty: none)")
+	outDir := fs.String("out", "docs/bench", "the `DIR` for bench.json, bench.md and the charts (empty: none)")
 	keep := fs.Bool("keep", false, "keep the run's database and Redis keys")
 	split := fs.Bool("split", false, "pin MariaDB and Redis to the first half of the CPUs and the bench (load generator and the store or facade) to the rest, as if on separate machines (Linux, servers on this machine)")
 	planOnly := fs.Bool("plan", false, "print the points that would run, and exit")
-	render := fs.String("render", "", "render an earlier run's bench.json again (markdown to stdout, files to --out) instead of running")
+	render := fs.String("render", "", "render an earlier run's bench.json `FILE` again (markdown to stdout, files to --out) instead of running")
 	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() != 0 {
-		fs.Usage()
-		return errUsage
 	}
 	if *render != "" {
 		return renderBench(*render, *outDir, out, errOut)
@@ -59,11 +55,11 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	cs, err := parseInts(*concurrencyList)
 	if err != nil {
-		return fmt.Errorf("--concurrency: %w", err)
+		return usagef("--concurrency: %v", err)
 	}
 	ls, err := parseLatencies(*latencyList)
 	if err != nil {
-		return fmt.Errorf("--latency: %w", err)
+		return usagef("--latency: %v", err)
 	}
 	opts.Sweeps = bench.Narrow(sweeps, splitList(*scenarioList), splitList(*variantList), cs, ls)
 	switch *flush {
@@ -71,7 +67,7 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 	case "0", "1", "2":
 		opts.Flush = *flush
 	default:
-		return fmt.Errorf("--flush must be 0, 1, 2 or keep, got %q", *flush)
+		return oneOf("flush", *flush, "0", "1", "2", "keep")
 	}
 	if *planOnly {
 		for i, p := range bench.Plan(opts.Sweeps) {
@@ -80,7 +76,7 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return nil
 	}
 	if opts.MySQLDSN == "" || opts.RedisAddr == "" {
-		return errors.New(`--mysql-dsn and --redis-addr are required (or eval "$(scripts/services env)")`)
+		return usagef(`--mysql-dsn and --redis-addr are required (or eval "$(scripts/services env)")`)
 	}
 	rep, runErr := bench.Run(ctx, opts)
 	if rep == nil {

@@ -1,16 +1,23 @@
-// Package cli implements reservoir's subcommands. main only wires signals
-// and exit codes; everything here takes its arguments and writers, so each
-// subcommand is testable in-process.
+// Package cli implements reservoir's subcommands. main only calls Run;
+// everything here takes its arguments and writers, so each subcommand is
+// testable in-process.
+//
+// Each command (and each rollout action) owns its flags: a flag it does not
+// define is refused with a suggestion, never ignored; flags may come before
+// or after the positional arguments. Exit status: 0 success, 1 failure, 2
+// bad usage (docs/cli.md).
 package cli
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"sort"
+	"strings"
+	"syscall"
 )
 
 // command is one subcommand.
@@ -29,81 +36,134 @@ var commands = map[string]command{
 	"demo":      {"the one-command tour: three pods, traffic, a shadow rollout, the dashboard", runDemo},
 }
 
-// errUsage means the arguments were wrong; the usage was already printed.
-var errUsage = errors.New("usage")
+// Run is what the binary runs: library logs held back (see
+// CaptureLibraryLogs), Ctrl-C and SIGTERM cancelling the context, and
+// Main's exit status.
+func Run(args []string) int {
+	stderr, release := CaptureLibraryLogs() // first: before anything reads os.Stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Main(ctx, args, os.Stdout, stderr)
+	stop()
+	release()
+	return code
+}
 
-// Main runs the subcommand named by args[0] and returns the exit code:
-// 0 success, 1 failure, 2 bad usage.
+// Main runs the subcommand named by args[0] and returns the exit status:
+// 0 success (help asked for included: it goes to out), 1 failure, 2 bad
+// usage. Every error is printed on errOut, once, prefixed with the command
+// (and the action) it came from; bad usage adds where the help is.
 func Main(ctx context.Context, args []string, out, errOut io.Writer) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		usage(out)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	cmd, ok := commands[args[0]]
-	if !ok {
-		fmt.Fprintf(errOut, "reservoir: unknown command %q\n\n", args[0])
+	if len(args) == 0 {
 		usage(errOut)
 		return 2
 	}
-	if err := cmd.run(ctx, args[1:], out, errOut); err != nil {
-		if errors.Is(err, errUsage) || errors.Is(err, flag.ErrHelp) {
-			return 2
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			return Main(ctx, []string{args[1], "-h"}, out, errOut)
 		}
-		fmt.Fprintf(errOut, "reservoir %s: %v\n", args[0], err)
-		return 1
+		usage(out)
+		return 0
 	}
-	return 0
+	name := args[0]
+	cmd, ok := commands[name]
+	if !ok {
+		if strings.HasPrefix(name, "-") {
+			return report(errOut, "reservoir", usagef("flag %s before the command: flags go after it (reservoir COMMAND [flags])", name))
+		}
+		return report(errOut, "reservoir", usagef("unknown command %q%s", name, didYouMean(name, commandNames())))
+	}
+	return report(errOut, "reservoir "+name, cmd.run(ctx, args[1:], out, errOut))
 }
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: reservoir COMMAND [flags]")
-	fmt.Fprintln(w, "\ncommands:")
+// report prints err on errOut after prefix (and the action the error names,
+// see inAction) and returns the exit status for it.
+func report(errOut io.Writer, prefix string, err error) int {
+	switch {
+	case err == nil, errors.Is(err, errHelp):
+		return 0
+	}
+	var a *actionError
+	if errors.As(err, &a) {
+		prefix += " " + a.action
+	}
+	msg := trimContext(err.Error(), prefix)
+	var u *usageError
+	var uf *unknownFlagError
+	if errors.As(err, &u) || errors.As(err, &uf) || errors.Is(err, errUsage) {
+		fmt.Fprintf(errOut, "%s: %s\nRun '%s -h' for usage.\n", prefix, msg, prefix)
+		return 2
+	}
+	fmt.Fprintf(errOut, "%s: %s\n", prefix, msg)
+	return 1
+}
+
+// trimContext drops the leading "word: " segments of msg that repeat a word
+// of prefix: "reservoir rollout kill" and "rollout: kill: an actor and a
+// reason are required" print as "reservoir rollout kill: an actor and a
+// reason are required". Packages prefix their errors with their name, as Go
+// errors do; the CLI has said it already.
+func trimContext(msg, prefix string) string {
+	words := strings.Fields(prefix)
+	for trimmed := true; trimmed; {
+		trimmed = false
+		for _, w := range words[1:] {
+			if rest, ok := strings.CutPrefix(msg, w+": "); ok {
+				msg, trimmed = rest, true
+			}
+		}
+	}
+	return msg
+}
+
+func commandNames() []string {
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	for _, n := range names {
+	return names
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: reservoir COMMAND [flags]")
+	fmt.Fprintln(w, "\ncommands:")
+	for _, n := range commandNames() {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nRun 'reservoir COMMAND -h' for a command's flags.")
+	fmt.Fprintln(w, "\nRun 'reservoir COMMAND -h' for a command's flags; docs/cli.md has them all.")
 }
 
-// newFlags returns a flag set that prints its usage to errOut and returns
-// errors instead of exiting.
-func newFlags(name, synopsis string, errOut io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(errOut)
-	fs.Usage = func() {
-		fmt.Fprintf(errOut, "usage: reservoir %s\n\nflags:\n", synopsis)
-		fs.PrintDefaults()
+// errUsage is bad usage whose message the command has printed already
+// (Main adds where the help is, and exits 2). Prefer usagef, whose message
+// Main prints.
+var errUsage = errors.New("bad usage")
+
+// usageError is bad usage: the arguments, not the world, are wrong. Main
+// prints it, says where the help is, and exits 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+// usagef returns a usage error (exit status 2).
+func usagef(format string, a ...any) error {
+	return &usageError{fmt.Sprintf(format, a...)}
+}
+
+// actionError carries the action an error came from, so Main's prefix
+// names it ("reservoir rollout kill: ...").
+type actionError struct {
+	action string
+	err    error
+}
+
+func (e *actionError) Error() string { return e.err.Error() }
+func (e *actionError) Unwrap() error { return e.err }
+
+// inAction wraps err (nil stays nil) with the action it came from.
+func inAction(action string, err error) error {
+	if err == nil {
+		return nil
 	}
-	return fs
-}
-
-// parseFlags parses args with fs. A flag fs does not define, or a value it
-// cannot parse, is bad usage (exit code 2): fs has printed the error and
-// the usage already, so Main prints nothing more.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %w", errUsage, err)
-	}
-	return nil
-}
-
-// topologyFlag registers --topology, defaulting to $RESERVOIR_TOPOLOGY.
-func topologyFlag(fs *flag.FlagSet) *string {
-	return fs.String("topology", os.Getenv("RESERVOIR_TOPOLOGY"), "topology file (TOML: pods, their MySQL and Redis, the control database, the flags file) (default $RESERVOIR_TOPOLOGY)")
-}
-
-// dsnFlag registers --dsn, defaulting to $RESERVOIR_DSN.
-func dsnFlag(fs *flag.FlagSet) *string {
-	return fs.String("dsn", os.Getenv("RESERVOIR_DSN"),
-		"MySQL DSN of the ledger database, e.g. root@tcp(127.0.0.1:33306)/reservoir (default $RESERVOIR_DSN)")
+	return &actionError{action, err}
 }

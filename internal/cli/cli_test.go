@@ -26,10 +26,10 @@ func TestUsage(t *testing.T) {
 	if code, _, errOut := run(t, "nope"); code != 2 || !strings.Contains(errOut, `unknown command "nope"`) {
 		t.Errorf("unknown command: code %d, stderr %q", code, errOut)
 	}
-	if code, _, errOut := run(t, "migrate", "sideways"); code != 2 || !strings.Contains(errOut, "up|status") {
+	if code, _, errOut := run(t, "migrate", "sideways"); code != 2 || !strings.Contains(errOut, `unknown action "sideways" (actions: up, status)`) {
 		t.Errorf("bad migrate action: code %d, stderr %q", code, errOut)
 	}
-	if code, _, errOut := run(t, "migrate", "--dsn", "", "up"); code != 1 || !strings.Contains(errOut, "--dsn is required") {
+	if code, _, errOut := run(t, "migrate", "--dsn", "", "up"); code != 2 || !strings.Contains(errOut, "give --dsn DSN or set RESERVOIR_DSN") {
 		t.Errorf("missing dsn: code %d, stderr %q", code, errOut)
 	}
 }

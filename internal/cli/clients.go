@@ -17,31 +17,30 @@ import (
 // and the clients file entry that accepts it (only the token's digest),
 // for the operator to append to the file serve --clients reads.
 func runClients(_ context.Context, args []string, out, errOut io.Writer) error {
-	if len(args) == 0 || args[0] != "new" {
-		fmt.Fprintln(errOut, "usage: reservoir clients new --name NAME --roles checkout[,inventory] [--shops ID,ID...]")
-		return errUsage
-	}
-	fs := newFlags("clients new", "clients new --name NAME --roles checkout[,inventory] [--shops ID,ID...]", errOut)
-	name := fs.String("name", "", "the client's name, for logs (required; letters, digits, '.', '_', '-')")
-	roles := fs.String("roles", "", "comma-separated: checkout (reserve, get, claim, release, availability) and/or inventory (adjust, availability) (required)")
-	shops := fs.String("shops", "", "comma-separated shop ids the client may touch (default: every shop)")
-	appendTo := fs.String("append", "", "append the entry to this clients file (created with mode 0600 if missing) instead of printing it")
-	if err := parseFlags(fs, args[1:]); err != nil {
+	fs := newFlags("clients new", "clients new --name NAME --roles checkout[,inventory] [--shops ID,ID...] [--append FILE]", out)
+	name := fs.String("name", "", "the client's `NAME`, for logs (required; letters, digits, '.', '_', '-')")
+	roles := fs.String("roles", "", "the client's `ROLES`, comma-separated: checkout (reserve, get, claim, release, availability) and/or inventory (adjust, availability) (required)")
+	shops := fs.String("shops", "", "the shops the client may touch, comma-separated `IDS` (default: every shop)")
+	appendTo := fs.String("append", "", "append the entry to this clients `FILE` (created with mode 0600 if missing) instead of printing it")
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 0 {
-		fs.Usage()
-		return errUsage
-	}
-	if *name == "" || *roles == "" {
-		return errors.New("--name and --roles are required")
+	switch {
+	case fs.NArg() == 0:
+		return usagef("no action: give new")
+	case fs.Arg(0) != "new":
+		return unknownAction(fs.Arg(0), []string{"new"})
+	case fs.NArg() > 1:
+		return inAction("new", usagef("unexpected argument %q", fs.Arg(1)))
+	case *name == "" || *roles == "":
+		return inAction("new", usagef("--name and --roles are required"))
 	}
 	var ids []int64
 	if *shops != "" {
 		for _, f := range strings.Split(*shops, ",") {
 			id, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
 			if err != nil || id <= 0 {
-				return fmt.Errorf("--shops: %q is not a positive shop id", f)
+				return inAction("new", usagef("--shops: %q is not a positive shop id", f))
 			}
 			ids = append(ids, id)
 		}

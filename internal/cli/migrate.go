@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -13,19 +14,23 @@ import (
 )
 
 func runMigrate(ctx context.Context, args []string, out, errOut io.Writer) error {
-	fs := newFlags("migrate", "migrate [--dsn DSN] [--tls-ca FILE] [--create] up|status", errOut)
+	fs := newFlags("migrate", "migrate up|status [--dsn DSN] [--tls-ca FILE] [--create]", out)
 	dsn := dsnFlag(fs)
-	caFile := fs.String("tls-ca", "", "verify the server's TLS certificate against this CA (PEM), as the topology's mysql_tls_ca and control_tls_ca do")
+	caFile := fs.String("tls-ca", "", "verify the server's TLS certificate against this CA `FILE` (PEM), as the topology's mysql_tls_ca and control_tls_ca do")
 	create := fs.Bool("create", false, "create the DSN's database first if it does not exist")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 || (fs.Arg(0) != "up" && fs.Arg(0) != "status") {
-		fs.Usage()
-		return errUsage
-	}
-	if *dsn == "" {
-		return fmt.Errorf("--dsn is required (or set RESERVOIR_DSN)")
+	actions := []string{"up", "status"}
+	switch {
+	case fs.NArg() == 0:
+		return usagef("no action: give up or status")
+	case !slices.Contains(actions, fs.Arg(0)):
+		return unknownAction(fs.Arg(0), actions)
+	case fs.NArg() > 1:
+		return usagef("unexpected argument %q", fs.Arg(1))
+	case *dsn == "":
+		return usagef("no database: give --dsn DSN or set RESERVOIR_DSN")
 	}
 	if *caFile != "" {
 		withTLS, err := tlsclient.MySQLDSN(*dsn, *caFile)

@@ -68,11 +68,11 @@ func TestRolloutCommands(t *testing.T) {
 		t.Fatalf("advance: %d %q %q", code, out, errOut)
 	}
 	code, _, errOut = run(t, "rollout", "--topology", topo, "advance")
-	if code != 1 || !strings.Contains(errOut, "min_observations: 0 observations") {
+	if code != 1 || !strings.Contains(errOut, "\n  min_observations                 0 observations on [pod-a], need 1000") {
 		t.Fatalf("advance without data: %d %q", code, errOut)
 	}
 	code, _, errOut = run(t, "rollout", "--topology", topo, "kill", "--scope", "pod:pod-a")
-	if code != 1 || !strings.Contains(errOut, "reason") {
+	if code != 2 || !strings.Contains(errOut, "--reason is required") {
 		t.Fatalf("kill without reason: %d %q", code, errOut)
 	}
 	// The kill switch prints the relay lag at the switch (nothing MySQL
@@ -96,7 +96,7 @@ func TestRolloutCommands(t *testing.T) {
 	}
 	// The decider of each shop comes from its fences: there is no
 	// --authority to give.
-	if code, _, errOut = run(t, "reconcile", "--topology", topo, "--authority", "mysql"); code != 2 || !strings.Contains(errOut, "flag provided but not defined: -authority") {
+	if code, _, errOut = run(t, "reconcile", "--topology", topo, "--authority", "mysql"); code != 2 || !strings.Contains(errOut, "unknown flag --authority") {
 		t.Fatalf("reconcile --authority: %d %q", code, errOut)
 	}
 	// Released without a repair first.

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/seed31b0e981/reservoir/compare"
@@ -26,15 +25,18 @@ func (e *operatorEnv) Close() {
 	_ = e.cell.Close(ctx)
 }
 
-// openOperatorEnv opens a topology's cell for an operator command.
-func openOperatorEnv(ctx context.Context, path string) (*operatorEnv, error) {
+// openOperatorEnv opens a topology's cell for an operator command. log
+// receives the cell's logs (libraryLogger: none without -v).
+func openOperatorEnv(ctx context.Context, path string, log *slog.Logger) (*operatorEnv, error) {
+	if err := requireTopology(path); err != nil {
+		return nil, err
+	}
 	topo, err := topology.Load(path)
 	if err != nil {
 		return nil, err
 	}
 	c, err := cell.Open(ctx, cell.Config{Topology: topo, ReapInterval: -1, NoRelay: true,
-		Compare: compare.Config{CleanupInterval: -1},
-		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		Compare: compare.Config{CleanupInterval: -1}, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,7 @@ import (
 // MySQL decides (what a kill switch over mysql_only asks for), MySQL's
 // shadow where Redis decides.
 func runReconcile(ctx context.Context, args []string, out, errOut io.Writer) error {
-	fs := newFlags("reconcile", "reconcile --topology FILE [--pod NAME] [--shop ID] [--repair] [--checkpoint FILE [--resume]] [--json]", errOut)
+	fs := newFlags("reconcile", "reconcile --topology FILE [--pod NAME] [--shop ID] [--repair] [--checkpoint FILE [--resume]] [--json] [-v]", out)
 	topo := topologyFlag(fs)
 	pod := fs.String("pod", "", "only this pod (default: every pod)")
 	shop := fs.Int64("shop", 0, "only this shop (default: every shop the pod's ledger knows)")
@@ -23,12 +23,9 @@ func runReconcile(ctx context.Context, args []string, out, errOut io.Writer) err
 	checkpoint := fs.String("checkpoint", "", "file recording the last shop finished, per pod (the pod's name is appended)")
 	resume := fs.Bool("resume", false, "start after the checkpoint")
 	asJSON := fs.Bool("json", false, "print the reports as JSON")
+	verbose := verboseFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() != 0 {
-		fs.Usage()
-		return errUsage
 	}
 	if *shop < 0 {
 		return fmt.Errorf("--shop must be a positive id, got %d", *shop)
@@ -36,7 +33,7 @@ func runReconcile(ctx context.Context, args []string, out, errOut io.Writer) err
 	if *resume && *checkpoint == "" {
 		return fmt.Errorf("--resume needs --checkpoint")
 	}
-	env, err := openOperatorEnv(ctx, *topo)
+	env, err := openOperatorEnv(ctx, *topo, libraryLogger(*verbose, errOut))
 	if err != nil {
 		return err
 	}

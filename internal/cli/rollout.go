@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -16,28 +17,499 @@ import (
 	"github.com/seed31b0e981/reservoir/rollout"
 )
 
-const rolloutSynopsis = `rollout --topology FILE [--plan FILE] ACTION [flags]
+// rolloutOptions are the rollout actions' options. Each action registers
+// only the ones it reads (rolloutAction.flags), so another action's flag is
+// refused, never ignored.
+type rolloutOptions struct {
+	topology                          *string
+	verbose                           bool
+	plan, actor, reason, scope, state string
+	from                              string
+	json, dryRun, override, confirm   bool
+	resynced, once                    bool
+	limit                             int
+	interval, since                   time.Duration
+}
 
-actions:
-  init       [--from FILE]                   write the first flags (every shop in redis mode, or a flags
-                                             file's, at its version) where the topology's flags live,
-                                             unless there are some
-  status     [--json]                        the stage in force, each pod's mode, each gate with its numbers
-  advance    [--dry-run] [--override --reason R] [--confirm-mysql-only] [--resynced]
-                                             apply the next stage when the gates pass; refused while a
-                                             kill switch covers its pods (--override: audited), and, for
-                                             a stage leaving mysql_only, until Redis is current
-  kill       --scope S --reason R [--state redis|redis_only] [--resynced] [--dry-run]
-                                             engage the kill switch (S: global, pod:NAME, shop:ID);
-                                             prints the relay lag at the switch (each shop's handoff
-                                             drains it into Redis); over mysql_only it is refused while
-                                             the reconciler finds drift: reconcile --pod NAME --repair
-  release    --scope S --reason R [--dry-run]
-                                             turn it off (nothing to repair first: each shop's handoff
-                                             copies Redis's state into MySQL)
-  history    [--limit N]                     every change: who, when, why
-  auto       [--interval D] [--once]         advance when gates pass; kill the stage's pods when one breaks
-  order-pods [--since D]                     the pods ordered by observed traffic, lowest first`
+// rolloutAction is one action of `reservoir rollout`: its flags and what it
+// does. Every action also takes --topology and -v.
+type rolloutAction struct {
+	name    string
+	args    string // its flags, for the usage line
+	summary string // what it does, for the list of actions and its help
+	flags   func(fs *flag.FlagSet, o *rolloutOptions)
+	// check refuses bad usage before anything is opened.
+	check func(o *rolloutOptions) error
+	run   func(ctx context.Context, r *rolloutRun) error
+}
+
+// rolloutRun is what an action runs with.
+type rolloutRun struct {
+	action      string
+	o           *rolloutOptions
+	env         *operatorEnv
+	out, errOut io.Writer
+}
+
+var rolloutActions = []rolloutAction{
+	{
+		name: "init", args: "[--from FILE]",
+		summary: "write the first flags (every shop in redis mode, or a flags file's, at its version) where the topology's flags live, unless there are some",
+		flags: func(fs *flag.FlagSet, o *rolloutOptions) {
+			fs.StringVar(&o.from, "from", "", "copy this flags `FILE` (its flags and version) instead of writing redis everywhere: moving a fleet from a flags file to the control database")
+		},
+		run: func(_ context.Context, r *rolloutRun) error { return initFlags(r.env, r.o.from, r.out) },
+	},
+	{
+		name: "status", args: "[--plan FILE] [--json]",
+		summary: "the stage in force, each pod's mode and kill switch, each gate with its numbers, the live replicas",
+		flags: func(fs *flag.FlagSet, o *rolloutOptions) {
+			planFlag(fs, o)
+			fs.BoolVar(&o.json, "json", false, "print JSON (snake_case keys; docs/cli.md)")
+		},
+		run: rolloutStatus,
+	},
+	{
+		name: "advance", args: "[--plan FILE] [--dry-run] [--override --reason R] [--confirm-mysql-only] [--resynced] [--actor NAME]",
+		summary: "apply the next stage when the gates pass; refused while a kill switch covers its pods (--override: audited), " +
+			"and, for a stage leaving mysql_only, until Redis is current",
+		flags: func(fs *flag.FlagSet, o *rolloutOptions) {
+			planFlag(fs, o)
+			actorFlag(fs, o)
+			dryRunFlag(fs, o)
+			fs.BoolVar(&o.override, "override", false, "advance although gates fail or a kill switch covers the stage's pods (needs --reason; audited as an override)")
+			fs.StringVar(&o.reason, "reason", "", "why, for the audit: a `REASON` (required with --override)")
+			fs.BoolVar(&o.confirm, "confirm-mysql-only", false, "confirm entering a mysql_only stage (Redis leaves the request path)")
+			fs.BoolVar(&o.resynced, "resynced", false, "a stage leaving mysql_only: skip the checks that Redis holds what MySQL decided (you checked it)")
+		},
+		check: func(o *rolloutOptions) error {
+			if o.override && strings.TrimSpace(o.reason) == "" {
+				return usagef("--override needs --reason (it is audited)")
+			}
+			return nil
+		},
+		run: rolloutAdvance,
+	},
+	{
+		name: "kill", args: "--scope S --reason R [--state redis|redis_only] [--resynced] [--dry-run] [--actor NAME]",
+		summary: "engage the kill switch (S: global, pod:NAME, shop:ID); prints the relay lag at the switch (each shop's handoff drains it into Redis); " +
+			"over mysql_only it is refused while the reconciler finds drift: reconcile --pod NAME --repair",
+		flags: func(fs *flag.FlagSet, o *rolloutOptions) {
+			actorFlag(fs, o)
+			scopeFlag(fs, o)
+			fs.StringVar(&o.reason, "reason", "", "why, in words an on-call engineer understands: a `REASON` (required; kept in the flags and the audit)")
+			fs.StringVar(&o.state, "state", "redis", "the switch's `STATE`: redis (MySQL keeps a shadow, compared) or redis_only (stop touching MySQL's reservation tables)")
+			fs.BoolVar(&o.resynced, "resynced", false, "a scope running mysql_only: skip the check that Redis holds what MySQL decided (you checked it)")
+			dryRunFlag(fs, o)
+		},
+		check: func(o *rolloutOptions) error {
+			if err := requireScopeAndReason(o); err != nil {
+				return err
+			}
+			return oneOf("state", o.state, string(rollout.KillRedis), string(rollout.KillRedisOnly))
+		},
+		run: rolloutKill,
+	},
+	{
+		name: "release", args: "--scope S --reason R [--dry-run] [--actor NAME]",
+		summary: "turn the kill switch off (nothing to repair first: each shop's handoff copies Redis's state into MySQL)",
+		flags: func(fs *flag.FlagSet, o *rolloutOptions) {
+			actorFlag(fs, o)
+			scopeFlag(fs, o)
+			fs.StringVar(&o.reason, "reason", "", "why: a `REASON` (required; kept in the audit)")
+			dryRunFlag(fs, o)
+		},
+		check: requireScopeAndReason,
+		run:   rolloutKill,
+	},
+	{
+		name: "history", args: "[--limit N] [--json]",
+		summary: "every change, newest first: who, when, why",
+		flags: func(fs *flag.FlagSet, o *rolloutOptions) {
+			fs.IntVar(&o.limit, "limit", 50, "how many changes")
+			fs.BoolVar(&o.json, "json", false, "print JSON (snake_case keys; docs/cli.md)")
+		},
+		check: func(o *rolloutOptions) error {
+			if o.limit < 1 {
+				return usagef("--limit must be at least 1, got %d", o.limit)
+			}
+			return nil
+		},
+		run: rolloutHistory,
+	},
+	{
+		name: "auto", args: "[--plan FILE] [--interval D] [--once] [--actor NAME]",
+		summary: "advance when the gates pass; kill the stage's pods when one breaks",
+		flags: func(fs *flag.FlagSet, o *rolloutOptions) {
+			planFlag(fs, o)
+			actorFlag(fs, o)
+			fs.DurationVar(&o.interval, "interval", 15*time.Second, "time between steps")
+			fs.BoolVar(&o.once, "once", false, "one step, then exit")
+		},
+		check: func(o *rolloutOptions) error {
+			if o.interval <= 0 {
+				return usagef("--interval must be positive, got %s", o.interval)
+			}
+			return nil
+		},
+		run: rolloutAuto,
+	},
+	{
+		name: "order-pods", args: "[--since D]",
+		summary: "the pods ordered by observed traffic, lowest first",
+		flags: func(fs *flag.FlagSet, o *rolloutOptions) {
+			fs.DurationVar(&o.since, "since", 24*time.Hour, "how far back to count traffic")
+		},
+		run: func(ctx context.Context, r *rolloutRun) error { return orderPods(ctx, r.env, r.o.since, r.out) },
+	},
+}
+
+func planFlag(fs *flag.FlagSet, o *rolloutOptions) {
+	fs.StringVar(&o.plan, "plan", "", "the rollout plan `FILE` (TOML) (default: the topology's plan_file)")
+}
+
+func actorFlag(fs *flag.FlagSet, o *rolloutOptions) {
+	fs.StringVar(&o.actor, "actor", "", "who is acting, for the audit: a `NAME` (default $USER, else \"cli\")")
+}
+
+func dryRunFlag(fs *flag.FlagSet, o *rolloutOptions) {
+	fs.BoolVar(&o.dryRun, "dry-run", false, "print exactly what would change in the flags, change nothing")
+}
+
+func scopeFlag(fs *flag.FlagSet, o *rolloutOptions) {
+	fs.StringVar(&o.scope, "scope", "", "the `SCOPE`: global, pod:NAME or shop:ID (required)")
+}
+
+func requireScopeAndReason(o *rolloutOptions) error {
+	switch {
+	case o.scope == "":
+		return usagef("--scope is required: global, pod:NAME or shop:ID")
+	case strings.TrimSpace(o.reason) == "":
+		return usagef("--reason is required: why, in words an on-call engineer understands")
+	}
+	if _, err := rollout.ParseScope(o.scope); err != nil {
+		return usagef("--scope: %s", strings.TrimPrefix(err.Error(), "rollout: "))
+	}
+	return nil
+}
+
+// newActionFlags returns a's flag set over o.
+func newActionFlags(a *rolloutAction, o *rolloutOptions, help io.Writer) *flag.FlagSet {
+	fs := newFlags("rollout "+a.name, "", help)
+	o.topology = topologyFlag(fs)
+	fs.BoolVar(&o.verbose, "v", false, verboseUsage)
+	a.flags(fs, o)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "usage: reservoir rollout %s %s [--topology FILE] [-v]\n\n%s\n", a.name, a.args, wrap(a.summary, 76))
+		printFlags(w, fs)
+	}
+	return fs
+}
+
+// rolloutAllFlags is every action's flags in one set: where the action is
+// among the arguments depends on which flags take a value.
+func rolloutAllFlags() *flag.FlagSet {
+	all := flag.NewFlagSet("rollout", flag.ContinueOnError)
+	for i := range rolloutActions {
+		newActionFlags(&rolloutActions[i], &rolloutOptions{}, io.Discard).VisitAll(func(f *flag.Flag) {
+			if all.Lookup(f.Name) == nil {
+				all.Var(f.Value, f.Name, f.Usage)
+			}
+		})
+	}
+	all.Bool("h", false, "help")
+	all.Bool("help", false, "help")
+	return all
+}
+
+// actionsTaking lists the actions that define the flag name.
+func actionsTaking(name string) []string {
+	var out []string
+	for i := range rolloutActions {
+		if newActionFlags(&rolloutActions[i], &rolloutOptions{}, io.Discard).Lookup(name) != nil {
+			out = append(out, rolloutActions[i].name)
+		}
+	}
+	return out
+}
+
+func rolloutUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: reservoir rollout ACTION [flags]   (flags before or after the action)")
+	fmt.Fprintln(w, "\nactions:")
+	for _, a := range rolloutActions {
+		fmt.Fprintf(w, "  %-10s %s\n", a.name, a.args)
+		fmt.Fprintf(w, "             %s\n", strings.ReplaceAll(wrap(a.summary, 64), "\n", "\n             "))
+	}
+	fmt.Fprintln(w, "\nevery action takes:")
+	fmt.Fprintln(w, "  --topology FILE  the topology (default $RESERVOIR_TOPOLOGY)")
+	fmt.Fprintln(w, "  -v               print the libraries' logs on stderr")
+	fmt.Fprintln(w, "\nRun 'reservoir rollout ACTION -h' for an action's flags.")
+}
+
+// wrap breaks s into lines of at most width characters, at spaces.
+func wrap(s string, width int) string {
+	var b strings.Builder
+	n := 0
+	for i, w := range strings.Fields(s) {
+		switch {
+		case i == 0:
+		case n+1+len(w) > width:
+			b.WriteByte('\n')
+			n = 0
+		default:
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
+	return b.String()
+}
+
+func actionNames() []string {
+	names := make([]string, len(rolloutActions))
+	for i, a := range rolloutActions {
+		names[i] = a.name
+	}
+	return names
+}
+
+// runRollout finds the action among the arguments (flags may come before
+// or after it), parses the arguments with that action's flags only, and
+// runs it.
+func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error {
+	all := rolloutAllFlags()
+	flags, pos, err := splitArgs(all, args)
+	if err != nil {
+		// The action's own flags say best what is wrong, when an argument
+		// names one.
+		i := slices.IndexFunc(args, func(a string) bool { return slices.Contains(actionNames(), a) })
+		if i < 0 {
+			return err
+		}
+		pos = []string{args[i]}
+	}
+	if len(pos) == 0 {
+		if slices.ContainsFunc(flags, func(f string) bool { return f == "-h" || f == "--h" || f == "-help" || f == "--help" }) {
+			rolloutUsage(out)
+			return errHelp
+		}
+		return usagef("no action: give one of %s", strings.Join(actionNames(), ", "))
+	}
+	name := pos[0]
+	i := slices.IndexFunc(rolloutActions, func(a rolloutAction) bool { return a.name == name })
+	if i < 0 {
+		return unknownAction(name, actionNames())
+	}
+	a := &rolloutActions[i]
+	o := &rolloutOptions{}
+	fs := newActionFlags(a, o, out)
+	if err := parseArgs(fs, args); err != nil {
+		var uf *unknownFlagError
+		if errors.As(err, &uf) {
+			if others := actionsTaking(uf.name); len(others) > 0 {
+				err = usagef("--%s is not a flag of rollout %s (it is one of %s)", uf.name, name, strings.Join(others, ", "))
+			} else if m := closest(uf.name, flagNames(all)); uf.hint == "" && m != "" {
+				err = usagef("unknown flag --%s (--%s is a flag of %s)", uf.name, m, strings.Join(actionsTaking(m), ", "))
+			}
+		}
+		return inAction(name, err)
+	}
+	if rest := fs.Args()[1:]; len(rest) > 0 {
+		return inAction(name, usagef("unexpected argument %q", rest[0]))
+	}
+	if a.check != nil {
+		if err := a.check(o); err != nil {
+			return inAction(name, err)
+		}
+	}
+	if o.actor == "" {
+		o.actor = defaultActor()
+	}
+	env, err := openOperatorEnv(ctx, *o.topology, libraryLogger(o.verbose, errOut))
+	if err != nil {
+		return inAction(name, err)
+	}
+	defer env.Close()
+	return inAction(name, a.run(ctx, &rolloutRun{action: name, o: o, env: env, out: out, errOut: errOut}))
+}
+
+// controller opens the rollout controller on the cell's control database
+// (opened from the topology with its secrets and TLS settings). withPlan
+// loads the plan (--plan, else the topology's plan_file): status, advance
+// and auto need one (rollout.ErrNoPlan says so); the kill switch and the
+// history work without, so a broken plan file never stands in their way.
+func (r *rolloutRun) controller(withPlan bool) (*rollout.Controller, error) {
+	var plan *rollout.Plan
+	path := cmp.Or(r.o.plan, r.env.topo.PlanFile)
+	if withPlan && path != "" {
+		var err error
+		if plan, err = rollout.LoadPlan(path); err != nil {
+			return nil, err
+		}
+	}
+	return rollout.NewController(rollout.ControllerConfig{DB: r.env.cell.Control, Flags: r.env.cell.FlagStore(), Plan: plan, Pods: r.env.topo.PodNames(),
+		Stats: r.env.cell.Comparer, Reconciler: r.env.cell.Reconciler, Lag: r.env.cell})
+}
+
+func rolloutStatus(ctx context.Context, r *rolloutRun) error {
+	ctl, err := r.controller(true)
+	if err != nil {
+		return err
+	}
+	st, err := ctl.Status(ctx)
+	if err != nil && !errors.Is(err, rollout.ErrNoPlan) {
+		return err
+	}
+	replicas, rerr := rollout.Replicas(ctx, r.env.cell.Control)
+	if rerr != nil {
+		return rerr
+	}
+	if r.o.json {
+		return writeJSON(r.out, newStatusView(st, err, replicas))
+	}
+	if err != nil {
+		fmt.Fprintln(r.out, strings.TrimPrefix(err.Error(), "rollout: "))
+	} else {
+		printStatus(r.out, st)
+	}
+	printReplicas(r.out, replicas)
+	return nil
+}
+
+func rolloutAdvance(ctx context.Context, r *rolloutRun) error {
+	ctl, err := r.controller(true)
+	if err != nil {
+		return err
+	}
+	o := r.o
+	next, err := ctl.Advance(ctx, rollout.AdvanceOptions{Actor: o.actor, Reason: o.reason, Override: o.override, DryRun: o.dryRun,
+		ConfirmMySQLOnly: o.confirm, Resynced: o.resynced, Out: r.out})
+	var gates *rollout.GatesError
+	if errors.As(err, &gates) {
+		return gateRefusal{gates}
+	}
+	if err != nil {
+		return err
+	}
+	if !o.dryRun {
+		fmt.Fprintf(r.out, "applied stage %q: %s on %s\n", next.Name, next.Mode, strings.Join(next.Pods, ", "))
+	}
+	return nil
+}
+
+// gateRefusal prints an advance refused by its gates as a list, one
+// failing gate a line, and what to do next.
+type gateRefusal struct{ *rollout.GatesError }
+
+func (g gateRefusal) Error() string {
+	var b strings.Builder
+	failing := 0
+	for _, r := range g.Gates {
+		if !r.Pass {
+			failing++
+		}
+	}
+	fmt.Fprintf(&b, "refused: the gates of stage %q do not pass (%d of %d fail):\n", g.Stage, failing, len(g.Gates))
+	for _, r := range g.Gates {
+		if r.Pass {
+			continue
+		}
+		why := r.Why
+		if _, class, ok := strings.Cut(r.Gate, ":"); ok {
+			why = strings.TrimPrefix(why, class+": ") // "max_rate:shadow_missing" says the class already
+		}
+		fmt.Fprintf(&b, "  %-32s %s\n", r.Gate, why)
+	}
+	b.WriteString("`reservoir rollout status` shows every gate; `reservoir rollout advance --override --reason R` advances anyway (audited)")
+	return b.String()
+}
+
+func (g gateRefusal) Unwrap() error { return g.GatesError }
+
+func rolloutKill(ctx context.Context, r *rolloutRun) error {
+	o := r.o
+	sc, err := rollout.ParseScope(o.scope) // checked already
+	if err != nil {
+		return usagef("--scope: %v", err)
+	}
+	if sc.Kind == rollout.ScopePod && r.env.cell.Pod(sc.Pod) == nil {
+		// An unknown pod would be written and obeyed by nobody.
+		return usagef("--scope: no pod %q in the topology (pods: %s)", sc.Pod, strings.Join(r.env.topo.PodNames(), ", "))
+	}
+	ctl, err := r.controller(false)
+	if err != nil {
+		return err
+	}
+	ko := rollout.KillOptions{Actor: o.actor, Reason: o.reason, Resynced: o.resynced, DryRun: o.dryRun, Out: r.out}
+	if r.action == "release" {
+		err = ctl.Release(ctx, sc, ko)
+	} else {
+		err = ctl.Kill(ctx, sc, rollout.Kill(o.state), ko)
+	}
+	if err != nil {
+		return err
+	}
+	if !o.dryRun {
+		fmt.Fprintf(r.out, "%s %s: written to the %s\n", r.action, sc, r.env.cell.FlagStore())
+	}
+	return nil
+}
+
+func rolloutHistory(ctx context.Context, r *rolloutRun) error {
+	ctl, err := r.controller(false)
+	if err != nil {
+		return err
+	}
+	hs, err := ctl.History(ctx, r.o.limit)
+	if err != nil {
+		return err
+	}
+	if r.o.json {
+		return writeJSON(r.out, newHistoryView(hs))
+	}
+	for _, h := range hs {
+		fmt.Fprintf(r.out, "%s  %-12s %-8s %-14s stage %-2d %s\n", h.At.Format(time.RFC3339), h.Actor, h.Action, h.Scope, h.Stage, h.Reason)
+	}
+	return nil
+}
+
+func rolloutAuto(ctx context.Context, r *rolloutRun) error {
+	ctl, err := r.controller(true)
+	if err != nil {
+		return err
+	}
+	for {
+		a, err := ctl.AutoStep(ctx, r.o.actor+" (auto)")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(r.out, "%s auto: %s: %s\n", time.Now().UTC().Format(time.RFC3339), a.Did, a.Why)
+		if r.o.once {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(r.o.interval):
+		}
+	}
+}
+
+// writeJSON writes v indented, as every --json output is.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func defaultActor() string {
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	return "cli"
+}
 
 // printReplicas lists the live replicas and the flags version each
 // applied, marking those behind the newest.
@@ -92,162 +564,6 @@ func initFlags(env *operatorEnv, from string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "wrote the first flags to the %s: %s\n", store, what)
 	return nil
-}
-
-func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error {
-	fs := newFlags("rollout", rolloutSynopsis, errOut)
-	topo := topologyFlag(fs)
-	planPath := fs.String("plan", "", "rollout plan (TOML) (default: the topology's plan_file)")
-	actor := fs.String("actor", defaultActor(), "who is acting, for the audit (default $USER)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return errUsage
-	}
-	action, rest := fs.Arg(0), fs.Args()[1:]
-	sub := newFlags("rollout "+action, rolloutSynopsis, errOut)
-	asJSON := sub.Bool("json", false, "status: print JSON")
-	dryRun := sub.Bool("dry-run", false, "print exactly what would change in the flags file, change nothing")
-	override := sub.Bool("override", false, "advance: although gates fail (needs --reason; audited)")
-	reason := sub.String("reason", "", "why (required for kill, release and overrides)")
-	confirm := sub.Bool("confirm-mysql-only", false, "advance: confirm entering a mysql_only stage")
-	scope := sub.String("scope", "", "kill/release: global, pod:NAME or shop:ID")
-	state := sub.String("state", "redis", "kill: redis (MySQL keeps a shadow, compared) or redis_only (stop touching MySQL's reservation tables)")
-	resynced := sub.Bool("resynced", false, "kill, advance: a scope or stage leaving mysql_only: skip the checks that Redis holds what MySQL decided (you checked it)")
-	limit := sub.Int("limit", 50, "history: how many changes")
-	from := sub.String("from", "", "init: copy this flags file (its flags and version) instead of writing redis everywhere: moving a fleet from a flags file to the control database")
-	interval := sub.Duration("interval", 15*time.Second, "auto: time between steps")
-	once := sub.Bool("once", false, "auto: one step, then exit")
-	since := sub.Duration("since", 24*time.Hour, "order-pods: how far back to count traffic")
-	if err := parseFlags(sub, rest); err != nil {
-		return err
-	}
-	env, err := openOperatorEnv(ctx, *topo)
-	if err != nil {
-		return err
-	}
-	defer env.Close()
-	if *planPath == "" {
-		*planPath = env.topo.PlanFile
-	}
-	if action == "order-pods" {
-		return orderPods(ctx, env, *since, out)
-	}
-	if action == "init" {
-		return initFlags(env, *from, out)
-	}
-	// Without a plan the kill switch and the history still work; status,
-	// advance and auto need one (rollout.ErrNoPlan says so).
-	var plan *rollout.Plan
-	if *planPath != "" {
-		if plan, err = rollout.LoadPlan(*planPath); err != nil {
-			return err
-		}
-	}
-	// The cell's control database: opened from the topology with its
-	// secrets and TLS settings (control_tls_ca).
-	ctl, err := rollout.NewController(rollout.ControllerConfig{DB: env.cell.Control, Flags: env.cell.FlagStore(), Plan: plan, Pods: env.topo.PodNames(),
-		Stats: env.cell.Comparer, Reconciler: env.cell.Reconciler, Lag: env.cell})
-	if err != nil {
-		return err
-	}
-	switch action {
-	case "status":
-		st, err := ctl.Status(ctx)
-		if err != nil && !errors.Is(err, rollout.ErrNoPlan) {
-			return err
-		}
-		replicas, rerr := rollout.Replicas(ctx, env.cell.Control)
-		if rerr != nil {
-			return rerr
-		}
-		if *asJSON {
-			enc := json.NewEncoder(out)
-			enc.SetIndent("", "  ")
-			view := struct {
-				rollout.Status
-				Replicas []rollout.Replica `json:"replicas"`
-			}{st, replicas}
-			return enc.Encode(view)
-		}
-		if err != nil {
-			fmt.Fprintln(out, err)
-		} else {
-			printStatus(out, st)
-		}
-		printReplicas(out, replicas)
-		return nil
-	case "advance":
-		next, err := ctl.Advance(ctx, rollout.AdvanceOptions{Actor: *actor, Reason: *reason, Override: *override, DryRun: *dryRun,
-			ConfirmMySQLOnly: *confirm, Resynced: *resynced, Out: out})
-		if err != nil {
-			return err
-		}
-		if !*dryRun {
-			fmt.Fprintf(out, "applied stage %q: %s on %s\n", next.Name, next.Mode, strings.Join(next.Pods, ", "))
-		}
-		return nil
-	case "kill", "release":
-		sc, err := rollout.ParseScope(*scope)
-		if err != nil {
-			return fmt.Errorf("--scope: %w", err)
-		}
-		if sc.Kind == rollout.ScopePod && env.cell.Pod(sc.Pod) == nil {
-			// An unknown pod would be written and obeyed by nobody.
-			fmt.Fprintf(errOut, "reservoir rollout: --scope: no pod %q in the topology (pods: %s)\n", sc.Pod, strings.Join(env.topo.PodNames(), ", "))
-			return errUsage
-		}
-		o := rollout.KillOptions{Actor: *actor, Reason: *reason, Resynced: *resynced, DryRun: *dryRun, Out: out}
-		if action == "release" {
-			err = ctl.Release(ctx, sc, o)
-		} else {
-			err = ctl.Kill(ctx, sc, rollout.Kill(*state), o)
-		}
-		if err != nil {
-			return err
-		}
-		if !*dryRun {
-			fmt.Fprintf(out, "%s %s: written to the %s\n", action, sc, env.cell.FlagStore())
-		}
-		return nil
-	case "history":
-		hs, err := ctl.History(ctx, *limit)
-		if err != nil {
-			return err
-		}
-		for _, h := range hs {
-			fmt.Fprintf(out, "%s  %-12s %-8s %-14s stage %-2d %s\n", h.At.Format(time.RFC3339), h.Actor, h.Action, h.Scope, h.Stage, h.Reason)
-		}
-		return nil
-	case "auto":
-		for {
-			a, err := ctl.AutoStep(ctx, *actor+" (auto)")
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "%s auto: %s: %s\n", time.Now().UTC().Format(time.RFC3339), a.Did, a.Why)
-			if *once {
-				return nil
-			}
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(*interval):
-			}
-		}
-	default:
-		fs.Usage()
-		return errUsage
-	}
-}
-
-func defaultActor() string {
-	if u := os.Getenv("USER"); u != "" {
-		return u
-	}
-	return "cli"
 }
 
 func printStatus(w io.Writer, st rollout.Status) {

@@ -22,7 +22,7 @@ import (
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
+		return nil, usagef("--log-level must be debug, info, warn or error, got %q", level)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
 	switch format {
@@ -31,7 +31,7 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("--log-format must be json or text, got %q", format)
+	return nil, oneOf("log-format", format, "json", "text")
 }
 
 // adminToken reads the admin token: --admin-token-file, else
@@ -76,30 +76,30 @@ func loadClients(file string, noAuth bool) (*server.Clients, error) {
 }
 
 func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
-	fs := newFlags("serve", "serve [--topology FILE] [--addr HOST:PORT] [--admin-addr HOST:PORT] [--clients FILE] [--admin-token-file FILE] [flags]", errOut)
-	topoPath := fs.String("topology", os.Getenv("RESERVOIR_TOPOLOGY"), "topology file (default $RESERVOIR_TOPOLOGY)")
-	addr := fs.String("addr", "127.0.0.1:8080", "the checkout API's listen address (/v1)")
-	adminAddr := fs.String("admin-addr", "127.0.0.1:8081", "the admin listener's address: admin API, dashboard, /metrics, /healthz, /readyz")
-	clientsFile := fs.String("clients", os.Getenv("RESERVOIR_CLIENTS_FILE"), "the checkout API's clients file (default $RESERVOIR_CLIENTS_FILE, else the file's content in $RESERVOIR_CLIENTS); make entries with `reservoir clients new`")
+	fs := newFlags("serve", "serve [--topology FILE] [--addr HOST:PORT] [--admin-addr HOST:PORT] [--clients FILE] [--admin-token-file FILE] [flags]", out)
+	topoPath := topologyFlag(fs)
+	addr := fs.String("addr", "127.0.0.1:8080", "the checkout API's listen address, `HOST:PORT` (/v1)")
+	adminAddr := fs.String("admin-addr", "127.0.0.1:8081", "the admin listener's address, `HOST:PORT`: admin API, dashboard, /metrics, /healthz, /readyz")
+	clientsFile := envString(fs, "clients", "RESERVOIR_CLIENTS_FILE", "the checkout API's clients `FILE` (else the file's content in $RESERVOIR_CLIENTS); make entries with reservoir clients new")
 	noAuth := fs.Bool("insecure-no-auth", false, "serve the checkout API to anyone who reaches it, without client tokens (development only)")
-	tokenFile := fs.String("admin-token-file", "", "file holding the admin API's bearer token (default $RESERVOIR_ADMIN_TOKEN; none: admin API disabled)")
+	tokenFile := fs.String("admin-token-file", "", "`FILE` holding the admin API's bearer token (default $RESERVOIR_ADMIN_TOKEN; none: admin API disabled)")
 	shutdown := fs.Duration("shutdown-timeout", 15*time.Second, "on SIGTERM/Ctrl-C, how long requests in flight may take to finish")
 	drain := fs.Duration("drain-timeout", 10*time.Second, "then, how long shadow calls and the comparer's last flush may take")
-	logFormat := fs.String("log-format", "json", "log format: json or text")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logFormat := fs.String("log-format", "json", "log `FORMAT`: json or text")
+	logLevel := fs.String("log-level", "info", "log `LEVEL`: debug, info, warn or error")
+	verbose := verboseFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 0 {
-		fs.Usage()
-		return errUsage
-	}
-	if *topoPath == "" {
-		return errors.New("--topology is required (or set RESERVOIR_TOPOLOGY)")
+	if err := requireTopology(*topoPath); err != nil {
+		return err
 	}
 	log, err := newLogger(errOut, *logFormat, *logLevel)
 	if err != nil {
 		return err
+	}
+	if *verbose {
+		showLibraryLogs(errOut) // the server's own log is --log-level's
 	}
 	token, err := adminToken(*tokenFile)
 	if err != nil {

@@ -1,0 +1,194 @@
+package cli
+
+import (
+	"strings"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// The JSON the CLI prints (rollout status --json, rollout history --json)
+// has one naming style, written down in docs/cli.md:
+//
+//   - keys are snake_case;
+//   - a duration is an integer number of nanoseconds, its key ending in _ns;
+//   - a time is RFC 3339 in UTC, and a time not known is left out;
+//   - a rate is a fraction (0.001 is 0.1%);
+//   - a list is [] when empty, never null;
+//   - modes, kill switch states and gate names are the strings the flags
+//     and the plan use.
+//
+// The rollout package's types are mapped to the views below rather than
+// encoded as they are: some carry no json tags (Stage, Gates, KillSwitch,
+// Decision encode as "Name", "MinObservations", ...), and the admin API's
+// dashboard reads those encodings today, so they cannot simply change.
+
+type statusView struct {
+	Stage     int        `json:"stage"`
+	StageName string     `json:"stage_name"`
+	Since     *time.Time `json:"since,omitempty"`
+	// Next is null when the plan is complete, or when there is no plan
+	// (Error says so).
+	Next         *stageView    `json:"next"`
+	FlagsVersion int64         `json:"flags_version"`
+	FlagsInvalid string        `json:"flags_invalid,omitempty"`
+	Pods         []podView     `json:"pods"`
+	Evidence     evidenceView  `json:"evidence"`
+	Gates        []gateView    `json:"gates"`
+	Ready        bool          `json:"ready"`
+	Replicas     []replicaView `json:"replicas"`
+	// Error says why the status is partial (no plan configured).
+	Error string `json:"error,omitempty"`
+}
+
+type stageView struct {
+	Name    string    `json:"name"`
+	Mode    string    `json:"mode"`
+	Pods    []string  `json:"pods"`
+	Percent int       `json:"percent"`
+	Gates   gatesView `json:"gates"`
+}
+
+type gatesView struct {
+	MinObservations    int64              `json:"min_observations"`
+	MinDurationNS      int64              `json:"min_duration_ns"`
+	MaxRates           map[string]float64 `json:"max_rates"`
+	MaxShadowErrorRate float64            `json:"max_shadow_error_rate"`
+	MaxLatencyRatio    float64            `json:"max_latency_ratio"`
+}
+
+type podView struct {
+	Pod string `json:"pod"`
+	// Mode is "" when the pod follows the global mode.
+	Mode      string       `json:"mode"`
+	Ramp      *rampView    `json:"ramp,omitempty"`
+	Kill      killView     `json:"kill"`
+	Effective decisionView `json:"effective"`
+}
+
+type rampView struct {
+	Mode    string `json:"mode"`
+	Percent int    `json:"percent"`
+}
+
+type killView struct {
+	// State is "" when the switch is off.
+	State  string     `json:"state"`
+	Reason string     `json:"reason,omitempty"`
+	Actor  string     `json:"actor,omitempty"`
+	Since  *time.Time `json:"since,omitempty"`
+}
+
+type decisionView struct {
+	Mode    string `json:"mode"`
+	Kill    string `json:"kill"`
+	Version int64  `json:"version"`
+}
+
+type evidenceView struct {
+	Pods            []string         `json:"pods"`
+	Since           *time.Time       `json:"since,omitempty"`
+	Observations    int64            `json:"observations"`
+	Classes         map[string]int64 `json:"classes"`
+	ShadowFaults    int64            `json:"shadow_faults"`
+	AuthorityMeanNS int64            `json:"authority_mean_ns"`
+	ShadowMeanNS    int64            `json:"shadow_mean_ns"`
+}
+
+type gateView struct {
+	Gate string `json:"gate"`
+	Pass bool   `json:"pass"`
+	// Value and Limit are in the gate's unit: a count for
+	// min_observations, seconds for min_duration, a fraction for the rates,
+	// a ratio for max_latency_ratio.
+	Value    float64 `json:"value"`
+	Limit    float64 `json:"limit"`
+	Why      string  `json:"why"`
+	Breaking bool    `json:"breaking"`
+}
+
+type replicaView struct {
+	ID             string     `json:"id"`
+	Pods           []string   `json:"pods"`
+	AppliedVersion int64      `json:"applied_version"`
+	AppliedAt      *time.Time `json:"applied_at,omitempty"`
+	SeenAgoNS      int64      `json:"seen_ago_ns"`
+}
+
+type auditView struct {
+	ID     int64     `json:"id"`
+	At     time.Time `json:"at"`
+	Actor  string    `json:"actor"`
+	Action string    `json:"action"`
+	Scope  string    `json:"scope"`
+	Reason string    `json:"reason"`
+	Stage  int       `json:"stage"`
+	// Before and After are the flags documents around the change.
+	Before string `json:"before"`
+	After  string `json:"after"`
+}
+
+// newStatusView maps a status (and the error that made it partial, and
+// the live replicas) to its JSON.
+func newStatusView(st rollout.Status, err error, replicas []rollout.Replica) statusView {
+	v := statusView{Stage: st.Stage, StageName: st.StageName, Since: timeOrNil(st.Since), FlagsVersion: st.FlagsVersion,
+		FlagsInvalid: st.FlagsInvalid, Pods: []podView{}, Gates: []gateView{}, Ready: st.Ready, Replicas: []replicaView{},
+		Evidence: evidenceView{Pods: orEmpty(st.Evidence.Pods), Since: timeOrNil(st.Evidence.Since), Observations: st.Evidence.Observations,
+			Classes: map[string]int64{}, ShadowFaults: st.Evidence.ShadowFaults,
+			AuthorityMeanNS: int64(st.Evidence.AuthorityMean), ShadowMeanNS: int64(st.Evidence.ShadowMean)}}
+	if err != nil {
+		v.Error = strings.TrimPrefix(err.Error(), "rollout: ")
+	}
+	if n := st.Next; n != nil {
+		g := gatesView{MinObservations: n.Gates.MinObservations, MinDurationNS: int64(n.Gates.MinDuration.Duration),
+			MaxRates: map[string]float64{}, MaxShadowErrorRate: n.Gates.MaxShadowErrorRate, MaxLatencyRatio: n.Gates.MaxLatencyRatio}
+		for c, r := range n.Gates.MaxRates {
+			g.MaxRates[string(c)] = r
+		}
+		v.Next = &stageView{Name: n.Name, Mode: string(n.Mode), Pods: orEmpty(n.Pods), Percent: n.Percent, Gates: g}
+	}
+	for _, p := range st.Pods {
+		pv := podView{Pod: p.Pod, Mode: string(p.Mode),
+			Kill:      killView{State: string(p.Kill.State), Reason: p.Kill.Reason, Actor: p.Kill.Actor, Since: timeOrNil(p.Kill.Since)},
+			Effective: decisionView{Mode: string(p.Effective.Mode), Kill: string(p.Effective.Kill), Version: p.Effective.Version}}
+		if p.Ramp != nil {
+			pv.Ramp = &rampView{Mode: string(p.Ramp.Mode), Percent: p.Ramp.Percent}
+		}
+		v.Pods = append(v.Pods, pv)
+	}
+	for c, n := range st.Evidence.Classes {
+		v.Evidence.Classes[string(c)] = n
+	}
+	for _, g := range st.Gates {
+		v.Gates = append(v.Gates, gateView{Gate: g.Gate, Pass: g.Pass, Value: g.Value, Limit: g.Limit, Why: g.Why, Breaking: g.Breaking})
+	}
+	for _, r := range replicas {
+		v.Replicas = append(v.Replicas, replicaView{ID: r.ID, Pods: orEmpty(r.Pods), AppliedVersion: r.AppliedVersion,
+			AppliedAt: timeOrNil(r.AppliedAt), SeenAgoNS: int64(r.SeenAgo)})
+	}
+	return v
+}
+
+func newHistoryView(hs []rollout.AuditEntry) []auditView {
+	out := []auditView{}
+	for _, h := range hs {
+		out = append(out, auditView{ID: h.ID, At: h.At.UTC(), Actor: h.Actor, Action: h.Action, Scope: h.Scope, Reason: h.Reason,
+			Stage: h.Stage, Before: h.Before, After: h.After})
+	}
+	return out
+}
+
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
