@@ -26,6 +26,7 @@ type Comparer struct {
 
 	statsMu     sync.Mutex
 	pending     map[statKey]*statVal // increments since the last flush
+	served      map[trafficKey]int64 // Served's increments since the last flush
 	unacked     []statBatch          // flushed batches not yet known to be written, oldest first
 	unackedRows int                  // keys in unacked, counted against MaxPendingStats
 	flushMu     sync.Mutex           // one stats flush at a time
@@ -60,6 +61,7 @@ func New(cfg Config) (*Comparer, error) {
 		logBucket:   newBucket(cfg.LogRate, cfg.LogBurst),
 		diffs:       make(chan diffItem, cfg.DiffQueue),
 		pending:     make(map[statKey]*statVal),
+		served:      make(map[trafficKey]int64),
 		stop:        make(chan struct{}),
 		ctx:         ctx,
 		cancel:      cancel,

@@ -13,7 +13,7 @@ import (
 // Config configures a Comparer. New applies WithDefaults, then Validate.
 type Config struct {
 	// DB holds the compare_diffs and compare_stats tables (migration
-	// 00002). Required. Open it with mysqlstore.Open (UTC times). New does
+	// 00002) and compare_traffic (00008). Required. Open it with mysqlstore.Open (UTC times). New does
 	// not touch it: a Comparer on an unreachable database still classifies
 	// and counts, and drops what it cannot write.
 	DB *sql.DB

@@ -225,10 +225,13 @@ type Cleaned struct {
 	// Stats is the number of stats rows deleted (windows that started
 	// before StatsRetention).
 	Stats int64
+	// Traffic is the number of traffic rows deleted (windows that
+	// started before StatsRetention).
+	Traffic int64
 }
 
-// Cleanup deletes diff records older than Config.Retention and stats
-// windows (and the flush ids that guard them) older than
+// Cleanup deletes diff records older than Config.Retention and stats and
+// traffic windows (and the flush ids that guard them) older than
 // Config.StatsRetention, CleanupBatch rows per statement
 // until none is left. The comparer runs it every CleanupInterval; several
 // replicas may run it at once.
@@ -241,6 +244,10 @@ func (c *Comparer) Cleanup(ctx context.Context) (Cleaned, error) {
 		return res, err
 	}
 	res.Stats, err = c.deleteBatches(ctx, "compare_stats", sqlStatsCleanup, now.Add(-c.cfg.StatsRetention))
+	if err != nil {
+		return res, err
+	}
+	res.Traffic, err = c.deleteBatches(ctx, "compare_traffic", sqlTrafficCleanup, now.Add(-c.cfg.StatsRetention))
 	if err != nil {
 		return res, err
 	}

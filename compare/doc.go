@@ -13,7 +13,10 @@
 //     records written at a capped rate (a token bucket per class) by one
 //     background writer from a bounded queue, and stats increments flushed
 //     every FlushInterval and summed across replicas by the database.
-//   - Retention of both tables.
+//   - The table compare_traffic (migration 00008): every call a facade
+//     took, per pod, window, mode and operation, compared or not (Served,
+//     Traffic), flushed with the stats: which pods are busy, in every mode.
+//   - Retention of these tables.
 //
 // # What it must never do
 //

@@ -65,6 +65,24 @@ const (
   WHERE window_start < ? ORDER BY window_start, pod, mode, op, class LIMIT ?`
 )
 
+// Traffic (traffic.go): increments, like the stats, in the same flush.
+const (
+	sqlTrafficUpsertPrefix = `/*caller='compare_flush'*/ INSERT INTO compare_traffic (pod, window_start, mode, op, n) VALUES `
+	sqlTrafficUpsertRow    = `(?,?,?,?,?)`
+	sqlTrafficUpsertSuffix = ` ON DUPLICATE KEY UPDATE n = n + VALUES(n)`
+
+	// On idx_compare_traffic_retention (window_start).
+	sqlTraffic = `/*caller='compare_traffic'*/ SELECT pod, mode, SUM(n) FROM compare_traffic
+  WHERE window_start >= ? GROUP BY pod, mode`
+
+	sqlTrafficCleanup = `/*caller='compare_cleanup'*/ DELETE FROM compare_traffic
+  WHERE window_start < ? ORDER BY window_start, pod, mode, op LIMIT ?`
+)
+
+func trafficUpsertQuery(rows int) string {
+	return sqlTrafficUpsertPrefix + repeatJoin(sqlTrafficUpsertRow, ",", rows) + sqlTrafficUpsertSuffix
+}
+
 // Oldest first, in batches, on idx_compare_flushes_retention.
 const sqlFlushCleanup = `/*caller='compare_cleanup'*/ DELETE FROM compare_flushes
   WHERE flushed_at < ? ORDER BY flushed_at, flush_id LIMIT ?`

@@ -72,7 +72,7 @@ func (c *Comparer) count(o Observation, class Class, at time.Time) {
 	defer c.statsMu.Unlock()
 	v := c.pending[k]
 	if v == nil {
-		if len(c.pending)+c.unackedRows >= c.cfg.MaxPendingStats {
+		if len(c.pending)+len(c.served)+c.unackedRows >= c.cfg.MaxPendingStats {
 			c.m.statsDropped.Inc()
 			return
 		}
@@ -92,7 +92,13 @@ type statBatch struct {
 	id   []byte
 	keys []statKey // sorted in primary-key order
 	vals map[statKey]*statVal
+	// traffic are the Served counts, keys sorted in primary-key order.
+	traffic     []trafficKey
+	trafficVals map[trafficKey]int64
 }
+
+// rows is the batch's rows, counted against MaxPendingStats.
+func (b statBatch) rows() int { return len(b.keys) + len(b.traffic) }
 
 // flushStats turns the pending increments into a batch and writes every
 // batch not yet acknowledged, oldest first.
@@ -107,13 +113,16 @@ func (c *Comparer) flushStats(ctx context.Context) error {
 	c.flushMu.Lock()
 	defer c.flushMu.Unlock()
 	c.statsMu.Lock()
-	if len(c.pending) > 0 {
-		p := c.pending
+	if len(c.pending) > 0 || len(c.served) > 0 {
+		p, t := c.pending, c.served
 		c.pending = make(map[statKey]*statVal, len(p))
+		c.served = make(map[trafficKey]int64, len(t))
 		id := make([]byte, 16)
 		_, _ = rand.Read(id)
-		c.unacked = append(c.unacked, statBatch{id: id, keys: slices.SortedFunc(maps.Keys(p), statKey.compare), vals: p})
-		c.unackedRows += len(p)
+		b := statBatch{id: id, keys: slices.SortedFunc(maps.Keys(p), statKey.compare), vals: p,
+			traffic: slices.SortedFunc(maps.Keys(t), trafficKey.compare), trafficVals: t}
+		c.unacked = append(c.unacked, b)
+		c.unackedRows += b.rows()
 	}
 	batches := slices.Clone(c.unacked)
 	c.statsMu.Unlock()
@@ -138,7 +147,7 @@ func (c *Comparer) ack(n int) {
 	c.statsMu.Lock()
 	defer c.statsMu.Unlock()
 	for _, b := range c.unacked[:n] {
-		c.unackedRows -= len(b.keys)
+		c.unackedRows -= b.rows()
 	}
 	c.unacked = slices.Delete(c.unacked, 0, n)
 }
@@ -169,6 +178,16 @@ func (c *Comparer) writeBatchTx(ctx context.Context, b statBatch) error {
 				v.authority.n, v.authority.sumUs, v.authority.maxUs, v.shadow.n, v.shadow.sumUs, v.shadow.maxUs)
 		}
 		if _, err := tx.ExecContext(ctx, statsUpsertQuery(len(chunk)), args...); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < len(b.traffic); i += statsChunk {
+		chunk := b.traffic[i:min(i+statsChunk, len(b.traffic))]
+		args := make([]any, 0, len(chunk)*5)
+		for _, k := range chunk {
+			args = append(args, k.pod, time.Unix(k.window, 0).UTC(), k.mode, k.op, b.trafficVals[k])
+		}
+		if _, err := tx.ExecContext(ctx, trafficUpsertQuery(len(chunk)), args...); err != nil {
 			return err
 		}
 	}

@@ -49,6 +49,14 @@ type Observer interface {
 	Observe(o compare.Observation)
 }
 
+// TrafficCounter counts every call a facade takes, in every mode: the
+// Observer sees only the compared ones, and nothing is compared in redis
+// or mysql_only mode. *compare.Comparer implements it. Served must not
+// block for long.
+type TrafficCounter interface {
+	Served(pod, mode string, op compare.Op)
+}
+
 // Mirror moves a shop's decisions between the stores and keeps Redis
 // following MySQL. *mirror.Mirror implements it.
 type Mirror interface {
@@ -91,6 +99,11 @@ type Config struct {
 	Mirror Mirror
 	// Observer receives the observations. Default: none (not compared).
 	Observer Observer
+	// Traffic counts the reserves, claims, releases and adjusts the facade
+	// takes (those whose flags it could read), in every mode, with the
+	// effective mode: the pod's traffic (`reservoir rollout order-pods`).
+	// Default: none.
+	Traffic TrafficCounter
 	// ShadowTimeout is a shadow call's own deadline. Default: 250ms.
 	ShadowTimeout time.Duration
 	// ShadowSlots bounds concurrent shadow calls; beyond it shadow calls are
@@ -207,6 +220,13 @@ func (f *Facade) decide(ctx context.Context, shop int64) (rollout.Decision, roll
 		return rollout.Decision{}, rollout.Route{}, fmt.Errorf("%w: %w", ErrFlagsUnavailable, err)
 	}
 	return d, d.Route(), nil
+}
+
+// served counts a call the facade took, with its effective mode.
+func (f *Facade) served(plan rollout.Route, op compare.Op) {
+	if f.cfg.Traffic != nil {
+		f.cfg.Traffic.Served(f.cfg.Pod, f.modeLabel(plan), op)
+	}
 }
 
 // warn logs at most once a second.

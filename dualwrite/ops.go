@@ -115,6 +115,7 @@ func (f *Facade) Reserve(ctx context.Context, p *reservation.ReserveParams) (res
 	if err != nil {
 		return reservation.ReserveResult{}, err
 	}
+	f.served(plan, compare.OpReserve)
 	q := *p
 	q.As, q.Authority = reservation.AsAuthority, ""
 	// The shadow runs after Reserve may have returned: it gets a copy of
@@ -219,6 +220,7 @@ func (f *Facade) Claim(ctx context.Context, p *reservation.ClaimParams) (reserva
 	if err != nil {
 		return reservation.ClaimResult{}, err
 	}
+	f.served(plan, compare.OpClaim)
 	q := reservation.ClaimParams{Shop: p.Shop, Token: p.Token, As: reservation.AsAuthority}
 	sq := reservation.ClaimParams{Shop: p.Shop, Token: p.Token, As: reservation.AsShadow}
 	c := f.compared(ctx, followsOnly(plan), compare.OpClaim, p.Shop, p.Token,
@@ -246,6 +248,7 @@ func (f *Facade) Release(ctx context.Context, p *reservation.ReleaseParams) (res
 	if err != nil {
 		return reservation.ReleaseResult{}, err
 	}
+	f.served(plan, compare.OpRelease)
 	q := reservation.ReleaseParams{Shop: p.Shop, Token: p.Token, As: reservation.AsAuthority}
 	sq := reservation.ReleaseParams{Shop: p.Shop, Token: p.Token, As: reservation.AsShadow}
 	c := f.compared(ctx, followsOnly(plan), compare.OpRelease, p.Shop, p.Token,
@@ -278,6 +281,7 @@ func (f *Facade) Adjust(ctx context.Context, p *reservation.AdjustParams) (reser
 	if err != nil {
 		return reservation.AdjustResult{}, err
 	}
+	f.served(plan, compare.OpAdjust)
 	q := *p
 	q.As = reservation.AsAuthority
 	res, err := f.store(plan.Authority).Adjust(ctx, &q)

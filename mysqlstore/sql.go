@@ -422,6 +422,15 @@ const (
 	sqlCopyPending = `/*caller='handoff'*/ SELECT id, kind FROM reservation_outbox WHERE shop_id = ?`
 )
 
+// Holding a shop still for reconciliation's look (FreezeShop): its fence
+// rows for update (every transaction that decides for the shop takes one
+// in share mode), its ledger rows in share mode (adjusts and deducts take
+// them for update).
+const (
+	sqlFreezeFence  = `/*caller='reconcile'*/ SELECT slot FROM reservation_fences WHERE shop_id = ? FOR UPDATE`
+	sqlFreezeLedger = `/*caller='reconcile'*/ SELECT inventory_item_id FROM inventory_ledger WHERE shop_id = ? LOCK IN SHARE MODE`
+)
+
 // Leases: GET_LOCK names are server-wide, so the database's name scopes
 // them (pods may share a server).
 const (

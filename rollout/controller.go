@@ -348,12 +348,20 @@ func killedPods(st Status, pods []string) []string {
 	return out
 }
 
+// relayBehind is how old the oldest change pending for Redis may be when a
+// stage leaves mysql_only. Under traffic the feed is never empty: a relay
+// that keeps up delivers each change within milliseconds (and the
+// reconciler delivers a shop's pending changes itself before it looks);
+// an older one means the relay is stuck or far behind.
+const relayBehind = 500 * time.Millisecond
+
 // checkLeavingMySQLOnly refuses a stage that hands a pod running
 // mysql_only back to Redis (as decider, or as the store compared) unless
-// Redis is current: its relay lag is zero and the reconciler finds no
-// drift, or resynced says an operator checked it. In mysql_only Redis
-// follows MySQL only through the relay; a Redis that lost its data (a
-// flush, a failover) would decide from a hole.
+// Redis is current: its relay keeps up (no pending change older than
+// relayBehind) and the reconciler finds no drift, or resynced says an
+// operator checked it. In mysql_only Redis follows MySQL only through the
+// relay; a Redis that lost its data (a flush, a failover) would decide
+// from a hole.
 func (c *Controller) checkLeavingMySQLOnly(ctx context.Context, st Status, next Stage, resynced bool) error {
 	if next.Mode == ModeMySQLOnly || resynced {
 		return nil
@@ -370,8 +378,8 @@ func (c *Controller) checkLeavingMySQLOnly(ctx context.Context, st Status, next 
 		if err != nil {
 			return fmt.Errorf("%w: advance: pod %s: read its relay lag: %w", ErrRedisNotCurrent, p.Pod, err)
 		}
-		if n > 0 {
-			return fmt.Errorf("%w: advance: pod %s's relay has %d change(s) for Redis pending (oldest %s): wait for it to drain, then advance",
+		if n > 0 && oldest >= relayBehind {
+			return fmt.Errorf("%w: advance: pod %s's relay is behind: %d change(s) for Redis pending, the oldest %s old: wait for it to catch up, then advance",
 				ErrRedisNotCurrent, p.Pod, n, oldest.Round(time.Millisecond))
 		}
 		clean, summary, err := c.cfg.Reconciler.Clean(ctx, p.Pod)

@@ -146,10 +146,12 @@ type Cell struct {
 	Control *sql.DB
 	// Flags is the one flag source every facade asks.
 	Flags *rollout.FlagSource
-	// Comparer receives every facade's observations.
+	// Comparer receives every facade's observations, and counts every
+	// call each facade takes (its traffic, in every mode).
 	Comparer *compare.Comparer
 	// Reconciler compares each pod's two stores (reconcile.Reconciler,
-	// the decider of each shop from its fences). It implements
+	// the decider of each shop from its fences; the flags tell it which
+	// shops are in redis mode, where MySQL is not written). It implements
 	// rollout.Reconciler for the controller.
 	Reconciler *reconcile.Reconciler
 
@@ -225,6 +227,7 @@ func Open(ctx context.Context, cfg Config) (_ *Cell, err error) {
 		rp[i] = reconcile.Pod{Name: p.Name, MySQL: p.MySQL, Redis: p.Redis, Mirror: p.Mirror}
 	}
 	c.Reconciler = reconcile.New(rp)
+	c.Reconciler.Modes = c.Flags // a shop in redis mode: MySQL is not written, not compared
 	if cfg.ReapInterval > 0 {
 		c.reaper = startReaper(c, cfg.ReapInterval)
 	}
@@ -335,6 +338,7 @@ func (c *Cell) openPod(tp topology.Pod, clients map[string]redis.UniversalClient
 		Modes:         c.Flags,
 		Mirror:        mr,
 		Observer:      c.Comparer,
+		Traffic:       c.Comparer,
 		ShadowTimeout: c.cfg.ShadowTimeout,
 		ShadowSlots:   c.cfg.ShadowSlots,
 		Registerer:    c.cfg.Registerer, // the facade labels its metrics with the pod itself
@@ -425,7 +429,7 @@ func (c *Cell) Reconcile(ctx context.Context, pod string) (DriftReport, error) {
 	if err != nil {
 		return DriftReport{}, err
 	}
-	return DriftReport{Clean: rep.Drift() == 0, Summary: rep.Summary(), Report: rep}, nil
+	return DriftReport{Clean: rep.Left == 0, Summary: rep.Summary(), Report: rep}, nil
 }
 
 // Close stops the reaper and the relays, waits (within ctx) for every

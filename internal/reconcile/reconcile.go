@@ -4,10 +4,17 @@
 // (its fence; docs/ownership.md) is the truth: where MySQL decides, Redis
 // must hold exactly what MySQL holds and its quantities must follow the
 // ledger; where Redis decides, MySQL's shadow holds are only compared
-// (noted, not drift: a handoff to MySQL copies Redis's state in). Changes
-// still in MySQL's change feed are not drift either: the relay is on its
-// way with them. Asked to, it repairs the side that does not decide, never
-// the decider. It is resumable per shop and prints progress on long runs.
+// (notes, not drift: a handoff to MySQL copies Redis's state in), and in
+// redis mode, where MySQL is not written, not compared at all.
+//
+// Each look holds the shop still in MySQL for a few milliseconds
+// (mysqlstore.Store.FreezeShop) and delivers the changes already in the
+// feed first, so under live traffic it compares two stores that do not
+// move: what it finds is there. Notes (an empty pool, a shadow that
+// differs) are kept apart from drift and never make a pod unclean. Asked
+// to, it repairs the side that does not decide, never the decider, and
+// looks again to say what the repair fixed. It is resumable per shop and
+// prints progress on long runs.
 package reconcile
 
 import (
@@ -43,6 +50,19 @@ type Reconciler struct {
 	pods map[string]Pod
 	// Progress receives one line per shop on long runs. Default: io.Discard.
 	Progress io.Writer
+	// Modes, when set, says each shop's mode: where Redis decides a shop
+	// in redis mode (the kill switch redis_only included), MySQL's
+	// reservation tables are not written, so its pools and shadow holds
+	// are neither compared nor repaired (Report.MySQLNotWritten counts
+	// those shops); Redis is still checked against the ledger. A shop
+	// whose flags cannot be read is compared in full. Default: nil, every
+	// shop is compared in full.
+	Modes rollout.ModeSource
+
+	// beforeRepair and afterRepair, when set (tests only), run between a
+	// shop's look and its repair, and between the repair and the look
+	// that checks it: where operations in flight land.
+	beforeRepair, afterRepair func(shop int64)
 }
 
 var _ rollout.Reconciler = (*Reconciler)(nil)
@@ -68,92 +88,144 @@ type Options struct {
 	Resume     bool
 }
 
-// Finding is one difference.
+// The kinds of finding this package adds to the stores' own
+// (mysqlstore.DriftKind and redisstore.DriftKind). Every kind names one
+// thing on one side: a kind never needs its side to be told apart.
+const (
+	// KindFence: the two fences of a shop disagree (Side "redis").
+	KindFence = "fence"
+	// KindShadowExtraHold: MySQL's shadow holds a token Redis, deciding,
+	// does not (a note).
+	KindShadowExtraHold = "shadow_extra_hold"
+	// KindShadowMissingHold: Redis, deciding, holds a token MySQL's
+	// shadow does not (a note).
+	KindShadowMissingHold = "shadow_missing_hold"
+	// KindShadowHoldMismatch: both hold the token at different
+	// allocations; Redis decides (a note).
+	KindShadowHoldMismatch = "shadow_hold_mismatch"
+)
+
+// Finding is one difference: drift (Report.Findings) or a note
+// (Report.Notes).
 type Finding struct {
 	Shop int64 `json:"shop"`
 	// Side is the store the finding is about: "mysql" or "redis".
 	Side string `json:"side"`
-	// Kind classifies it (mysqlstore.DriftKind, redisstore.DriftKind, or
-	// one of this package's: fence, shadow_*).
+	// Kind classifies it, one name everywhere (summary, JSON, each line):
+	// a mysqlstore.DriftKind, a redisstore.DriftKind, or one of this
+	// package's Kind constants.
 	Kind string `json:"kind"`
-	// Detail is the finding with its numbers.
+	// Where is what it is about: `token "t"`, `item I loc L`, or "" for
+	// the shop's fence.
+	Where string `json:"where"`
+	// Detail is the finding with its numbers; allocations read
+	// "item I loc L ×Q".
 	Detail string `json:"detail"`
 	// Decider is the store that decides the shop (the truth).
 	Decider reservation.Authority `json:"decider"`
 	// Note is true for a finding that is not drift: an empty pool (the
 	// next reserve refills it), a MySQL shadow hold that differs from
-	// Redis in a shop Redis decides.
+	// Redis in a shop Redis decides, a handoff to Redis on its way.
 	Note bool `json:"note"`
-	// Repaired is true when a repair fixed it.
+	// Repaired is true when a repair fixed it: the look after the repair
+	// no longer finds it.
 	Repaired bool `json:"repaired"`
-
-	// where is what the finding is about (a token, an item x location,
-	// or nothing for the fence), for telling after a repair whether it is
-	// still there: its Detail carries numbers that may have moved.
-	where string
 }
 
-// id names a finding without its numbers.
-func (f Finding) id() string { return f.Side + "|" + f.Kind + "|" + f.where }
+// id names a finding without its numbers, which may move while the
+// finding stays.
+func (f Finding) id() string { return f.Side + "|" + f.Kind + "|" + f.Where }
+
+// String is the finding on one line: shop, side, kind, where, detail.
+func (f Finding) String() string {
+	s := fmt.Sprintf("shop %d %s %s", f.Shop, f.Side, f.Kind)
+	if f.Where != "" {
+		s += " " + f.Where
+	}
+	s += ": " + f.Detail
+	if f.Repaired {
+		s += " (repaired)"
+	}
+	return s
+}
 
 // Report is a run's result.
 type Report struct {
-	Pod      string    `json:"pod"`
-	Shops    int       `json:"shops"`
+	Pod   string `json:"pod"`
+	Shops int    `json:"shops"`
+	// Findings are the drift found, repaired or not.
 	Findings []Finding `json:"findings"`
-	// Counts are the findings per "side:kind", notes included.
-	Counts   map[string]int `json:"counts"`
-	Repaired int            `json:"repaired"`
+	// Notes are what was found that is not drift (Finding.Note).
+	Notes []Finding `json:"notes"`
+	// Counts are the drift findings per kind.
+	Counts map[string]int `json:"counts"`
+	// NoteCounts are the notes per kind.
+	NoteCounts map[string]int `json:"note_counts"`
+	// Repaired counts the drift findings a repair fixed.
+	Repaired int `json:"repaired"`
+	// Left counts the drift findings not repaired: the run's verdict.
+	Left int `json:"left"`
+	// MySQLNotWritten counts the shops in redis mode (Reconciler.Modes),
+	// whose MySQL side was not compared: MySQL is not written there.
+	MySQLNotWritten int `json:"mysql_not_written"`
 	// Skipped counts shops before the checkpoint on a resumed run.
 	Skipped int `json:"skipped"`
 }
 
-// Drift counts the findings that are drift (not notes).
-func (rep Report) Drift() int {
-	n := 0
-	for _, f := range rep.Findings {
-		if !f.Note {
-			n++
-		}
-	}
-	return n
-}
+// Drift counts the drift findings, repaired or not.
+func (rep Report) Drift() int { return len(rep.Findings) }
 
 // Clean reports whether a pod has no drift: where MySQL decides, Redis
 // holds what MySQL holds (so a kill switch would lose nothing), and no
-// pool or fence is wrong.
+// pool or fence is wrong. Notes do not count.
 func (r *Reconciler) Clean(ctx context.Context, pod string) (bool, string, error) {
 	rep, err := r.Run(ctx, pod, Options{})
 	if err != nil {
 		return false, "", err
 	}
-	return rep.Drift() == 0, rep.Summary(), nil
+	return rep.Left == 0, rep.Summary(), nil
 }
 
-// Summary is the report in one line. Notes are counted apart from drift.
+// Summary is the report in one line: drift per kind, what was repaired
+// and is left, the shops whose MySQL side is not written, and the notes
+// counted per kind, apart from the drift.
 func (rep Report) Summary() string {
-	notes := 0
-	drift := map[string]int{} // side:kind -> drift findings (Counts also counts notes)
-	for _, f := range rep.Findings {
-		if f.Note {
-			notes++
-			continue
+	var b strings.Builder
+	fmt.Fprintf(&b, "pod %s: %s", rep.Pod, plural(rep.Shops, "shop"))
+	switch n := rep.MySQLNotWritten; {
+	case n > 0 && n == rep.Shops:
+		b.WriteString(" in redis mode (MySQL not written in redis mode: Redis checked against the ledger only)")
+	case n > 0:
+		fmt.Fprintf(&b, ", %d in redis mode (MySQL not written in redis mode: Redis checked against the ledger only)", n)
+	}
+	if len(rep.Findings) == 0 {
+		b.WriteString(", no drift")
+	} else {
+		fmt.Fprintf(&b, ", %s (%s)", plural(len(rep.Findings), "drift finding"), counts(rep.Counts))
+		if rep.Repaired > 0 {
+			fmt.Fprintf(&b, ", %d repaired, %d left", rep.Repaired, rep.Left)
 		}
-		drift[f.Side+":"+f.Kind]++
 	}
-	note := ""
-	if notes > 0 {
-		note = fmt.Sprintf("; %d note(s)", notes)
+	if len(rep.Notes) > 0 {
+		fmt.Fprintf(&b, "; %s, not drift (%s)", plural(len(rep.Notes), "note"), counts(rep.NoteCounts))
 	}
-	if len(drift) == 0 {
-		return fmt.Sprintf("pod %s: %d shops, no drift%s", rep.Pod, rep.Shops, note)
+	return b.String()
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
 	}
-	kinds := slices.Sorted(maps.Keys(drift))
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+func counts(m map[string]int) string {
+	kinds := slices.Sorted(maps.Keys(m))
 	parts := make([]string, len(kinds))
 	for i, k := range kinds {
-		parts[i] = fmt.Sprintf("%s %d", k, drift[k])
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
 	}
-	return fmt.Sprintf("pod %s: %d shops, %d drift finding(s) (%s), %d repaired%s", rep.Pod, rep.Shops, rep.Drift(), strings.Join(parts, ", "), rep.Repaired, note)
+	return strings.Join(parts, ", ")
 }
 
 // Run reconciles a pod.
@@ -173,7 +245,7 @@ func (r *Reconciler) Run(ctx context.Context, pod string, o Options) (Report, er
 	if o.Resume && o.Checkpoint != "" {
 		after = readCheckpoint(o.Checkpoint)
 	}
-	rep := Report{Pod: pod, Counts: map[string]int{}}
+	rep := Report{Pod: pod, Counts: map[string]int{}, NoteCounts: map[string]int{}, Findings: []Finding{}, Notes: []Finding{}}
 	start := time.Now()
 	for i, shop := range shops {
 		if shop <= after {
@@ -183,51 +255,114 @@ func (r *Reconciler) Run(ctx context.Context, pod string, o Options) (Report, er
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		fs, decider, err := r.shop(ctx, p, shop, o.Repair)
+		lk, err := r.shop(ctx, p, shop, o.Repair)
 		if err != nil {
 			return rep, fmt.Errorf("reconcile: pod %s shop %d: %w", pod, shop, err)
 		}
 		rep.Shops++
-		for _, f := range fs {
-			rep.Counts[f.Side+":"+f.Kind]++
-			if f.Repaired && !f.Note {
+		if lk.notWritten {
+			rep.MySQLNotWritten++
+		}
+		drift := 0
+		for _, f := range lk.found {
+			if f.Note {
+				rep.Notes = append(rep.Notes, f)
+				rep.NoteCounts[f.Kind]++
+				continue
+			}
+			drift++
+			rep.Findings = append(rep.Findings, f)
+			rep.Counts[f.Kind]++
+			if f.Repaired {
 				rep.Repaired++
+			} else {
+				rep.Left++
 			}
 		}
-		rep.Findings = append(rep.Findings, fs...)
 		if o.Checkpoint != "" {
 			if err := writeCheckpoint(o.Checkpoint, shop); err != nil {
 				return rep, err
 			}
 		}
-		fmt.Fprintf(r.Progress, "reconcile %s: shop %d (%d/%d) decided by %s: %d finding(s), %s elapsed\n",
-			pod, shop, i+1, len(shops), decider, len(fs), time.Since(start).Round(time.Millisecond))
+		fmt.Fprintf(r.Progress, "reconcile %s: shop %d (%d/%d) decided by %s: %s, %s, %s elapsed\n",
+			pod, shop, i+1, len(shops), lk.decider, plural(drift, "drift finding"), plural(len(lk.found)-drift, "note"),
+			time.Since(start).Round(time.Millisecond))
 	}
 	return rep, nil
 }
 
-// shop reconciles one shop: find, then (asked to) repair, then find again
-// to confirm.
-func (r *Reconciler) shop(ctx context.Context, p Pod, shop int64, repair bool) ([]Finding, reservation.Authority, error) {
-	found, decider, err := r.stable(ctx, p, shop)
-	if err != nil || !repair || len(found) == 0 {
-		return found, decider, err
+// look is what one look at a shop found.
+type look struct {
+	found   []Finding
+	decider reservation.Authority
+	// notWritten: Redis decides the shop in redis mode, and MySQL's
+	// side was not compared.
+	notWritten bool
+}
+
+func (lk look) drift() bool {
+	for _, f := range lk.found {
+		if !f.Note {
+			return true
+		}
 	}
-	if err := r.repair(ctx, p, shop, decider, found); err != nil {
-		return found, decider, err
+	return false
+}
+
+// repairAttempts bounds how often a shop is looked at again when its
+// decider changed between the look and the repair (a handoff in flight).
+const repairAttempts = 3
+
+// shop reconciles one shop: look, then (asked to) repair, then look again
+// and report what the repair fixed. Operations in flight meanwhile are
+// expected: the repairs copy whole shops under the fence lock (never a
+// finding's old numbers back), a repair that finds the shop handed to the
+// other store is looked at again, and only the look after the repair says
+// what is fixed; drift it finds that the first look did not is reported
+// too, not repaired.
+func (r *Reconciler) shop(ctx context.Context, p Pod, shop int64, repair bool) (look, error) {
+	lk, err := r.stable(ctx, p, shop)
+	if err != nil || !repair || len(lk.found) == 0 {
+		return lk, err
 	}
-	after, _, err := r.find(ctx, p, shop)
+	for attempt := 1; ; attempt++ {
+		if r.beforeRepair != nil {
+			r.beforeRepair(shop)
+		}
+		err = r.repair(ctx, p, shop, lk)
+		if !errors.Is(err, errDeciderMoved) || attempt == repairAttempts {
+			break
+		}
+		if lk, err = r.stable(ctx, p, shop); err != nil || len(lk.found) == 0 {
+			return lk, err
+		}
+	}
 	if err != nil {
-		return found, decider, err
+		return lk, err
+	}
+	if r.afterRepair != nil {
+		r.afterRepair(shop)
+	}
+	after, err := r.stable(ctx, p, shop)
+	if err != nil {
+		return lk, err
 	}
 	left := map[string]bool{}
-	for _, f := range after {
+	for _, f := range after.found {
 		left[f.id()] = true
 	}
-	for i := range found {
-		found[i].Repaired = !left[found[i].id()]
+	seen := map[string]bool{}
+	for i := range lk.found {
+		seen[lk.found[i].id()] = true
+		lk.found[i].Repaired = !left[lk.found[i].id()]
 	}
-	return found, decider, nil
+	for _, f := range after.found {
+		if !seen[f.id()] {
+			lk.found = append(lk.found, f)
+		}
+	}
+	lk.decider, lk.notWritten = after.decider, after.notWritten
+	return lk, nil
 }
 
 // recheckAfter is how long stable waits before looking at a shop's drift
@@ -235,47 +370,39 @@ func (r *Reconciler) shop(ctx context.Context, p Pod, shop int64, repair bool) (
 // the relay into Redis (the relay's poll is 20ms).
 const recheckAfter = 250 * time.Millisecond
 
-// stable finds a shop's drift, and when there is some, looks again after
-// recheckAfter and keeps only the findings both looks agree on. A change
-// committed in MySQL and relayed into Redis between the reads of one look
-// (the holds of one store, then the other's) is in neither of its reads of
-// the feed, and shows as drift that the next look no longer has: under
-// live traffic, without this, a kill switch over mysql_only would be
-// refused now and then for nothing.
-func (r *Reconciler) stable(ctx context.Context, p Pod, shop int64) ([]Finding, reservation.Authority, error) {
-	found, decider, err := r.find(ctx, p, shop)
-	if err != nil || !hasDrift(found) {
-		return found, decider, err
+// stable looks at a shop, and when it finds drift, looks again after
+// recheckAfter and keeps only the drift both looks agree on (notes from
+// the second). A change committed in MySQL and relayed into Redis between
+// the reads of one look (the holds of one store, then the other's) is in
+// neither of its reads of the feed, and shows as drift that the next look
+// no longer has: under live traffic, without this, a kill switch over
+// mysql_only would be refused now and then for nothing.
+func (r *Reconciler) stable(ctx context.Context, p Pod, shop int64) (look, error) {
+	first, err := r.find(ctx, p, shop)
+	if err != nil || !first.drift() {
+		return first, err
 	}
 	select {
 	case <-ctx.Done():
-		return nil, "", ctx.Err()
+		return look{}, ctx.Err()
 	case <-time.After(recheckAfter):
 	}
-	again, decider2, err := r.find(ctx, p, shop)
+	again, err := r.find(ctx, p, shop)
 	if err != nil {
-		return nil, "", err
+		return look{}, err
 	}
 	seen := map[string]bool{}
-	for _, f := range found {
+	for _, f := range first.found {
 		seen[f.id()] = true
 	}
-	var out []Finding
-	for _, f := range again {
+	kept := again.found[:0]
+	for _, f := range again.found {
 		if f.Note || seen[f.id()] {
-			out = append(out, f)
+			kept = append(kept, f)
 		}
 	}
-	return out, decider2, nil
-}
-
-func hasDrift(fs []Finding) bool {
-	for _, f := range fs {
-		if !f.Note {
-			return true
-		}
-	}
-	return false
+	again.found = kept
+	return again, nil
 }
 
 // fenceState is what the two fences of a shop say together.
@@ -313,71 +440,162 @@ func fences(mf, rf reservation.Fence) fenceState {
 	return fenceState{decider: mf.Decider, problem: fmt.Sprintf("the fences disagree at one epoch: MySQL %s, Redis %s", mf, rf)}
 }
 
-// find lists the shop's drift.
-func (r *Reconciler) find(ctx context.Context, p Pod, shop int64) ([]Finding, reservation.Authority, error) {
+// find looks at a shop once, with the shop held still in MySQL
+// (mysqlstore.Store.FreezeShop): no decision, deduct or adjust of the shop
+// commits while it looks, so MySQL's side does not move between its reads,
+// and once the changes already in the feed are delivered to Redis (what
+// the relay does; repeating a delivery changes nothing), Redis's does not
+// either. Without that, under traffic, a change committed and relayed
+// between the reads of the two stores shows as drift; worse, a change
+// still pending on a busy cell explains any difference there, a lost
+// quantity included, and the look sees nothing wrong. What is still
+// pending after the delivery (a delivery that failed: a fence Redis does
+// not take, a pod without a mirror) is explained as before.
+func (r *Reconciler) find(ctx context.Context, p Pod, shop int64) (look, error) {
+	var lk look
+	err := p.MySQL.FreezeShop(ctx, shop, func(ctx context.Context) error {
+		if p.Mirror != nil {
+			_ = p.Mirror.Flush(ctx, shop) // best effort: what stays pending is explained
+		}
+		var err error
+		lk, err = r.read(ctx, p, shop)
+		return err
+	})
+	return lk, err
+}
+
+// read compares the two stores of a shop.
+func (r *Reconciler) read(ctx context.Context, p Pod, shop int64) (look, error) {
 	mf, err := p.MySQL.Fence(ctx, shop)
 	if err != nil {
-		return nil, "", err
+		return look{}, err
 	}
 	rf, err := p.Redis.Fence(ctx, shop)
 	if err != nil {
-		return nil, "", err
+		return look{}, err
 	}
 	fc := fences(mf, rf)
-	dec := fc.decider
-	var out []Finding
+	lk := look{decider: fc.decider}
+	if lk.decider == reservation.AuthorityRedis {
+		lk.notWritten = r.mysqlNotWritten(ctx, p.Name, shop)
+	}
 	add := func(side, kind, where, detail string, note bool) {
-		out = append(out, Finding{Shop: shop, Side: side, Kind: kind, Detail: detail, Decider: dec, Note: note, where: where})
+		lk.found = append(lk.found, Finding{Shop: shop, Side: side, Kind: kind, Where: where, Detail: detail, Decider: lk.decider, Note: note})
 	}
 	pending, err := r.pending(ctx, p, shop)
 	if err != nil {
-		return nil, "", err
+		return look{}, err
 	}
-	pool, err := p.MySQL.Reconcile(ctx, shop)
-	if err != nil {
-		return nil, "", err
-	}
-	for _, d := range pool {
-		add("mysql", string(d.Kind), cellOf(d.Item, d.Location), d.String(), d.Kind == mysqlstore.DriftEmptyPool)
+	if !lk.notWritten {
+		pool, err := p.MySQL.Reconcile(ctx, shop)
+		if err != nil {
+			return look{}, err
+		}
+		for _, d := range pool {
+			add("mysql", string(d.Kind), cellOf(d.Item, d.Location), poolDetail(d), d.Kind == mysqlstore.DriftEmptyPool)
+		}
 	}
 	rd, err := p.Redis.Drift(ctx, &redisstore.DriftParams{Shop: shop})
 	if err != nil {
-		return nil, "", err
+		return look{}, err
 	}
 	// A change still in the feed is on its way: the drift it explains is
 	// not drift. The feed is read again after Drift, so a change that was
 	// delivered (and left the feed) while Drift ran is not missed.
 	later, err := r.pending(ctx, p, shop)
 	if err != nil {
-		return nil, "", err
+		return look{}, err
 	}
 	pending.merge(later)
 	if fc.problem != "" {
 		// Only a fence change still in the feed explains fences that
 		// disagree; other pending changes of the shop do not (after a
 		// forced handoff they are what Redis missed).
-		add("redis", "fence", "", fc.problem, fc.relaying > 0 && pending.fence >= fc.relaying)
+		add("redis", KindFence, "", fc.problem, fc.relaying > 0 && pending.fence >= fc.relaying)
 	}
 	for _, d := range rd {
 		if pending.explains(d) {
 			continue
 		}
-		where := "token " + d.Token
+		where := fmt.Sprintf("token %q", d.Token)
 		if d.Token == "" {
 			where = cellOf(d.Item, d.Location)
 		}
-		add("redis", string(d.Kind), where, d.String(), false)
+		add("redis", string(d.Kind), where, redisDetail(d, lk.decider), false)
 	}
-	if dec == reservation.AuthorityRedis {
+	if lk.decider == reservation.AuthorityRedis && !lk.notWritten {
 		shadow, err := shadowDrift(ctx, p, shop)
 		if err != nil {
-			return nil, "", err
+			return look{}, err
 		}
 		for _, d := range shadow {
-			add("mysql", d.kind, "token "+d.token, d.detail, true)
+			add("mysql", d.kind, fmt.Sprintf("token %q", d.token), d.detail, true)
 		}
 	}
-	return out, dec, nil
+	return lk, nil
+}
+
+// mysqlNotWritten reports whether the flags put the shop in redis mode
+// (mode redis, or the kill switch redis_only): MySQL's reservation tables
+// are not written there. Without Modes, or flags that cannot be read, it
+// is false: the shop is compared in full rather than guessed about.
+func (r *Reconciler) mysqlNotWritten(ctx context.Context, pod string, shop int64) bool {
+	if r.Modes == nil {
+		return false
+	}
+	d, err := r.Modes.Decide(ctx, pod, shop)
+	return err == nil && d.Route().Effective == rollout.ModeRedis
+}
+
+// allocs prints allocations for a person: "item 3 loc 2 ×3, item 13 loc 2 ×1".
+func allocs(as []reservation.Allocation) string {
+	if len(as) == 0 {
+		return "nothing"
+	}
+	parts := make([]string, len(as))
+	for i, a := range reservation.SortedAllocations(as) {
+		parts[i] = fmt.Sprintf("item %d loc %d ×%d", a.Item, a.Location, a.Quantity)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func cellOf(item, location int64) string { return fmt.Sprintf("item %d loc %d", item, location) }
+
+// poolDetail says what is wrong with a MySQL pool, with its numbers.
+func poolDetail(d mysqlstore.Drift) string {
+	switch d.Kind {
+	case mysqlstore.DriftOverProjected:
+		return fmt.Sprintf("pool %d + held %d is more than the ledger's available %d: units could be reserved that the ledger does not have", d.Pool, d.Held, d.Available)
+	case mysqlstore.DriftOverCap:
+		return fmt.Sprintf("pool %d is over the pool cap (held %d, available %d)", d.Pool, d.Held, d.Available)
+	case mysqlstore.DriftEmptyPool:
+		return fmt.Sprintf("pool empty, %d unheld in the ledger (available %d, held %d): the next reserve refills it", d.Available-d.Held, d.Available, d.Held)
+	}
+	return fmt.Sprintf("available %d, held %d, pool %d", d.Available, d.Held, d.Pool)
+}
+
+// redisDetail says what is wrong with Redis, with its numbers. dec is the
+// store whose holds are the truth.
+func redisDetail(d redisstore.Drift, dec reservation.Authority) string {
+	switch d.Kind {
+	case redisstore.DriftLeftoverHold:
+		return fmt.Sprintf("Redis still holds %s, which the ledger already claimed", allocs(d.Allocations))
+	case redisstore.DriftOrphanIndex:
+		return "in Redis's expiry index without a hold"
+	case redisstore.DriftMissingHold:
+		return fmt.Sprintf("MySQL (the decider) holds %s, Redis nothing", allocs(d.Allocations))
+	case redisstore.DriftExtraHold:
+		return fmt.Sprintf("Redis holds %s, MySQL (the decider) nothing, and the ledger did not claim it", allocs(d.Allocations))
+	case redisstore.DriftHoldMismatch:
+		return fmt.Sprintf("Redis holds %s, not what MySQL (the decider) holds", allocs(d.Allocations))
+	case redisstore.DriftQuantity:
+		return fmt.Sprintf("Redis offers %d, want %d (the ledger's available minus %s's holds)", d.Have, d.Want, dec)
+	case redisstore.DriftMissingQuantity:
+		return fmt.Sprintf("Redis has no quantity, want %d (the ledger's available minus %s's holds)", d.Want, dec)
+	case redisstore.DriftExtraQuantity:
+		return fmt.Sprintf("Redis offers %d of stock that neither the ledger nor any hold names", d.Have)
+	}
+	return d.String()
 }
 
 // feedState is what a shop has pending in MySQL's change feed.
@@ -441,8 +659,6 @@ func (fs feedState) explains(d redisstore.Drift) bool {
 
 type shadowFinding struct{ kind, token, detail string }
 
-func cellOf(item, location int64) string { return fmt.Sprintf("item %d location %d", item, location) }
-
 // shadowDrift compares MySQL's shadow holds with Redis's holds in a shop
 // Redis decides.
 func shadowDrift(ctx context.Context, p Pod, shop int64) ([]shadowFinding, error) {
@@ -465,37 +681,53 @@ func shadowDrift(ctx context.Context, p Pod, shop int64) ([]shadowFinding, error
 		w, ok := want[h.Token]
 		switch {
 		case !ok:
-			out = append(out, shadowFinding{"shadow_extra_hold", h.Token, fmt.Sprintf("shop %d token %q: MySQL's shadow holds %v, Redis holds nothing", shop, h.Token, h.Allocations)})
+			out = append(out, shadowFinding{KindShadowExtraHold, h.Token, fmt.Sprintf("MySQL's shadow holds %s, Redis (the decider) nothing", allocs(h.Allocations))})
 		case !slices.Equal(w, reservation.SortedAllocations(h.Allocations)):
-			out = append(out, shadowFinding{"shadow_hold_mismatch", h.Token, fmt.Sprintf("shop %d token %q: MySQL's shadow holds %v, Redis %v", shop, h.Token, h.Allocations, w)})
+			out = append(out, shadowFinding{KindShadowHoldMismatch, h.Token, fmt.Sprintf("MySQL's shadow holds %s, Redis (the decider) %s", allocs(h.Allocations), allocs(w))})
 		}
 	}
 	for _, h := range snap.Holds {
 		if !seen[h.Token] {
-			out = append(out, shadowFinding{"shadow_missing_hold", h.Token, fmt.Sprintf("shop %d token %q: Redis holds %v, MySQL's shadow nothing", shop, h.Token, h.Allocations)})
+			out = append(out, shadowFinding{KindShadowMissingHold, h.Token, fmt.Sprintf("Redis (the decider) holds %s, MySQL's shadow nothing", allocs(h.Allocations))})
 		}
 	}
 	return out, nil
 }
 
+// errDeciderMoved is repair's answer when the shop's decider is no
+// longer the one its look found: a handoff (a flip, a kill switch) ran in
+// between. The shop is looked at again.
+var errDeciderMoved = errors.New("reconcile: the shop changed hands since it was looked at")
+
 // repair fixes the side that does not decide: Redis where MySQL decides
 // (copy and catch-up, mirror.Resync), MySQL's shadow and pools where Redis
-// decides (mysqlstore.Store.Repair from Redis's snapshot). Fences that
-// disagree are settled first: after a forced handoff MySQL yields to the
-// epoch Redis took the shop at; a handoff to MySQL that did not finish is
-// finished (it is idempotent: any replica may finish it); a Redis fence
-// behind a MySQL that decides (Redis lost it) is rewritten by the copy. A
-// fence change still on its way is left to the relay. The decider's
-// reservations are never changed.
-func (r *Reconciler) repair(ctx context.Context, p Pod, shop int64, dec reservation.Authority, found []Finding) error {
+// decides (mysqlstore.Store.Repair from Redis's snapshot), unless the
+// shop is in redis mode (MySQL is not written there; the handoff to MySQL
+// copies Redis's state in anyway). Fences that disagree are settled
+// first: after a forced handoff MySQL yields to the epoch Redis took the
+// shop at; a handoff to MySQL that did not finish is finished (it is
+// idempotent: any replica may finish it); a Redis fence behind a MySQL
+// that decides (Redis lost it) is rewritten by the copy. A fence change
+// still on its way is left to the relay. The decider's reservations are
+// never changed. Each repair reads the shop afresh under the fence lock,
+// so an operation that landed since the look is kept, not undone.
+func (r *Reconciler) repair(ctx context.Context, p Pod, shop int64, lk look) error {
 	if p.Mirror == nil {
 		return fmt.Errorf("pod %s has no mirror: nothing can repair it (reconcile.Pod.Mirror)", p.Name)
 	}
+	mf, err1 := p.MySQL.Fence(ctx, shop)
+	rf, err2 := p.Redis.Fence(ctx, shop)
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	if fences(mf, rf).decider != lk.decider {
+		return errDeciderMoved
+	}
 	var errs []error
 	redisDrift, shadow, fence := false, false, false
-	for _, f := range found {
+	for _, f := range lk.found {
 		switch {
-		case f.Kind == "fence":
+		case f.Kind == KindFence:
 			fence = fence || !f.Note
 		case f.Side == "redis":
 			redisDrift = true
@@ -504,11 +736,6 @@ func (r *Reconciler) repair(ctx context.Context, p Pod, shop int64, dec reservat
 		}
 	}
 	if fence {
-		mf, err1 := p.MySQL.Fence(ctx, shop)
-		rf, err2 := p.Redis.Fence(ctx, shop)
-		if err := errors.Join(err1, err2); err != nil {
-			return err
-		}
 		switch {
 		case rf.Epoch > mf.Epoch && rf.Decider == reservation.AuthorityRedis:
 			if _, err := p.MySQL.Yield(ctx, shop, rf.Epoch); err != nil {
@@ -522,7 +749,7 @@ func (r *Reconciler) repair(ctx context.Context, p Pod, shop int64, dec reservat
 			redisDrift = true
 		}
 	}
-	switch dec {
+	switch lk.decider {
 	case reservation.AuthorityMySQL:
 		if redisDrift {
 			if err := p.Mirror.Resync(ctx, shop); err != nil {
@@ -530,7 +757,7 @@ func (r *Reconciler) repair(ctx context.Context, p Pod, shop int64, dec reservat
 			}
 		}
 	case reservation.AuthorityRedis:
-		if shadow {
+		if shadow && !lk.notWritten {
 			snap, err := p.Redis.Snapshot(ctx, shop)
 			if err == nil {
 				err = p.MySQL.Repair(ctx, &snap)
@@ -540,10 +767,23 @@ func (r *Reconciler) repair(ctx context.Context, p Pod, shop int64, dec reservat
 			}
 		}
 	}
-	if _, err := p.MySQL.TrimPools(ctx, shop); err != nil {
-		errs = append(errs, err)
+	if !lk.notWritten {
+		if _, err := p.MySQL.TrimPools(ctx, shop); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		// A handoff between the check above and the repair makes the
+		// repair refuse (Resync and Repair check the fence under its
+		// lock): look again rather than fail the run.
+		mf, err1 := p.MySQL.Fence(ctx, shop)
+		rf, err2 := p.Redis.Fence(ctx, shop)
+		if err1 == nil && err2 == nil && fences(mf, rf).decider != lk.decider {
+			return errDeciderMoved
+		}
+		return err
+	}
+	return nil
 }
 
 func readCheckpoint(path string) int64 {

@@ -2,8 +2,11 @@ package reconcile_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,6 +20,7 @@ import (
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
+	"github.com/seed31b0e981/reservoir/rollout"
 )
 
 // The shops of the tests: MySQL decides mysqlShop (handed over at epoch
@@ -141,15 +145,15 @@ func clean(t *testing.T, what string, rep reconcile.Report) {
 }
 
 // drift lists rep's drift findings as side:kind, sorted, each once.
-func drift(rep reconcile.Report) []string { return kinds(rep, false) }
+func drift(rep reconcile.Report) []string { return kinds(rep.Findings) }
 
 // notes lists rep's notes (empty pools aside) as side:kind.
-func notes(rep reconcile.Report) []string { return kinds(rep, true) }
+func notes(rep reconcile.Report) []string { return kinds(rep.Notes) }
 
-func kinds(rep reconcile.Report, note bool) []string {
+func kinds(fs []reconcile.Finding) []string {
 	var out []string
-	for _, f := range rep.Findings {
-		if f.Note == note && f.Kind != string(mysqlstore.DriftEmptyPool) {
+	for _, f := range fs {
+		if f.Kind != string(mysqlstore.DriftEmptyPool) {
 			out = append(out, f.Side+":"+f.Kind)
 		}
 	}
@@ -273,7 +277,7 @@ func TestMySQLDecidesDamagedRedisIsRepaired(t *testing.T) {
 			t.Errorf("finding %+v: want shop %d decided by mysql, not repaired", f, mysqlShop)
 		}
 	}
-	if ok, summary, err := b.rc.Clean(ctx(t), "p"); err != nil || ok || !strings.Contains(summary, "redis:missing_hold") {
+	if ok, summary, err := b.rc.Clean(ctx(t), "p"); err != nil || ok || !strings.Contains(summary, "missing_hold 1") {
 		t.Errorf("Clean of a damaged pod: %v %q %v; want false, naming the drift", ok, summary, err)
 	}
 
@@ -308,11 +312,20 @@ func TestPendingChangesAreNotDrift(t *testing.T) {
 	if err != nil || len(raw) == 0 {
 		t.Fatalf("Redis's own drift check finds %v (%v); want the missing hold c", raw, err)
 	}
-	clean(t, "a change pending", b.run(t, mysqlShop, false))
-	b.flush(t, mysqlShop)
-	clean(t, "the change delivered", b.run(t, mysqlShop, false))
+	// A reconciler that cannot deliver the feed (no mirror) explains the
+	// gap by the pending change; one that can delivers it before it looks.
+	compareOnly := reconcile.New([]reconcile.Pod{{Name: "p", MySQL: b.my, Redis: b.rd}})
+	rep, err := compareOnly.Run(ctx(t), "p", reconcile.Options{Shops: []int64{mysqlShop}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clean(t, "a change pending", rep)
+	if len(b.pending(t, mysqlShop)) == 0 {
+		t.Fatal("a compare-only look delivered the feed")
+	}
+	clean(t, "the change delivered by the look", b.run(t, mysqlShop, false))
 	if _, err := b.rd.Get(ctx(t), &reservation.GetParams{Shop: mysqlShop, Token: "c"}); err != nil {
-		t.Errorf("hold c not in Redis after the flush: %v", err)
+		t.Errorf("hold c not in Redis after the look: %v", err)
 	}
 
 	// Planted: the change of hold d leaves the feed without reaching Redis.
@@ -324,7 +337,7 @@ func TestPendingChangesAreNotDrift(t *testing.T) {
 	if err := b.my.Done(ctx(t), ids); err != nil {
 		t.Fatal(err)
 	}
-	rep := b.run(t, mysqlShop, false)
+	rep = b.run(t, mysqlShop, false)
 	if got := drift(rep); !slices.Contains(got, "redis:missing_hold") {
 		t.Fatalf("a lost change: drift %v, want redis:missing_hold", got)
 	}
@@ -357,12 +370,12 @@ func TestRedisDecidesShadowDifferencesAreNotes(t *testing.T) {
 	if got, want := notes(rep), []string{"mysql:shadow_extra_hold", "mysql:shadow_missing_hold"}; !slices.Equal(got, want) {
 		t.Errorf("notes %v, want %v", got, want)
 	}
-	for _, f := range rep.Findings {
+	for _, f := range slices.Concat(rep.Findings, rep.Notes) {
 		if f.Decider != reservation.AuthorityRedis {
 			t.Errorf("finding %+v: want decided by redis", f)
 		}
 	}
-	if !strings.Contains(rep.Summary(), "no drift; 2 note(s)") {
+	if !strings.Contains(rep.Summary(), "no drift; 2 notes, not drift (shadow_extra_hold 1, shadow_missing_hold 1)") {
 		t.Errorf("summary %q: the notes are not counted apart", rep.Summary())
 	}
 	if ok, summary, err := b.rc.Clean(ctx(t), "p"); err != nil || !ok {
@@ -371,7 +384,7 @@ func TestRedisDecidesShadowDifferencesAreNotes(t *testing.T) {
 
 	redisBefore := b.redisState(t)
 	rep = b.run(t, redisShop, true)
-	for _, f := range rep.Findings {
+	for _, f := range rep.Notes {
 		if strings.HasPrefix(f.Kind, "shadow_") && !f.Repaired {
 			t.Errorf("note not repaired: %+v", f)
 		}
@@ -475,24 +488,32 @@ func TestForcedHandoffIsAFenceFinding(t *testing.T) {
 }
 
 // A handoff to Redis whose fence change is still in the feed (MySQL
-// yielded, the drain has not run) is a note: the relay is on its way.
-// Once delivered, the fences agree and nothing is found.
+// yielded, the drain has not run) is a note: the relay is on its way. A
+// reconciler that can deliver the feed (its pod has a mirror) delivers it
+// first, as it does every shop's before looking: then the fences agree
+// and nothing is found.
 func TestHandoffToRedisInFlightIsANote(t *testing.T) {
 	t.Parallel()
 	b := mysqlShopWithHolds(t)
 	if f, err := b.my.Yield(ctx(t), mysqlShop, 2); err != nil || f.Decider != reservation.AuthorityRedis {
 		t.Fatalf("yield: %s %v", f, err)
 	}
-	rep := b.run(t, mysqlShop, false)
+	compareOnly := reconcile.New([]reconcile.Pod{{Name: "p", MySQL: b.my, Redis: b.rd}})
+	rep, err := compareOnly.Run(ctx(t), "p", reconcile.Options{Shops: []int64{mysqlShop}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	clean(t, "fence change pending", rep)
 	if got := notes(rep); !slices.Equal(got, []string{"redis:fence"}) {
 		t.Errorf("notes %v, want the fence on its way", got)
 	}
-	b.flush(t, mysqlShop)
 	rep = b.run(t, mysqlShop, false)
-	clean(t, "fence change delivered", rep)
+	clean(t, "fence change delivered by the look", rep)
 	if got := notes(rep); len(got) != 0 {
 		t.Errorf("notes %v once the fence change was delivered", got)
+	}
+	if n := len(b.pending(t, mysqlShop)); n != 0 {
+		t.Errorf("%d changes pending after the look", n)
 	}
 }
 
@@ -576,3 +597,244 @@ func TestUnknownPod(t *testing.T) {
 		t.Fatalf("Clean of an unknown pod: %v %v", ok, err)
 	}
 }
+
+// plantPool adds n units to MySQL's pool of item at location 1 behind the
+// store's back: a pool over the ledger (over_projected).
+func (b *bundle) plantPool(t *testing.T, shop, item int64, n int) {
+	t.Helper()
+	var sb strings.Builder
+	sb.WriteString("INSERT INTO available_units (shop_id, inventory_item_id, location_id, unit_id) VALUES ")
+	for i := range n {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, "(%d,%d,1,%d)", shop, item, 100000+i)
+	}
+	if _, err := b.db.Exec(sb.String()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// In redis mode MySQL's reservation tables are not written: a shop Redis
+// decides there has its MySQL side (pools, shadow holds) neither compared
+// nor repaired, and the report says so instead of counting drift or
+// notes; Redis is still checked against the ledger. The same shop in
+// shadow mode, or without modes, is compared in full (the planted pool is
+// drift): the check fails without the mode.
+func TestRedisModeMySQLNotWritten(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.stock(t, b.rd, redisShop, 1, 50)
+	b.stock(t, b.rd, redisShop, 2, 50)
+	b.reserve(t, b.rd, reservation.AsAuthority, redisShop, "a", 1, 3) // no shadow of it: MySQL is not written
+	b.plantPool(t, redisShop, 2, 60)                                  // over the ledger's 50
+
+	full := b.run(t, redisShop, false)
+	if got := drift(full); !slices.Equal(got, []string{"mysql:over_projected"}) {
+		t.Fatalf("without modes: drift %v, want mysql:over_projected (the test shows nothing)", got)
+	}
+
+	modes := rollout.NewStatic(rollout.ModeRedis)
+	b.rc.Modes = modes
+	rep := b.run(t, redisShop, false)
+	clean(t, "redis mode", rep)
+	if rep.MySQLNotWritten != 1 || len(rep.Notes) != 0 {
+		t.Errorf("redis mode: %d shops not written, notes %v; want 1 and none", rep.MySQLNotWritten, notes(rep))
+	}
+	if s := rep.Summary(); !strings.Contains(s, "MySQL not written in redis mode") || !strings.Contains(s, "no drift") {
+		t.Errorf("summary %q: want MySQL not written in redis mode, no drift", s)
+	}
+	if ok, summary, err := b.rc.Clean(ctx(t), "p"); err != nil || !ok {
+		t.Errorf("Clean in redis mode: %v %s %v", ok, summary, err)
+	}
+	mysqlBefore := b.mysqlState(t)
+	b.run(t, redisShop, true)
+	if after := b.mysqlState(t); after != mysqlBefore {
+		t.Errorf("a repair in redis mode wrote MySQL:\nbefore %s\nafter %s", mysqlBefore, after)
+	}
+
+	// Redis is still checked against the ledger.
+	if err := b.r.Client.HIncrBy(ctx(t), b.qtyKey(redisShop, 1), "1", 5).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := drift(b.run(t, redisShop, false)); !slices.Equal(got, []string{"redis:quantity"}) {
+		t.Errorf("redis mode, a Redis quantity off: drift %v, want redis:quantity", got)
+	}
+	if err := b.r.Client.HIncrBy(ctx(t), b.qtyKey(redisShop, 1), "1", -5).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The kill switch redis_only is redis mode too; kill redis keeps
+	// MySQL's shadow, so it is compared.
+	if err := modes.SetMode(rollout.ModeMySQL); err != nil {
+		t.Fatal(err)
+	}
+	if err := modes.SetKill(rollout.KillRedisOnly); err != nil {
+		t.Fatal(err)
+	}
+	if rep := b.run(t, redisShop, false); rep.MySQLNotWritten != 1 || rep.Drift() != 0 {
+		t.Errorf("kill switch redis_only: %s; want MySQL not written, no drift", rep.Summary())
+	}
+	if err := modes.SetKill(rollout.KillRedis); err != nil {
+		t.Fatal(err)
+	}
+	if rep := b.run(t, redisShop, false); rep.MySQLNotWritten != 0 || !slices.Contains(drift(rep), "mysql:over_projected") {
+		t.Errorf("kill switch redis (shadow kept): %s; want MySQL compared", rep.Summary())
+	}
+}
+
+// A shop MySQL decides is compared in full whatever the flags say: in
+// redis mode it is Redis's again only once its next call hands it off.
+func TestRedisModeShopMySQLStillDecides(t *testing.T) {
+	t.Parallel()
+	b := mysqlShopWithHolds(t)
+	b.rc.Modes = rollout.NewStatic(rollout.ModeRedis)
+	if err := b.r.Client.Del(ctx(t), b.holdKey(mysqlShop, "a")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rep := b.run(t, mysqlShop, false)
+	if rep.MySQLNotWritten != 0 || !slices.Contains(drift(rep), "redis:missing_hold") {
+		t.Errorf("%s: want the shop MySQL decides compared in full, its lost hold drift", rep.Summary())
+	}
+}
+
+// Each finding has one kind name, the same in the summary, in JSON and on
+// its line, and allocations read "item I loc L ×Q", not Go structs.
+func TestOneKindNameAndLabelledAllocations(t *testing.T) {
+	t.Parallel()
+	b := mysqlShopWithHolds(t)
+	if err := b.r.Client.Del(ctx(t), b.holdKey(mysqlShop, "a")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rep := b.run(t, mysqlShop, false)
+	var f reconcile.Finding
+	for _, x := range rep.Findings {
+		if x.Kind == "missing_hold" {
+			f = x
+		}
+	}
+	if f.Kind == "" {
+		t.Fatalf("no missing_hold: %s", rep.Summary())
+	}
+	doc, err := json.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := f.String()
+	for what, text := range map[string]string{"summary": rep.Summary(), "json": string(doc), "line": line} {
+		if !strings.Contains(text, "missing_hold") {
+			t.Errorf("%s %q does not name missing_hold", what, text)
+		}
+		for _, other := range []string{"extra_hold", "hold_mismatch"} {
+			if strings.Contains(text, other) {
+				t.Errorf("%s %q names %s too", what, text, other)
+			}
+		}
+	}
+	if want := `shop 5 redis missing_hold token "a": MySQL (the decider) holds item 1 loc 1 ×3, Redis nothing`; line != want {
+		t.Errorf("line %q, want %q", line, want)
+	}
+	if strings.Contains(line, "{") {
+		t.Errorf("line %q prints a Go struct", line)
+	}
+}
+
+// A repair tolerates operations that land between the look and the
+// repair: holds reserved, claimed and released in MySQL meanwhile are in
+// Redis as MySQL has them afterwards (the copy reads the shop afresh under
+// the fence lock, never a finding's old state). A shop handed to Redis in
+// between is looked at again, not failed: Resync refuses a shop MySQL no
+// longer decides, and without the second look the run errors.
+func TestRepairToleratesOperationsInFlight(t *testing.T) {
+	t.Parallel()
+	t.Run("holds", func(t *testing.T) {
+		t.Parallel()
+		b := mysqlShopWithHolds(t)
+		if err := b.r.Client.Del(ctx(t), b.holdKey(mysqlShop, "a")).Err(); err != nil {
+			t.Fatal(err)
+		}
+		reconcile.SetRepairHooks(b.rc, func(int64) {
+			b.reserve(t, b.my, reservation.AsAuthority, mysqlShop, "new", 1, 4)
+			if _, err := b.my.Claim(ctx(t), &reservation.ClaimParams{Shop: mysqlShop, Token: "b"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.my.Release(ctx(t), &reservation.ReleaseParams{Shop: mysqlShop, Token: "a"}); err != nil {
+				t.Fatal(err)
+			}
+		}, nil)
+		rep := b.run(t, mysqlShop, true)
+		if rep.Drift() == 0 || rep.Left != 0 {
+			t.Fatalf("%s: want drift, all of it repaired", rep.Summary())
+		}
+		clean(t, "after the repair", b.run(t, mysqlShop, false))
+		for token, want := range map[string]error{"new": nil, "a": reservation.ErrReleased, "b": reservation.ErrAlreadyClaimed} {
+			if _, err := b.rd.Get(ctx(t), &reservation.GetParams{Shop: mysqlShop, Token: token}); !errors.Is(err, want) && err != want {
+				t.Errorf("Redis's %s after the repair: %v, want %v", token, err, want)
+			}
+		}
+	})
+	t.Run("handoff", func(t *testing.T) {
+		t.Parallel()
+		b := mysqlShopWithHolds(t)
+		if err := b.r.Client.Del(ctx(t), b.holdKey(mysqlShop, "a")).Err(); err != nil {
+			t.Fatal(err)
+		}
+		handed := false
+		reconcile.SetRepairHooks(b.rc, func(int64) {
+			if !handed {
+				handed = true
+				if f, err := b.mr.Handoff(ctx(t), mysqlShop, reservation.AuthorityRedis, 2, false); err != nil || f.Decider != reservation.AuthorityRedis {
+					t.Fatalf("handoff to redis: %s %v", f, err)
+				}
+			}
+		}, nil)
+		rep, err := b.rc.Run(ctx(t), "p", reconcile.Options{Shops: []int64{mysqlShop}, Repair: true})
+		if err != nil {
+			t.Fatalf("a handoff between the look and the repair failed the run: %v", err)
+		}
+		t.Log(rep.Summary())
+		for _, f := range slices.Concat(rep.Findings, rep.Notes) {
+			if f.Decider != reservation.AuthorityRedis {
+				t.Errorf("finding %s decided by %s; want the look after the handoff (redis)", f, f.Decider)
+			}
+		}
+	})
+}
+
+// The look after a repair says what is fixed: drift that lands after the
+// repair (a hold lost again) is reported, not counted repaired, and the
+// run is not clean. Marking the first look's findings repaired without
+// that look would say all is well.
+func TestRepairIsCheckedByALookAfter(t *testing.T) {
+	t.Parallel()
+	b := mysqlShopWithHolds(t)
+	if err := b.r.Client.Del(ctx(t), b.holdKey(mysqlShop, "a")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	reconcile.SetRepairHooks(b.rc, nil, func(int64) {
+		if err := b.r.Client.Del(ctx(t), b.holdKey(mysqlShop, "b")).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	rep := b.run(t, mysqlShop, true)
+	if rep.Left == 0 {
+		t.Fatalf("%s: the hold lost after the repair is not reported", rep.Summary())
+	}
+	var left []string
+	for _, f := range rep.Findings {
+		if !f.Repaired {
+			left = append(left, f.Kind+" "+f.Where)
+		}
+	}
+	if !slices.Contains(left, `missing_hold token "b"`) {
+		t.Errorf("left %v, want missing_hold token \"b\"", left)
+	}
+	if !strings.Contains(rep.Summary(), "left") {
+		t.Errorf("summary %q does not say what is left", rep.Summary())
+	}
+}
+
+var optionsRepair = reconcile.Options{Repair: true}
+
+// quietLog discards the cells' logs.
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))

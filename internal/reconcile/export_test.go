@@ -1,0 +1,8 @@
+package reconcile
+
+// SetRepairHooks sets what runs between a shop's look and its repair
+// (before), and between the repair and the look that checks it (after):
+// where a test lands the operations that are in flight in production.
+func SetRepairHooks(r *Reconciler, before, after func(shop int64)) {
+	r.beforeRepair, r.afterRepair = before, after
+}
