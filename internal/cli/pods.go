@@ -1,8 +1,14 @@
 package cli
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/seed31b0e981/reservoir/compare"
@@ -41,4 +47,35 @@ func openOperatorEnv(ctx context.Context, path string, log *slog.Logger) (*opera
 		return nil, err
 	}
 	return &operatorEnv{topo: topo, cell: c}, nil
+}
+
+// orderPods prints the pods by the calls each served since, lowest first:
+// the order a plan should list them in. The calls are every reserve,
+// claim, release and adjust the pod's facades took, in every mode
+// (compare_traffic), not the comparer's observations, which are none
+// before a pod's shadow stage.
+func orderPods(ctx context.Context, env *operatorEnv, since time.Duration, out io.Writer) error {
+	traffic, err := env.cell.Comparer.Traffic(ctx, time.Now().Add(-since))
+	if err != nil {
+		return err
+	}
+	ps := make([]compare.PodTraffic, 0, len(env.topo.PodNames()))
+	for _, p := range env.topo.PodNames() {
+		t := traffic[p]
+		t.Pod = p
+		ps = append(ps, t)
+	}
+	slices.SortStableFunc(ps, func(a, b compare.PodTraffic) int { return cmp.Compare(a.Calls, b.Calls) })
+	for _, p := range ps {
+		var modes []string
+		for _, m := range slices.Sorted(maps.Keys(p.ByMode)) {
+			modes = append(modes, fmt.Sprintf("%s %d", m, p.ByMode[m]))
+		}
+		by := ""
+		if len(modes) > 0 {
+			by = " (" + strings.Join(modes, ", ") + ")"
+		}
+		fmt.Fprintf(out, "%-12s %d calls served in the last %s%s\n", p.Pod, p.Calls, since, by)
+	}
+	return nil
 }

@@ -156,7 +156,7 @@ var rolloutActions = []rolloutAction{
 	},
 	{
 		name: "order-pods", args: "[--since D]",
-		summary: "the pods ordered by observed traffic, lowest first",
+		summary: "the pods ordered by the calls each served (in every mode), lowest first: the order a plan lists them in",
 		flags: func(fs *flag.FlagSet, o *rolloutOptions) {
 			fs.DurationVar(&o.since, "since", 24*time.Hour, "how far back to count traffic")
 		},
@@ -608,26 +608,4 @@ func printStatus(w io.Writer, st rollout.Status) {
 	default:
 		fmt.Fprintf(w, "next: %q (%s on %s): blocked by the failing gates above\n", st.Next.Name, st.Next.Mode, strings.Join(st.Next.Pods, ", "))
 	}
-}
-
-// orderPods prints the pods by observed traffic (dual-written calls in
-// the comparer's stats), lowest first: the order a plan should list them.
-func orderPods(ctx context.Context, env *operatorEnv, since time.Duration, out io.Writer) error {
-	type podTraffic struct {
-		pod string
-		n   int64
-	}
-	var ps []podTraffic
-	for _, p := range env.topo.PodNames() {
-		t, err := env.cell.Comparer.Totals(ctx, p, time.Now().Add(-since))
-		if err != nil {
-			return err
-		}
-		ps = append(ps, podTraffic{p, t.Observations})
-	}
-	slices.SortStableFunc(ps, func(a, b podTraffic) int { return cmp.Compare(a.n, b.n) })
-	for _, p := range ps {
-		fmt.Fprintf(out, "%-12s %d observations in the last %s\n", p.pod, p.n, since)
-	}
-	return nil
 }
