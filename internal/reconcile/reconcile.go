@@ -63,6 +63,9 @@ type Reconciler struct {
 	// shop's look and its repair, and between the repair and the look
 	// that checks it: where operations in flight land.
 	beforeRepair, afterRepair func(shop int64)
+	// duringLook, when set (tests only), runs in a look with the shop held
+	// still, with the look's context.
+	duringLook func(ctx context.Context)
 }
 
 var _ rollout.Reconciler = (*Reconciler)(nil)
@@ -451,18 +454,34 @@ func fences(mf, rf reservation.Fence) fenceState {
 // quantity included, and the look sees nothing wrong. What is still
 // pending after the delivery (a delivery that failed: a fence Redis does
 // not take, a pod without a mirror) is explained as before.
+//
+// A look gets lookBudget with the shop held: a slow Redis or MySQL makes it
+// fail, never the shop's calls waiting on it past their lock wait timeout.
 func (r *Reconciler) find(ctx context.Context, p Pod, shop int64) (look, error) {
 	var lk look
 	err := p.MySQL.FreezeShop(ctx, shop, func(ctx context.Context) error {
+		lctx, cancel := context.WithTimeout(ctx, lookBudget)
+		defer cancel()
+		if r.duringLook != nil {
+			r.duringLook(lctx)
+		}
 		if p.Mirror != nil {
-			_ = p.Mirror.Flush(ctx, shop) // best effort: what stays pending is explained
+			_ = p.Mirror.Flush(lctx, shop) // best effort: what stays pending is explained
 		}
 		var err error
-		lk, err = r.read(ctx, p, shop)
+		lk, err = r.read(lctx, p, shop)
+		if err != nil && lctx.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("the look took more than %s with the shop held still (its calls wait meanwhile), so it gave up: a store is slow: %w", lookBudget, err)
+		}
 		return err
 	})
 	return lk, err
 }
+
+// lookBudget bounds a look with its shop held still: well under MySQL's
+// innodb_lock_wait_timeout (2s, which mysqlstore sets), so the shop's
+// calls that wait for the look never fail for it.
+const lookBudget = 500 * time.Millisecond
 
 // read compares the two stores of a shop.
 func (r *Reconciler) read(ctx context.Context, p Pod, shop int64) (look, error) {

@@ -838,3 +838,44 @@ var optionsRepair = reconcile.Options{Repair: true}
 
 // quietLog discards the cells' logs.
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// A look holds its shop still in MySQL (the shop's calls wait for it), so
+// a look slowed down by a store gives up after its budget, well before the
+// waiting calls' lock wait timeout: a reserve made during a look that
+// hangs succeeds within the lock wait timeout, and the run fails saying
+// why. Without the budget the reserve fails on the lock wait timeout (and
+// succeeds only on a retry once the look is over).
+func TestSlowLookNeverFailsTheShopsCalls(t *testing.T) {
+	t.Parallel()
+	b := mysqlShopWithHolds(t)
+	held := make(chan struct{}, 1)
+	reconcile.SetDuringLook(b.rc, func(ctx context.Context) {
+		select {
+		case held <- struct{}{}:
+		default:
+		}
+		<-ctx.Done() // a store that never answers
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.rc.Run(ctx(t), "p", reconcile.Options{Shops: []int64{mysqlShop}})
+		done <- err
+	}()
+	<-held
+	start := time.Now()
+	res, err := b.my.Reserve(ctx(t), &reservation.ReserveParams{Shop: mysqlShop, Token: "during", TTL: time.Minute,
+		Lines: []reservation.Line{{Item: 1, Quantity: 1, Locations: []int64{1}}}})
+	if err != nil || res.Status != reservation.StatusReserved {
+		t.Fatalf("a reserve during a hung look: %+v %v (after %s)", res, err, time.Since(start))
+	}
+	// mysqlstore retries a lock wait timeout (2s): a reserve that waited
+	// that long failed once for the look.
+	if waited := time.Since(start); waited >= 2*time.Second {
+		t.Errorf("the reserve waited %s for the look: past the lock wait timeout", waited)
+	} else {
+		t.Logf("the reserve waited %s for the look", waited.Round(time.Millisecond))
+	}
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "gave up: a store is slow") {
+		t.Errorf("the hung look's run: %v; want it to give up, saying why", err)
+	}
+}
