@@ -526,16 +526,16 @@ func (c *Controller) Kill(ctx context.Context, scope Scope, k Kill, o KillOption
 	}
 	if pods := c.mysqlOnlyUnder(cur, scope); len(pods) > 0 && !o.Resynced {
 		if c.cfg.Reconciler == nil {
-			return fmt.Errorf("%w: kill %s: %s runs mysql_only and no reconciler is configured to check that Redis holds what MySQL decided; "+
+			return fmt.Errorf("%w over %s: %s runs mysql_only and no reconciler is configured to check that Redis holds what MySQL decided; "+
 				"check it, then kill again with --resynced", ErrKillRefused, scope, strings.Join(pods, ", "))
 		}
 		for _, pod := range pods {
 			clean, summary, err := c.cfg.Reconciler.Clean(ctx, pod)
 			if err != nil {
-				return fmt.Errorf("%w: kill %s: check pod %s: %w", ErrKillRefused, scope, pod, err)
+				return fmt.Errorf("%w over %s: check pod %s: %w", ErrKillRefused, scope, pod, err)
 			}
 			if !clean {
-				return fmt.Errorf("%w: kill %s: pod %s runs mysql_only and Redis does not hold what MySQL decided (%s); "+
+				return fmt.Errorf("%w over %s: pod %s runs mysql_only and Redis does not hold what MySQL decided (%s); "+
 					"run `reservoir reconcile --pod %s --repair` to rebuild Redis, then kill again", ErrKillRefused, scope, pod, summary, pod)
 			}
 		}
