@@ -1192,6 +1192,69 @@ func TestResyncWithoutCoveredMarkersCountsTwice(t *testing.T) {
 	}
 }
 
+// An adjust takes no fence lock, so while a Resync copies its shop a
+// merchant's adjust may want to commit. Were it let through, the relay
+// could deliver it before the copy is written, and the copy (read before
+// it) would set the quantity back and write no marker: the adjust lost in
+// Redis for good. The copy holds the shop's ledger rows instead: the
+// adjust waits for the copy, and its change is delivered on top of it.
+func TestResyncKeepsAnAdjustDuringTheCopy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testredis.New, nil)
+	c := ctx(t)
+	handoff(t, b.m, shop, reservation.AuthorityMySQL, 1)
+	setStock(t, b.my, shop, 10)
+	reserve(t, b.my, shop, "h1", 3)
+	if err := b.m.Flush(c, shop); err != nil {
+		t.Fatal(err)
+	}
+	adjusted := make(chan error, 1)
+	err := b.my.CopyShop(c, shop, func(c context.Context, cp *mysqlstore.ShopCopy) error {
+		go func() {
+			_, err := b.my.Adjust(c, &reservation.AdjustParams{Shop: shop, Item: item, Location: loc, Delta: 5})
+			adjusted <- err
+		}()
+		// The adjust either commits now or waits for a lock the copy holds:
+		// its locking read of the ledger row seen running on polls 10ms
+		// apart can only be waiting (nothing else in the test writes).
+		seen := 0
+		waitFor(t, "the adjust to commit or to wait for the copy", func() (bool, error) {
+			select {
+			case err := <-adjusted:
+				adjusted <- err
+				return true, nil
+			default:
+			}
+			var n int
+			err := b.db.QueryRowContext(c, `SELECT COUNT(*) FROM information_schema.PROCESSLIST
+  WHERE DB = DATABASE() AND COMMAND = 'Query' AND INFO LIKE '/*caller=''adjust''*/ SELECT available FROM inventory_ledger%'`).Scan(&n)
+			if n == 0 {
+				seen = 0
+			} else {
+				seen++
+			}
+			return seen >= 3, err
+		})
+		// The relay delivers whatever has committed, then the copy is written.
+		if err := b.m.Flush(c, shop); err != nil {
+			return err
+		}
+		return b.rd.Rewrite(c, cp.Snapshot, cp.Ledger, cp.CoveredAdjusts)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-adjusted; err != nil {
+		t.Fatal(err)
+	}
+	if err := b.m.Flush(c, shop); err != nil {
+		t.Fatal(err)
+	}
+	if r, m := unheld(t, b.rd, shop), unheld(t, b.my, shop); r != 12 || m != 12 {
+		t.Errorf("unheld after an adjust during the copy: redis %d, mysql %d, want 12 (15 in the ledger, 3 held)", r, m)
+	}
+}
+
 // Resync refuses a shop whose Redis state is the truth: one Redis decides
 // (nothing of Redis is touched), and one Redis took by force
 // (ErrForcedHandoff).

@@ -180,10 +180,14 @@ func (s *Store) CopyShop(ctx context.Context, shop int64, write func(ctx context
 	}
 	defer c.release()
 	// REPEATABLE READ: every read below sees one snapshot, taken after the
-	// fence row was locked (the first plain read starts it), so it holds
-	// every change committed by the deciding transactions the lock waited
-	// for, and an adjust (which takes no fence lock) is either in both the
-	// ledger read and the covered changes, or in neither.
+	// fence row and the ledger rows were locked (the first plain read
+	// starts it), so it holds every change committed by the deciding
+	// transactions and the adjusts the locks waited for. The ledger rows
+	// stay locked (shared) until the copy is written: an adjust takes no
+	// fence lock, and one committed after the snapshot could be delivered
+	// by the relay before the copy is written, which would set its
+	// quantity back (the copy does not include it) for good (its marker
+	// is set); held, the adjust waits and is delivered on top of the copy.
 	tx, err := c.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 	if err != nil {
 		return fmt.Errorf("mysqlstore: copy shop %d: %w", shop, err)
@@ -192,6 +196,9 @@ func (s *Store) CopyShop(ctx context.Context, shop int64, write func(ctx context
 	fence, err := lockFence(ctx, tx, shop)
 	if err != nil {
 		return err
+	}
+	if err := lockLedger(ctx, tx, sqlCopyLedgerLock, shop); err != nil {
+		return fmt.Errorf("mysqlstore: copy shop %d: %w", shop, err)
 	}
 	cp := &ShopCopy{Snapshot: reservation.Snapshot{Shop: shop, Fence: fence}}
 	if err := s.readCopy(ctx, tx, cp); err != nil {
@@ -271,6 +278,21 @@ func (s *Store) readCopy(ctx context.Context, tx *sql.Tx, cp *ShopCopy) error {
 		if reservation.ChangeKind(kind) == reservation.ChangeAdjust {
 			cp.CoveredAdjusts = append(cp.CoveredAdjusts, id)
 		}
+	}
+	return rows.Err()
+}
+
+// lockLedger runs a locking read of a shop's ledger rows (query takes the
+// shop) and drops what it read: the locks are what it is for.
+func lockLedger(ctx context.Context, tx *sql.Tx, query string, shop int64) error {
+	rows, err := tx.QueryContext(ctx, query, shop)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+	}
+	if err := rows.Close(); err != nil {
+		return err
 	}
 	return rows.Err()
 }

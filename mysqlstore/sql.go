@@ -420,6 +420,9 @@ const (
 	sqlCopyStates  = `/*caller='handoff'*/ SELECT token, state, decided_by, allocations, short, expires_at FROM reservations WHERE shop_id = ?`
 	sqlCopyLedger  = `/*caller='handoff'*/ SELECT inventory_item_id, location_id, available FROM inventory_ledger WHERE shop_id = ?`
 	sqlCopyPending = `/*caller='handoff'*/ SELECT id, kind FROM reservation_outbox WHERE shop_id = ?`
+	// The shop's ledger rows (and, at REPEATABLE READ, the gaps between
+	// them), locked shared until the copy is written: adjusts wait.
+	sqlCopyLedgerLock = `/*caller='handoff'*/ SELECT inventory_item_id FROM inventory_ledger WHERE shop_id = ? LOCK IN SHARE MODE`
 )
 
 // Holding a shop still for reconciliation's look (FreezeShop): its fence

@@ -139,6 +139,11 @@ type Finding struct {
 // finding stays.
 func (f Finding) id() string { return f.Side + "|" + f.Kind + "|" + f.Where }
 
+// place names what a finding is about (side and where) without its kind,
+// which may move while the drift stays: a quantity Redis lost is missing,
+// then wrong once a delivery recreates its field from nothing.
+func (f Finding) place() string { return f.Side + "|" + f.Where }
+
 // String is the finding on one line: shop, side, kind, where, detail.
 func (f Finding) String() string {
 	s := fmt.Sprintf("shop %d %s %s", f.Shop, f.Side, f.Kind)
@@ -374,12 +379,14 @@ func (r *Reconciler) shop(ctx context.Context, p Pod, shop int64, repair bool) (
 const recheckAfter = 250 * time.Millisecond
 
 // stable looks at a shop, and when it finds drift, looks again after
-// recheckAfter and keeps only the drift both looks agree on (notes from
-// the second). A change committed in MySQL and relayed into Redis between
-// the reads of one look (the holds of one store, then the other's) is in
-// neither of its reads of the feed, and shows as drift that the next look
-// no longer has: under live traffic, without this, a kill switch over
-// mysql_only would be refused now and then for nothing.
+// recheckAfter and keeps only the drift both looks agree on: the second
+// look's drift at a place (Finding.place) where the first found something
+// too, whatever its kind (notes from the second). A change committed in
+// MySQL and relayed into Redis between the reads of one look (the holds
+// of one store, then the other's) is in neither of its reads of the feed,
+// and shows as drift that the next look no longer has: under live
+// traffic, without this, a kill switch over mysql_only would be refused
+// now and then for nothing.
 func (r *Reconciler) stable(ctx context.Context, p Pod, shop int64) (look, error) {
 	first, err := r.find(ctx, p, shop)
 	if err != nil || !first.drift() {
@@ -396,11 +403,11 @@ func (r *Reconciler) stable(ctx context.Context, p Pod, shop int64) (look, error
 	}
 	seen := map[string]bool{}
 	for _, f := range first.found {
-		seen[f.id()] = true
+		seen[f.place()] = true
 	}
 	kept := again.found[:0]
 	for _, f := range again.found {
-		if f.Note || seen[f.id()] {
+		if f.Note || seen[f.place()] {
 			kept = append(kept, f)
 		}
 	}

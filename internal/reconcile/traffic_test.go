@@ -28,9 +28,10 @@ type live struct {
 	serve, op *cell.Cell
 	flags     rollout.FlagsFile
 	redis     *testredis.Redis
-	calls     atomic.Int64
-	failed    atomic.Int64
-	stop      func()
+	// calls counts the facade calls that returned, each once it did.
+	calls  atomic.Int64
+	failed atomic.Int64
+	stop   func()
 }
 
 var liveShops = []int64{1, 2, 3}
@@ -82,17 +83,19 @@ func startLive(t *testing.T, mode rollout.Mode) *live {
 				switch n := rng.IntN(10); {
 				case n < 5:
 					_, err = f.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: token})
+					l.calls.Add(1)
 				case n < 9:
 					_, err = f.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: token})
+					l.calls.Add(1)
 				default: // left to expire: the reaper's traffic
 				}
 				if rng.IntN(20) == 0 && err == nil {
 					_, err = f.Adjust(ctx, &reservation.AdjustParams{Shop: shop, Item: 1, Location: 1, Delta: 1})
+					l.calls.Add(1)
 				}
-				if err != nil && ctx.Err() == nil {
-					l.failed.Add(1)
+				if err != nil && ctx.Err() == nil && l.failed.Add(1) == 1 {
+					t.Logf("a claim, release or adjust: %v", err)
 				}
-				l.calls.Add(1)
 				time.Sleep(time.Millisecond)
 			}
 		})
@@ -118,12 +121,26 @@ func startLive(t *testing.T, mode rollout.Mode) *live {
 	return l
 }
 
-// busy says the traffic went on meanwhile: at least n calls since from.
-func (l *live) busy(t *testing.T, from, n int64) {
+// during runs check and returns how many calls of the traffic returned
+// while it ran (counted from just before it starts to just after it
+// ends): calls the pod served while the check was under way.
+func (l *live) during(check func()) int64 {
+	from := l.calls.Load()
+	check()
+	return l.calls.Load() - from
+}
+
+// busy says the traffic went on while a check ran: it served calls
+// meanwhile (served, from during), and none failed. How many depends on
+// the machine and on how long the check took (a few under -race on two
+// busy cores), so one is enough: none means the traffic stopped, and the
+// test would show nothing.
+func (l *live) busy(t *testing.T, what string, served int64) {
 	t.Helper()
-	if got := l.calls.Load() - from; got < n {
-		t.Fatalf("only %d calls while the check ran: the traffic stopped, the test shows nothing", got)
+	if served == 0 {
+		t.Fatalf("no call returned while %s ran: the traffic stopped, the test shows nothing", what)
 	}
+	t.Logf("%d calls returned while %s ran", served, what)
 	if f := l.failed.Load(); f > 0 {
 		t.Errorf("%d calls failed", f)
 	}
@@ -139,14 +156,22 @@ func TestCleanAndRepairUnderTraffic(t *testing.T) {
 	l := startLive(t, rollout.ModeMySQLOnly)
 	ctx := context.Background()
 	rc := l.op.Reconciler
-	from := l.calls.Load()
-	for i := range 10 {
-		ok, summary, err := rc.Clean(ctx, "pod-a")
-		if err != nil || !ok {
-			t.Fatalf("Clean #%d under traffic: %v %s %v", i, ok, summary, err)
+	// Ten runs at least, and as many more as it takes for a hundred calls
+	// to have returned while they ran.
+	var served int64
+	deadline := time.Now().Add(time.Minute)
+	for i := 0; i < 10 || served < 100; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls returned during %d runs of Clean in a minute: the traffic stopped", served, i)
 		}
+		served += l.during(func() {
+			ok, summary, err := rc.Clean(ctx, "pod-a")
+			if err != nil || !ok {
+				t.Fatalf("Clean #%d under traffic: %v %s %v", i, ok, summary, err)
+			}
+		})
 	}
-	l.busy(t, from, 100)
+	l.busy(t, "the runs of Clean", served)
 
 	// Planted: Redis loses a shop's quantities (a partial flush).
 	keys, err := l.redis.Client.Keys(ctx, l.redis.Prefix+"{shop:2}:qty:*").Result()
@@ -159,22 +184,22 @@ func TestCleanAndRepairUnderTraffic(t *testing.T) {
 	if ok, summary, err := rc.Clean(ctx, "pod-a"); err != nil || ok {
 		t.Fatalf("Clean with shop 2's quantities lost: %v %s %v; want drift", ok, summary, err)
 	}
-	from = l.calls.Load()
-	rep, err := rc.Run(ctx, "pod-a", optionsRepair)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Log(rep.Summary())
-	if rep.Drift() == 0 || rep.Left != 0 {
-		t.Errorf("repair under traffic: %s; want drift, all repaired", rep.Summary())
-		for _, f := range rep.Findings {
-			t.Log(f)
+	l.busy(t, "the repair and the look after it", l.during(func() {
+		rep, err := rc.Run(ctx, "pod-a", optionsRepair)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if ok, summary, err := rc.Clean(ctx, "pod-a"); err != nil || !ok {
-		t.Errorf("Clean after the repair, traffic running: %v %s %v", ok, summary, err)
-	}
-	l.busy(t, from, 50)
+		t.Log(rep.Summary())
+		if rep.Drift() == 0 || rep.Left != 0 {
+			t.Errorf("repair under traffic: %s; want drift, all repaired", rep.Summary())
+			for _, f := range rep.Findings {
+				t.Log(f)
+			}
+		}
+		if ok, summary, err := rc.Clean(ctx, "pod-a"); err != nil || !ok {
+			t.Errorf("Clean after the repair, traffic running: %v %s %v", ok, summary, err)
+		}
+	}))
 }
 
 // `advance` out of mysql_only checks that Redis holds what MySQL decided
@@ -216,11 +241,11 @@ pods = ["pod-a"]
 	}
 	waitHandedOff(t, l, reservation.AuthorityMySQL)
 
-	from := l.calls.Load()
-	if err := advance(); err != nil {
-		t.Fatalf("advance out of mysql_only under traffic: %v", err)
-	}
-	l.busy(t, from, 20)
+	l.busy(t, "the advance out of mysql_only", l.during(func() {
+		if err := advance(); err != nil {
+			t.Fatalf("advance out of mysql_only under traffic: %v", err)
+		}
+	}))
 
 	if err := advance(); err != nil {
 		t.Fatal(err)
@@ -242,11 +267,11 @@ pods = ["pod-a"]
 	if rep, err := l.op.Reconciler.Run(ctx, "pod-a", optionsRepair); err != nil || rep.Left != 0 {
 		t.Fatalf("repair: %s %v", rep.Summary(), err)
 	}
-	from = l.calls.Load()
-	if err := ctl.Kill(ctx, rollout.Scope{Kind: rollout.ScopePod, Pod: "pod-a"}, rollout.KillRedis, rollout.KillOptions{Actor: "test", Reason: "drill"}); err != nil {
-		t.Fatalf("kill over mysql_only after the repair, under traffic: %v", err)
-	}
-	l.busy(t, from, 20)
+	l.busy(t, "the kill after the repair", l.during(func() {
+		if err := ctl.Kill(ctx, rollout.Scope{Kind: rollout.ScopePod, Pod: "pod-a"}, rollout.KillRedis, rollout.KillOptions{Actor: "test", Reason: "drill"}); err != nil {
+			t.Fatalf("kill over mysql_only after the repair, under traffic: %v", err)
+		}
+	}))
 }
 
 // waitHandedOff waits until every shop's fences name to in both stores.
