@@ -92,7 +92,7 @@ func (e *env) serve(method, path string, body []byte) *httptest.ResponseRecorder
 var rejectCodes = map[string]bool{
 	"invalid_input":  true,  // a field's value or type is wrong
 	"unknown_field":  false, // names the field in the message (the key may be "")
-	"duplicate_key":  true,  // a member given twice
+	"duplicate_key":  false, // names the member in the message (the key may be "")
 	"malformed_json": false, // the body itself: syntax, empty, trailing data
 	"body_too_large": false,
 }
