@@ -28,6 +28,7 @@ const dbSource = "reservoir-control-db"
 // before it is passed on, so the provider always holds the last valid
 // version; a database that cannot be reached leaves it in effect.
 type dbFeed struct {
+	syncReady
 	db      *sql.DB
 	poll    time.Duration
 	timeout time.Duration
@@ -73,18 +74,12 @@ func (f *dbFeed) prime() {
 	}
 }
 
-// Init implements sync.ISync.
-func (f *dbFeed) Init(context.Context) error { return nil }
-
-// IsReady implements sync.ISync.
-func (f *dbFeed) IsReady() bool { return true }
-
 // ReSync implements sync.ISync: it sends the document in effect again.
 func (f *dbFeed) ReSync(ctx context.Context, out chan<- isync.DataSync) error {
 	f.mu.Lock()
 	data := f.current
 	f.mu.Unlock()
-	f.send(ctx, out, data)
+	sendFlags(ctx, out, dbSource, data)
 	return nil
 }
 
@@ -111,7 +106,7 @@ func (f *dbFeed) Sync(ctx context.Context, out chan<- isync.DataSync) error {
 		case err != nil:
 			f.problem("feed/db", slog.LevelError, "rollout: flags cannot be read from the control database; no decisions until they can", "err", err)
 		case data != nil:
-			f.send(ctx, out, data)
+			sendFlags(ctx, out, dbSource, data)
 		}
 	}
 }
@@ -164,11 +159,4 @@ func (f *dbFeed) fetch(ctx context.Context) ([]byte, error) {
 		f.log.Info("rollout: flags reloaded from the control database", "bytes", len(data), "version", version)
 	}
 	return data, nil
-}
-
-func (f *dbFeed) send(ctx context.Context, out chan<- isync.DataSync, data []byte) {
-	select {
-	case out <- isync.DataSync{FlagData: string(data), Source: dbSource}:
-	case <-ctx.Done():
-	}
 }

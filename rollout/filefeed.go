@@ -42,6 +42,7 @@ const noFlags = `{"flags": {}}`
 // only then, so the provider always holds the last valid version and never
 // wedges on a bad first one.
 type fileFeed struct {
+	syncReady
 	path string
 	poll time.Duration
 	log  *slog.Logger
@@ -102,18 +103,12 @@ func (f *fileFeed) prime() {
 	f.log.Info("rollout: flags file loaded", "bytes", len(data), "version", version)
 }
 
-// Init implements sync.ISync.
-func (f *fileFeed) Init(context.Context) error { return nil }
-
-// IsReady implements sync.ISync.
-func (f *fileFeed) IsReady() bool { return true }
-
 // ReSync implements sync.ISync: it sends the version in effect again.
 func (f *fileFeed) ReSync(ctx context.Context, out chan<- isync.DataSync) error {
 	f.mu.Lock()
 	data := f.current
 	f.mu.Unlock()
-	f.send(ctx, out, data)
+	sendFlags(ctx, out, f.path, data)
 	return nil
 }
 
@@ -234,7 +229,7 @@ func (f *fileFeed) refresh(ctx context.Context, out chan<- isync.DataSync, polle
 	f.rej.accept()
 	f.mu.Unlock()
 
-	f.send(ctx, out, data)
+	sendFlags(ctx, out, f.path, data)
 	if !f.loaded.Swap(true) {
 		f.log.Info("rollout: flags file loaded", "bytes", len(data), "version", version)
 		return
@@ -296,6 +291,26 @@ func checkFlags(check *evaluator.JSON, source string, data []byte) (int64, error
 
 func (f *fileFeed) isLoaded() bool { return f.loaded.Load() }
 
+// syncReady gives a feed the parts of sync.ISync that are the same for
+// every feed: nothing to initialise, always ready (a feed that has no
+// valid flags yet says so through isLoaded, not here).
+type syncReady struct{}
+
+// Init implements sync.ISync.
+func (syncReady) Init(context.Context) error { return nil }
+
+// IsReady implements sync.ISync.
+func (syncReady) IsReady() bool { return true }
+
+// sendFlags passes a document, read from source, to the provider, unless
+// ctx ends first (the provider shutting down).
+func sendFlags(ctx context.Context, out chan<- isync.DataSync, source string, data []byte) {
+	select {
+	case out <- isync.DataSync{FlagData: string(data), Source: source}:
+	case <-ctx.Done():
+	}
+}
+
 func (f *fileFeed) source() string { return f.path }
 
 // fileVersion returns the metadata.version both flags carry (0 for none),
@@ -324,11 +339,4 @@ func fileVersion(data []byte) (int64, error) {
 			FlagMode, versionText(versions[0]), FlagKillSwitch, versionText(versions[1]))
 	}
 	return versions[0], nil
-}
-
-func (f *fileFeed) send(ctx context.Context, out chan<- isync.DataSync, data []byte) {
-	select {
-	case out <- isync.DataSync{FlagData: string(data), Source: f.path}:
-	case <-ctx.Done():
-	}
 }

@@ -76,6 +76,7 @@ func CheckFlagdAddr(addr string) error {
 // down, leaves it in effect while the feed reconnects with backoff. The
 // feed is not loaded until the first valid document arrives.
 type grpcFeed struct {
+	syncReady
 	addr    string
 	timeout time.Duration
 	log     *slog.Logger
@@ -151,18 +152,12 @@ func (f *grpcFeed) prime() {
 	f.accept([]byte(res.GetFlagConfiguration()))
 }
 
-// Init implements sync.ISync.
-func (f *grpcFeed) Init(context.Context) error { return nil }
-
-// IsReady implements sync.ISync.
-func (f *grpcFeed) IsReady() bool { return true }
-
 // ReSync implements sync.ISync: it sends the document in effect again.
 func (f *grpcFeed) ReSync(ctx context.Context, out chan<- isync.DataSync) error {
 	f.mu.Lock()
 	data := f.current
 	f.mu.Unlock()
-	f.send(ctx, out, data)
+	sendFlags(ctx, out, f.source(), data)
 	return nil
 }
 
@@ -239,7 +234,7 @@ func (f *grpcFeed) stream(ctx context.Context, client syncv1grpc.FlagSyncService
 		}
 		received = true
 		if data := f.accept([]byte(msg.GetFlagConfiguration())); data != nil {
-			f.send(ctx, out, data)
+			sendFlags(ctx, out, f.source(), data)
 		}
 	}
 }
@@ -289,11 +284,4 @@ func (f *grpcFeed) accept(data []byte) []byte {
 			"addr", f.addr, "highest_version", highest, "version", version)
 	}
 	return data
-}
-
-func (f *grpcFeed) send(ctx context.Context, out chan<- isync.DataSync, data []byte) {
-	select {
-	case out <- isync.DataSync{FlagData: string(data), Source: f.source()}:
-	case <-ctx.Done():
-	}
 }
