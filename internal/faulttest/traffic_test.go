@@ -2,6 +2,7 @@ package faulttest
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -65,7 +66,10 @@ func errKind(err error) string {
 		return kindTimeout
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, mysql.ErrInvalidConn),
 		errors.Is(err, driver.ErrBadConn), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed), errors.As(err, &ne):
+		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed), errors.As(err, &ne),
+		// database/sql's answer when a transaction's connection was cut
+		// under it (the lost-reply proxy closed it mid-batch).
+		errors.Is(err, sql.ErrConnDone):
 		return kindConn
 	}
 	return kindUnclear
