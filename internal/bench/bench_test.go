@@ -5,6 +5,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -238,5 +239,39 @@ func TestBatchedAndUnbatched(t *testing.T) {
 		if n > 0 && rt[k] >= n {
 			t.Errorf("%s: %.1f MySQL round trips per call batched, %.1f unbatched: batching saved nothing", k, rt[k], n)
 		}
+	}
+}
+
+// Open-loop: a caller's calls are due at its share of the rate, and a
+// call that is due while the one before it still runs is handed its due
+// time, not now, so the wait counts in its latency. Closed-loop hands now.
+func TestScheduleOpenLoop(t *testing.T) {
+	var stop atomic.Bool
+	ctx := context.Background()
+	closed := &schedule{}
+	if at, ok := closed.next(ctx, &stop); !ok || time.Since(at) > time.Second {
+		t.Fatalf("closed-loop next = %v, %v; want now", at, ok)
+	}
+	// 4 callers sharing 400 calls/s: each calls every 10ms.
+	every := 10 * time.Millisecond
+	start := time.Now()
+	s := &schedule{every: every, at: start}
+	first, _ := s.next(ctx, &stop)
+	second, _ := s.next(ctx, &stop)
+	if !first.Equal(start) || second.Sub(first) != every {
+		t.Fatalf("due times %v and %v after start %v; want start and start+%v", first, second, start, every)
+	}
+	if waited := time.Since(start); waited < every {
+		t.Fatalf("the second call started %v after the first was due; want at least %v", waited, every)
+	}
+	time.Sleep(3 * every) // the caller was slow: its next calls are late
+	late, _ := s.next(ctx, &stop)
+	if late != start.Add(2*every) {
+		t.Fatalf("a late call is due %v; want its scheduled %v (the wait counts)", late.Sub(start), 2*every)
+	}
+	stop.Store(true)
+	s.at = time.Now().Add(time.Hour)
+	if _, ok := s.next(ctx, &stop); ok {
+		t.Fatal("a stopped window still handed out a call")
 	}
 }

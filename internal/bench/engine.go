@@ -264,10 +264,14 @@ func (ph *phase) reserve(ctx context.Context, res Result) Result {
 		func(ctx context.Context, w int, measuring, stop *atomic.Bool, rec *recorder) {
 			rng := rand.New(rand.NewPCG(seed, uint64(w)))
 			var lines []reservation.Line
+			sched := ph.schedule(w)
 			for n := 0; !stop.Load() && ctx.Err() == nil; n++ {
 				lines = ph.sc.cart(rng, lines)
 				token := "b" + strconv.FormatInt(ph.shop, 10) + "-" + strconv.Itoa(w) + "-" + strconv.Itoa(n)
-				t0 := time.Now()
+				t0, due := sched.next(ctx, stop)
+				if !due {
+					return
+				}
 				ok, err := ph.tgt.reserve(ctx, ph.shop, token, lines)
 				d := time.Since(t0)
 				switch {
@@ -297,6 +301,46 @@ func (ph *phase) reserve(ctx context.Context, res Result) Result {
 				}
 			}
 		})
+}
+
+// schedule is caller w's start times in a reserve window: now, one call
+// after the other (closed-loop), or its share of Options.Rate.
+func (ph *phase) schedule(w int) *schedule {
+	s := &schedule{}
+	if r := ph.r.opts.Rate; r > 0 {
+		c := ph.pt.Concurrency
+		s.every = time.Duration(float64(c) * float64(time.Second) / r)
+		// Callers take interleaved slots: w starts w/c of a period late.
+		s.at = time.Now().Add(s.every * time.Duration(w) / time.Duration(c))
+	}
+	return s
+}
+
+// schedule hands a caller the start time of its next call.
+type schedule struct {
+	every time.Duration // 0: closed-loop
+	at    time.Time
+}
+
+// next waits until the next call is due and returns its due time (its
+// latency runs from there); false when the window stops first.
+func (s *schedule) next(ctx context.Context, stop *atomic.Bool) (time.Time, bool) {
+	if s.every == 0 {
+		return time.Now(), true
+	}
+	due := s.at
+	s.at = s.at.Add(s.every)
+	for {
+		wait := time.Until(due)
+		if wait <= 0 {
+			return due, true
+		}
+		if stop.Load() || ctx.Err() != nil {
+			return due, false
+		}
+		// Short sleeps, so a stopped window is left promptly.
+		time.Sleep(min(wait, 50*time.Millisecond))
+	}
 }
 
 // claims is the claim window: every caller claims the holds it placed.

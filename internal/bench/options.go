@@ -152,6 +152,15 @@ type Options struct {
 	// machines; the affinities are put back at the end. Linux only, with
 	// both servers on this machine. Default: false.
 	Split bool
+	// Rate, when positive, makes the reserve windows open-loop: calls
+	// start on a fixed schedule of Rate per second in all (each of the
+	// point's callers takes every Concurrency-th slot, so Concurrency
+	// bounds the calls in flight), and a call's latency runs from its
+	// scheduled start, so a call that starts late because the one before
+	// it was slow counts its wait (no coordinated omission). Closed-loop
+	// (the default, 0) measures latency at saturation, where any extra
+	// CPU is queueing; open-loop measures it at a given traffic.
+	Rate float64
 }
 
 // WithDefaults returns o with zero fields set to their defaults.
@@ -188,6 +197,9 @@ func (o Options) Validate() error {
 	}
 	if o.Duration < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("bench: Options.Duration must be at least 100ms, got %s", o.Duration))
+	}
+	if o.Rate < 0 || o.Rate > 1e6 {
+		errs = append(errs, fmt.Errorf("bench: Options.Rate must be between 0 (closed-loop) and 1e6 calls/s, got %g", o.Rate))
 	}
 	if o.Warmup < 0 {
 		errs = append(errs, fmt.Errorf("bench: Options.Warmup must not be negative, got %s", o.Warmup))

@@ -195,7 +195,10 @@ type Env struct {
 	// Binlog is the server's binary log: "off", or "ROW, sync_binlog=1".
 	Binlog string `json:"binlog"`
 	// Split is how the run was pinned to cores (Options.Split), or "".
-	Split        string  `json:"split,omitempty"`
+	Split string `json:"split,omitempty"`
+	// Rate is the reserve windows' offered load (Options.Rate), 0 for
+	// closed-loop.
+	Rate         float64 `json:"rate_per_second,omitempty"`
 	FsyncCounter string  `json:"fsync_counter"`
 	LockCounter  bool    `json:"lock_requests_counter"`
 	DurationS    float64 `json:"window_seconds"`
@@ -241,7 +244,7 @@ func newReport(ctx context.Context, opts Options, srv *servers, started time.Tim
 			e.Binlog = fmt.Sprintf("%s, sync_binlog=%d", format, sync)
 		}
 	}
-	e.Split = srv.split
+	e.Split, e.Rate = srv.split, opts.Rate
 	if info, err := srv.redisDirect.Info(ctx, "server").Result(); err == nil {
 		for l := range strings.SplitSeq(info, "\n") {
 			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "redis_version:"); ok {
@@ -443,6 +446,9 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 		rep.Started.Format(time.RFC3339), rep.Seconds, e.GoVersion, e.CPUs, e.LoadAvg, e.MySQLVersion, e.RedisVersion, e.Flush, e.Binlog, e.DurationS, e.WarmupS, e.PoolCap, e.Buckets)
 	if e.Split != "" {
 		fmt.Fprintf(&b, " Split: %s.", e.Split)
+	}
+	if e.Rate > 0 {
+		fmt.Fprintf(&b, " Open-loop reserves: %g calls/s offered per point, latency from each call's scheduled start.", e.Rate)
 	}
 	if rep.Interrupted {
 		b.WriteString(" **Interrupted: partial results.**")

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -15,7 +16,7 @@ import (
 )
 
 func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
-	fs := newFlags("bench", "bench [--quick] [--scenarios LIST] [--variants LIST] [--concurrency LIST] [--latency LIST] [--duration D] [--flush 0|1|2|keep] [--split] [--out DIR] [--plan] | bench --render FILE [--out DIR]", out)
+	fs := newFlags("bench", "bench [--quick] [--scenarios LIST] [--variants LIST] [--concurrency LIST] [--latency LIST] [--duration D] [--flush 0|1|2|keep] [--split] [--rate N] [--out DIR] [--cpuprofile FILE] [--plan] | bench --render FILE [--out DIR]", out)
 	mysqlDSN := envString(fs, "mysql-dsn", "RESERVOIR_MYSQL_DSN",
 		"the MySQL server's `DSN`, without a database; the run creates and drops its own database")
 	redisAddr := envString(fs, "redis-addr", "RESERVOIR_REDIS_ADDR",
@@ -34,6 +35,8 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 	keep := fs.Bool("keep", false, "keep the run's database and Redis keys")
 	split := fs.Bool("split", false, "pin MariaDB and Redis to the first half of the CPUs and the bench (load generator and the store or facade) to the rest, as if on separate machines (Linux, servers on this machine)")
 	planOnly := fs.Bool("plan", false, "print the points that would run, and exit")
+	rate := fs.Float64("rate", 0, "open-loop reserves: `N` calls/s offered per point, spread over its callers (which bound the calls in flight), latency from each call's scheduled start; 0 is closed-loop, every caller calling again at once")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (load generator, stores, facades, relays) to `FILE`, for go tool pprof")
 	render := fs.String("render", "", "render an earlier run's bench.json `FILE` again (markdown to stdout, files to --out) instead of running")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -42,7 +45,7 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return renderBench(*render, *outDir, out, errOut)
 	}
 	opts := bench.Options{MySQLDSN: *mysqlDSN, RedisAddr: *redisAddr, Buckets: *buckets, PoolCap: *poolCap,
-		Keep: *keep, Split: *split, Progress: errOut, Duration: *duration, Warmup: *warmup}
+		Keep: *keep, Split: *split, Rate: *rate, Progress: errOut, Duration: *duration, Warmup: *warmup}
 	sweeps := bench.DefaultSweeps()
 	if *quick {
 		sweeps = bench.QuickSweeps()
@@ -77,6 +80,20 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	if opts.MySQLDSN == "" || opts.RedisAddr == "" {
 		return usagef(`--mysql-dsn and --redis-addr are required (or eval "$(scripts/services env)")`)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
 	}
 	rep, runErr := bench.Run(ctx, opts)
 	if rep == nil {
