@@ -1,0 +1,273 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// incident runs h (the kill switch) outside load shedding and the request
+// timeout: the switch must work while the replica sheds checkout calls,
+// and its check over a mysql_only scope reconciles whole pods. Its work is
+// bounded by ReconcileTimeout, plus KillWait to report how fast this
+// replica obeyed.
+func (s *Server) incident(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		d := s.cfg.ReconcileTimeout + s.cfg.KillWait
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d + 5*time.Second))
+		ctx, cancel := context.WithTimeout(r.Context(), d)
+		defer cancel()
+		h(w, r.WithContext(ctx))
+	}
+}
+
+// KillRequest is the body of POST and DELETE /admin/killswitch.
+type KillRequest struct {
+	// Scope is "global", "pod:<name>" or "shop:<id>". Required.
+	Scope string `json:"scope"`
+	// State is "redis" (default: Redis decides, MySQL keeps a shadow that
+	// is compared) or "redis_only" (MySQL's reservation tables are not
+	// touched). Engage only.
+	State rollout.Kill `json:"state"`
+	// Reason says why, for the on-call engineer who reads the flags file
+	// or the audit. Required.
+	Reason string `json:"reason"`
+	// Resynced confirms that Redis holds what MySQL decided for a scope
+	// that runs mysql_only, without the reconciler's check; without it
+	// such a kill is refused (409) while the reconciler finds drift.
+	// Engage only.
+	Resynced bool `json:"resynced"`
+}
+
+// KillResponse is the answer of a kill switch change.
+type KillResponse struct {
+	// Scope is the scope changed, in its text form.
+	Scope string `json:"scope"`
+	// Kill is the switch now set on the scope in the flags file.
+	Kill KillView `json:"kill"`
+	// Actor made the change.
+	Actor string `json:"actor"`
+	// Audited is always true: every change goes through the rollout
+	// controller and its audit. (Kept for clients of the earlier API, where
+	// a server without a plan wrote the flags unaudited.)
+	Audited bool `json:"audited"`
+	// ObeyedAfterMs is how long after the file was written this replica's
+	// flag source answered accordingly; null if not within KillWait.
+	ObeyedAfterMs *float64 `json:"obeyed_after_ms"`
+	// Effective is this replica's decision for the scope now.
+	Effective DecisionView `json:"effective"`
+	// Fleet says how the fleet obeyed: the live replicas (those that
+	// report to the control database) and how many applied the change,
+	// within how long ("obeyed by 3/3 replicas in 38 ms" in Summary).
+	Fleet rollout.Obedience `json:"fleet"`
+	// RelayLag is, for an engage, the relay lag of the scope's pods at the
+	// moment of the switch ("pod-a 12 change(s), oldest 40ms"), as the
+	// audit (or, without a controller, the server's log) records it: what
+	// each shop's handoff drains into Redis before Redis decides (and what
+	// a forced handoff would lose). Empty for a release.
+	RelayLag string `json:"relay_lag,omitempty"`
+}
+
+// maxReason caps a kill switch reason, in characters.
+const maxReason = 500
+
+// checkReason accepts a reason of at most maxReason printable characters:
+// it is written into the flags file and the audit, shown on the
+// dashboard and in terminals, so no control character (NUL, a newline,
+// an escape sequence) may ride in it.
+func checkReason(reason string) *problem {
+	if !utf8.ValidString(reason) {
+		return badInput("reason", "reason: not valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(reason); n > maxReason {
+		return badInput("reason", "reason: at most %d characters, got %d", maxReason, n)
+	}
+	for i, c := range reason {
+		if !unicode.IsPrint(c) {
+			return badInput("reason", "reason: character %U at byte %d is not printable: give one line of text", c, i)
+		}
+	}
+	return nil
+}
+
+// readKill reads a kill request from the JSON body, or (DELETE only, for
+// curl) from the query parameters scope and reason when there is no body.
+func (s *Server) readKill(w http.ResponseWriter, r *http.Request) (KillRequest, rollout.Scope, *problem) {
+	var req KillRequest
+	q := r.URL.Query()
+	for _, k := range []string{"scope", "reason"} {
+		if len(q[k]) > 1 {
+			return req, rollout.Scope{}, badInput(k, "%s: given %d times in the query; give it once", k, len(q[k]))
+		}
+	}
+	body := r.ContentLength > 0 || r.ContentLength < 0 && r.Body != http.NoBody
+	switch {
+	case r.Method == http.MethodDelete && !body && q.Has("scope"):
+		req.Scope, req.Reason = q.Get("scope"), q.Get("reason")
+	case q.Has("scope") || q.Has("reason"):
+		// Scope or reason in the query and a body too: which one would
+		// the operator mean? Refuse rather than release another scope.
+		return req, rollout.Scope{}, badInput("scope", "scope and reason go in the JSON body, or (DELETE only, without a body) in the query; not both")
+	default:
+		if p := s.decodeBody(w, r, &req); p != nil {
+			return req, rollout.Scope{}, p
+		}
+	}
+	if strings.TrimSpace(req.Scope) == "" {
+		return req, rollout.Scope{}, badInput("scope", `scope: required: "global", "pod:<name>" or "shop:<id>"`)
+	}
+	scope, err := rollout.ParseScope(req.Scope)
+	if err != nil {
+		return req, rollout.Scope{}, badInput("scope", "scope: %v", err)
+	}
+	if scope.Kind == rollout.ScopePod && s.cfg.Cell.Pod(scope.Pod) == nil {
+		return req, rollout.Scope{}, badInput("scope", "scope: no pod %q in the topology (pods: %s)", scope.Pod, strings.Join(s.cfg.Cell.Topology.PodNames(), ", "))
+	}
+	if strings.TrimSpace(req.Reason) == "" {
+		return req, rollout.Scope{}, badInput("reason", "reason: required: say why, for whoever reads the flags file in an incident")
+	}
+	if p := checkReason(req.Reason); p != nil {
+		return req, rollout.Scope{}, p
+	}
+	return req, scope, nil
+}
+
+// representative is the (pod, shop) whose decision shows whether this
+// replica obeys a change of scope.
+func (s *Server) representative(scope rollout.Scope) (string, int64) {
+	switch scope.Kind {
+	case rollout.ScopePod:
+		return scope.Pod, 0
+	case rollout.ScopeShop:
+		if pod, err := s.cfg.Cell.PodOf(scope.Shop); err == nil && pod != nil {
+			return pod.Name, scope.Shop
+		}
+	}
+	return s.cfg.Cell.Topology.Pods[0].Name, scope.Shop
+}
+
+// waitObeyed polls this replica's flag source until it answers what the
+// flags file now says for scope, up to KillWait, and returns how long
+// that took after start (nil if it did not).
+func (s *Server) waitObeyed(ctx context.Context, scope rollout.Scope, start time.Time) (*float64, DecisionView) {
+	pod, shop := s.representative(scope)
+	flags, err := s.cfg.Cell.FlagStore().Read()
+	if err != nil {
+		return nil, s.decide(ctx, pod, shop)
+	}
+	want := flags.Resolve(pod, shop)
+	deadline := time.Now().Add(s.cfg.KillWait)
+	for {
+		d, err := s.cfg.Cell.Flags.Decide(ctx, pod, shop)
+		if err == nil && d == want {
+			ms := float64(time.Since(start).Microseconds()) / 1000
+			s.metrics.killObeyed.Observe(ms / 1000)
+			return &ms, s.decide(ctx, pod, shop)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, s.decide(ctx, pod, shop)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (s *Server) engageKill(w http.ResponseWriter, r *http.Request) {
+	req, scope, p := s.readKill(w, r)
+	if p != nil {
+		writeProblem(w, r, *p)
+		return
+	}
+	if req.State == "" {
+		req.State = rollout.KillRedis
+	}
+	if req.State != rollout.KillRedis && req.State != rollout.KillRedisOnly {
+		writeProblem(w, r, *badInput("state", `state: want "redis" (MySQL keeps a shadow, compared) or "redis_only" (MySQL untouched), got %q`, req.State))
+		return
+	}
+	ctx := r.Context()
+	who := actor(r)
+	// A kill over a scope running mysql_only is checked first, by a
+	// reconciler: a handoff's drain brings Redis up to date only if Redis
+	// still holds what the relay delivered before (docs/ownership.md,
+	// section 4). The relay lag is taken at the switch: the answer says
+	// it, and the audit (or, without a controller, the log) records it.
+	start := time.Now()
+	// The controller runs the check over a mysql_only scope (its
+	// Reconciler), reports the lag to Out and in the audit, and waits
+	// for the fleet to obey.
+	var (
+		out   bytes.Buffer
+		fleet rollout.Obedience
+	)
+	err := s.cfg.Controller.Kill(ctx, scope, req.State, rollout.KillOptions{Actor: who, Reason: req.Reason, Resynced: req.Resynced, Out: &out, Fleet: &fleet})
+	lag := lagFromOutput(out.String())
+	if s.killFailed(w, r, "engage the kill switch", err) {
+		return
+	}
+	if lag == "" {
+		lag = s.lagText(ctx, s.podsUnder(scope)) // a controller without a LagReader
+	}
+	s.log.Warn("server: kill switch engaged", "request_id", RequestID(ctx), "scope", scope.String(), "state", req.State,
+		"actor", who, "reason", req.Reason, "relay_lag", lag, "fleet", fleet.Summary)
+	s.killAnswer(w, r, scope, who, start, lag, fleet)
+}
+
+// killFailed answers a kill switch change (what) that the controller
+// refused or failed, and reports whether it did: a refusal over a
+// mysql_only scope (409 refused), an unknown pod (400), a lost race with
+// another operator (409 flags_changed), or a failure (503).
+func (s *Server) killFailed(w http.ResponseWriter, r *http.Request, what string, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, rollout.ErrKillRefused):
+		writeProblem(w, r, problem{Status: http.StatusConflict, Code: "refused", Field: "resynced",
+			Message: err.Error() + ` (send "resynced": true only once Redis holds what MySQL decided)`})
+	case errors.Is(err, rollout.ErrUnknownScope):
+		writeProblem(w, r, *badInput("scope", "scope: %v", err))
+	case errors.Is(err, rollout.ErrFlagsChanged):
+		writeProblem(w, r, problem{Status: http.StatusConflict, Code: "flags_changed", RetryAfter: time.Second,
+			Message: "the flags changed while this change was decided (another operator?); nothing was written: look at the status and try again"})
+	default:
+		s.internal(w, r, what, err)
+	}
+	return true
+}
+
+func (s *Server) releaseKill(w http.ResponseWriter, r *http.Request) {
+	req, scope, p := s.readKill(w, r)
+	if p != nil {
+		writeProblem(w, r, *p)
+		return
+	}
+	if req.State != "" || req.Resynced {
+		writeProblem(w, r, *badInput("state", "state and resynced are for engaging; releasing takes scope and reason"))
+		return
+	}
+	who := actor(r)
+	start := time.Now()
+	var fleet rollout.Obedience
+	err := s.cfg.Controller.Release(r.Context(), scope, rollout.KillOptions{Actor: who, Reason: req.Reason, Fleet: &fleet})
+	if s.killFailed(w, r, "release the kill switch", err) {
+		return
+	}
+	s.log.Warn("server: kill switch released", "request_id", RequestID(r.Context()), "scope", scope.String(),
+		"actor", who, "reason", req.Reason, "fleet", fleet.Summary)
+	s.killAnswer(w, r, scope, who, start, "", fleet)
+}
+
+func (s *Server) killAnswer(w http.ResponseWriter, r *http.Request, scope rollout.Scope, who string, start time.Time, lag string, fleet rollout.Obedience) {
+	obeyed, eff := s.waitObeyed(r.Context(), scope, start)
+	resp := KillResponse{Scope: scope.String(), Actor: who, Audited: true, ObeyedAfterMs: obeyed, Effective: eff, RelayLag: lag, Fleet: fleet}
+	if f, err := s.cfg.Cell.FlagStore().Read(); err == nil {
+		resp.Kill = killView(f.KillAt(scope))
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
