@@ -105,10 +105,8 @@ func (s *Store) retry(ctx context.Context, caller string, fn func() error) error
 		switch mysqlErrno(err) {
 		case errDeadlock:
 			reason = "deadlock"
-			s.stats.deadlocks.Add(1)
 		case errLockWait:
 			reason = "lock_wait_timeout"
-			s.stats.lockWaitTimeouts.Add(1)
 		default:
 			return err
 		}

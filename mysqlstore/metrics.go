@@ -1,8 +1,6 @@
 package mysqlstore
 
 import (
-	"sync/atomic"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -12,6 +10,7 @@ type metrics struct {
 	retries        *prometheus.CounterVec
 	replenish      *prometheus.CounterVec
 	replenishUnits prometheus.Counter
+	shortRetries   prometheus.Counter
 	reapedHolds    prometheus.Counter
 	tombstones     *prometheus.CounterVec
 	tombstoneHits  *prometheus.CounterVec
@@ -54,6 +53,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "reservoir_mysql_replenish_units_total",
 			Help: "Units inserted into pools by the replenisher.",
 		}),
+		shortRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "reservoir_mysql_reserve_short_retries_total",
+			Help: "Reserve attempts that found a pool short and went back to it after a refill or a wait for units other reserves held locked.",
+		}),
 		reapedHolds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "reservoir_mysql_reaped_holds_total",
 			Help: "Expired hold records returned by the reaper.",
@@ -93,41 +96,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.connHold, m.connWait, m.retries, m.replenish, m.replenishUnits, m.reapedHolds,
+	for _, c := range []prometheus.Collector{m.connHold, m.connWait, m.retries, m.replenish, m.replenishUnits, m.shortRetries, m.reapedHolds,
 		m.tombstones, m.tombstoneHits, m.forgotten, m.notDecider, m.feedWritten, m.handoffs, m.deductGroup, m.claimGroup} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
-}
-
-// Stats are the store's counters since it was built, for tests and the
-// benchmark; production reads the Prometheus metrics.
-type Stats struct {
-	// Deadlocks is how many transactions hit error 1213 (and were retried).
-	Deadlocks int64
-	// LockWaitTimeouts is how many statements hit error 1205.
-	LockWaitTimeouts int64
-	// Refills is how many replenish transactions inserted units.
-	Refills int64
-	// RefillUnits is how many units they inserted.
-	RefillUnits int64
-	// ReserveRetries is how often Reserve went back to a short pool.
-	ReserveRetries int64
-}
-
-type stats struct {
-	deadlocks, lockWaitTimeouts, refills, refillUnits, reserveRetries atomic.Int64
-}
-
-// Stats returns the store's counters.
-func (s *Store) Stats() Stats {
-	return Stats{
-		Deadlocks:        s.stats.deadlocks.Load(),
-		LockWaitTimeouts: s.stats.lockWaitTimeouts.Load(),
-		Refills:          s.stats.refills.Load(),
-		RefillUnits:      s.stats.refillUnits.Load(),
-		ReserveRetries:   s.stats.reserveRetries.Load(),
-	}
 }

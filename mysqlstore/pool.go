@@ -114,8 +114,6 @@ func (s *Store) replenish(ctx context.Context, k key) (snap snapshot, added int6
 	s.metrics.replenish.WithLabelValues(result).Inc()
 	if added > 0 {
 		s.metrics.replenishUnits.Add(float64(added))
-		s.stats.refills.Add(1)
-		s.stats.refillUnits.Add(added)
 	}
 	return snap, added, nil
 }

@@ -97,7 +97,7 @@ func (r *reserveCall) run(ctx context.Context) (reservation.ReserveResult, error
 			return reservation.ReserveResult{}, fmt.Errorf("mysqlstore: reserve shop %d token %q: pool still short after %d attempts: %w",
 				r.p.Shop, r.p.Token, attempt, reservation.ErrContention)
 		}
-		r.s.stats.reserveRetries.Add(1)
+		r.s.metrics.shortRetries.Inc()
 		if progressed {
 			backoff = r.s.cfg.RetryBase
 			continue

@@ -49,7 +49,6 @@ type Store struct {
 	db        *sql.DB
 	cfg       Config
 	metrics   *metrics
-	stats     stats
 	pivots    pivots            // where reserves start scanning each pool
 	refills   refills           // refills in flight, joined by other reservers
 	deducts   combiner[*deduct] // legacy claims waiting for a shared transaction

@@ -168,20 +168,22 @@ func TestPoolDrainRefillsSingleFlight(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	st := b.s.Stats()
-	t.Logf("reserved %d; refills that inserted units: %d (%d units); reserve retries %d; deadlocks %d",
-		reserved.Load(), st.Refills, st.RefillUnits, st.ReserveRetries, st.Deadlocks)
+	refills := metricSum(t, b, "reservoir_mysql_replenish_total", "result", "inserted")
+	refillUnits := metricSum(t, b, "reservoir_mysql_replenish_units_total")
+	t.Logf("reserved %d; refills that inserted units: %.0f (%.0f units); reserve retries %.0f; deadlocks %.0f",
+		reserved.Load(), refills, refillUnits, metricSum(t, b, "reservoir_mysql_reserve_short_retries_total"),
+		metricSum(t, b, "reservoir_mysql_tx_retries_total", "reason", "deadlock"))
 	if reserved.Load() != stock {
 		t.Fatalf("reserved %d, want %d", reserved.Load(), stock)
 	}
-	if st.RefillUnits != stock {
-		t.Errorf("refills inserted %d units, want exactly the stock %d", st.RefillUnits, stock)
+	if refillUnits != stock {
+		t.Errorf("refills inserted %.0f units, want exactly the stock %d", refillUnits, stock)
 	}
 	// stock/cap = 100 refills if every refill fills the pool; waiters that
 	// join the refill they waited on add none. Allow 50% for refills that
 	// find the pool partly drained; one per reserve would be 5000.
-	if want := int64(stock / poolCap); st.Refills < want || st.Refills > want*3/2 {
-		t.Errorf("refills = %d, want close to %d", st.Refills, want)
+	if want := float64(stock / poolCap); refills < want || refills > want*3/2 {
+		t.Errorf("refills = %.0f, want close to %.0f", refills, want)
 	}
 }
 
@@ -200,7 +202,7 @@ func TestCartsInRandomOrderDoNotDeadlock(t *testing.T) {
 	// wait on a unit another reserve held, under SKIP LOCKED); they are
 	// retried and logged, not counted here.
 	var claimDeadlocks func() float64
-	run := func(t *testing.T, unordered bool, d time.Duration) mysqlstore.Stats {
+	run := func(t *testing.T, unordered bool, d time.Duration) {
 		b := setupWith(t, mysqlstore.Config{PoolCap: 200, GroupSize: 1})
 		claimDeadlocks = func() float64 { return retriesOf(t, b, "claim", "deadlock") }
 		mysqlstore.SetUnorderedLedger(b.s, unordered)
@@ -215,7 +217,7 @@ func TestCartsInRandomOrderDoNotDeadlock(t *testing.T) {
 			wg.Go(func() {
 				r := rand.New(rand.NewPCG(uint64(w), 7))
 				for i := 0; time.Now().Before(deadline); i++ {
-					if unordered && b.s.Stats().Deadlocks > 0 {
+					if unordered && metricSum(t, b, "reservoir_mysql_tx_retries_total", "reason", "deadlock") > 0 {
 						return // shown: the test can fail
 					}
 					var lines []reservation.Line
@@ -240,10 +242,9 @@ func TestCartsInRandomOrderDoNotDeadlock(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		st := b.s.Stats()
-		t.Logf("unordered=%v: %d carts reserved and claimed in %s; deadlocks %d (claims %.0f, reserves %.0f), lock wait timeouts %d",
-			unordered, ops.Load(), d, st.Deadlocks, claimDeadlocks(), retriesOf(t, b, "reserve", "deadlock"), st.LockWaitTimeouts)
-		return st
+		t.Logf("unordered=%v: %d carts reserved and claimed in %s; deadlocks %.0f (claims %.0f, reserves %.0f), lock wait timeouts %.0f",
+			unordered, ops.Load(), d, metricSum(t, b, "reservoir_mysql_tx_retries_total", "reason", "deadlock"), claimDeadlocks(),
+			retriesOf(t, b, "reserve", "deadlock"), metricSum(t, b, "reservoir_mysql_tx_retries_total", "reason", "lock_wait_timeout"))
 	}
 	t.Run("global order", func(t *testing.T) {
 		run(t, false, 10*time.Second)
@@ -900,23 +901,35 @@ func TestDoneDoesNotWaitForChangesInFlight(t *testing.T) {
 // retriesOf reads reservoir_mysql_tx_retries_total for a caller and reason.
 func retriesOf(t *testing.T, b bundle, caller, reason string) float64 {
 	t.Helper()
+	return metricSum(t, b, "reservoir_mysql_tx_retries_total", "caller", caller, "reason", reason)
+}
+
+// metricSum is the sum of the store's counter name over the series whose
+// labels match the name-value pairs of labels (every series when none).
+func metricSum(t *testing.T, b bundle, name string, labels ...string) float64 {
+	t.Helper()
 	fams, err := b.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	sum := 0.0
 	for _, f := range fams {
-		if f.GetName() != "reservoir_mysql_tx_retries_total" {
+		if f.GetName() != name {
 			continue
 		}
+	series:
 		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
+			have := map[string]string{}
 			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
+				have[l.GetName()] = l.GetValue()
 			}
-			if labels["caller"] == caller && labels["reason"] == reason {
-				return m.GetCounter().GetValue()
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue series
+				}
 			}
+			sum += m.GetCounter().GetValue()
 		}
 	}
-	return 0
+	return sum
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/dualwrite"
@@ -271,19 +272,45 @@ func (t *poolTarget) claim(ctx context.Context, shop int64, token string) error 
 }
 
 func (t *poolTarget) counters() counters {
-	return mysqlCounters(t.store, t.reg)
+	return mysqlCounters(t.reg)
 }
 
-func mysqlCounters(s *mysqlstore.Store, reg *prometheus.Registry) counters {
-	st := s.Stats()
+// mysqlCounters reads a MySQL store's counters from its registry.
+func mysqlCounters(reg *prometheus.Registry) counters {
+	fams, _ := reg.Gather() // a failed gather reads as zeros: the report shows them
+	deadlocks := counterSum(fams, "reservoir_mysql_tx_retries_total", "reason", "deadlock")
+	lockWaits := counterSum(fams, "reservoir_mysql_tx_retries_total", "reason", "lock_wait_timeout")
 	return counters{
-		deadlocks:   st.Deadlocks,
-		lockWaits:   st.LockWaitTimeouts,
-		retries:     st.Deadlocks + st.LockWaitTimeouts + st.ReserveRetries,
-		refills:     st.Refills,
-		refillUnits: st.RefillUnits,
+		deadlocks:   deadlocks,
+		lockWaits:   lockWaits,
+		retries:     deadlocks + lockWaits + counterSum(fams, "reservoir_mysql_reserve_short_retries_total", "", ""),
+		refills:     counterSum(fams, "reservoir_mysql_replenish_total", "result", "inserted"),
+		refillUnits: counterSum(fams, "reservoir_mysql_replenish_units_total", "", ""),
 		hold:        gatherHold(reg),
 	}
+}
+
+// counterSum sums the counter name over its series whose label has value
+// (every series when label is "").
+func counterSum(fams []*dto.MetricFamily, name, label, value string) int64 {
+	var n float64
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			match := label == ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					match = true
+				}
+			}
+			if match {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return int64(n)
 }
 
 // gatherHold reads mysqlstore's connection hold histogram per caller.
@@ -316,15 +343,7 @@ func gatherCounter(reg *prometheus.Registry, name string) int64 {
 	if err != nil {
 		return 0
 	}
-	var n float64
-	for _, f := range fams {
-		if f.GetName() == name {
-			for _, m := range f.GetMetric() {
-				n += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return int64(n)
+	return counterSum(fams, name, "", "")
 }
 
 func (t *poolTarget) check(ctx context.Context, shop int64, b *book) error {
@@ -422,7 +441,7 @@ func (t *redisTarget) claim(ctx context.Context, shop int64, token string) error
 	return err
 }
 
-func (t *redisTarget) counters() counters { return mysqlCounters(t.ledger, t.reg) }
+func (t *redisTarget) counters() counters { return mysqlCounters(t.reg) }
 
 func (t *redisTarget) check(ctx context.Context, shop int64, b *book) error {
 	if err := checkPool(ctx, t.path.db, shop, b, t.ledger.PoolCap(), false); err != nil {
@@ -551,7 +570,7 @@ func (t *facadeTarget) claim(ctx context.Context, shop int64, token string) erro
 }
 
 func (t *facadeTarget) counters() counters {
-	c := mysqlCounters(t.my, t.myReg)
+	c := mysqlCounters(t.myReg)
 	c.shadowSkipped = gatherCounter(t.fReg, "reservoir_dualwrite_shadow_skipped_total")
 	return c
 }
