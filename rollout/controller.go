@@ -214,12 +214,12 @@ func (c *Controller) Status(ctx context.Context) (Status, error) {
 	}
 	cur := c.cfg.Plan.Stages[stage]
 	st.StageName = cur.Name
-	st.Evidence, err = Gather(ctx, c.cfg.Stats, cur.Pods, since)
+	st.Evidence, err = gather(ctx, c.cfg.Stats, cur.Pods, since)
 	if err != nil {
 		return Status{}, err
 	}
 	st.Gates = cur.Gates.Evaluate(st.Evidence, c.cfg.Now().Sub(since))
-	st.Ready = AllPass(st.Gates) && st.Next != nil && st.FlagsInvalid == ""
+	st.Ready = allPass(st.Gates) && st.Next != nil && st.FlagsInvalid == ""
 	return st, nil
 }
 
@@ -293,7 +293,7 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 		return Stage{}, fmt.Errorf("rollout: advance: the plan is complete (stage %q is the last)", st.StageName)
 	}
 	next := *st.Next
-	if !AllPass(st.Gates) && !o.Override {
+	if !allPass(st.Gates) && !o.Override {
 		return Stage{}, &GatesError{Stage: st.StageName, Gates: st.Gates}
 	}
 	if killed := killedPods(st, next.Pods); len(killed) > 0 && !o.Override {
@@ -437,7 +437,7 @@ func (c *Controller) change(ctx context.Context, dryRun bool, out io.Writer, ver
 			return nil, nil, err
 		}
 		fmt.Fprintf(out, "--- %s\n+++ %s (after)\n", c.cfg.Flags, c.cfg.Flags)
-		_, err = io.WriteString(out, LineDiff(string(before), string(after)))
+		_, err = io.WriteString(out, lineDiff(string(before), string(after)))
 		return before, after, err
 	}
 	b, a, err := c.cfg.Flags.UpdateAt(version, edit)

@@ -2,11 +2,11 @@ package rollout
 
 import "strings"
 
-// LineDiff returns a line diff of a and b: unchanged lines prefixed by two
+// lineDiff returns a line diff of a and b: unchanged lines prefixed by two
 // spaces, removed by "- ", added by "+ ". Deterministic, for dry-runs and
 // golden tests; the flags file renders one rule per line, so a line diff is
 // exactly the change.
-func LineDiff(a, b string) string {
+func lineDiff(a, b string) string {
 	x := strings.Split(strings.TrimSuffix(a, "\n"), "\n")
 	y := strings.Split(strings.TrimSuffix(b, "\n"), "\n")
 	// Longest common subsequence table; flags files are small.

@@ -421,7 +421,7 @@ func (f *Flags) Resolve(pod string, shop int64) Decision {
 	switch {
 	case hasShop && s.Mode != "":
 		d.Mode = s.Mode
-	case hasPod && p.Ramp != nil && InRamp(shop, p.Ramp.Percent):
+	case hasPod && p.Ramp != nil && inRamp(shop, p.Ramp.Percent):
 		d.Mode = p.Ramp.Mode
 	case hasPod && p.Mode != "":
 		d.Mode = p.Mode
@@ -434,11 +434,11 @@ func (f *Flags) Resolve(pod string, shop int64) Decision {
 	return d
 }
 
-// InRamp reports whether a shop falls in a ramp of percent%: the bucket
+// inRamp reports whether a shop falls in a ramp of percent%: the bucket
 // flagd's fractional operator gives it (murmur3 of the flag key and the
 // shop id, the evaluation's targeting key). Buckets do not depend on the
 // pod, so a shop keeps its side when it moves between pods.
-func InRamp(shop int64, percent int) bool {
+func inRamp(shop int64, percent int) bool {
 	if percent <= 0 {
 		return false
 	}

@@ -195,7 +195,7 @@ func rampShops(t testing.TB, percent int) (in, out int64) {
 		if shop >= 1000 && shop < 1100 {
 			continue // keep clear of the shops with overrides
 		}
-		if InRamp(shop, percent) {
+		if inRamp(shop, percent) {
 			if in == 0 {
 				in = shop
 			}
@@ -209,14 +209,14 @@ func rampShops(t testing.TB, percent int) (in, out int64) {
 func TestRampGrowsMonotonically(t *testing.T) {
 	for shop := int64(1); shop <= 20000; shop++ {
 		for _, p := range []int{1, 5, 10, 25, 50, 75, 99} {
-			if InRamp(shop, p) && !InRamp(shop, p+1) {
+			if inRamp(shop, p) && !inRamp(shop, p+1) {
 				t.Fatalf("shop %d is in the %d%% ramp but not in the %d%% one", shop, p, p+1)
 			}
 		}
 	}
 	n := 0
 	for shop := int64(1); shop <= 20000; shop++ {
-		if InRamp(shop, 25) {
+		if inRamp(shop, 25) {
 			n++
 		}
 	}
@@ -385,5 +385,12 @@ func TestParseFlagsEmpty(t *testing.T) {
 		if err != nil || !reflect.DeepEqual(f, NewFlags()) {
 			t.Errorf("ParseFlags(%q) = %+v, %v", doc, f, err)
 		}
+	}
+}
+
+func TestLineDiff(t *testing.T) {
+	got := lineDiff("a\nb\nc\n", "a\nx\nc\n")
+	if got != "  a\n- b\n+ x\n  c\n" && got != "  a\n+ x\n- b\n  c\n" {
+		t.Errorf("diff:\n%s", got)
 	}
 }

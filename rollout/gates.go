@@ -56,8 +56,8 @@ func (e Evidence) Rate(c compare.Class) float64 {
 	return float64(e.Classes[c]) / float64(e.Observations)
 }
 
-// Gather sums the live (non-calibration) stats of pods since a time.
-func Gather(ctx context.Context, stats StatsReader, pods []string, since time.Time) (Evidence, error) {
+// gather sums the live (non-calibration) stats of pods since a time.
+func gather(ctx context.Context, stats StatsReader, pods []string, since time.Time) (Evidence, error) {
 	e := Evidence{Pods: slices.Clone(pods), Since: since, Classes: map[compare.Class]int64{}}
 	var aTotal, sTotal time.Duration
 	var aN, sN int64
@@ -128,8 +128,8 @@ func (g Gates) Evaluate(e Evidence, age time.Duration) []GateResult {
 	return out
 }
 
-// AllPass reports whether every gate passed.
-func AllPass(rs []GateResult) bool {
+// allPass reports whether every gate passed.
+func allPass(rs []GateResult) bool {
 	for _, r := range rs {
 		if !r.Pass {
 			return false

@@ -280,7 +280,7 @@ func (c *Controller) killOverInvalid(ctx context.Context, scope Scope, action st
 	plan := fmt.Sprintf("a valid document at version %d built from %s", over.version, over.from)
 	if o.DryRun {
 		fmt.Fprintf(o.Out, "%s; dry run: would write %s (nothing written)\n--- %s (invalid)\n+++ %s (after)\n", over.bad, plan, c.cfg.Flags, c.cfg.Flags)
-		_, err = io.WriteString(o.Out, LineDiff(string(over.bad.Document), string(after)))
+		_, err = io.WriteString(o.Out, lineDiff(string(over.bad.Document), string(after)))
 		return err
 	}
 	if err := replaceInvalid(c.cfg.Flags, over.bad.Document, next); err != nil {

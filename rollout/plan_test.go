@@ -36,10 +36,3 @@ func TestPlanErrorsNameTheField(t *testing.T) {
 		}
 	}
 }
-
-func TestLineDiff(t *testing.T) {
-	got := rollout.LineDiff("a\nb\nc\n", "a\nx\nc\n")
-	if got != "  a\n- b\n+ x\n  c\n" && got != "  a\n+ x\n- b\n  c\n" {
-		t.Errorf("diff:\n%s", got)
-	}
-}
