@@ -127,7 +127,7 @@ func (s *Store) claimGroup(ctx context.Context, group []*claimCall) error {
 				case 1:
 					var k tokenKey
 					var state, allocs string
-					var exp sqlTime
+					var exp sql.NullTime
 					if err := rows.Scan(&k.shop, &k.token, &state, &allocs, &exp); err != nil {
 						return err
 					}

@@ -53,7 +53,7 @@ func (s *Store) pending(ctx context.Context, query string, args ...any) ([]reser
 	for rows.Next() {
 		var ch reservation.Change
 		var kind, decider, state, allocs, short string
-		var exp sqlTime
+		var exp sql.NullTime
 		if err := rows.Scan(&ch.ID, &ch.Shop, &kind, &ch.Token, &ch.Item, &ch.Location, &ch.Delta,
 			&decider, &ch.Fence.Epoch, &state, &allocs, &short, &exp); err != nil {
 			return nil, err
@@ -226,7 +226,7 @@ func (s *Store) readCopy(ctx context.Context, tx *sql.Tx, cp *ShopCopy) error {
 	}
 	for rows.Next() {
 		var token, state, by, allocs, short string
-		var exp sqlTime
+		var exp sql.NullTime
 		if err := rows.Scan(&token, &state, &by, &allocs, &short, &exp); err != nil {
 			rows.Close()
 			return err

@@ -2,6 +2,7 @@ package mysqlstore
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 
@@ -50,7 +51,7 @@ func (s *Store) Holds(ctx context.Context, shop int64) ([]reservation.Hold, erro
 	for rows.Next() {
 		var token, auth string
 		var a reservation.Allocation
-		var exp sqlTime
+		var exp sql.NullTime
 		if err := rows.Scan(&token, &a.Item, &a.Location, &a.Quantity, &exp, &auth); err != nil {
 			return nil, err
 		}

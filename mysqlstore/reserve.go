@@ -345,7 +345,7 @@ func (r *reserveCall) unitsFromHead() stmt {
 // scanUnits adds the rows of a units statement to units (line number,
 // unit id, the database's clock); a negative line number is a pool's top.
 func (r *reserveCall) scanUnits(rows *sql.Rows, units [][]int64) (time.Time, error) {
-	var now sqlTime
+	var now sql.NullTime
 	for rows.Next() {
 		var lineNo int
 		var id int64

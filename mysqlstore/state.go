@@ -69,7 +69,7 @@ func scanFenceAndState(rows *sql.Rows, shop int64, token string) (fenceRow, stat
 	for rows.Next() {
 		var kind, a, b, c string
 		var n int64
-		var t sqlTime
+		var t sql.NullTime
 		if err := rows.Scan(&kind, &a, &b, &c, &n, &t); err != nil {
 			return fenceRow{}, stateRow{}, err
 		}
@@ -105,7 +105,7 @@ func scanFenceAndState(rows *sql.Rows, shop int64, token string) (fenceRow, stat
 
 // scanNow reads the one row of sqlNow.
 func scanNow(rows *sql.Rows) (time.Time, error) {
-	var now sqlTime
+	var now sql.NullTime
 	if !rows.Next() {
 		return time.Time{}, errors.New("mysqlstore: NOW(3) returned no row")
 	}

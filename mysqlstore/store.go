@@ -139,7 +139,7 @@ func (s *Store) readState(ctx context.Context, caller, op string, shop int64, to
 	}
 	defer c.release()
 	var state, allocs, short, by string
-	var exp sqlTime
+	var exp sql.NullTime
 	err = c.QueryRowContext(ctx, tag(caller)+sqlStateRead, shop, token).Scan(&state, &allocs, &short, &exp, &by)
 	if isNoRows(err) {
 		return stateRow{}, "", fmt.Errorf("mysqlstore: %s shop %d token %q: %w", op, shop, token, reservation.ErrNotFound)
