@@ -1,136 +1,66 @@
 package sqlcheck_test
 
 import (
-	"bufio"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/tools/go/analysis"
+	"golang.org/x/tools/go/analysis/analysistest"
+	"golang.org/x/tools/go/analysis/checker"
+	"golang.org/x/tools/go/packages"
 
 	"github.com/seed31b0e981/reservoir/internal/sqlcheck"
 )
 
-// The packages that send SQL. Every statement in them must be fixed
-// fragments and placeholders; every value a parameter.
-var sqlPackages = []string{"mysqlstore", "redisstore", "compare", "rollout"}
-
-func TestNoSQLBuiltFromValues(t *testing.T) {
-	for _, pkg := range sqlPackages {
-		t.Run(pkg, func(t *testing.T) {
-			findings, err := sqlcheck.Dir(filepath.Join("..", "..", pkg))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, f := range findings {
-				t.Errorf("%s", f)
-			}
-		})
-	}
+// The analyzer can fail: every statement planted in testdata/src/bad is
+// reported with the value that makes it unsafe, and nothing else; the
+// store-shaped builders in testdata/src/good are not.
+func TestAnalyzer(t *testing.T) {
+	analysistest.Run(t, analysistest.TestData(), sqlcheck.Analyzer, "bad", "good")
 }
 
-// The check can fail: every planted line marked "// want" in testdata/bad
-// is reported, and nothing else; the store-shaped builders in
-// testdata/good are not.
-func TestCheckCatchesPlantedSQL(t *testing.T) {
-	findings, err := sqlcheck.Dir(filepath.Join("testdata", "bad"))
+// The analyzer reads the real store code, not only its testdata: the
+// mysqlstore package, plus one method that splices a token into a
+// statement the way a careless fix would, gives exactly that finding.
+func TestCatchesAValueSplicedIntoTheStore(t *testing.T) {
+	dir, err := filepath.Abs(filepath.Join("..", "..", "mysqlstore"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := wantLines(t, filepath.Join("testdata", "bad", "bad.go"))
-	got := map[int]bool{}
-	for _, f := range findings {
-		line := lineOf(t, f.Pos)
-		got[line] = true
-		if !want[line] {
-			t.Errorf("unexpected finding: %s", f)
-		}
-		t.Logf("%s", f)
-	}
-	for line := range want {
-		if !got[line] {
-			t.Errorf("bad.go:%d: planted SQL with a value was not reported", line)
-		}
-	}
-
-	findings, err = sqlcheck.Dir(filepath.Join("testdata", "good"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range findings {
-		t.Errorf("false positive on the stores' pattern: %s", f)
-	}
-}
-
-func wantLines(t *testing.T, path string) map[int]bool {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	want := map[int]bool{}
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		if strings.HasSuffix(sc.Text(), "// want") {
-			want[n] = true
-		}
-	}
-	if len(want) == 0 {
-		t.Fatalf("%s plants nothing", path)
-	}
-	return want
-}
-
-func lineOf(t *testing.T, pos string) int {
-	t.Helper()
-	parts := strings.Split(pos, ":")
-	if len(parts) < 3 {
-		t.Fatalf("position %q", pos)
-	}
-	n, err := strconv.Atoi(parts[len(parts)-2])
-	if err != nil {
-		t.Fatalf("position %q: %v", pos, err)
-	}
-	return n
-}
-
-// The check reads the real store code, not only its testdata: the same
-// files as mysqlstore, plus one method that splices a token into a
-// statement the way a careless fix would, give exactly that finding.
-func TestCheckCatchesAValueSplicedIntoTheStore(t *testing.T) {
-	src := filepath.Join("..", "..", "mysqlstore")
-	dir := t.TempDir()
-	entries, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if name := e.Name(); strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go") {
-			b, err := os.ReadFile(filepath.Join(src, name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	planted := `package mysqlstore
+	planted := filepath.Join(dir, "planted.go")
+	cfg := &packages.Config{
+		Mode: packages.LoadAllSyntax &^ packages.NeedDeps, // the dependencies' types from export data
+		Dir:  dir,
+		Overlay: map[string][]byte{planted: []byte(`package mysqlstore
 
 func (s *Store) holdsOf(token string) string {
 	return tag(callerRead) + sqlStateRead + " AND token = '" + token + "'"
 }
-`
-	if err := os.WriteFile(filepath.Join(dir, "planted.go"), []byte(planted), 0o644); err != nil {
-		t.Fatal(err)
+`)},
 	}
-	findings, err := sqlcheck.Dir(dir)
+	pkgs, err := packages.Load(cfg, ".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(findings) != 1 || !strings.Contains(findings[0].Pos, "planted.go:4") {
-		t.Fatalf("findings %v, want exactly the planted statement", findings)
+	if packages.PrintErrors(pkgs) > 0 {
+		t.Fatal("mysqlstore does not load")
 	}
-	t.Logf("%s", findings[0])
+	graph, err := checker.Analyze([]*analysis.Analyzer{sqlcheck.Analyzer}, pkgs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	for _, act := range graph.Roots {
+		if act.Err != nil {
+			t.Fatal(act.Err)
+		}
+		for _, d := range act.Diagnostics {
+			found = append(found, act.Package.Fset.Position(d.Pos).String()+": "+d.Message)
+		}
+	}
+	if len(found) != 1 || !strings.Contains(found[0], "planted.go:4:") {
+		t.Fatalf("findings %q, want exactly the planted statement", found)
+	}
+	t.Log(found[0])
 }

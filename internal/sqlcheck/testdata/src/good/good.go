@@ -85,3 +85,58 @@ func grown(ctx context.Context, db *sql.DB, next bool, shop int64) error {
 	_, err := db.QueryContext(ctx, q, shop)
 	return err
 }
+
+// A statement kept in a struct field, queued and sent later, as
+// mysqlstore's txn does: every stmt the package makes holds a fixed one.
+type stmt struct {
+	sql  string
+	args []any
+}
+
+func queue(shop int64) []stmt {
+	return []stmt{{sql: sqlHoldsLock, args: []any{shop}}, {tag(callerClaim) + sqlHoldsLock, []any{shop}}}
+}
+
+// take joins the queue: its text is fixed, its arguments are values.
+func take(q []stmt) (string, []any) {
+	var text strings.Builder
+	var args []any
+	for i, st := range q {
+		if i > 0 {
+			text.WriteString(";\n")
+		}
+		text.WriteString(st.sql)
+		args = append(args, st.args...)
+	}
+	return text.String(), args
+}
+
+func sendQueue(ctx context.Context, db *sql.DB, shop int64) error {
+	text, args := take(queue(shop))
+	_, err := db.ExecContext(ctx, text, args...)
+	return err
+}
+
+// Each of a list of fixed statements.
+func lockAll(ctx context.Context, tx *sql.Tx, shop int64) error {
+	for _, q := range []string{sqlHoldsLock, sqlDeletePrefix} {
+		if _, err := tx.ExecContext(ctx, q, shop); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// A wrapper with database/sql's shape forwards its query: its callers'
+// queries are checked where they call it.
+type conn struct{ db *sql.DB }
+
+func (c conn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return c.db.ExecContext(ctx, query, args...)
+}
+
+// A name a parameter cannot stand for, marked with the reason it is safe.
+func create(ctx context.Context, db *sql.DB, name string) error {
+	_, err := db.ExecContext(ctx, "CREATE DATABASE "+name) //sqlcheck:ok test names are made by the test, never given
+	return err
+}
