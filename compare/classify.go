@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/seed31b0e981/reservoir/reservation"
 )
@@ -35,8 +36,19 @@ const (
 	// first). It says nothing about either store's stock: nothing to
 	// compare.
 	ClassShadowLate Class = "shadow_late"
+	// ClassPreSwitch: what would be ClassShadowMissing, for a call whose
+	// shop's route changed less than Rules.SwitchWindow (one hold
+	// lifetime) before it (Observation.Switched): the reservation may have
+	// been made before the switch, while the shadow was not written (a
+	// pod entering shadow mode, a redis_only kill switch released). The
+	// shadow missing it is then expected, not a fault of the shadow, so
+	// it is kept apart from shadow_missing and out of its gate.
+	ClassPreSwitch Class = "pre_switch"
 	// ClassShadowMissing: the authority claimed, released or adjusted, and
-	// the shadow had no prior state for it (ErrNotFound, or "not_released").
+	// the shadow had no prior state for it (ErrNotFound, or "not_released"),
+	// although the shop's route had not changed within one hold lifetime:
+	// the shadow lost or never got a reservation made while it was
+	// written.
 	ClassShadowMissing Class = "shadow_missing"
 	// ClassStockoutRace: a reserve where one store said reserved and the
 	// other insufficient, and the short side was within Rules' margin of
@@ -54,7 +66,7 @@ const (
 // Classes lists every class, in the order of precedence.
 var Classes = []Class{
 	ClassAuthorityError, ClassShadowSkipped, ClassShadowTimeout, ClassShadowPanic,
-	ClassShadowError, ClassShadowLate, ClassShadowMissing, ClassStockoutRace, ClassOutcomeMismatch,
+	ClassShadowError, ClassShadowLate, ClassPreSwitch, ClassShadowMissing, ClassStockoutRace, ClassOutcomeMismatch,
 	ClassAllocationMismatch, ClassMatch,
 }
 
@@ -88,6 +100,12 @@ type Rules struct {
 	// requested quantity (see RaceMargin). Default: 0.1. Negative: no
 	// fractional widening. At most 1.
 	RaceFraction float64
+	// SwitchWindow is how long after a change of its shop's route
+	// (Observation.Switched) a shadow missing a reservation counts as
+	// ClassPreSwitch rather than ClassShadowMissing: the longest a hold
+	// made before the switch can still be claimed or released. Default:
+	// reservation.DefaultLimits.MaxTTL (1h). Negative: never pre_switch.
+	SwitchWindow time.Duration
 }
 
 // DefaultRules are the rules with every default applied.
@@ -100,6 +118,9 @@ func (r Rules) WithDefaults() Rules {
 	}
 	if r.RaceFraction == 0 {
 		r.RaceFraction = 0.1
+	}
+	if r.SwitchWindow == 0 {
+		r.SwitchWindow = reservation.DefaultLimits.MaxTTL
 	}
 	return r
 }
@@ -144,18 +165,21 @@ func (r Rules) margin(requested int64) int64 {
 //     answered with a later state of the token (ErrAlreadyClaimed,
 //     ErrReleased, ErrExpired): the caller's next call overtook the shadow
 //     reserve (the facade never makes the caller wait for it).
-//  7. shadow_missing: the authority claimed, released or adjusted, and the
-//     shadow answered reservation.ErrNotFound (or, for a release, released
-//     nothing): the shadow never saw the reservation (made before it was
-//     dual-written, or already gone from it).
-//  8. stockout_race: a reserve where one side said reserved and the other
+//  7. pre_switch: the authority claimed, released or adjusted, the shadow
+//     answered reservation.ErrNotFound (or, for a release, released
+//     nothing), and the shop's route changed less than Rules.SwitchWindow
+//     before the call (Observation.Switched): the reservation may predate
+//     the switch, when the shadow was not written.
+//  8. shadow_missing: the same, without such a recent switch: the shadow
+//     never saw the reservation, or lost it.
+//  9. stockout_race: a reserve where one side said reserved and the other
 //     insufficient, and every short line of the insufficient side has
 //     Requested - margin <= Unheld < Requested (see Rules.RaceMargin).
-//  9. outcome_mismatch: the answers differ (see "answers" below).
-//  10. allocation_mismatch: the same answer, different allocations
+//  10. outcome_mismatch: the answers differ (see "answers" below).
+//  11. allocation_mismatch: the same answer, different allocations
 //     (compared as a multiset of (item, location, quantity): reserve,
 //     claim/settle, release).
-//  11. match.
+//  12. match.
 //
 // # Answers
 //
@@ -208,6 +232,8 @@ func Classify(o Observation, r Rules) Class {
 	}
 	if answer(a) != answer(s) {
 		switch {
+		case shadowMissing(o.Op, a, s) && afterSwitch(o, r):
+			return ClassPreSwitch
 		case shadowMissing(o.Op, a, s):
 			return ClassShadowMissing
 		case o.Op == OpReserve && stockoutRace(a, s, r):
@@ -258,6 +284,20 @@ func shadowMissing(op Op, a, s Outcome) bool {
 			(errors.Is(s.Err, reservation.ErrNotFound) || (s.Err == nil && s.Result == ResultNotReleased))
 	}
 	return false
+}
+
+// afterSwitch reports whether o came less than r.SwitchWindow after its
+// shop's route changed. An observation without a time (the Comparer fills
+// in "now") is judged at its switch: it is as recent as can be.
+func afterSwitch(o Observation, r Rules) bool {
+	if o.Switched.IsZero() || r.SwitchWindow < 0 {
+		return false
+	}
+	at := o.At
+	if at.IsZero() {
+		at = o.Switched
+	}
+	return at.Sub(o.Switched) < r.SwitchWindow
 }
 
 func stockoutRace(a, s Outcome, r Rules) bool {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/reservation"
@@ -166,12 +167,25 @@ func TestClassify(t *testing.T) {
 		{"outcome beats allocation", compare.OpClaim, failed(redis, reservation.ErrExpired), ok(mysql, "settled", a1at2), compare.Rules{}, compare.ClassOutcomeMismatch},
 	}
 	seen := map[compare.Class]bool{}
+	at := time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			got := compare.Classify(compare.Observation{Op: c.op, Pod: "p1", Mode: "shadow", Authority: c.a, Shadow: c.s}, c.r)
 			if got != c.want {
 				t.Errorf("Classify = %s, want %s\nauthority %+v\nshadow    %+v", got, c.want, c.a, c.s)
 			}
+			// The same call a minute after its shop's route changed: only
+			// a shadow missing the reservation becomes pre_switch (it may
+			// predate the switch); every other verdict stands.
+			want := c.want
+			if want == compare.ClassShadowMissing {
+				want = compare.ClassPreSwitch
+			}
+			o := compare.Observation{Op: c.op, Pod: "p1", Mode: "shadow", At: at, Switched: at.Add(-time.Minute), Authority: c.a, Shadow: c.s}
+			if got := compare.Classify(o, c.r); got != want {
+				t.Errorf("a minute after a switch: Classify = %s, want %s", got, want)
+			}
+			seen[want] = true
 		})
 		seen[c.want] = true
 	}
@@ -213,5 +227,41 @@ func TestClassHelpers(t *testing.T) {
 		if compare.IsCalibration(mode) != want {
 			t.Errorf("IsCalibration(%q) = %v", mode, !want)
 		}
+	}
+}
+
+// A shadow missing a reservation is pre_switch only within one hold
+// lifetime (Rules.SwitchWindow) of its shop's route change: after that no
+// hold made before the switch can still be claimed, and the shadow lost it.
+func TestClassifyPreSwitchWindow(t *testing.T) {
+	t.Parallel()
+	switched := time.Date(2025, 3, 4, 5, 0, 0, 0, time.UTC)
+	missing := func(at time.Time, sw time.Time) compare.Observation {
+		return compare.Observation{Op: compare.OpClaim, At: at, Switched: sw, Authority: ok(redis, "claimed", a1),
+			Shadow: failed(mysql, wrapped(reservation.ErrNotFound))}
+	}
+	for _, c := range []struct {
+		name string
+		o    compare.Observation
+		r    compare.Rules
+		want compare.Class
+	}{
+		{"no switch seen", missing(switched.Add(time.Minute), time.Time{}), compare.Rules{}, compare.ClassShadowMissing},
+		{"at the switch", missing(switched, switched), compare.Rules{}, compare.ClassPreSwitch},
+		{"just inside the default hour", missing(switched.Add(time.Hour-time.Millisecond), switched), compare.Rules{}, compare.ClassPreSwitch},
+		{"one hold lifetime after", missing(switched.Add(time.Hour), switched), compare.Rules{}, compare.ClassShadowMissing},
+		{"a shorter window", missing(switched.Add(11*time.Minute), switched), compare.Rules{SwitchWindow: 10 * time.Minute}, compare.ClassShadowMissing},
+		{"window off", missing(switched.Add(time.Second), switched), compare.Rules{SwitchWindow: -1}, compare.ClassShadowMissing},
+		{"no time: judged at the switch", missing(time.Time{}, switched), compare.Rules{}, compare.ClassPreSwitch},
+	} {
+		if got := compare.Classify(c.o, c.r); got != c.want {
+			t.Errorf("%s: Classify = %s, want %s", c.name, got, c.want)
+		}
+	}
+	if compare.DefaultRules.SwitchWindow != reservation.DefaultLimits.MaxTTL {
+		t.Errorf("DefaultRules.SwitchWindow = %s, want the longest hold %s", compare.DefaultRules.SwitchWindow, reservation.DefaultLimits.MaxTTL)
+	}
+	if compare.ClassPreSwitch.Mismatch() || compare.ClassPreSwitch.ShadowFault() {
+		t.Error("pre_switch counts as a mismatch or a shadow fault: the gates would hold a stage for reservations made before it")
 	}
 }

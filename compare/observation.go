@@ -84,6 +84,14 @@ type Observation struct {
 	Mode string
 	// At is when the call started. Zero means "now" to the Comparer.
 	At time.Time
+	// Switched is when the route of the call's shop last changed at the
+	// facade that made the call (its mode or kill switch, and so which
+	// store decides and whether the other is written): zero when it has
+	// not changed since the facade first saw the shop. A reservation
+	// claimed or released soon after a switch may have been made before
+	// it, when the shadow was not written; Classify calls such a
+	// difference ClassPreSwitch (see Rules.SwitchWindow).
+	Switched time.Time
 	// Authority is the answer returned to the caller.
 	Authority Outcome
 	// Shadow is the other store's outcome, compared only.

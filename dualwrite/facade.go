@@ -168,6 +168,9 @@ type Facade struct {
 	wg      sync.WaitGroup
 	metrics *metrics
 	order   tokenOrder
+	// switched remembers when each shop's route last changed, for the
+	// observations (compare.Observation.Switched).
+	switched switches
 	// lastWarn rate-limits the warnings of the hot path (unix
 	// nanoseconds): broken flags must not flood the logs.
 	lastWarn atomic.Int64
@@ -219,7 +222,9 @@ func (f *Facade) decide(ctx context.Context, shop int64) (rollout.Decision, roll
 			"pod", f.cfg.Pod, "shop", shop, "err", err)
 		return rollout.Decision{}, rollout.Route{}, fmt.Errorf("%w: %w", ErrFlagsUnavailable, err)
 	}
-	return d, d.Route(), nil
+	rt := d.Route()
+	f.switched.note(shop, rt, time.Now())
+	return d, rt, nil
 }
 
 // served counts a call the facade took, with its effective mode.

@@ -40,6 +40,7 @@ func (f *Facade) compared(ctx context.Context, plan rollout.Route, op compare.Op
 		obs:      compare.Observation{Op: op, Pod: f.cfg.Pod, Shop: shop, Token: token, Mode: f.modeLabel(plan), At: time.Now()},
 		authDone: make(chan compare.Outcome, 1),
 	}
+	c.obs.Switched = f.switched.since(shop)
 	c.shadow = f.startShadow(ctx, tokenKey{shop, token}, shadowName,
 		func(sctx context.Context) compare.Outcome { return shadowFn(sctx, shadow) },
 		func(s compare.Outcome) {

@@ -1,0 +1,65 @@
+package dualwrite_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/compare"
+	"github.com/seed31b0e981/reservoir/reservation"
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// A reservation made while the shop was not compared (redis mode), then
+// claimed once the pod entered shadow mode, is missing from MySQL's shadow
+// by design: its observation carries the switch, and the comparer calls it
+// pre_switch, out of the shadow_missing gate. One MySQL never saw although
+// the shop's route did not change is still shadow_missing.
+func TestPreSwitchReservationsAreMarked(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	b.stock(t, 1, 1, 50)
+	ctx := context.Background()
+
+	// In shadow mode from the facade's first call: a hold placed in Redis
+	// behind the facade's back is one MySQL lost, as far as anyone knows.
+	if _, err := b.rd.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "behind", Lines: line(1, 1), TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.claim(ctx, "behind"); err != nil {
+		t.Fatal(err)
+	}
+
+	// redis mode: a cart reserved and nothing compared.
+	if err := b.modes.SetMode(rollout.ModeRedis); err != nil {
+		t.Fatal(err)
+	}
+	b.mustReserve(t, "before", line(1, 2))
+	switched := time.Now()
+	if err := b.modes.SetMode(rollout.ModeShadow); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.claim(ctx, "before"); err != nil {
+		t.Fatal(err)
+	}
+	b.drain(t)
+
+	got := map[string]compare.Observation{}
+	b.rec.mu.Lock()
+	for _, o := range b.rec.obs {
+		if o.Op == compare.OpClaim {
+			got[o.Token] = o
+		}
+	}
+	b.rec.mu.Unlock()
+	if o := got["behind"]; !o.Switched.IsZero() || compare.Classify(o, compare.DefaultRules) != compare.ClassShadowMissing {
+		t.Errorf("claim without a switch: switched %v, class %s; want none and shadow_missing", o.Switched, compare.Classify(o, compare.DefaultRules))
+	}
+	o := got["before"]
+	if o.Switched.Before(switched) || o.Switched.After(o.At) {
+		t.Errorf("claim after the switch: switched at %v, want between the switch %v and the call %v", o.Switched, switched, o.At)
+	}
+	if c := compare.Classify(o, compare.DefaultRules); c != compare.ClassPreSwitch {
+		t.Errorf("claim of a cart reserved before the switch: %s, want pre_switch", c)
+	}
+}
