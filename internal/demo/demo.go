@@ -52,13 +52,29 @@ type Config struct {
 	Duration time.Duration
 	// Name starts every database (<Name>_control, <Name>_pod_a, ...) and
 	// Redis key prefix (<Name>:pod-a:, ...) the demo creates; whatever
-	// exists under it is dropped first. Default: reservoir_demo.
+	// exists under it is dropped first. Default: reservoir_demo_ and six
+	// random hex digits, so that two people running the demo on one
+	// MariaDB and one Redis never drop each other's.
 	Name string
 	// Dir holds the topology, flags file, plan and server log. Default: a
 	// new temporary directory, removed at the end unless Keep.
 	Dir string
-	// Keep leaves the databases, keys and Dir in place at the end.
+	// Keep leaves the databases, keys and Dir in place at the end, and
+	// prints the command that removes them (CleanCommand).
 	Keep bool
+	// Program is how the printed commands name the reservoir binary
+	// (`<Program> demo clean ...`). Default: reservoir.
+	Program string
+	// SkipIncident leaves the scripted incident out of the tour (see
+	// incident.go): pod-a then stays in mysql once the walk got there.
+	SkipIncident bool
+	// IncidentAfter is how long MySQL decides pod-a before the incident's
+	// fault is injected. Default: 15s.
+	IncidentAfter time.Duration
+	// IncidentHold is how long the kill switch keeps Redis deciding pod-a,
+	// with the fault still in MySQL, before the demo repairs MySQL and
+	// releases the switch: the time to look at the evidence. Default: 30s.
+	IncidentHold time.Duration
 	// MySQLDSN is the MariaDB/MySQL server's DSN without a database, e.g.
 	// root@tcp(127.0.0.1:33306)/. RedisAddr is the Redis server. Default:
 	// $RESERVOIR_MYSQL_DSN and $RESERVOIR_REDIS_ADDR, else what
@@ -119,7 +135,18 @@ func (c Config) WithDefaults() Config {
 		c.Addr = "127.0.0.1:8088"
 	}
 	if c.Name == "" {
-		c.Name = "reservoir_demo"
+		var b [3]byte
+		_, _ = rand.Read(b[:])
+		c.Name = "reservoir_demo_" + hex.EncodeToString(b[:])
+	}
+	if c.Program == "" {
+		c.Program = "reservoir"
+	}
+	if c.IncidentAfter == 0 {
+		c.IncidentAfter = 15 * time.Second
+	}
+	if c.IncidentHold == 0 {
+		c.IncidentHold = 30 * time.Second
 	}
 	if c.Services == "" {
 		c.Services = filepath.Join("scripts", "services")
@@ -170,6 +197,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("demo: gate duration must be at least 1s, got %s", c.GateDuration)
 	case c.MinObservations < 1:
 		return fmt.Errorf("demo: min observations must be at least 1, got %d", c.MinObservations)
+	case c.IncidentAfter < 0 || c.IncidentHold < 0:
+		return fmt.Errorf("demo: the incident's times must not be negative, got after %s, hold %s", c.IncidentAfter, c.IncidentHold)
 	case len(c.AdminToken) < 16:
 		return errors.New("demo: the admin token must be at least 16 bytes")
 	}
@@ -194,17 +223,33 @@ var pods = []podSpec{
 // the rest is the operator's to try.
 const walkTo = 1
 
-// printer serialises progress lines.
+// printer serialises progress lines. The first write that fails (the
+// reader of a pipe is gone: `reservoir demo | tee log` after Ctrl-C, or
+// `| head`) calls broken, which stops the demo; nothing more is written,
+// and the cleanup goes on without an audience.
 type printer struct {
-	mu  sync.Mutex
-	out io.Writer
+	mu     sync.Mutex
+	out    io.Writer
+	broken func(error)
+	failed bool
 }
 
 func (p *printer) say(format string, args ...any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	fmt.Fprintf(p.out, format+"\n", args...)
+	if p.failed {
+		return
+	}
+	if _, err := fmt.Fprintf(p.out, format+"\n", args...); err != nil {
+		p.failed = true
+		if p.broken != nil {
+			p.broken(err)
+		}
+	}
 }
+
+// errOutputGone is the cause of a stop whose output broke.
+var errOutputGone = errors.New("demo: the output is gone")
 
 // Run runs the demo until ctx ends or Duration passes, then stops and
 // cleans up. It returns nil after a clean stop.
@@ -213,9 +258,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	p := &printer{out: cfg.Out}
+	// A signal cancels ctx; so does an output that breaks. Either way the
+	// deferred steps below stop what runs and drop what was created.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	p := &printer{out: cfg.Out, broken: func(err error) { cancel(fmt.Errorf("%w: %w", errOutputGone, err)) }}
 	started := time.Now()
-	p.say("reservoir demo: three pods, traffic, a shadow rollout and a kill switch (Ctrl-C stops it)")
+	p.say("reservoir demo %s: three pods, traffic, a shadow rollout, an incident and the kill switch (Ctrl-C stops it)", cfg.Name)
 
 	env, err := newEnvironment(ctx, cfg, p)
 	if err != nil {
@@ -335,11 +384,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	var wg sync.WaitGroup
 	wg.Go(func() { gen.run(runCtx) })
 	w := &walker{ctl: ctl, c: c, p: p, plan: plan, since: started}
+	if !cfg.SkipIncident {
+		w.inc = &incident{cfg: cfg, c: c, ctl: ctl, p: p, podDSN: env.dsnFor(env.dbName(incidentPod))}
+	}
 	w.loop(runCtx, gen, cfg.ProgressEvery)
 	wg.Wait()
 
 	reason := "the duration passed"
-	if ctx.Err() != nil {
+	switch {
+	case errors.Is(context.Cause(ctx), errOutputGone):
+		reason = "the output is gone"
+	case ctx.Err() != nil:
 		reason = "interrupted"
 	}
 	p.say("stopping (%s) after %s: %s", reason, time.Since(started).Round(time.Second), gen.totals())
@@ -379,6 +434,11 @@ func printWelcome(p *printer, info Info, cfg Config) {
 	p.say("")
 	p.say("  What to try:")
 	p.say("    - watch pod-a go from shadow to mysql once its gates pass (%s, %d observations)", cfg.GateDuration, cfg.MinObservations)
+	if !cfg.SkipIncident {
+		p.say("    - %s after MySQL takes pod-a, an incident: a fault in pod-a's MySQL makes it disagree with Redis; the comparer counts the "+
+			"mismatches, the gates break, the automatic controller engages the kill switch; %s later the demo repairs MySQL and releases the switch "+
+			"(--incident=false leaves it out)", cfg.IncidentAfter, cfg.IncidentHold)
+	}
 	p.say("    - press \"Kill switch...\" on pod-a in the dashboard: Redis decides again within milliseconds, after the relay lag shown next to it is drained")
 	p.say("    - or from a shell:")
 	p.say("        export TOKEN=%s", info.Token)

@@ -62,16 +62,10 @@ type environment struct {
 
 // newEnvironment finds (or starts) the servers and makes the directory.
 func newEnvironment(ctx context.Context, cfg Config, p *printer) (*environment, error) {
-	e := &environment{cfg: cfg, p: p}
-	dsn, addr, err := servers(ctx, cfg, p)
+	e, err := planEnvironment(ctx, cfg, p)
 	if err != nil {
 		return nil, err
 	}
-	if e.dsn, err = mysql.ParseDSN(dsn); err != nil {
-		return nil, fmt.Errorf("demo: MySQL DSN %q: %w", dsn, err)
-	}
-	e.dsn.DBName = ""
-	e.redis = addr
 	e.dir = cfg.Dir
 	if e.dir == "" {
 		if e.dir, err = os.MkdirTemp("", "reservoir-demo-"); err != nil {
@@ -84,6 +78,32 @@ func newEnvironment(ctx context.Context, cfg Config, p *printer) (*environment, 
 	p.say("  MariaDB %s, Redis %s", e.dsn.Addr, e.redis)
 	return e, nil
 }
+
+// planEnvironment finds (or starts) the servers and names everything a
+// demo called cfg.Name creates, before anything is: cleanup drops every
+// one of those names, so a stop at any moment (a signal while a database
+// is being created) leaves nothing behind.
+func planEnvironment(ctx context.Context, cfg Config, p *printer) (*environment, error) {
+	e := &environment{cfg: cfg, p: p}
+	dsn, addr, err := servers(ctx, cfg, p)
+	if err != nil {
+		return nil, err
+	}
+	if e.dsn, err = mysql.ParseDSN(dsn); err != nil {
+		return nil, fmt.Errorf("demo: MySQL DSN: %w", err)
+	}
+	e.dsn.DBName = ""
+	e.redis = addr
+	e.dbs = []string{e.dbName("control")}
+	for _, p := range pods {
+		e.dbs = append(e.dbs, e.dbName(p.name))
+		e.prefixes = append(e.prefixes, e.prefix(p.name))
+	}
+	return e, nil
+}
+
+// prefix is a pod's Redis key prefix.
+func (e *environment) prefix(pod string) string { return e.cfg.Name + ":" + pod + ":" }
 
 // servers returns the MySQL server DSN and the Redis address: from the
 // config, the environment, or scripts/services (which starts them when
@@ -170,30 +190,22 @@ func (e *environment) create(ctx context.Context) error {
 		PlanFile:    filepath.Join(e.dir, "plan.toml"),
 		DefaultRule: "modulo",
 	}
-	names := []string{"control"}
-	for _, p := range pods {
-		names = append(names, p.name)
-	}
 	e.p.say("  creating databases %s_{control,pod_a,pod_b,pod_c} and migrating them ...", e.cfg.Name)
-	for _, n := range names {
-		db := e.dbName(n)
+	for _, db := range e.dbs {
 		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+db+"`"); err != nil {
 			return fmt.Errorf("demo: drop %s: %w", db, err)
 		}
 		if _, err := admin.ExecContext(ctx, "CREATE DATABASE `"+db+"`"); err != nil {
 			return fmt.Errorf("demo: create %s: %w", db, err)
 		}
-		e.dbs = append(e.dbs, db)
 		if err := migrate(ctx, e.dsnFor(db)); err != nil {
 			return fmt.Errorf("demo: migrate %s: %w", db, err)
 		}
 	}
 	e.topo.ControlDSN = e.dsnFor(e.dbName("control"))
 	for _, p := range pods {
-		prefix := e.cfg.Name + ":" + p.name + ":"
-		e.prefixes = append(e.prefixes, prefix)
 		e.topo.Pods = append(e.topo.Pods, topology.Pod{Name: p.name, MySQLDSN: e.dsnFor(e.dbName(p.name)), RedisAddr: e.redis,
-			RedisPrefix: prefix, Shops: p.shops})
+			RedisPrefix: e.prefix(p.name), Shops: p.shops})
 	}
 	if err := e.clearRedis(ctx); err != nil {
 		return err
@@ -262,45 +274,132 @@ func (e *environment) clearRedis(ctx context.Context) error {
 }
 
 // cleanup drops the databases and keys and removes the directory, unless
-// Keep. After a failure it keeps the directory (its server.log says why).
+// Keep (it then prints the command that removes them). After a failure it
+// keeps the directory (its server.log says why).
 func (e *environment) cleanup(failed bool) error {
 	if e.cfg.Keep {
-		e.p.say("  kept (--keep): databases %s, Redis keys %s*, files in %s", strings.Join(e.dbs, ", "), e.cfg.Name, e.dir)
+		e.p.say("  kept (--keep): databases %s, Redis keys %s*, files in %s", strings.Join(e.dbs, ", "), e.cfg.Name+":", e.dir)
+		e.p.say("  to remove exactly these: %s", e.cleanCommand())
 		return nil
 	}
-	// Each step gets its own deadline: on a loaded machine dropping four
-	// databases can take most of a shared one, and the keys would stay.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var errs []error
-	if len(e.dbs) > 0 {
-		admin, err := sql.Open("mysql", e.dsn.FormatDSN())
-		if err == nil {
-			for _, db := range e.dbs {
-				if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+db+"`"); err != nil {
-					errs = append(errs, err)
-				}
-			}
-			admin.Close()
-		} else {
-			errs = append(errs, err)
-		}
-	}
-	if len(e.prefixes) > 0 {
-		rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
-		errs = append(errs, e.clearRedis(rctx))
-		rcancel()
-	}
+	err := e.drop()
 	if e.ownDir && !failed {
-		errs = append(errs, os.RemoveAll(e.dir))
+		err = errors.Join(err, os.RemoveAll(e.dir))
 	} else if failed {
-		e.p.say("  kept %s for its server.log", e.dir)
+		e.p.say("  kept %s for its server.log; %s removes it", e.dir, e.cleanCommand())
 	}
-	err := errors.Join(errs...)
 	if err == nil {
 		e.p.say("  dropped the demo's databases and Redis keys; MariaDB (%s) and Redis (%s) keep running for the next run: `make services-stop` stops them", e.dsn.Addr, e.redis)
 	}
 	return err
+}
+
+// drop drops the demo's databases and deletes its Redis keys. Each step
+// gets its own deadline and runs whatever the one before did: on a loaded
+// machine dropping four databases can take most of a shared one, and the
+// keys would stay.
+func (e *environment) drop() error {
+	var errs []error
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin, err := sql.Open("mysql", e.dsn.FormatDSN())
+	if err == nil {
+		for _, db := range e.dbs {
+			if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+db+"`"); err != nil {
+				errs = append(errs, fmt.Errorf("demo: drop %s: %w", db, err))
+			}
+		}
+		admin.Close()
+	} else {
+		errs = append(errs, err)
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
+	errs = append(errs, e.clearRedis(rctx))
+	rcancel()
+	return errors.Join(errs...)
+}
+
+// demoFiles are the files a demo writes into its directory (the flags
+// file's writer adds its lock, and a temporary file while it writes).
+var demoFiles = []string{"topology.toml", "flags.json", "flags.json.lock", "plan.toml", "clients.toml", "server.log"}
+
+// removeDir removes the demo's files from dir, then dir if that leaves it
+// empty: a directory given by hand may hold other files, which stay.
+func removeDir(dir string) error {
+	var errs []error
+	for _, f := range demoFiles {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	tmps, _ := filepath.Glob(filepath.Join(dir, ".flags.json.tmp-*"))
+	for _, f := range tmps {
+		errs = append(errs, os.Remove(f))
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("demo: %w (files that are not the demo's stay)", err))
+	}
+	return errors.Join(errs...)
+}
+
+// cleanCommand is the command that removes what this demo created: the
+// servers are given explicitly (a password in the DSN as the environment
+// variable, never in clear), so it works from any shell.
+func (e *environment) cleanCommand() string {
+	dsn := "'" + e.dsn.FormatDSN() + "'"
+	if e.dsn.Passwd != "" {
+		dsn = `"$RESERVOIR_MYSQL_DSN"`
+	}
+	cmd := fmt.Sprintf("%s demo clean --name %s --mysql-dsn %s --redis-addr %s", e.cfg.Program, e.cfg.Name, dsn, e.redis)
+	if e.dir != "" {
+		cmd += " --dir " + e.dir
+	}
+	return cmd
+}
+
+// CleanConfig says what Clean removes.
+type CleanConfig struct {
+	// Out receives what was removed. Required.
+	Out io.Writer
+	// Name is the demo's Config.Name. Required: only a demo's own names
+	// are dropped (<Name>_control, <Name>_pod_a, ..., keys <Name>:pod-a:*
+	// ...), never a pattern.
+	Name string
+	// Dir, when set, is the demo's directory: its files are removed, then
+	// the directory if that empties it.
+	Dir string
+	// MySQLDSN, RedisAddr and Services find the servers as Config's do.
+	MySQLDSN, RedisAddr, Services string
+}
+
+// Clean removes what a demo named cfg.Name created and kept (--keep, or
+// a demo that could not clean up): its databases, its Redis keys and,
+// with Dir, its files. `reservoir demo clean` runs it; a kept demo prints
+// that command.
+func Clean(ctx context.Context, cfg CleanConfig) error {
+	c := Config{Out: cfg.Out, Name: cfg.Name, MySQLDSN: cfg.MySQLDSN, RedisAddr: cfg.RedisAddr, Services: cfg.Services}.WithDefaults()
+	if cfg.Name == "" {
+		return errors.New("demo: clean: the demo's name is required (--name, as the demo printed it)")
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	p := &printer{out: cfg.Out}
+	e, err := planEnvironment(ctx, c, p)
+	if err != nil {
+		return err
+	}
+	if err := e.drop(); err != nil {
+		return err
+	}
+	p.say("dropped databases %s and Redis keys %s*", strings.Join(e.dbs, ", "), c.Name+":")
+	if cfg.Dir != "" {
+		if err := removeDir(cfg.Dir); err != nil {
+			return err
+		}
+		p.say("removed %s", cfg.Dir)
+	}
+	return nil
 }
 
 // seed gives every shop its stock, through the facades (every pod is in

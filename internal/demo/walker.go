@@ -22,6 +22,9 @@ type walker struct {
 	p     *printer
 	plan  *rollout.Plan
 	since time.Time
+	// inc is the tour's incident (nil with Config.SkipIncident): it takes
+	// over once the walk reached walkTo.
+	inc *incident
 
 	lastReq   int64
 	lastAt    time.Time
@@ -51,7 +54,16 @@ func (w *walker) loop(ctx context.Context, gen *traffic, progress time.Duration)
 
 func (w *walker) step(ctx context.Context) {
 	st, err := w.ctl.Status(ctx)
-	if err != nil || st.Stage >= walkTo || !st.Ready {
+	if err != nil {
+		return
+	}
+	if st.Stage >= walkTo {
+		if w.inc != nil {
+			w.inc.step(ctx, st)
+		}
+		return
+	}
+	if !st.Ready {
 		return
 	}
 	next, err := w.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "demo", Reason: "demo: the stage's gates pass"})
@@ -112,7 +124,7 @@ func (w *walker) progress(ctx context.Context, gen *traffic) {
 		default:
 			fmt.Fprintf(&b, " | stage %q, next %q waits on: %s", st.StageName, st.Next.Name, waiting(st.Gates))
 		}
-		if st.Stage >= walkTo && !w.announced {
+		if st.Stage >= walkTo && !w.announced && (w.inc == nil || w.inc.done()) {
 			w.announced = true
 			defer w.p.say("the demo walked as far as it goes by itself; the next stages are yours: `reservoir rollout --topology %s/topology.toml advance`", dirOf(w.c))
 		}
