@@ -179,6 +179,10 @@ var ErrNoPlan = errors.New("rollout: no rollout plan is configured (the topology
 // obey it.
 var ErrUnknownScope = errors.New("rollout: unknown scope")
 
+// Plan returns the controller's plan (nil without one), for a caller that
+// shows its stages. The plan is shared: do not change it.
+func (c *Controller) Plan() *Plan { return c.cfg.Plan }
+
 // Status evaluates the current stage's gates.
 func (c *Controller) Status(ctx context.Context) (Status, error) {
 	if c.cfg.Plan == nil {
@@ -247,6 +251,12 @@ type AdvanceOptions struct {
 	Out io.Writer
 	// Fleet, when set, receives how the fleet obeyed the change.
 	Fleet *Obedience
+	// FromVersion, when set, is the flags version the caller decided
+	// from (a dry run's, shown to an operator who then confirmed): if the
+	// flags are at another version, nothing is written and the error
+	// wraps ErrFlagsChanged, so a confirmation never applies a stage other
+	// than the one it was shown.
+	FromVersion *int64
 }
 
 // ErrGatesFail is wrapped by Advance's error when a gate fails: a
@@ -288,6 +298,10 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 	st, err := c.Status(ctx)
 	if err != nil {
 		return Stage{}, err
+	}
+	if o.FromVersion != nil && *o.FromVersion != st.FlagsVersion {
+		return Stage{}, fmt.Errorf("%w: advance: decided at flags version %d, the flags are at version %d now: look at the status again",
+			ErrFlagsChanged, *o.FromVersion, st.FlagsVersion)
 	}
 	if st.Next == nil {
 		return Stage{}, fmt.Errorf("rollout: advance: the plan is complete (stage %q is the last)", st.StageName)

@@ -647,3 +647,38 @@ func TestControllerBumpsTheVersion(t *testing.T) {
 		t.Errorf("the last audit entry does not hold version %d: %+v %v", last, hs, err)
 	}
 }
+
+// An advance confirmed from a dry run names the flags version it was shown
+// (FromVersion): once the flags moved on (another operator advanced, or
+// engaged a kill switch), it writes nothing, rather than apply a stage the
+// operator never saw.
+func TestAdvanceFromVersion(t *testing.T) {
+	b := setupController(t, true)
+	ctx := context.Background()
+	st, err := b.ctl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := st.FlagsVersion
+	b.setMode(t, "pod-b", rollout.ModeShadow) // someone else's change
+	_, err = b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", FromVersion: &shown})
+	if !errors.Is(err, rollout.ErrFlagsChanged) {
+		t.Fatalf("advance from version %d after another change: %v, want ErrFlagsChanged", shown, err)
+	}
+	if d := b.decision(t, "pod-a"); d.Mode != rollout.ModeRedis {
+		t.Fatalf("the refused advance wrote the flags: pod-a %s", d.Mode)
+	}
+	st, err = b.ctl.Status(ctx)
+	if err != nil || st.Stage != -1 {
+		t.Fatalf("stage after the refusal: %d, %v", st.Stage, err)
+	}
+	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", FromVersion: &st.FlagsVersion}); err != nil {
+		t.Fatalf("advance from the current version: %v", err)
+	}
+	if d := b.decision(t, "pod-a"); d.Mode != rollout.ModeShadow {
+		t.Fatalf("pod-a after the advance: %s", d.Mode)
+	}
+	if b.ctl.Plan() != b.plan {
+		t.Error("Plan() is not the controller's plan")
+	}
+}
