@@ -610,6 +610,9 @@ type refills struct {
 type refill struct {
 	done  chan struct{}
 	added int64
+	// waiters is how many reservers joined it (under refills.mu): the
+	// join leaves no other trace, and its test must know they all wait.
+	waiters int
 }
 
 func (f *refills) epoch(k key) uint64 { return f.epochs[slotOf(k)].Load() }
@@ -622,6 +625,7 @@ func (f *refills) do(ctx context.Context, k key, seen uint64, replenish func(con
 		return snapshot{}, 0, true, nil
 	}
 	if fl, ok := f.inFlight[k]; ok {
+		fl.waiters++
 		f.mu.Unlock()
 		select {
 		case <-fl.done:
