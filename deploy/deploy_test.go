@@ -461,13 +461,11 @@ func subset(sub, of map[string]string) bool {
 
 // served is what the Deployment runs, as the other checks need it.
 type served struct {
-	m         *manifests
-	dep       *object
-	spec      deploymentSpec
-	c         container
-	ports     map[string]int // container port name -> number
-	topoPath  string
-	topoMount string
+	m     *manifests
+	dep   *object
+	spec  deploymentSpec
+	c     container
+	ports map[string]int // container port name -> number
 }
 
 func loadServed(t tb, r *repo) *served {

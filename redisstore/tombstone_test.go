@@ -55,9 +55,8 @@ func TestTombstoneAnswers(t *testing.T) {
 			ledger := b.ledgerAt(t, 1, 1)
 
 			type answer struct {
-				err     error
-				replay  bool // claim: replayed success; reserve: the refusal replayed
-				release bool // release answered Released (never, here)
+				err    error
+				replay bool // claim: replayed success; reserve: the refusal replayed
 			}
 			rows := []struct {
 				token                   string

@@ -41,8 +41,6 @@ func (r *ints) next() int64 {
 	return v
 }
 
-func (r *ints) more() bool { return len(r.b) > 0 }
-
 // small bounds a count read from the stream to [0, limit], so a hostile
 // count cannot make the test allocate gigabytes.
 func small(v int64, limit int) int {

@@ -155,6 +155,8 @@ func (v service) FetchAllFlags(context.Context, *syncv1.FetchAllFlagsRequest) (*
 }
 
 // GetMetadata is deprecated in the protocol and not served.
+//
+//lint:ignore SA1019 the generated server interface still requires the method
 func (service) GetMetadata(context.Context, *syncv1.GetMetadataRequest) (*syncv1.GetMetadataResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "flagdtest: GetMetadata is not served")
 }

@@ -202,13 +202,6 @@ func testReserveThenGet(t *testing.T, h Harness) {
 	}
 }
 
-func other(a reservation.Authority) reservation.Authority {
-	if a == reservation.AuthorityMySQL {
-		return reservation.AuthorityRedis
-	}
-	return reservation.AuthorityMySQL
-}
-
 func testReserveIdempotent(t *testing.T, h Harness) {
 	stock(t, h, 10, 1, 5)
 	first := mustReserve(t, h, "cart-1", line(10, 2, 1))
