@@ -22,27 +22,45 @@ func (s *Server) rolloutStatus(w http.ResponseWriter, r *http.Request) {
 	v.GlobalMode, v.GlobalKill = flags.Mode, killView(flags.Kill)
 	for _, tp := range c.Topology.Pods {
 		pf := flags.Pods[tp.Name]
-		d := flags.Resolve(tp.Name, 0)
-		rt := d.Route()
-		v.Pods = append(v.Pods, PodView{
+		pv := PodView{
 			Pod: tp.Name, Mode: pf.Mode, Ramp: pf.Ramp, Kill: killView(pf.Kill),
-			File:      DecisionView{Mode: d.Mode, Kill: d.Kill, Authority: string(rt.Authority), Effective: rt.Effective},
+			File:      fileDecision(flags, tp.Name, 0),
 			Effective: s.decide(ctx, tp.Name, 0),
 			Shops:     append([]int64{}, tp.Shops...),
 			RelayLag:  s.podLag(ctx, c.Pod(tp.Name)),
-		})
+		}
+		k := pv.Kill
+		if !k.Engaged() {
+			k = killView(flags.Kill)
+		}
+		pv.State = stateOf(pv.Effective, pv.File, k, pf.Ramp)
+		v.Pods = append(v.Pods, pv)
 	}
-	shops := make([]int64, 0, len(flags.Shops))
+	// Every shop the topology routes, and every shop with flags of its
+	// own: a shop without flags still has a state worth seeing (and a
+	// kill switch to engage).
+	var shops []int64
+	for _, tp := range c.Topology.Pods {
+		shops = append(shops, tp.Shops...)
+	}
 	for id := range flags.Shops {
 		shops = append(shops, id)
 	}
 	slices.Sort(shops)
-	for _, id := range shops {
-		sf := flags.Shops[id]
-		sv := ShopView{Shop: id, Mode: sf.Mode, Kill: killView(sf.Kill)}
+	for _, id := range slices.Compact(shops) {
+		sf, own := flags.Shops[id]
+		sv := ShopView{Shop: id, OwnFlags: own, Mode: sf.Mode, Kill: killView(sf.Kill)}
 		if pod, err := c.PodOf(id); err == nil && pod != nil {
 			sv.Pod = pod.Name
 			sv.Effective = s.decide(ctx, pod.Name, id)
+			k := sv.Kill
+			if !k.Engaged() {
+				k = killView(flags.Pods[pod.Name].Kill)
+			}
+			if !k.Engaged() {
+				k = killView(flags.Kill)
+			}
+			sv.State = stateOf(sv.Effective, fileDecision(flags, pod.Name, id), k, nil)
 		}
 		v.Shops = append(v.Shops, sv)
 	}
@@ -54,6 +72,10 @@ func (s *Server) rolloutStatus(w http.ResponseWriter, r *http.Request) {
 		v.PlanMessage = "rollout status failed (" + failureClass(err) + "); the server's log has the error"
 	default:
 		v.Plan = &st
+		v.Stages = s.planStages(st.Stage)
+	}
+	if v.Stages == nil {
+		v.Stages = []StageView{}
 	}
 	if rs, err := rollout.Replicas(ctx, c.Control); err == nil {
 		v.Replicas = rs
@@ -76,4 +98,11 @@ func (s *Server) rolloutHistory(w http.ResponseWriter, r *http.Request) {
 		h = []rollout.AuditEntry{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"entries": h})
+}
+
+// fileDecision is what the flags file resolves to for a shop of pod.
+func fileDecision(flags *rollout.Flags, pod string, shop int64) DecisionView {
+	d := flags.Resolve(pod, shop)
+	rt := d.Route()
+	return DecisionView{Mode: d.Mode, Kill: d.Kill, Authority: string(rt.Authority), Effective: rt.Effective}
 }

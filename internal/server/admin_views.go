@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/seed31b0e981/reservoir/rollout"
@@ -80,19 +82,92 @@ type PodView struct {
 	// RelayLag is how far the pod's Redis is behind MySQL's decisions:
 	// what the kill switch would drain into Redis if engaged now.
 	RelayLag LagView `json:"relay_lag"`
+	// State is what this replica does for the pod, in one place: the
+	// dashboard's one cell per pod.
+	State StateView `json:"state"`
 }
 
-// ShopView is a shop with its own flags.
+// ShopView is a shop the topology routes explicitly, or one with flags of
+// its own.
 type ShopView struct {
 	// Shop is the shop; Pod the pod that serves it.
 	Shop int64  `json:"shop"`
 	Pod  string `json:"pod"`
+	// OwnFlags is true when the flags set a mode or a kill switch on the
+	// shop itself.
+	OwnFlags bool `json:"own_flags"`
 	// Mode is the shop's own mode ("" follows its pod).
 	Mode rollout.Mode `json:"mode,omitempty"`
 	// Kill is the kill switch set on the shop itself.
 	Kill KillView `json:"kill"`
 	// Effective is what this replica's flag source answers for the shop.
 	Effective DecisionView `json:"effective"`
+	// State says it in one place, as a pod's.
+	State StateView `json:"state"`
+}
+
+// StateView is a scope's state in one place. The flags give a mode and a
+// kill switch, the route an authority and an applied mode: after a kill
+// over mysql those read "mysql", "redis" and "shadow", three ways of
+// saying one thing. This is the one thing, and why.
+type StateView struct {
+	// State is one word: the mode applied ("redis", "shadow", "mysql",
+	// "mysql_only"), "killed" when a kill switch holds the mode back, or
+	// "unknown" when this replica cannot read its flags.
+	State string `json:"state"`
+	// Decides is the store that answers the callers: "redis", "mysql", or
+	// "none" (unknown).
+	Decides string `json:"decides"`
+	// Headline says it in a few words ("Redis decides: kill switch").
+	Headline string `json:"headline"`
+	// Detail explains it: what the other store does, what the kill switch
+	// holds back and who engaged it, a ramp, a change still propagating.
+	Detail string `json:"detail"`
+}
+
+// others says what the store that does not decide does in a mode.
+var others = map[rollout.Mode]string{
+	rollout.ModeRedis:     "MySQL is not written; nothing is compared.",
+	rollout.ModeShadow:    "MySQL keeps a shadow of every reservation; reserves, claims and releases are compared.",
+	rollout.ModeMySQL:     "Redis follows through the relay; reserves are compared.",
+	rollout.ModeMySQLOnly: "Redis follows through the relay; nothing is compared.",
+}
+
+// stateOf explains eff, this replica's decision for a scope; file is what
+// the flags file says (propagating when they differ), kill the kill switch
+// in force over the scope (for who and why), ramp the pod's ramp.
+func stateOf(eff, file DecisionView, kill KillView, ramp *rollout.Ramp) StateView {
+	if eff.Error != "" {
+		return StateView{State: "unknown", Decides: "none", Headline: "no decision: flags unreadable",
+			Detail: "This replica cannot read its flags and answers every reservation call here 503 (flags_unavailable): " + eff.Error}
+	}
+	v := StateView{State: string(eff.Effective), Decides: eff.Authority}
+	who := map[string]string{"redis": "Redis", "mysql": "MySQL"}[eff.Authority]
+	var detail []string
+	if eff.Kill != rollout.KillOff && eff.Kill != "" {
+		v.State = "killed"
+		v.Headline = who + " decides: kill switch " + string(eff.Kill)
+		k := "The kill switch (" + string(eff.Kill)
+		if kill.Actor != "" {
+			k += ", engaged by " + kill.Actor
+		}
+		if kill.Reason != "" {
+			k += ": " + kill.Reason
+		}
+		detail = append(detail, k+") holds back the mode "+string(eff.Mode)+".")
+	} else {
+		v.Headline = who + " decides (" + string(eff.Effective) + ")"
+	}
+	detail = append(detail, others[eff.Effective])
+	if ramp != nil && ramp.Percent > 0 {
+		detail = append(detail, fmt.Sprintf("A ramp puts %d%% of the pod's shops in %s; this is the rest.", ramp.Percent, ramp.Mode))
+	}
+	if file.Mode != eff.Mode || file.Kill != eff.Kill {
+		detail = append(detail, "Changing: the flags file says mode "+string(file.Mode)+", kill switch "+string(file.Kill)+
+			"; this replica has not applied it yet.")
+	}
+	v.Detail = strings.Join(detail, " ")
+	return v
 }
 
 // RolloutView is the answer of GET /admin/rollout/status.
@@ -116,11 +191,15 @@ type RolloutView struct {
 	GlobalKill KillView `json:"global_kill"`
 	// Pods are in topology order.
 	Pods []PodView `json:"pods"`
-	// Shops are the shops with their own mode or kill switch.
+	// Shops are the shops the topology routes explicitly and those with
+	// their own mode or kill switch (OwnFlags), by id.
 	Shops []ShopView `json:"shops"`
 	// Plan is the controller's status (stage, next stage, gates with their
 	// numbers); null without a plan file.
 	Plan *rollout.Status `json:"plan"`
+	// Stages are the plan's stages, the one in force marked; [] without
+	// a plan.
+	Stages []StageView `json:"stages"`
 	// PlanMessage explains a null Plan or a failed status.
 	PlanMessage string `json:"plan_message,omitempty"`
 	// Replicas are the live replicas that report to the control database,
@@ -130,3 +209,6 @@ type RolloutView struct {
 	// At is when this answer was made.
 	At time.Time `json:"at"`
 }
+
+// Engaged reports whether the switch is on.
+func (k KillView) Engaged() bool { return k.State != "" && k.State != rollout.KillOff }

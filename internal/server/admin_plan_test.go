@@ -1,0 +1,149 @@
+package server_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/seed31b0e981/reservoir/rollout"
+)
+
+// POST /admin/rollout/advance: a dry run shows the flags change and what
+// applying it needs, changing nothing; applying it goes through the
+// controller (audited, with the actor) only from the stage and flags
+// version the dry run showed; the controller's refusals have codes of
+// their own.
+func TestAdminAdvance(t *testing.T) {
+	t.Parallel()
+	h := setup(t, options{plan: dashboardPlan})
+	ctx := context.Background()
+	advance := func(body map[string]any) response {
+		t.Helper()
+		return h.do("POST", "/admin/rollout/advance", body, adminToken, "X-Reservoir-Actor", "ana")
+	}
+
+	dry := advance(map[string]any{"dry_run": true})
+	if dry.status != 200 || dry.body["dry_run"] != true || num(dry.body["from_stage"]) != -1 ||
+		str(mapOf(dry.body["stage"])["name"]) != "shadow on pod-a" || !strings.Contains(str(dry.body["diff"]), `+         {"$ref": "pod:pod-a"}, "shadow",`) {
+		t.Fatalf("dry run: %d %s", dry.status, dry.raw)
+	}
+	if d, _ := h.cell.Flags.Decide(ctx, "pod-a", 0); d.Mode != rollout.ModeRedis {
+		t.Fatalf("the dry run changed the flags: pod-a %s", d.Mode)
+	}
+	if r := advance(map[string]any{}); r.status != 400 || str(r.body["field"]) != "from_stage" {
+		t.Errorf("apply without the dry run's stage: %d %s", r.status, r.raw)
+	}
+	// Confirmed from a stage the rollout has left: nothing is written.
+	if r := advance(map[string]any{"from_stage": 0, "from_version": dry.body["from_version"]}); r.status != 409 || str(r.body["error"]) != "stage_changed" {
+		t.Errorf("apply from another stage: %d %s", r.status, r.raw)
+	}
+	// Confirmed after the flags changed (another operator's kill switch).
+	if _, _, err := h.flags.Update(func(f *rollout.Flags) error { return f.SetMode(rollout.PodScope("pod-b"), rollout.ModeRedis) }); err != nil {
+		t.Fatal(err)
+	}
+	if r := advance(map[string]any{"from_stage": -1, "from_version": dry.body["from_version"]}); r.status != 409 || str(r.body["error"]) != "flags_changed" {
+		t.Errorf("apply after the flags changed: %d %s", r.status, r.raw)
+	}
+	if d, _ := h.flags.Read(); d.Resolve("pod-a", 0).Mode != rollout.ModeRedis {
+		t.Fatal("a refused confirmation changed the flags")
+	}
+	dry = advance(map[string]any{"dry_run": true})
+	r := advance(map[string]any{"from_stage": dry.body["from_stage"], "from_version": dry.body["from_version"], "reason": "start"})
+	if r.status != 200 || str(mapOf(r.body["stage"])["state"]) != "current" || r.body["fleet"] == nil {
+		t.Fatalf("apply: %d %s", r.status, r.raw)
+	}
+	h.waitDecision("pod-a", rollout.ModeShadow, rollout.KillOff)
+	if hist, err := h.ctl.History(ctx, 1); err != nil || len(hist) != 1 || hist[0].Action != "advance" || hist[0].Actor != "ana" || hist[0].Reason != "start" {
+		t.Errorf("audit: %+v %v", hist, err)
+	}
+
+	// Stage 0's gates have no data: the dry run still shows the change,
+	// and says an override is needed and why.
+	dry = advance(map[string]any{"dry_run": true})
+	if dry.status != 200 || !strings.Contains(dry.raw, `"needs":["override"]`) || !strings.Contains(dry.raw, "min_observations") || str(dry.body["diff"]) == "" {
+		t.Fatalf("dry run over failing gates: %d %s", dry.status, dry.raw)
+	}
+	from := map[string]any{"from_stage": dry.body["from_stage"], "from_version": dry.body["from_version"]}
+	if r := advance(from); r.status != 409 || str(r.body["error"]) != "gates_fail" || r.body["gates"] == nil {
+		t.Errorf("apply over failing gates: %d %s", r.status, r.raw)
+	}
+	from["override"] = true
+	if r := advance(from); r.status != 400 || str(r.body["field"]) != "reason" {
+		t.Errorf("override without a reason: %d %s", r.status, r.raw)
+	}
+	from["reason"] = "evidence in INC-7"
+	if r := advance(from); r.status != 200 || str(mapOf(r.body["stage"])["name"]) != "mysql on pod-a" {
+		t.Fatalf("override: %d %s", r.status, r.raw)
+	}
+	if hist, _ := h.ctl.History(ctx, 1); len(hist) != 1 || hist[0].Action != "override" || hist[0].Reason != "evidence in INC-7" {
+		t.Errorf("override audit: %+v", hist)
+	}
+
+	// The status lists the stages with the one in force.
+	st := h.admin("GET", "/admin/rollout/status", nil)
+	var states []string
+	for _, s := range st.body["stages"].([]any) {
+		states = append(states, str(mapOf(s)["state"]))
+	}
+	if strings.Join(states, ",") != "done,current,next" {
+		t.Errorf("stages: %v (%s)", states, st.raw)
+	}
+	if r := h.do("GET", "/admin/rollout/advance", nil, adminToken); r.status != 405 {
+		t.Errorf("GET advance: %d %s", r.status, r.raw)
+	}
+	if r := h.do("POST", "/admin/rollout/advance", map[string]any{"dry_run": true}, anonymous); r.status != 401 {
+		t.Errorf("advance without the token: %d %s", r.status, r.raw)
+	}
+}
+
+// Without a plan there is nothing to advance: 501 no_plan.
+func TestAdminAdvanceWithoutPlan(t *testing.T) {
+	t.Parallel()
+	h := setup(t, options{})
+	if r := h.admin("POST", "/admin/rollout/advance", map[string]any{"dry_run": true}); r.status != 501 || str(r.body["error"]) != "no_plan" {
+		t.Errorf("advance without a plan: %d %s", r.status, r.raw)
+	}
+	st := h.admin("GET", "/admin/rollout/status", nil)
+	if st.status != 200 || !strings.Contains(st.raw, `"stages":[]`) {
+		t.Errorf("status without a plan: %s", st.raw)
+	}
+}
+
+// One state per pod: after a kill over mysql, the flags say mode mysql,
+// the route authority redis and applied mode shadow; the state says it
+// once: Redis decides because of the kill switch, and what it holds back.
+func TestPodStateIsOneThing(t *testing.T) {
+	t.Parallel()
+	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeMySQL}})
+	h.waitDecision("pod-a", rollout.ModeMySQL, rollout.KillOff)
+	if r := h.admin("POST", "/admin/killswitch", map[string]any{"scope": "pod:pod-a", "reason": "p99 over 2s"}); r.status != 200 {
+		t.Fatalf("kill: %d %s", r.status, r.raw)
+	}
+	st := h.admin("GET", "/admin/rollout/status", nil)
+	states := map[string]map[string]any{}
+	for _, p := range st.body["pods"].([]any) {
+		states[str(mapOf(p)["pod"])] = mapOf(mapOf(p)["state"])
+	}
+	a := states["pod-a"]
+	if str(a["state"]) != "killed" || str(a["decides"]) != "redis" || str(a["headline"]) != "Redis decides: kill switch redis" ||
+		!strings.Contains(str(a["detail"]), "holds back the mode mysql") || !strings.Contains(str(a["detail"]), "p99 over 2s") ||
+		!strings.Contains(str(a["detail"]), "MySQL keeps a shadow") {
+		t.Errorf("pod-a after a kill over mysql: %v", a)
+	}
+	if b := states["pod-b"]; str(b["state"]) != "redis" || str(b["headline"]) != "Redis decides (redis)" || !strings.Contains(str(b["detail"]), "MySQL is not written") {
+		t.Errorf("pod-b in redis mode: %v", b)
+	}
+	// Every shop the topology routes is listed, with flags of its own or
+	// not.
+	var shops []string
+	for _, s := range st.body["shops"].([]any) {
+		sv := mapOf(s)
+		shops = append(shops, str(sv["pod"])+":"+str(mapOf(sv["state"])["state"]))
+		if sv["own_flags"] != false {
+			t.Errorf("shop %v has no flags of its own: %v", sv["shop"], sv)
+		}
+	}
+	if strings.Join(shops, ",") != "pod-a:killed,pod-a:killed,pod-b:redis" {
+		t.Errorf("shops: %v", shops)
+	}
+}
