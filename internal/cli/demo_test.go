@@ -1,22 +1,30 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seed31b0e981/reservoir/internal/server/servertest"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
+	"github.com/seed31b0e981/reservoir/internal/testredis"
 )
 
 // EnvScreenshot, when set to a path, makes TestDemoNewcomerPath save a
@@ -29,24 +37,34 @@ const EnvScreenshot = "RESERVOIR_SCREENSHOT"
 // script started) brings three pods up; within a minute the API shows
 // live compare stats and the metrics show reservation counters; the
 // rollout walks from shadow to mysql on the lowest-traffic pod through
-// the controller; Ctrl-C stops it and drops what it created.
+// the controller; then the incident (issue 16 f): the fault in pod-a's
+// MySQL makes the real comparer count mismatches, a ceiling gate breaks,
+// the controller's automatic step engages the kill switch, and the demo
+// repairs MySQL and releases it. Ctrl-C stops it and drops what it
+// created. With RESERVOIR_SCREENSHOT the dashboard is photographed while
+// the kill switch holds (`make screenshot`).
 func TestDemoNewcomerPath(t *testing.T) {
 	t.Parallel()
 	server := testdb.ServerDSN(t)
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	name := "rsv_demo_" + hex.EncodeToString(b[:])
+	name := randomDemoName()
+	shot := os.Getenv(EnvScreenshot)
+	hold := "10s"
+	if shot != "" {
+		hold = "60s" // the browser's refreshes take their time on a loaded machine
+	}
 	out, errOut := &serveOutput{}, &serveOutput{}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	done := make(chan int, 1)
 	started := time.Now()
 	go func() {
-		done <- Main(ctx, []string{"demo", "--duration", "80s", "--addr", "127.0.0.1:0", "--name", name,
-			"--gate-duration", "3s", "--min-observations", "30", "--rate", "120", "--flash-every", "12s"}, out, errOut)
+		done <- Main(ctx, []string{"demo", "--duration", "4m", "--addr", "127.0.0.1:0", "--name", name,
+			"--gate-duration", "3s", "--min-observations", "30", "--rate", "120", "--flash-every", "12s",
+			"--incident-after", "4s", "--incident-hold", hold}, out, errOut)
 	}()
 	dash := out.waitFor(t, regexp.MustCompile(`dashboard: +(http://\S+)`), 60*time.Second)
 	base, token, _ := strings.Cut(dash, "/dashboard#token=")
+	topo := out.waitFor(t, regexp.MustCompile(`reservoir rollout --topology (\S+) status`), time.Second)
 	t.Logf("demo up in %s: %s", time.Since(started).Round(time.Millisecond), base)
 
 	get := func(path, tok string) (int, string) {
@@ -88,9 +106,50 @@ func TestDemoNewcomerPath(t *testing.T) {
 	}
 	t.Logf("rollout walked to mysql on pod-a %s after the start", time.Since(started).Round(time.Millisecond))
 
-	if path := os.Getenv(EnvScreenshot); path != "" {
-		screenshot(t, dash, path)
+	// The incident: the fault, then the controller's kill switch.
+	out.waitFor(t, regexp.MustCompile(`(INCIDENT: a maintenance script writes [1-9][0-9]* holds)`), 30*time.Second)
+	injected := time.Now()
+	out.waitFor(t, regexp.MustCompile(`(the automatic controller engaged the kill switch on pod-a)`), 90*time.Second)
+	t.Logf("incident: the kill switch engaged %s after the fault", time.Since(injected).Round(time.Millisecond))
+	st := demoRolloutStatus(t, topo)
+	if k := st.pod("pod-a").Kill; k.State != "redis" || k.Actor != "demo (auto)" {
+		t.Errorf("pod-a's kill switch after the incident: %+v", k)
 	}
+	if n := st.Evidence.Classes["allocation_mismatch"] + st.Evidence.Classes["outcome_mismatch"]; n == 0 {
+		t.Errorf("no mismatch counted: %+v", st.Evidence)
+	}
+	breaking := ""
+	for _, g := range st.Gates {
+		if g.Breaking && strings.HasPrefix(g.Gate, "max_rate:") {
+			breaking = g.Gate + ": " + g.Why
+		}
+	}
+	if breaking == "" {
+		t.Errorf("no ceiling gate breaking: %+v", st.Gates)
+	}
+	kill := findAudit(demoRolloutHistory(t, topo), "kill", "demo (auto)")
+	if kill == nil || kill.Scope != "pod:pod-a" || !strings.Contains(kill.Reason, "broke") {
+		t.Errorf("the controller's kill in the audit: %+v", kill)
+	}
+	t.Logf("evidence: %v; %s", st.Evidence.Classes, breaking)
+
+	if shot != "" {
+		screenshot(t, dash, shot)
+	}
+
+	// Recovery: repaired, released, MySQL decides pod-a again.
+	out.waitFor(t, regexp.MustCompile(`(released the kill switch on pod-a)`), 120*time.Second)
+	st = demoRolloutStatus(t, topo)
+	if p := st.pod("pod-a"); p.Kill.State != "" || p.Mode != "mysql" || p.Effective.Mode != "mysql" || p.Effective.Kill != "off" {
+		t.Errorf("pod-a after the recovery: %+v", p)
+	}
+	if rel := findAudit(demoRolloutHistory(t, topo), "release", "demo"); rel == nil || rel.Scope != "pod:pod-a" {
+		t.Errorf("the release in the audit: %+v", rel)
+	}
+	if o := out.String(); !strings.Contains(o, "the leaked ones gone") || strings.Contains(o, "recovery:") {
+		t.Errorf("the repair:\n%s", o)
+	}
+	t.Logf("recovered %s after the start", time.Since(started).Round(time.Millisecond))
 
 	stop() // Ctrl-C
 	select {
@@ -104,38 +163,133 @@ func TestDemoNewcomerPath(t *testing.T) {
 	if o := out.String(); !strings.Contains(o, "stopping (interrupted)") || !strings.Contains(o, "dropped the demo's databases") {
 		t.Errorf("the demo's goodbye:\n%s", o)
 	}
+	assertNothingLeft(t, server, name, "")
+	t.Logf("demo output:\n%s", out.String())
+}
+
+// statusJSON is the part of `rollout status --json` the demo tests read.
+type statusJSON struct {
+	Pods     []podJSON `json:"pods"`
+	Evidence struct {
+		Observations int64            `json:"observations"`
+		Classes      map[string]int64 `json:"classes"`
+	} `json:"evidence"`
+	Gates []struct {
+		Gate     string `json:"gate"`
+		Breaking bool   `json:"breaking"`
+		Why      string `json:"why"`
+	} `json:"gates"`
+}
+
+// podJSON is a pod of statusJSON.
+type podJSON struct {
+	Pod  string `json:"pod"`
+	Mode string `json:"mode"`
+	Kill struct {
+		State  string `json:"state"`
+		Actor  string `json:"actor"`
+		Reason string `json:"reason"`
+	} `json:"kill"`
+	Effective struct {
+		Mode string `json:"mode"`
+		Kill string `json:"kill"`
+	} `json:"effective"`
+}
+
+func (s statusJSON) pod(name string) podJSON {
+	for _, p := range s.Pods {
+		if p.Pod == name {
+			return p
+		}
+	}
+	return podJSON{}
+}
+
+// auditJSON is an entry of `rollout history --json`.
+type auditJSON struct {
+	Actor, Action, Scope, Reason string
+}
+
+// demoRolloutStatus runs `reservoir rollout status --json` on the demo's
+// topology: what an operator would see.
+func demoRolloutStatus(t *testing.T, topo string) statusJSON {
+	t.Helper()
+	var st statusJSON
+	runJSON(t, &st, "rollout", "--topology", topo, "status", "--json")
+	return st
+}
+
+func demoRolloutHistory(t *testing.T, topo string) []auditJSON {
+	t.Helper()
+	var hs []auditJSON
+	runJSON(t, &hs, "rollout", "--topology", topo, "history", "--json", "--limit", "50")
+	return hs
+}
+
+func runJSON(t *testing.T, into any, args ...string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	if code := Main(context.Background(), args, &out, &errOut); code != 0 {
+		t.Fatalf("%s: exit %d: %s", strings.Join(args, " "), code, errOut.String())
+	}
+	if err := json.Unmarshal(out.Bytes(), into); err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out.String())
+	}
+}
+
+func findAudit(hs []auditJSON, action, actor string) *auditJSON {
+	for i := range hs {
+		if hs[i].Action == action && hs[i].Actor == actor {
+			return &hs[i]
+		}
+	}
+	return nil
+}
+
+// assertNothingLeft checks that no database and no Redis key of the demo
+// named name is left, nor its directory dir (when given).
+func assertNothingLeft(t *testing.T, server, name, dir string) {
+	t.Helper()
 	db, err := sql.Open("mysql", server)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
 	var left int
-	if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name LIKE ?", name+"%").Scan(&left); err != nil || left != 0 {
-		t.Errorf("databases left behind: %d (%v)", left, err)
+	if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name LIKE ?", name+"\\_%").Scan(&left); err != nil || left != 0 {
+		t.Errorf("databases of %s left behind: %d (%v)", name, left, err)
 	}
-	t.Logf("demo output:\n%s", out.String())
+	rdb := redis.NewClient(&redis.Options{Addr: testredis.Addr(t)})
+	defer rdb.Close()
+	var keys []string
+	iter := rdb.Scan(context.Background(), 0, name+":*", 1000).Iterator()
+	for iter.Next(context.Background()) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil || len(keys) != 0 {
+		t.Errorf("Redis keys of %s left behind: %d (%v), e.g. %.3q", name, len(keys), err, keys)
+	}
+	if dir != "" {
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the demo's directory %s is left behind (%v)", dir, err)
+		}
+	}
 }
 
-// screenshot saves the live dashboard, after a few refreshes, as a PNG.
+// screenshot saves the live dashboard, after a few refreshes, as a PNG:
+// during the incident, with the kill switch engaged and the evidence in.
 func screenshot(t *testing.T, dash, path string) {
 	t.Helper()
 	bctx := servertest.Browser(t, 1400, 1000)
-	sctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+	sctx, cancel := context.WithTimeout(bctx, 50*time.Second)
 	defer cancel()
 	if err := chromedp.Do(sctx, chromedp.Navigate(dash)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := chromedp.Run(sctx, chromedp.Poll[bool](`+(document.body.dataset.refreshes || 0) >= 2`, chromedp.WithPollingTimeout(40*time.Second))); err != nil {
+	// A few refreshes fill the charts with the incident's minutes.
+	if _, err := chromedp.Run(sctx, chromedp.Poll[bool](`+(document.body.dataset.refreshes || 0) >= 4`, chromedp.WithPollingTimeout(40*time.Second))); err != nil {
 		t.Fatal(err)
 	}
-	// Show a reconciliation too, and let a flash sale go by.
-	if err := chromedp.Do(sctx, chromedp.Click(chromedp.CSS(`#reconcile tr[data-pod="pod-a"] button`))); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chromedp.Run(sctx, chromedp.Poll[bool](`+(document.body.dataset.refreshes || 0) >= 9`, chromedp.WithPollingTimeout(40*time.Second))); err != nil {
-		t.Fatal(err)
-	}
-	// The click scrolled the page; the sticky header belongs at the top.
 	if _, err := chromedp.Run(sctx, chromedp.Evaluate[bool](`window.scrollTo(0, 0), true`)); err != nil {
 		t.Fatal(err)
 	}
@@ -154,4 +308,187 @@ func trimOut(s string) string {
 		return s[:600] + "..."
 	}
 	return s
+}
+
+// envDemoChild, set to the JSON list of a command's arguments, makes
+// TestDemoChild run them as the binary does (Run: the process's signals,
+// its real stdout) and exit with their status.
+const envDemoChild = "RESERVOIR_DEMO_CHILD"
+
+// TestDemoChild is the subprocess of TestDemoCleansUpAfterSignals; it
+// runs only there.
+func TestDemoChild(t *testing.T) {
+	raw := os.Getenv(envDemoChild)
+	if raw == "" {
+		t.Skip("the child process of TestDemoCleansUpAfterSignals")
+	}
+	var args []string
+	if err := json.Unmarshal([]byte(raw), &args); err != nil {
+		t.Fatal(err)
+	}
+	os.Exit(Run(args))
+}
+
+// Issue 16 f: Ctrl-C through `| tee` lost the cleanup (tee died, the
+// demo's next write raised SIGPIPE, which killed it mid-cleanup), and so
+// did a closed terminal (SIGHUP). The demo runs here as a process of its
+// own with its stdout on a pipe, is sent the signal (or loses its reader),
+// and must exit by itself having dropped every database, Redis key and
+// file it made.
+func TestDemoCleansUpAfterSignals(t *testing.T) {
+	t.Parallel()
+	server, redisAddr := testdb.ServerDSN(t), testredis.Addr(t)
+	for _, c := range []struct {
+		name      string
+		closePipe bool      // the reader of stdout goes away (tee killed by the same Ctrl-C)
+		sig       os.Signal // then this is sent, if any
+	}{
+		{"SIGHUP", false, syscall.SIGHUP},
+		{"Ctrl-C through a pipe whose reader died", true, syscall.SIGINT},
+		{"the pipe's reader died", true, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			name := randomDemoName()
+			args, _ := json.Marshal([]string{"demo", "--name", name, "--addr", "127.0.0.1:0", "--mysql-dsn", server, "--redis-addr", redisAddr,
+				"--rate", "20", "--workers", "2", "--incident=false"})
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^TestDemoChild$")
+			cmd.Env = append(os.Environ(), envDemoChild+"="+string(args))
+			out, errOut := &serveOutput{}, &serveOutput{}
+			cmd.Stdout, cmd.Stderr = w, errOut
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			w.Close() // the child's copy is its stdout
+			started := time.Now()
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			defer func() {
+				if cmd.ProcessState == nil {
+					_ = cmd.Process.Kill()
+				}
+			}()
+			go func() { _, _ = io.Copy(out, r) }()
+			dir := out.waitFor(t, regexp.MustCompile(`files: +(\S+) \(`), 90*time.Second)
+			out.waitFor(t, regexp.MustCompile(`(What to try:)`), 10*time.Second)
+			if c.closePipe {
+				r.Close()
+			} else {
+				defer r.Close()
+			}
+			if c.sig != nil {
+				if err := cmd.Process.Signal(c.sig); err != nil {
+					t.Fatal(err)
+				}
+			}
+			select {
+			case err := <-exited:
+				st := cmd.ProcessState
+				if !st.Exited() {
+					t.Fatalf("the demo did not exit by itself: %v (%s)\nstdout:\n%s\nstderr:\n%s", err, st, out.String(), errOut.String())
+				}
+				t.Logf("exited %d, %s after the start", st.ExitCode(), time.Since(started).Round(time.Millisecond))
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("the demo did not stop:\n%s\nstderr:\n%s", out.String(), errOut.String())
+			}
+			assertNothingLeft(t, server, name, dir)
+			if t.Failed() {
+				t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+			}
+		})
+	}
+}
+
+// Issue 16 f: --keep keeps everything and prints the command that removes
+// it; that command, run as printed, leaves nothing behind.
+func TestDemoKeepPrintsItsCleanCommand(t *testing.T) {
+	t.Parallel()
+	server, redisAddr := testdb.ServerDSN(t), testredis.Addr(t)
+	name := randomDemoName()
+	out, errOut := &serveOutput{}, &serveOutput{}
+	code := Main(context.Background(), []string{"demo", "--name", name, "--addr", "127.0.0.1:0", "--duration", "2s", "--keep", "--incident=false",
+		"--rate", "20", "--workers", "2", "--mysql-dsn", server, "--redis-addr", redisAddr}, out, errOut)
+	if code != 0 {
+		t.Fatalf("demo --keep: exit %d\n%s\n%s", code, out.String(), errOut.String())
+	}
+	dir := out.waitFor(t, regexp.MustCompile(`files: +(\S+) \(`), time.Second)
+	clean := out.waitFor(t, regexp.MustCompile(`to remove exactly these: (.+)`), time.Second)
+
+	// Kept: four databases, the pods' keys, the files.
+	db, err := sql.Open("mysql", server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var dbs int
+	if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name LIKE ?", name+`\_%`).Scan(&dbs); err != nil || dbs != 4 {
+		t.Errorf("databases kept: %d (%v), want 4", dbs, err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	iter := rdb.Scan(context.Background(), 0, name+":pod-a:*", 1000).Iterator()
+	if !iter.Next(context.Background()) {
+		t.Errorf("no Redis key kept under %s:pod-a: (%v)", name, iter.Err())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "topology.toml")); err != nil {
+		t.Errorf("files not kept: %v", err)
+	}
+
+	// The printed command, as a shell would split it.
+	args := shellWords(t, clean)
+	if len(args) < 3 || args[0] != "reservoir" || args[1] != "demo" || args[2] != "clean" {
+		t.Fatalf("the clean command: %q", clean)
+	}
+	var cout, cerr bytes.Buffer
+	if code := Main(context.Background(), args[1:], &cout, &cerr); code != 0 {
+		t.Fatalf("%s: exit %d: %s", clean, code, cerr.String())
+	}
+	t.Logf("%s:\n%s", clean, cout.String())
+	assertNothingLeft(t, server, name, dir)
+}
+
+// shellWords splits a command line as sh does for the quoting the demo
+// prints: words apart by spaces, '...' and "..." kept whole.
+func shellWords(t *testing.T, line string) []string {
+	t.Helper()
+	var words []string
+	var cur strings.Builder
+	inWord := false
+	var quote rune
+	for _, r := range line {
+		switch {
+		case quote != 0 && r == quote:
+			quote = 0
+		case quote != 0:
+			cur.WriteRune(r)
+		case r == '\'' || r == '"':
+			quote, inWord = r, true
+		case r == ' ':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteRune(r)
+			inWord = true
+		}
+	}
+	if quote != 0 {
+		t.Fatalf("unbalanced quotes in %q", line)
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words
+}
+
+func randomDemoName() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "rsv_demo_" + hex.EncodeToString(b[:])
 }
