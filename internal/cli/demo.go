@@ -43,11 +43,11 @@ func runDemo(ctx context.Context, args []string, out, errOut io.Writer) error {
 	verbose := verboseFlag(fs)
 	// The one action, clean, may come before or after the flags, as
 	// rollout's actions do; it owns its flags (parsed again below).
+	if rest := withoutAction(fs, args, "clean"); len(rest) < len(args) {
+		return inAction("clean", runDemoClean(ctx, rest, out))
+	}
 	if _, pos, err := splitArgs(fs, args); err == nil && len(pos) > 0 {
-		if pos[0] != "clean" || len(pos) > 1 {
-			return usagef("unexpected argument %q: demo takes flags, or the action clean%s", pos[0], didYouMean(pos[0], []string{"clean"}))
-		}
-		return inAction("clean", runDemoClean(ctx, withoutAction(fs, args, "clean"), out))
+		return usagef("unexpected argument %q: demo takes flags, or the action clean%s", pos[0], didYouMean(pos[0], []string{"clean"}))
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
