@@ -168,19 +168,19 @@ func TestDashboardInChromium(t *testing.T) {
 		}
 	}
 
-	// Mode, kill switch and authority per pod are the API's.
+	// One state per pod, in one cell: the API's, the store that decides
+	// and why (no separate mode, kill switch and authority columns that
+	// say one thing three ways).
 	st := h.admin("GET", "/admin/rollout/status", nil)
+	if n := eval(`String(document.querySelectorAll('#pods thead th').length)`); n != "9" {
+		t.Errorf("the pods table has %s columns, want 9 (pod, state, relay lag, ops, compared, mismatch, 2 latencies, buttons)", n)
+	}
 	for _, p := range st.body["pods"].([]any) {
 		pv := mapOf(p)
-		pod, eff := str(pv["pod"]), mapOf(pv["effective"])
-		if got := text(`#pods tr[data-pod="` + pod + `"] [data-field="mode"]`); !strings.HasPrefix(got, str(eff["mode"])) {
-			t.Errorf("pod %s mode: page %q, API %q", pod, got, eff["mode"])
-		}
-		if got := text(`#pods tr[data-pod="` + pod + `"] [data-field="authority"]`); !strings.HasPrefix(got, str(eff["authority"])) {
-			t.Errorf("pod %s authority: page %q, API %q", pod, got, eff["authority"])
-		}
-		if got := text(`#pods tr[data-pod="` + pod + `"] [data-field="kill"]`); got != str(eff["kill"]) {
-			t.Errorf("pod %s kill switch: page %q, API %q", pod, got, eff["kill"])
+		pod, sv := str(pv["pod"]), mapOf(pv["state"])
+		want := str(sv["decides"]) + " " + str(sv["headline"])
+		if got := text(`#pods tr[data-pod="` + pod + `"] [data-field="state"]`); !strings.HasPrefix(got, want) || !strings.Contains(got, str(sv["detail"])) {
+			t.Errorf("pod %s state: page %q, API %q / %q", pod, got, want, sv["detail"])
 		}
 		// The relay lag next to it: the API's changes, as the page words
 		// them (the oldest one's age grows between the two reads).
@@ -194,8 +194,23 @@ func TestDashboardInChromium(t *testing.T) {
 		}
 	}
 
-	// The compare totals are the API's, read since the page's own start.
+	// Every shop the topology routes is listed, though none has flags of
+	// its own, with its state.
+	if got := eval(`[...document.querySelectorAll("#shops tr[data-shop]")].map(r => r.dataset.shop + ":" + r.querySelector('[data-field="state"]').dataset.state).join(" ")`); got != "1001:mysql 1002:mysql 2001:redis" {
+		t.Errorf("shops on the page: %q", got)
+	}
+
+	// The compare totals are the API's, read since the page's own start;
+	// the label says the time the API counted from (the start of the
+	// stats window holding the time asked), not the time asked.
 	since := eval(`document.querySelector("#stats-section").dataset.since`)
+	counted := eval(`document.querySelector("#stats-section").dataset.counted`)
+	if s := h.admin("GET", "/admin/stats?pod=pod-a&since="+url.QueryEscape(since), nil); str(s.body["since"]) != counted {
+		t.Errorf("the totals count from %s (API), the page says %s", s.body["since"], counted)
+	}
+	if label, want := text("#stats-note"), eval(`new Date(document.querySelector("#stats-section").dataset.counted).toLocaleString()`); !strings.Contains(label, "since "+want) {
+		t.Errorf("the totals' label %q does not give the time counted from, %s", label, want)
+	}
 	for _, pod := range []string{"pod-a", "pod-b"} {
 		s := h.admin("GET", "/admin/stats?pod="+pod+"&since="+url.QueryEscape(since), nil)
 		want := strconv.Itoa(int(num(s.body["observations"])))
@@ -237,8 +252,34 @@ func TestDashboardInChromium(t *testing.T) {
 	if len(wantIDs) == 0 || !slices.Equal(gotIDs, wantIDs) {
 		t.Errorf("diff rows: page %v, API %v", gotIDs, wantIDs)
 	}
-	if got := text("#diffs tbody"); !strings.Contains(got, "shadow_missing") || !strings.Contains(got, "legacy") || !strings.Contains(got, "not_released") {
-		t.Errorf("the release MySQL never saw is not in the diffs: %q", got)
+	// The release of a cart reserved before pod-a entered shadow mode:
+	// MySQL never saw it, by design. Its diff is marked as such, in a
+	// class of its own that the shadow_missing gate does not count.
+	if got := text(`#diffs tr[data-class="pre_switch"]`); !strings.Contains(got, "legacy") || !strings.Contains(got, "not_released") || !strings.Contains(got, "may predate its shop's switch") {
+		t.Errorf("the release MySQL never saw is not marked as made before the switch: %q (diffs: %q)", got, text("#diffs tbody"))
+	}
+	if n := eval(`String(document.querySelectorAll('#diffs tr[data-class="shadow_missing"]').length)`); n != "0" {
+		t.Errorf("%s shadow_missing diffs: a cart reserved before the switch counts against the gate", n)
+	}
+
+	// The plan: every stage, the one in force marked; the audit history.
+	var stageStates []string
+	for _, g := range st.body["stages"].([]any) {
+		stageStates = append(stageStates, str(mapOf(g)["state"]))
+	}
+	if got := eval(`[...document.querySelectorAll("#stages tr[data-stage]")].map(r => r.dataset.state).join(",")`); got != strings.Join(stageStates, ",") || got != "done,current,next" {
+		t.Errorf("stages on the page %q, API %v", got, stageStates)
+	}
+	if got := text(`#stages tr[data-state="current"]`); !strings.Contains(got, "mysql on pod-a") || !strings.Contains(got, "in force") {
+		t.Errorf("the stage in force: %q", got)
+	}
+	hist := h.admin("GET", "/admin/rollout/history?limit=20", nil)
+	var wantAudit []string
+	for _, e := range hist.body["entries"].([]any) {
+		wantAudit = append(wantAudit, strconv.Itoa(int(num(mapOf(e)["id"]))))
+	}
+	if got := strings.Fields(eval(`[...document.querySelectorAll("#history tr[data-audit-id]")].map(r => r.dataset.auditId).join(" ")`)); len(wantAudit) != 2 || !slices.Equal(got, wantAudit) {
+		t.Errorf("history rows: page %v, API %v", got, wantAudit)
 	}
 	// Charts for each pod, latency per store, the reconciler's buttons.
 	if n := eval(`String(document.querySelectorAll("#class-charts figure").length) + "/" + document.querySelectorAll("#latency figure").length`); n != "2/2" {
@@ -307,12 +348,117 @@ func TestDashboardInChromium(t *testing.T) {
 	if r := h.reserve(1001, "after-kill", 7, 1); r.status != 201 || str(r.body["authority"]) != "redis" {
 		t.Fatalf("reserve after the dashboard's kill switch: %d %s", r.status, r.raw)
 	}
-	waitRefresh(1)
-	if got := text(`#pods tr[data-pod="pod-a"] [data-field="kill"]`); !strings.HasPrefix(got, "redis by dashboard") {
-		t.Errorf("pod-a kill switch on the page after engaging: %q", got)
+	waitRefresh(2)
+	// After a kill over mysql: one state, said once.
+	if got := text(`#pods tr[data-pod="pod-a"] [data-field="state"]`); !strings.HasPrefix(got, "redis Redis decides: kill switch redis") ||
+		!strings.Contains(got, "engaged by dashboard: mismatch spike seen on the dashboard) holds back the mode mysql") {
+		t.Errorf("pod-a's state on the page after the kill: %q", got)
+	}
+	// The kill is marked on pod-a's charts, and only there.
+	if got := eval(`[...document.querySelectorAll("#class-charts figure, #latency figure")].map(f => f.querySelectorAll('g.mark[data-action="kill"]').length).join(",")`); got != "1,0,1,0" {
+		t.Errorf("kill marks per chart (pod-a, pod-b, pod-a latency, pod-b latency): %s", got)
 	}
 	if hist, err := h.ctl.History(ctx, 1); err != nil || len(hist) != 1 || hist[0].Action != "kill" || hist[0].Actor != "dashboard" ||
 		!strings.HasPrefix(hist[0].Reason, "mismatch spike seen on the dashboard [relay lag at the switch: pod-a ") {
 		t.Errorf("audit: %+v %v", hist, err)
+	}
+
+	// The y-scale: one spike among steady values is clipped (drawn as a
+	// triangle at the top, the largest value said), so it cannot flatten
+	// the rest; steady values are not clipped.
+	clip := eval(`(() => {
+		const pts = [...Array(20).keys()].map((i) => [i * 1000, i === 12 ? 695 : 5 + (i % 3)]);
+		const f = chart("spike", [{ name: "p99", color: "#000", points: pts }], { fmt: (v) => v.toFixed(0) + " ms", min: 1 });
+		const g = chart("steady", [{ name: "p99", color: "#000", points: pts.map(([t]) => [t, 5]) }], { fmt: (v) => v.toFixed(0) + " ms", min: 1 });
+		return [f.dataset.clipped, f.querySelectorAll("polygon.clipped").length, f.querySelector("svg text").textContent,
+			f.querySelector(".clip-note").textContent, g.dataset.clipped, g.querySelectorAll("polygon.clipped").length].join("|");
+	})()`)
+	if clip != "1|1|11 ms|▲ clipped at 11 ms; largest 695 ms|0|0" {
+		t.Errorf("the spike's chart: %s", clip)
+	}
+
+	// The advance control: the dry run's flags change, what applying
+	// needs (stage 1's gates have too little data: an override and its
+	// reason), then a confirmation; applied through the controller,
+	// audited with the dashboard as actor.
+	step(chromedp.Click(chromedp.CSS("#advance-open")))
+	sctx, cancel = context.WithTimeout(bctx, 15*time.Second)
+	_, err = chromedp.Run(sctx, chromedp.Poll[bool](`document.querySelector("#advance-diff").textContent.includes('"reservations.mode"')`,
+		chromedp.WithPollingTimeout(15*time.Second)))
+	cancel()
+	if err != nil {
+		t.Fatalf("no dry run in the advance dialog: %v (%q)", err, text("#advance-error"))
+	}
+	if got := text("#advance-title"); got != "Advance to stage 2: “shadow on pod-b”" {
+		t.Errorf("advance dialog title: %q", got)
+	}
+	if got := text("#advance-diff"); !strings.Contains(got, `+         {"$ref": "pod:pod-b"}, "shadow",`) {
+		t.Errorf("the dry run's diff does not set pod-b to shadow: %q", got)
+	}
+	if got := text("#advance-blocked"); !strings.Contains(got, "override") || !strings.Contains(text("#advance-needs"), "min_duration") {
+		t.Errorf("what applying needs: %q", text("#advance-needs"))
+	}
+	step(chromedp.Click(chromedp.CSS("#advance-continue")))
+	if got := text("#advance-error"); !strings.Contains(got, "tick the override") {
+		t.Errorf("continuing without the override: %q", got)
+	}
+	step(chromedp.Click(chromedp.CSS("#advance-override")))
+	step(chromedp.Click(chromedp.CSS("#advance-continue")))
+	if got := text("#advance-error"); !strings.Contains(got, "needs a reason") {
+		t.Errorf("an override without a reason: %q", got)
+	}
+	step(chromedp.SendKeys(chromedp.CSS("#advance-reason"), "pod-b is idle; dashboard test"))
+	step(chromedp.Click(chromedp.CSS("#advance-continue")))
+	step(chromedp.WaitVisible(chromedp.CSS("#advance-confirm")))
+	if got := text("#advance-summary"); !strings.Contains(got, "shadow on pod-b") || !strings.Contains(got, "OVERRIDE") {
+		t.Errorf("advance confirmation: %q", got)
+	}
+	if f, _ := h.flags.Read(); f.Resolve("pod-b", 0).Mode != rollout.ModeRedis {
+		t.Fatal("the stage was applied before the confirmation")
+	}
+	step(chromedp.Click(chromedp.CSS("#advance-confirm")))
+	sctx, cancel = context.WithTimeout(bctx, 15*time.Second)
+	answer, err = chromedp.Run(sctx, chromedp.Poll[string](`document.body.dataset.lastAdvance`, chromedp.WithPollingTimeout(15*time.Second)))
+	cancel()
+	if err != nil || !strings.Contains(answer, `"name":"shadow on pod-b"`) {
+		t.Fatalf("no answer to the advance on the page: %v %s (dialog error: %q)", err, answer, text("#advance-error"))
+	}
+	if f, _ := h.flags.Read(); f.Resolve("pod-b", 0).Mode != rollout.ModeShadow {
+		t.Error("the confirmed stage is not in the flags")
+	}
+	if hist, err := h.ctl.History(ctx, 1); err != nil || len(hist) != 1 || hist[0].Action != "override" || hist[0].Actor != "dashboard" ||
+		hist[0].Reason != "pod-b is idle; dashboard test" {
+		t.Errorf("advance audit: %+v %v", hist, err)
+	}
+	waitRefresh(1)
+	if got := text(`#stages tr[data-state="current"]`); !strings.Contains(got, "shadow on pod-b") {
+		t.Errorf("the stage in force on the page after the advance: %q", got)
+	}
+	if got := text(`#history tr[data-action="override"]`); !strings.Contains(got, "dashboard") || !strings.Contains(got, "pod-b is idle") {
+		t.Errorf("the history on the page after the advance: %q", got)
+	}
+
+	// Without a token the page says so, instead of "loading..." for ever,
+	// and reads nothing.
+	// (The token the page kept for this tab is forgotten first.)
+	eval(`sessionStorage.clear(); "cleared"`)
+	step(chromedp.Navigate(h.http.URL + "/dashboard?again"))
+	sctx, cancel = context.WithTimeout(bctx, 10*time.Second)
+	_, err = chromedp.Run(sctx, chromedp.Poll[bool](`document.body.dataset.state === "no-token"`, chromedp.WithPollingTimeout(10*time.Second)))
+	cancel()
+	if err != nil {
+		t.Fatalf("the page without a token: %v (status line %q)", err, eval(`document.querySelector("#updated").textContent`))
+	}
+	if got := text("#updated"); !strings.Contains(got, "no admin token") || strings.Contains(got, "loading") || eval(`String(document.querySelector("#token-box").hidden)`) != "false" {
+		t.Errorf("the page without a token says %q (token form hidden: %s)", got, eval(`String(document.querySelector("#token-box").hidden)`))
+	}
+	// A wrong token is refused, and the page says that too.
+	step(chromedp.SendKeys(chromedp.CSS("#token"), "not-the-admin-token-at-all"))
+	step(chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)))
+	sctx, cancel = context.WithTimeout(bctx, 10*time.Second)
+	_, err = chromedp.Run(sctx, chromedp.Poll[bool](`document.body.dataset.state === "token-refused"`, chromedp.WithPollingTimeout(10*time.Second)))
+	cancel()
+	if got := text("#updated"); err != nil || !strings.Contains(got, "admin token refused: wrong admin token") {
+		t.Errorf("the page with a wrong token says %q (%v)", got, err)
 	}
 }

@@ -8,6 +8,11 @@ const CLASS_COLORS = {
   outcome_mismatch: "#d62728", allocation_mismatch: "#ff7f0e", shadow_missing: "#9467bd",
   stockout_race: "#8c8c8c", shadow_error: "#e377c2", shadow_timeout: "#bcbd22",
   shadow_panic: "#17becf", shadow_skipped: "#7f7f7f", shadow_late: "#c7c7c7", authority_error: "#8c564b",
+  pre_switch: "#b0a0c8",
+};
+// What a class that needs a word says on the page.
+const CLASS_NOTES = {
+  pre_switch: "the reservation may predate its shop's switch (the shadow was not written then): expected, not counted by the shadow_missing gate",
 };
 const STORE_COLORS = { redis: "#d62728", mysql: "#1f77b4" };
 const MISMATCH = ["outcome_mismatch", "allocation_mismatch", "shadow_missing"];
@@ -19,6 +24,7 @@ const state = {
   since: new Date(Math.floor((Date.now() - 3600e3) / 60e3) * 60e3).toISOString(),
   series: {},      // pod -> points, oldest first
   status: null,
+  history: [],     // the audit, newest first
   busy: false,
   refreshes: 0,
   reconciler: true,
@@ -62,6 +68,9 @@ function nsToMs(ns) { return ns ? ms(ns / 1e6) : "–"; }
 function rate(x) { return x === undefined ? "–" : x.toFixed(x < 10 ? 1 : 0); }
 function time(t) { return t ? new Date(t).toLocaleTimeString() : "–"; }
 
+// Errors thrown by api() for a refused token: the page already says so.
+class TokenError extends Error {}
+
 async function api(method, path, body) {
   const opts = { method, headers: { "Authorization": "Bearer " + state.token, "X-Reservoir-Actor": "dashboard" } };
   if (body !== undefined) {
@@ -72,8 +81,8 @@ async function api(method, path, body) {
   let data = null;
   try { data = await res.json(); } catch (e) { data = null; }
   if (res.status === 401) {
-    showToken(data && data.message);
-    throw new Error("unauthorized");
+    showToken(data && data.message, data && data.error);
+    throw new TokenError("unauthorized");
   }
   return { status: res.status, data };
 }
@@ -88,9 +97,17 @@ function toast(msg, bad) {
 
 // ------------------------------------------------------------------ token
 
-function showToken(msg) {
+// showToken asks for the admin token, and says in the status line why
+// nothing is shown: without it the page reads nothing (it used to say
+// "loading..." for ever).
+function showToken(msg, code) {
   $("#token-box").hidden = false;
   $("#token-error").textContent = msg || "";
+  $("#dot").className = "dot bad";
+  document.body.dataset.state = code === "admin_disabled" ? "admin-disabled" : msg ? "token-refused" : "no-token";
+  $("#updated").textContent = code === "admin_disabled" ? "the admin API is disabled on this server: " + msg
+    : msg ? "admin token refused: " + msg + " — paste the right one below"
+      : "no admin token: paste it below, or open /dashboard#token=…";
 }
 
 function initToken() {
@@ -109,6 +126,7 @@ function initToken() {
     state.token = $("#token").value.trim();
     sessionStorage.setItem("reservoir-admin-token", state.token);
     $("#token-box").hidden = true;
+    $("#updated").textContent = "loading…";
     refresh();
   });
 }
@@ -148,26 +166,26 @@ function latencyCell(p, store) {
   return q ? ms(q.p50_ms) + " / " + ms(q.p99_ms) : "–";
 }
 
+// stateCell is a scope's state in one cell: the store that decides, in a
+// few words, and why (the API's state: mode, kill switch and route said
+// once, not three ways).
+function stateCell(stv, attrs) {
+  return el("td", Object.assign({ "data-field": "state", "data-state": stv.state, class: stv.state === "killed" ? "bad" : "" }, attrs || {}),
+    el("span", { class: "badge " + stv.decides }, stv.decides), " ", el("b", {}, stv.headline),
+    el("div", { class: "sub" }, stv.detail));
+}
+
 function renderPods(st) {
   const tbody = $("#pods tbody");
   tbody.replaceChildren();
   for (const pod of st.pods) {
     const p = last(state.series[pod.pod]);
-    const eff = pod.effective;
-    // Without a readable document there is nothing to propagate: the
-    // banner says what is wrong instead.
-    const propagating = !st.flags_error && (eff.mode !== pod.file.mode || eff.kill !== pod.file.kill);
-    const killed = eff.kill !== "off";
-    const ramp = pod.ramp ? " (" + pod.ramp.Percent + "% " + pod.ramp.Mode + ")" : "";
+    const killed = pod.state.state === "killed";
     tbody.append(el("tr", { "data-pod": pod.pod, class: killed ? "killed" : "" },
       el("td", { "data-field": "pod" }, el("b", {}, pod.pod), el("div", { class: "sub" }, pod.shops.length + " listed shops")),
-      el("td", { "data-field": "mode", title: pod.mode ? "set on the pod" : "follows the global mode" },
-        eff.mode + ramp, propagating ? el("span", { class: "warn" }, " (file: " + pod.file.mode + ", propagating)") : ""),
-      el("td", { "data-field": "kill", class: killed ? "bad" : "" }, killText(pod.kill.state !== "off" ? pod.kill : { state: eff.kill })),
+      stateCell(pod.state),
       el("td", { "data-field": "relay-lag", class: lagClass(pod.relay_lag),
         title: pod.relay_lag && pod.relay_lag.at ? "measured " + time(pod.relay_lag.at) : "" }, lagText(pod.relay_lag)),
-      el("td", { "data-field": "authority" }, el("span", { class: "badge " + eff.authority }, eff.authority),
-        eff.effective !== eff.mode ? el("div", { class: "sub" }, "applied: " + eff.effective) : ""),
       el("td", { "data-field": "ops", class: "num" }, rate(p && p.ops_per_sec)),
       el("td", { "data-field": "compared", class: "num" }, rate(p && p.observations_per_sec)),
       el("td", { "data-field": "mismatch", class: "num" }, pct(mismatchRate(p))),
@@ -193,10 +211,12 @@ function renderPods(st) {
   sb.replaceChildren();
   for (const s of st.shops) {
     sb.append(el("tr", { "data-shop": s.shop },
-      el("td", {}, String(s.shop)), el("td", {}, s.pod), el("td", {}, s.mode || "(pod's)"),
-      el("td", { class: s.kill.state !== "off" ? "bad" : "" }, killText(s.kill)),
-      el("td", {}, s.effective ? s.effective.authority : "–"),
-      el("td", {}, s.kill.state !== "off" ? el("button", { type: "button", class: "small", "data-release": "shop:" + s.shop, onclick: () => openKill("shop:" + s.shop, "release") }, "Release…") : "")));
+      el("td", {}, String(s.shop)), el("td", {}, s.pod || "–"),
+      s.state && s.state.state ? stateCell(s.state) : el("td", { "data-field": "state", class: "bad" }, "no pod serves it"),
+      el("td", { "data-field": "own-flags" }, s.own_flags ? [s.mode ? "mode " + s.mode : "", s.kill.state !== "off" ? " kill switch " + killText(s.kill) : ""] : el("span", { class: "sub" }, "none (follows its pod)")),
+      el("td", {},
+        el("button", { type: "button", class: "danger small", "data-kill": "shop:" + s.shop, onclick: () => openKill("shop:" + s.shop, "engage") }, "Kill switch…"),
+        s.kill.state !== "off" ? el("button", { type: "button", class: "small", "data-release": "shop:" + s.shop, onclick: () => openKill("shop:" + s.shop, "release") }, "Release…") : "")));
   }
 }
 
@@ -281,8 +301,128 @@ function renderPlan(st) {
       el("td", { class: "sub" }, g.why)));
   }
   gates.hidden = !(plan.gates && plan.gates.length);
-  if (!gates.hidden) return;
-  if (plan.stage < 0) box.append(el("p", { class: "sub" }, "the first stage needs no evidence"));
+  if (gates.hidden && plan.stage < 0) box.append(el("p", { class: "sub" }, "the first stage needs no evidence"));
+  if (next) {
+    box.append(el("p", {}, el("button", { id: "advance-open", type: "button", onclick: openAdvance }, "Advance to “" + next.Name + "”…")));
+  }
+}
+
+// renderStages lists the plan's stages, the one in force marked.
+function renderStages(st) {
+  const tb = $("#stages tbody");
+  tb.replaceChildren();
+  $("#stages").hidden = !st.stages.length;
+  for (const g of st.stages) {
+    const gates = ["min " + g.gates.min_observations + " observations", "min " + Math.round(g.gates.min_duration_ns / 1e9) + " s"]
+      .concat(Object.keys(g.gates.max_rates).sort().map((c) => c + " ≤ " + pct(g.gates.max_rates[c])));
+    tb.append(el("tr", { "data-stage": g.index, "data-state": g.state, class: "stage-" + g.state },
+      el("td", { class: "num" }, String(g.index)), el("td", {}, el("b", {}, g.name)),
+      el("td", {}, g.mode + (g.percent ? " (" + g.percent + "% of shops)" : "")), el("td", {}, g.pods.join(", ")),
+      el("td", { "data-field": "state" }, g.state === "current" ? "in force" : g.state), el("td", { class: "sub" }, gates.join("; "))));
+  }
+}
+
+// renderHistory lists the audit: who changed what, when, why.
+function renderHistory() {
+  const tb = $("#history tbody");
+  tb.replaceChildren();
+  if (!state.history.length) {
+    tb.append(el("tr", {}, el("td", { colspan: 5, class: "sub" }, "no change audited yet")));
+    return;
+  }
+  for (const e of state.history) {
+    tb.append(el("tr", { "data-audit-id": e.id, "data-action": e.action },
+      el("td", {}, new Date(e.at).toLocaleString()), el("td", {}, e.actor), el("td", {}, el("b", {}, e.action)),
+      el("td", {}, e.scope), el("td", { class: "sub" }, e.reason)));
+  }
+}
+
+// ------------------------------------------------------------- advance
+
+// The advance control: a dry run shows the flags change and what applying
+// it needs; a confirmation applies exactly that (the API refuses it if the
+// rollout moved on meanwhile).
+const adv = { dry: null };
+
+async function openAdvance() {
+  adv.dry = null;
+  $("#advance-error").textContent = "";
+  $("#advance-step1").hidden = false;
+  $("#advance-step2").hidden = true;
+  $("#advance-diff").textContent = "asking for the dry run…";
+  $("#advance-title").textContent = "Advance the rollout";
+  $("#advance-needs").replaceChildren();
+  $("#advance-reason").value = "";
+  $("#advance-override").checked = false;
+  $("#advance-mysql-only").checked = false;
+  $("#advance-override-label").hidden = true;
+  $("#advance-mysql-only-label").hidden = true;
+  $("#advance-dialog").showModal();
+  try {
+    const r = await api("POST", "/admin/rollout/advance", { dry_run: true });
+    if (r.status !== 200) {
+      $("#advance-diff").textContent = "";
+      $("#advance-error").textContent = (r.data && r.data.message) || "dry run failed: HTTP " + r.status;
+      return;
+    }
+    adv.dry = r.data;
+    const d = r.data;
+    $("#advance-title").textContent = "Advance to stage " + d.stage.index + ": “" + d.stage.name + "”";
+    $("#advance-diff").textContent = d.diff;
+    const needs = $("#advance-needs");
+    needs.append(el("p", {}, d.stage.mode + " on " + d.stage.pods.join(", ") + (d.stage.percent ? " (" + d.stage.percent + "% of shops)" : "") +
+      ". The flags change below is what applying writes (dry run: nothing changed yet)."));
+    if (d.blocked.length) {
+      needs.append(el("p", { class: "bad", id: "advance-blocked" }, "Needs an override:"), el("ul", {}, d.blocked.map((b) => el("li", {}, b))));
+    }
+    $("#advance-override-label").hidden = !d.needs.includes("override");
+    $("#advance-mysql-only-label").hidden = !d.needs.includes("confirm_mysql_only");
+  } catch (e) {
+    if (!(e instanceof TokenError)) $("#advance-error").textContent = String(e);
+  }
+}
+
+function initAdvance() {
+  $("#advance-cancel").addEventListener("click", () => $("#advance-dialog").close());
+  $("#advance-back").addEventListener("click", () => { $("#advance-step1").hidden = false; $("#advance-step2").hidden = true; });
+  $("#advance-continue").addEventListener("click", () => {
+    const d = adv.dry;
+    if (!d) return;
+    const reason = $("#advance-reason").value.trim();
+    const override = $("#advance-override").checked;
+    if (d.needs.includes("override") && !override) { $("#advance-error").textContent = "A gate fails or a kill switch covers the stage: tick the override to go on anyway."; return; }
+    if (override && !reason) { $("#advance-error").textContent = "An override needs a reason (kept in the audit)."; return; }
+    if (d.needs.includes("confirm_mysql_only") && !$("#advance-mysql-only").checked) { $("#advance-error").textContent = "Entering mysql_only must be confirmed."; return; }
+    $("#advance-error").textContent = "";
+    $("#advance-summary").textContent = "Apply stage " + d.stage.index + " “" + d.stage.name + "” (" + d.stage.mode + " on " + d.stage.pods.join(", ") + ")" +
+      (override ? " as an OVERRIDE" : "") + "? Every replica applies it within seconds." + (reason ? " Reason: “" + reason + "”" : "");
+    $("#advance-step1").hidden = true;
+    $("#advance-step2").hidden = false;
+    $("#advance-confirm").focus();
+  });
+  $("#advance-confirm").addEventListener("click", async () => {
+    const d = adv.dry;
+    const body = { from_stage: d.from_stage, from_version: d.from_version, reason: $("#advance-reason").value.trim(),
+      override: $("#advance-override").checked, confirm_mysql_only: $("#advance-mysql-only").checked };
+    $("#advance-confirm").disabled = true;
+    try {
+      const r = await api("POST", "/admin/rollout/advance", body);
+      if (r.status === 200) {
+        $("#advance-dialog").close();
+        toast("stage " + r.data.stage.index + " “" + r.data.stage.name + "” applied" + (r.data.fleet && r.data.fleet.summary ? "; " + r.data.fleet.summary : "") + " (audited)");
+        document.body.dataset.lastAdvance = JSON.stringify(r.data);
+      } else {
+        $("#advance-step1").hidden = false;
+        $("#advance-step2").hidden = true;
+        $("#advance-error").textContent = (r.data && r.data.message) || ("failed: HTTP " + r.status);
+      }
+    } catch (e) {
+      if (!(e instanceof TokenError)) $("#advance-error").textContent = String(e);
+    } finally {
+      $("#advance-confirm").disabled = false;
+    }
+    refresh();
+  });
 }
 
 function fmtGate(name, v) {
@@ -296,13 +436,31 @@ function fmtGate(name, v) {
 
 const W = 420, H = 120, PAD = 28;
 
+// quantile is the q-quantile of sorted values (nearest rank).
+function quantile(sorted, q) {
+  return sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(q * (sorted.length - 1)))] : 0;
+}
+
+// chart draws series over time. The y-scale is clipped at 1.5 times the
+// 95th percentile of the values, so one spike cannot flatten the rest: a
+// clipped point is drawn as a triangle at the top, and the chart says the
+// largest value. opts.marks are audited changes ({t, label}), drawn as
+// dashed lines; opts.span is the time range to draw ([from, to]).
 function chart(title, series, opts) {
-  // series: [{name, color, points: [[t, v], ...]}]
+  // series: [{name, color, dash, points: [[t, v], ...]}]
   const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": title });
-  let tmin = Infinity, tmax = -Infinity, vmax = opts.min || 0;
+  let tmin = Infinity, tmax = -Infinity, vmax = opts.min || 0, peak = 0;
+  const values = [];
   for (const s of series) for (const [t, v] of s.points) {
-    tmin = Math.min(tmin, t); tmax = Math.max(tmax, t); vmax = Math.max(vmax, v);
+    tmin = Math.min(tmin, t); tmax = Math.max(tmax, t); values.push(v); peak = Math.max(peak, v);
   }
+  values.sort((a, b) => a - b);
+  // The time axis covers the pod's whole series (opts.span), so a change
+  // after the last compared call is still marked, where it happened.
+  if (values.length && opts.span) { tmin = Math.min(tmin, opts.span[0]); tmax = Math.max(tmax, opts.span[1]); }
+  const cap = Math.max(opts.min || 0, 1.5 * quantile(values, 0.95));
+  const clipped = values.length >= 5 && peak > cap;
+  vmax = clipped ? cap : Math.max(vmax, peak);
   const fmt = opts.fmt;
   svg.append(svgEl("line", { x1: PAD, y1: H - 14, x2: W, y2: H - 14, class: "axis" }));
   svg.append(svgEl("line", { x1: PAD, y1: 4, x2: PAD, y2: H - 14, class: "axis" }));
@@ -312,13 +470,28 @@ function chart(title, series, opts) {
   const zero = svgEl("text", { x: PAD - 3, y: H - 14, class: "tick", "text-anchor": "end" });
   zero.textContent = fmt(0);
   svg.append(zero);
+  const fig = el("figure", { "data-clipped": clipped ? "1" : "0" }, el("figcaption", {}, title));
   if (isFinite(tmin) && tmax > tmin) {
     const x = (t) => PAD + (W - PAD - 4) * (t - tmin) / (tmax - tmin);
-    const y = (v) => (H - 14) - (H - 22) * (vmax ? v / vmax : 0);
+    const y = (v) => (H - 14) - (H - 22) * (vmax ? Math.min(v, vmax) / vmax : 0);
+    for (const m of opts.marks || []) {
+      if (m.t < tmin || m.t > tmax) continue;
+      const g = svgEl("g", { class: "mark", "data-action": m.action });
+      g.append(svgEl("line", { x1: x(m.t).toFixed(1), y1: 4, x2: x(m.t).toFixed(1), y2: H - 14 }));
+      const label = svgEl("text", { x: (x(m.t) + 2).toFixed(1), y: 10, class: "tick" });
+      label.textContent = m.label;
+      g.append(label);
+      svg.append(g);
+    }
     for (const s of series) {
       if (!s.points.length) continue;
       svg.append(svgEl("polyline", { points: s.points.map(([t, v]) => x(t).toFixed(1) + "," + y(v).toFixed(1)).join(" "),
-        fill: "none", stroke: s.color, "stroke-width": 1.6 }));
+        fill: "none", stroke: s.color, "stroke-width": 1.6, "stroke-dasharray": s.dash ? "3 2" : "none" }));
+      for (const [t, v] of s.points) {
+        if (v <= vmax) continue;
+        const px = x(t);
+        svg.append(svgEl("polygon", { class: "clipped", points: `${(px - 3).toFixed(1)},9 ${(px + 3).toFixed(1)},9 ${px.toFixed(1)},4`, fill: s.color }));
+      }
     }
     const span = svgEl("text", { x: W - 2, y: H - 2, class: "tick", "text-anchor": "end" });
     span.textContent = "last " + Math.round((tmax - tmin) / 1000) + " s";
@@ -329,9 +502,25 @@ function chart(title, series, opts) {
     svg.append(none);
   }
   const legend = el("div", { class: "legend" }, series.filter((s) => s.points.length).map((s) =>
-    el("span", {}, el("i", { class: "swatch", "data-color": s.color }), s.name)));
+    el("span", {}, el("i", { class: "swatch", "data-color": s.color }), s.name)),
+    clipped ? el("span", { class: "warn clip-note" }, "▲ clipped at " + fmt(cap) + "; largest " + fmt(peak)) : "");
   for (const i of legend.querySelectorAll(".swatch")) i.style.background = i.dataset.color;
-  return el("figure", {}, el("figcaption", {}, title), svg, legend);
+  fig.append(svg, legend);
+  return fig;
+}
+
+// marksFor lists the audited changes that cover pod, for its charts: an
+// advance (its scope lists the stage's pods), a kill switch or release of
+// the pod or of everything. A shop's switch does not mark a pod's chart.
+function marksFor(pod) {
+  const out = [];
+  for (const e of state.history) {
+    const scopes = e.scope.split(",");
+    if (e.scope === "global" || e.scope === "pod:" + pod || scopes.includes(pod)) {
+      out.push({ t: Date.parse(e.at), action: e.action, label: e.action + (e.action === "advance" || e.action === "override" ? " → stage " + e.stage : "") });
+    }
+  }
+  return out;
 }
 
 function renderCharts(st) {
@@ -343,11 +532,12 @@ function renderCharts(st) {
     const pts = state.series[pod.pod] || [];
     const classes = new Set();
     for (const p of pts) for (const c of Object.keys(p.class_rates)) classes.add(c);
-    const cs = [...classes].sort().map((c) => ({ name: c, color: CLASS_COLORS[c] || "#333",
+    const cs = [...classes].sort().map((c) => ({ name: c, color: CLASS_COLORS[c] || "#333", dash: c === "pre_switch",
       points: pts.filter((p) => p.observations_per_sec > 0).map((p) => [Date.parse(p.at), p.class_rates[c] || 0]) }));
     const anyObs = pts.some((p) => p.observations_per_sec > 0);
-    cc.append(chart(pod.pod + (anyObs ? "" : " (not compared in mode " + pod.effective.effective + ")"), cs,
-      { fmt: pct, min: 0.001, empty: anyObs ? "no mismatches" : "no compared calls" }));
+    const span = pts.length ? [Date.parse(pts[0].at), Date.parse(pts[pts.length - 1].at)] : null;
+    cc.append(chart(pod.pod + (anyObs ? "" : " (not compared: " + pod.state.headline + ")"), cs,
+      { fmt: pct, min: 0.001, empty: anyObs ? "no mismatches" : "no compared calls", marks: marksFor(pod.pod), span }));
 
     const ls = [];
     for (const store of ["redis", "mysql"]) {
@@ -365,7 +555,7 @@ function renderCharts(st) {
         return el("tr", { "data-op": op }, el("td", {}, op), el("td", { class: "num" }, r ? ms(r.p50_ms) : "–"), el("td", { class: "num" }, r ? ms(r.p99_ms) : "–"),
           el("td", { class: "num" }, m ? ms(m.p50_ms) : "–"), el("td", { class: "num" }, m ? ms(m.p99_ms) : "–"));
       })));
-    const fig = chart(pod.pod + " reserve latency", ls, { fmt: (v) => ms(v), min: 1 });
+    const fig = chart(pod.pod + " reserve latency", ls, { fmt: (v) => ms(v), min: 1, marks: marksFor(pod.pod), span });
     fig.append(table);
     lc.append(fig);
   }
@@ -374,8 +564,12 @@ function renderCharts(st) {
 // ----------------------------------------------------------------- stats
 
 function renderStats(st, stats) {
+  // The API counts from the start of the stats window that holds the time
+  // asked for; the label says that time, not the one asked.
+  const counted = (stats.find((s) => s) || {}).since || state.since;
   $("#stats-section").dataset.since = state.since;
-  $("#stats-note").textContent = "every replica, since " + new Date(state.since).toLocaleString() + " (flushed every few seconds)";
+  $("#stats-section").dataset.counted = counted;
+  $("#stats-note").textContent = "every replica, since " + new Date(counted).toLocaleString() + " (flushed every few seconds; pre_switch is not a mismatch)";
   const tb = $("#stats tbody");
   tb.replaceChildren();
   st.pods.forEach((pod, i) => {
@@ -459,9 +653,9 @@ function renderDiffs(diffs) {
     return;
   }
   for (const d of diffs) {
-    tb.append(el("tr", { "data-diff-id": d.id, class: MISMATCH.includes(d.class) ? "mismatch" : "" },
+    tb.append(el("tr", { "data-diff-id": d.id, "data-class": d.class, class: MISMATCH.includes(d.class) ? "mismatch" : d.class === "pre_switch" ? "pre-switch" : "" },
       el("td", {}, time(d.at)), el("td", {}, d.pod), el("td", {}, d.mode), el("td", {}, d.op),
-      el("td", { class: MISMATCH.includes(d.class) ? "bad" : "" }, d.class),
+      el("td", { class: MISMATCH.includes(d.class) ? "bad" : "" }, d.class, CLASS_NOTES[d.class] ? el("div", { class: "sub note" }, CLASS_NOTES[d.class]) : ""),
       el("td", {}, String(d.shop), el("div", { class: "sub" }, d.token)),
       el("td", {}, side(d.authority)), el("td", {}, side(d.shadow))));
   }
@@ -553,14 +747,16 @@ async function refresh() {
     state.status = st.data;
     const pods = st.data.pods.map((p) => p.pod);
     const have = Object.keys(state.series).length > 0;
-    const [series, diffs, ...rest] = await Promise.all([
+    const [series, diffs, hist, ...rest] = await Promise.all([
       api("GET", "/admin/series?points=" + (have ? 3 : 90)),
       api("GET", "/admin/diffs?limit=20"),
+      api("GET", "/admin/rollout/history?limit=20"),
       ...pods.map((p) => api("GET", "/admin/stats?pod=" + encodeURIComponent(p) + "&since=" + encodeURIComponent(state.since))),
       ...pods.map((p) => api("GET", "/admin/reconcile?pod=" + encodeURIComponent(p))),
     ]);
     const stats = rest.slice(0, pods.length).map((r) => r.status === 200 ? r.data : null);
     const recs = rest.slice(pods.length);
+    state.history = hist.status === 200 ? hist.data.entries : [];
     state.reconciler = !recs.some((r) => r.status === 501);
     for (const pod of pods) {
       const cur = state.series[pod] || [];
@@ -572,6 +768,8 @@ async function refresh() {
     renderPods(st.data);
     renderReplicas(st.data);
     renderPlan(st.data);
+    renderStages(st.data);
+    renderHistory();
     renderCharts(st.data);
     renderStats(st.data, stats);
     renderReconcile(st.data, recs.map((r) => r.status === 200 ? r.data : null));
@@ -582,8 +780,11 @@ async function refresh() {
     $("#dot").className = "dot ok";
     $("#updated").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (e) {
-    $("#dot").className = "dot bad";
-    $("#updated").textContent = "refresh failed: " + e.message;
+    // A refused token is said by showToken already.
+    if (!(e instanceof TokenError)) {
+      $("#dot").className = "dot bad";
+      $("#updated").textContent = "refresh failed: " + e.message;
+    }
   } finally {
     state.busy = false;
   }
@@ -592,6 +793,7 @@ async function refresh() {
 document.addEventListener("DOMContentLoaded", () => {
   initToken();
   initKill();
+  initAdvance();
   refresh();
   setInterval(refresh, REFRESH_MS);
 });
