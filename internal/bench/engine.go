@@ -94,7 +94,7 @@ func (r *runner) point(ctx context.Context, pt Point, shop int64) []Result {
 	p.db.SetMaxOpenConns(pt.Concurrency + shadowConns)
 	p.db.SetMaxIdleConns(pt.Concurrency + shadowConns)
 	env := &pointEnv{path: p, prefix: r.srv.prefix, poolCap: r.opts.PoolCap, buckets: r.opts.Buckets,
-		concurrency: pt.Concurrency}
+		concurrency: pt.Concurrency, relayDB: r.srv.direct, relayRedis: r.srv.redisDirect}
 	if sc.poolCap > 0 {
 		env.poolCap = sc.poolCap
 	}

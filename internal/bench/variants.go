@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/dualwrite"
@@ -110,7 +112,15 @@ func rangeText(lo, hi int64) string {
 
 // pointEnv is what a target is built from.
 type pointEnv struct {
-	path        *path
+	path *path
+	// relayDB and relayRedis are the servers without the added latency,
+	// for facade-mysql's relay (nil: the path's). The added latency stands
+	// for the network between the callers and the servers; on this
+	// machine the proxy that adds it also burns CPU beside the callers,
+	// which a network would not, and the relay's latency only shows in
+	// its lag, which is measured apart.
+	relayDB     *sql.DB
+	relayRedis  *redis.Client
 	prefix      string
 	poolCap     int64
 	buckets     int
@@ -504,7 +514,11 @@ func newFacadeTarget(env *pointEnv, mode rollout.Mode, cfg mysqlstore.Config) (*
 		return nil, err
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	mr, err := mirror.New(mirror.Config{Pod: "bench", MySQL: my, Redis: rd, Logger: quiet, Disabled: noFeed})
+	relayMy, relayRd, err := relayStores(env, cfg, my, rd)
+	if err != nil {
+		return nil, err
+	}
+	mr, err := mirror.New(mirror.Config{Pod: "bench", MySQL: relayMy, Redis: relayRd, Logger: quiet, Disabled: noFeed})
 	if err != nil {
 		return nil, err
 	}
@@ -531,6 +545,24 @@ func newFacadeTarget(env *pointEnv, mode rollout.Mode, cfg mysqlstore.Config) (*
 		_ = mr.Run(rctx)
 	}()
 	return t, nil
+}
+
+// relayStores are the stores the relay (and the handoffs) use: my and rd
+// themselves, or the same stores on the direct connections of env.
+func relayStores(env *pointEnv, cfg mysqlstore.Config, my *mysqlstore.Store, rd *redisstore.Store) (*mysqlstore.Store, *redisstore.Store, error) {
+	if env.relayDB == nil || env.relayRedis == nil {
+		return my, rd, nil
+	}
+	cfg.DB, cfg.PoolCap, cfg.Registerer = env.relayDB, env.poolCap, prometheus.NewRegistry()
+	relayMy, err := mysqlstore.New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	relayRd, err := redisstore.New(redisstore.Config{Client: env.relayRedis, Ledger: relayMy, Source: relayMy, Prefix: env.prefix})
+	if err != nil {
+		return nil, nil, err
+	}
+	return relayMy, relayRd, nil
 }
 
 // setup stocks the shop through Redis, which decides every shop until it
