@@ -33,7 +33,7 @@ func (s *Server) rolloutStatus(w http.ResponseWriter, r *http.Request) {
 		if !k.Engaged() {
 			k = killView(flags.Kill)
 		}
-		pv.State = stateOf(pv.Effective, pv.File, k, pf.Ramp)
+		pv.State = stateOf(pv.Effective, fileOr(v.FlagsError, pv.File, pv.Effective), k, pf.Ramp)
 		v.Pods = append(v.Pods, pv)
 	}
 	// Every shop the topology routes, and every shop with flags of its
@@ -60,7 +60,7 @@ func (s *Server) rolloutStatus(w http.ResponseWriter, r *http.Request) {
 			if !k.Engaged() {
 				k = killView(flags.Kill)
 			}
-			sv.State = stateOf(sv.Effective, fileDecision(flags, pod.Name, id), k, nil)
+			sv.State = stateOf(sv.Effective, fileOr(v.FlagsError, fileDecision(flags, pod.Name, id), sv.Effective), k, nil)
 		}
 		v.Shops = append(v.Shops, sv)
 	}
@@ -105,4 +105,14 @@ func fileDecision(flags *rollout.Flags, pod string, shop int64) DecisionView {
 	d := flags.Resolve(pod, shop)
 	rt := d.Route()
 	return DecisionView{Mode: d.Mode, Kill: d.Kill, Authority: string(rt.Authority), Effective: rt.Effective}
+}
+
+// fileOr is file, or eff when the flags document cannot be read
+// (flagsError): then nothing is propagating; the banner says what is
+// wrong, and the replica keeps its last valid flags.
+func fileOr(flagsError string, file, eff DecisionView) DecisionView {
+	if flagsError != "" {
+		return eff
+	}
+	return file
 }

@@ -127,8 +127,8 @@ func TestRejectedFlagsDocumentIsVisible(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := eval(`document.querySelector('#pods tr[data-pod="pod-a"] [data-field="mode"]').textContent`); strings.Contains(got, "propagating") {
-		t.Errorf("pod-a is labelled propagating while the document is invalid: %q", got)
+	if got := eval(`document.querySelector('#pods tr[data-pod="pod-a"] [data-field="state"]').textContent`); strings.Contains(got, "Changing") || !strings.Contains(got, "(shadow)") {
+		t.Errorf("pod-a's state while the document is invalid (its last valid mode, shadow, not changing): %q", got)
 	}
 
 	// The kill switch, as the dashboard calls it, over the broken document.
