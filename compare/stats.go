@@ -364,6 +364,9 @@ func (s Summary) finish() Summary {
 	return s
 }
 
+// Window is the width of the windows Totals counts in (Config.Window).
+func (c *Comparer) Window() time.Duration { return c.cfg.Window }
+
 // Totals sums compare_stats for pod (every pod when pod is "") over the
 // windows that start at or after since truncated to Config.Window: the
 // window holding since counts whole. It reads what every replica has

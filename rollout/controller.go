@@ -609,9 +609,43 @@ func (c *Controller) Release(ctx context.Context, scope Scope, o KillOptions) er
 		return f.ReleaseKill(scope, Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()})
 	}
 	if over != nil {
-		return c.killOverInvalid(ctx, scope, "release", cur, over, o, edit)
+		err = c.killOverInvalid(ctx, scope, "release", cur, over, o, edit)
+	} else {
+		err = c.kill(ctx, scope, "release", cur.Version, o, edit)
 	}
-	return c.kill(ctx, scope, "release", cur.Version, o, edit)
+	if err != nil || o.DryRun {
+		return err
+	}
+	return c.restartWindow(ctx, scope)
+}
+
+// restartWindow starts the gates' window of the stage in force again when
+// a released kill switch covered its pods: what the gates counted before
+// the release is the incident the switch was engaged for, and judged on
+// it the stage would stay failing (and the automatic controller would
+// engage the switch again at once) however well the stores now agree.
+// The stage's min_duration runs again too.
+func (c *Controller) restartWindow(ctx context.Context, scope Scope) error {
+	if c.cfg.Plan == nil || scope.Kind == ScopeShop {
+		return nil
+	}
+	stage, _, err := c.state(ctx)
+	if err != nil || stage < 0 || stage >= len(c.cfg.Plan.Stages) {
+		return err
+	}
+	if cur := c.cfg.Plan.Stages[stage]; scope.Kind == ScopePod && !slices.Contains(cur.Pods, scope.Pod) {
+		return nil
+	}
+	// A stats reader that counts in windows counts the window holding
+	// since whole: the window starts at the next one, after the incident.
+	since := c.cfg.Now().UTC()
+	if w, ok := c.cfg.Stats.(interface{ Window() time.Duration }); ok && w.Window() > 0 && since.Truncate(w.Window()) != since {
+		since = since.Truncate(w.Window()).Add(w.Window())
+	}
+	if _, err := c.cfg.DB.ExecContext(ctx, sqlStateWrite, stage, since); err != nil {
+		return fmt.Errorf("rollout: release: restart the gates' window: %w", err)
+	}
+	return nil
 }
 
 // knownScope refuses a scope naming a pod the controller does not know.
@@ -755,13 +789,31 @@ func (c *Controller) AutoStep(ctx context.Context, actor string) (AutoAction, er
 					continue
 				}
 				why := fmt.Sprintf("auto: gate %s broke in stage %q: %s", g.Gate, cur.Name, g.Why)
+				if cur.Mode == ModeMySQLOnly {
+					return AutoAction{Did: "none", Why: why + "; stage is mysql_only: a person engages the kill switch there (it is checked by reconcile first)"}, nil
+				}
+				// A pod the kill switch already holds (this step's earlier
+				// turn, a person, a global switch) is left as it is: a
+				// second kill would only add a flags version and an audit
+				// entry.
+				var killed []string
+				for _, ps := range st.Pods {
+					if slices.Contains(cur.Pods, ps.Pod) && ps.Effective.Kill != KillOff && ps.Effective.Kill != "" {
+						killed = append(killed, ps.Pod)
+					}
+				}
+				var did []string
 				for _, pod := range cur.Pods {
-					if c.cfg.Plan != nil && cur.Mode == ModeMySQLOnly {
-						return AutoAction{Did: "none", Why: why + "; stage is mysql_only: a person engages the kill switch there (it is checked by reconcile first)"}, nil
+					if slices.Contains(killed, pod) {
+						continue
 					}
 					if err := c.Kill(ctx, PodScope(pod), KillRedis, KillOptions{Actor: actor, Reason: why}); err != nil {
 						return AutoAction{}, err
 					}
+					did = append(did, pod)
+				}
+				if len(did) == 0 {
+					return AutoAction{Did: "none", Why: why + "; the kill switch already holds " + strings.Join(killed, ", ")}, nil
 				}
 				return AutoAction{Did: "killed", Why: why}, nil
 			}

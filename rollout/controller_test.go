@@ -318,8 +318,24 @@ func TestAutoKillsOnBrokenGateAndHistoryRecordsIt(t *testing.T) {
 	if d := f.Resolve("pod-b", 1); d.Kill != rollout.KillOff {
 		t.Errorf("pod-b must be untouched: %+v", d)
 	}
+	// The gate still breaks, and the switch already holds pod-a: the next
+	// turns engage nothing more.
+	if a, err = b.ctl.AutoStep(ctx, "auto"); err != nil || a.Did != "none" || !strings.Contains(a.Why, "already holds pod-a") {
+		t.Errorf("auto step with pod-a already killed: %+v %v, want none", a, err)
+	}
 	if err := b.ctl.Release(ctx, rollout.PodScope("pod-a"), rollout.KillOptions{Actor: "ana", Reason: "fixed the pool cap"}); err != nil {
 		t.Fatal(err)
+	}
+	// The release starts the stage's window again, at the comparer's next
+	// window: the incident's mismatches no longer count, and the switch is
+	// not engaged again.
+	if a, err = b.ctl.AutoStep(ctx, "auto"); err != nil || a.Did != "none" || !strings.HasPrefix(a.Why, "waiting") {
+		t.Errorf("auto step after the release: %+v %v, want waiting", a, err)
+	}
+	b.clk.Add(time.Minute)
+	b.observe(t, "pod-a", "mysql", 200, 0)
+	if st, err := b.ctl.Status(ctx); err != nil || st.Evidence.Observations != 200 {
+		t.Errorf("evidence after the release: %+v %v, want the 200 observations since it", st.Evidence, err)
 	}
 	// pod-a runs mysql: neither the kill (mysql, not mysql_only) nor the
 	// release needed a check.
