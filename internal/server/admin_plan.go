@@ -247,25 +247,3 @@ func (s *Server) advanceFailed(w http.ResponseWriter, r *http.Request, err error
 	}
 	return true
 }
-
-// withAdminWrites serves the rollout's advance in front of next (the admin
-// listener's handler, or the one of both listeners together), with the
-// same gate, metrics and access log as every admin route. It is mounted
-// here, beside routes (api.go), so the admin API's write endpoints stay
-// with the code that answers them; a path of its own, any method, so a
-// wrong method answers 405 as routes does.
-func (s *Server) withAdminWrites(next http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	// Like the kill switch: outside load shedding, bounded by the
-	// reconcile a stage leaving mysql_only runs, plus the wait for the
-	// fleet to obey.
-	s.route(mux, "POST /admin/rollout/advance", false, s.admin(s.incident(s.advance)))
-	h := s.outer(withNoRoute(mux, "no such endpoint: see docs/api.md"))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/admin/rollout/advance" {
-			h.ServeHTTP(w, r)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}

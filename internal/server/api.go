@@ -35,6 +35,10 @@ func (s *Server) routes() (api, admin, both http.Handler) {
 	// Admin API (bearer token).
 	ops("GET /admin/rollout/status", true, s.admin(s.rolloutStatus))
 	ops("GET /admin/rollout/history", true, s.admin(s.rolloutHistory))
+	// Like the kill switch: outside load shedding, bounded by the
+	// reconcile a stage leaving mysql_only runs, plus the wait for the
+	// fleet to obey.
+	ops("POST /admin/rollout/advance", false, s.admin(s.incident(s.advance)))
 	ops("POST /admin/killswitch", false, s.admin(s.incident(s.engageKill)))
 	ops("DELETE /admin/killswitch", false, s.admin(s.incident(s.releaseKill)))
 	ops("GET /admin/diffs", true, s.admin(s.diffs))

@@ -243,7 +243,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics = m
 	s.api, s.adminH, s.both = s.routes()
-	s.adminH, s.both = s.withAdminWrites(s.adminH), s.withAdminWrites(s.both)
 	s.sampler = startSampler(cfg.Registry, cfg.SampleInterval, cfg.SeriesWindow, s.log)
 	return s, nil
 }
