@@ -293,6 +293,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	c, err := cell.Open(ctx, cell.Config{
 		Topology: env.topo, Registerer: reg, Logger: logger, FlagPollInterval: 200 * time.Millisecond, ShadowTimeout: cfg.ShadowTimeout,
 		Compare: compare.Config{FlushInterval: time.Second},
+		// As serve does: the dashboard lists the replica, and every flip
+		// reports "obeyed by 1/1 replicas".
+		Heartbeat: true,
 	})
 	if err != nil {
 		return err
