@@ -198,12 +198,11 @@ func (c *Comparer) RecentDiffs(ctx context.Context, pod string, limit int) ([]Di
 	var out []DiffRecord
 	for rows.Next() {
 		var r DiffRecord
-		var at dbTime
 		var a, s []byte
-		if err := rows.Scan(&r.ID, &r.Pod, &at, &r.Mode, &r.Op, &r.Class, &r.Shop, &r.Token, &a, &s); err != nil {
+		if err := rows.Scan(&r.ID, &r.Pod, &r.At, &r.Mode, &r.Op, &r.Class, &r.Shop, &r.Token, &a, &s); err != nil {
 			return nil, fmt.Errorf("compare: recent diffs: %w", err)
 		}
-		r.At = at.Time
+		r.At = r.At.UTC()
 		if err := json.Unmarshal(a, &r.Authority); err != nil {
 			return nil, fmt.Errorf("compare: diff record %d: authority: %w", r.ID, err)
 		}
@@ -274,33 +273,4 @@ func (c *Comparer) deleteBatches(ctx context.Context, table, query string, befor
 			return total, nil
 		}
 	}
-}
-
-// dbTime scans a DATETIME that the driver hands over as time.Time
-// (parseTime=true, as mysqlstore.Open sets) or as text.
-type dbTime struct{ time.Time }
-
-func (t *dbTime) Scan(v any) error {
-	switch x := v.(type) {
-	case time.Time:
-		t.Time = x.UTC()
-		return nil
-	case []byte:
-		return t.parse(string(x))
-	case string:
-		return t.parse(x)
-	case nil:
-		t.Time = time.Time{}
-		return nil
-	}
-	return fmt.Errorf("compare: cannot scan %T into a time", v)
-}
-
-func (t *dbTime) parse(s string) error {
-	p, err := time.ParseInLocation("2006-01-02 15:04:05.999999", s, time.UTC)
-	if err != nil {
-		return fmt.Errorf("compare: parse time %q: %w", s, err)
-	}
-	t.Time = p
-	return nil
 }

@@ -26,8 +26,11 @@ const (
   WHERE observed_at < ? ORDER BY observed_at, id LIMIT ?`
 )
 
+// The multi-row statements below are built for rows >= 1 (their callers
+// never write an empty batch).
+
 func diffInsertQuery(rows int) string {
-	return sqlDiffInsertPrefix + repeatJoin(sqlDiffInsertRow, ",", rows)
+	return sqlDiffInsertPrefix + sqlDiffInsertRow + strings.Repeat(","+sqlDiffInsertRow, rows-1)
 }
 
 // Stats.
@@ -80,7 +83,7 @@ const (
 )
 
 func trafficUpsertQuery(rows int) string {
-	return sqlTrafficUpsertPrefix + repeatJoin(sqlTrafficUpsertRow, ",", rows) + sqlTrafficUpsertSuffix
+	return sqlTrafficUpsertPrefix + sqlTrafficUpsertRow + strings.Repeat(","+sqlTrafficUpsertRow, rows-1) + sqlTrafficUpsertSuffix
 }
 
 // Oldest first, in batches, on idx_compare_flushes_retention.
@@ -88,17 +91,5 @@ const sqlFlushCleanup = `/*caller='compare_cleanup'*/ DELETE FROM compare_flushe
   WHERE flushed_at < ? ORDER BY flushed_at, flush_id LIMIT ?`
 
 func statsUpsertQuery(rows int) string {
-	return sqlStatsUpsertPrefix + repeatJoin(sqlStatsUpsertRow, ",", rows) + sqlStatsUpsertSuffix
-}
-
-func repeatJoin(s, sep string, n int) string {
-	var b strings.Builder
-	b.Grow(n * (len(s) + len(sep)))
-	for i := range n {
-		if i > 0 {
-			b.WriteString(sep)
-		}
-		b.WriteString(s)
-	}
-	return b.String()
+	return sqlStatsUpsertPrefix + sqlStatsUpsertRow + strings.Repeat(","+sqlStatsUpsertRow, rows-1) + sqlStatsUpsertSuffix
 }
