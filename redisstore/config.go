@@ -1,9 +1,11 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,11 +21,13 @@ type Config struct {
 	//
 	// It must never resend a command: go-redis by default resends after a
 	// lost reply or a read timeout, which would run a script a second time
-	// without the caller knowing. Build it with NewClient, or with
-	// MaxRetries: -1 (and, for a cluster, MaxRedirects: -1). New refuses a
-	// *redis.Client or *redis.ClusterClient whose options allow a resend;
-	// another implementation of redis.UniversalClient cannot be inspected
-	// and is the caller's responsibility.
+	// without the caller knowing. Build it with NewClient (a cluster client
+	// built so follows MOVED and ASK but never resends a script after a
+	// network error), or with MaxRetries: -1 (and, for a cluster,
+	// MaxRedirects: -1, which also stops redirects being followed). New
+	// refuses a *redis.Client or *redis.ClusterClient whose options allow a
+	// resend; another implementation of redis.UniversalClient cannot be
+	// inspected and is the caller's responsibility.
 	Client redis.UniversalClient
 	// Ledger is the stock ledger (mysqlstore.Store): Claim as authority
 	// deducts it, Adjust changes it, Drift reads it. Required.
@@ -116,18 +120,81 @@ func (c Config) Validate() error {
 
 // NewClient builds a client the store accepts from o: o with every resend
 // turned off. MaxRetries -1 stops a standalone or failover client from
-// resending; MaxRedirects -1 does the same for a cluster client, whose
-// redirect loop also resends after network errors, whatever MaxRetries
-// says. The price on a cluster: a MOVED or ASK answer (a slot being
-// migrated) fails the call instead of being followed. That is safe (the
-// script did not run there) and the client reloads the slot map, so the
-// caller's retry, which every script here makes harmless, lands on the
-// right node.
+// resending.
+//
+// A cluster client's redirect loop (up to MaxRedirects times) both follows
+// MOVED and ASK and resends after a network error, whatever MaxRetries
+// says. Following a redirect is safe: the node that answered it did not
+// run the script. So NewClient keeps the loop (MaxRedirects: o's, or 8
+// when unset, enough for TRYAGAIN while a slot's keys are half moved) and
+// adds a hook that marks each script NoRetry as soon as it may have run:
+// go-redis still follows its redirects, and resends it after an error
+// reply that says it did not run (TRYAGAIN, CLUSTERDOWN, LOADING), but
+// never after a network error or a timeout. During a reshard or a
+// failover, scripts find their slot's new node instead of failing.
 func NewClient(o *redis.UniversalOptions) redis.UniversalClient {
 	opts := *o
 	opts.MaxRetries = -1
-	opts.MaxRedirects = -1
-	return redis.NewUniversalClient(&opts)
+	if opts.MaxRedirects == 0 {
+		opts.MaxRedirects = 8
+	}
+	c := redis.NewUniversalClient(&opts)
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		cc.AddHook(scriptsOnce{})
+		following.Store(cc, true)
+	}
+	return c
+}
+
+// following holds the cluster clients NewClient built: they follow
+// redirects without resending a script, so New accepts their MaxRedirects.
+// A handful per process; never removed.
+var following sync.Map
+
+// scriptsOnce is the hook NewClient puts on a cluster client: it hands
+// go-redis each script (EVAL, EVALSHA and their _RO forms) as a sentOnce,
+// alone or in a pipeline. Other commands go as they are: the store's are
+// reads and SADDs of a shop, which a resend cannot change, and some
+// (SCRIPT LOAD, sent to every node) are only answered right as themselves.
+type scriptsOnce struct{}
+
+func (scriptsOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (scriptsOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { return next(ctx, once(cmd)) }
+}
+
+func (scriptsOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		marked := make([]redis.Cmder, len(cmds))
+		for i, cmd := range cmds {
+			marked[i] = once(cmd)
+		}
+		return next(ctx, marked)
+	}
+}
+
+func once(cmd redis.Cmder) redis.Cmder {
+	switch cmd.Name() {
+	case "eval", "evalsha", "eval_ro", "evalsha_ro":
+		return sentOnce{cmd}
+	}
+	return cmd
+}
+
+// sentOnce is a command go-redis may send again only while it is sure the
+// command did not run. Its reply lands in the command it wraps.
+type sentOnce struct{ redis.Cmder }
+
+// NoRetry is what go-redis asks after a failure before resending (redirects
+// are followed without asking). An error reply means the server refused
+// the command, and the replies go-redis resends after (TRYAGAIN,
+// CLUSTERDOWN, LOADING, READONLY, MASTERDOWN) come before a script writes
+// anything; any other failure (a lost connection, a timeout) may come
+// after the script ran.
+func (c sentOnce) NoRetry() bool {
+	var reply redis.Error
+	return !errors.As(c.Err(), &reply)
 }
 
 // checkClient refuses a client that would resend a command. Options hold
@@ -140,8 +207,8 @@ func checkClient(c redis.UniversalClient) error {
 		}
 	case *redis.ClusterClient:
 		o := c.Options()
-		if o.MaxRedirects > 0 {
-			return fmt.Errorf("redisstore: Config.Client is a cluster client that resends commands after network errors (MaxRedirects is %d); build it with MaxRedirects: -1 (see NewClient)", o.MaxRedirects)
+		if _, ok := following.Load(c); o.MaxRedirects > 0 && !ok {
+			return fmt.Errorf("redisstore: Config.Client is a cluster client that resends commands after network errors (MaxRedirects is %d); build it with NewClient, which follows redirects without resending, or with MaxRedirects: -1", o.MaxRedirects)
 		}
 		if o.MaxRetries > 0 {
 			return fmt.Errorf("redisstore: Config.Client is a cluster client whose nodes resend commands (MaxRetries is %d); build it with MaxRetries: -1 (see NewClient)", o.MaxRetries)

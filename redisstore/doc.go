@@ -119,7 +119,8 @@
 // Needs Redis 7.0 or later (shadow calls and reads run read-only scripts,
 // EVALSHA_RO). Works on a standalone Redis and on a Redis Cluster. The set of shops the
 // reaper walks lives in its own slot, so it is never in a script with shop
-// keys. A cluster client built with NewClient does not follow MOVED or ASK
-// redirects (see NewClient): during a slot migration, calls fail and the
-// caller's retry goes to the right node.
+// keys. A cluster client built with NewClient follows MOVED and ASK
+// redirects but never resends a script after a network error (see
+// NewClient): during a slot migration or a failover, scripts find the
+// slot's new node.
 package redisstore
