@@ -77,13 +77,3 @@ func (s *Store) TrimPools(ctx context.Context, shop int64) (int, error) {
 	}
 	return n, nil
 }
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}

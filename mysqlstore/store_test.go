@@ -381,9 +381,7 @@ func TestReadCommittedLetsRefillIntoEmptyRange(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = refill.ExecContext(ctx, "INSERT INTO available_units VALUES (?, 1, 1, 1)", shop)
-			var me interface{ Error() string }
-			me = err
-			gotBlocked := err != nil && strings.Contains(me.Error(), "1205")
+			gotBlocked := err != nil && strings.Contains(err.Error(), "1205")
 			if err != nil && !gotBlocked {
 				t.Fatal(err)
 			}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -141,14 +142,15 @@ func NewClient(o *redis.UniversalOptions) redis.UniversalClient {
 	c := redis.NewUniversalClient(&opts)
 	if cc, ok := c.(*redis.ClusterClient); ok {
 		cc.AddHook(scriptsOnce{})
-		following.Store(cc, true)
+		following.Store(weak.Make(cc), true)
 	}
 	return c
 }
 
 // following holds the cluster clients NewClient built: they follow
 // redirects without resending a script, so New accepts their MaxRedirects.
-// A handful per process; never removed.
+// Held weakly, so a closed client is still collected; a handful of keys
+// per process.
 var following sync.Map
 
 // scriptsOnce is the hook NewClient puts on a cluster client: it hands
@@ -207,7 +209,7 @@ func checkClient(c redis.UniversalClient) error {
 		}
 	case *redis.ClusterClient:
 		o := c.Options()
-		if _, ok := following.Load(c); o.MaxRedirects > 0 && !ok {
+		if _, ok := following.Load(weak.Make(c)); o.MaxRedirects > 0 && !ok {
 			return fmt.Errorf("redisstore: Config.Client is a cluster client that resends commands after network errors (MaxRedirects is %d); build it with NewClient, which follows redirects without resending, or with MaxRedirects: -1", o.MaxRedirects)
 		}
 		if o.MaxRetries > 0 {

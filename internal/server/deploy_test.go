@@ -71,7 +71,7 @@ func TestEveryErrorCodeIsDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	documented := map[string]bool{}
-	row := regexp.MustCompile("(?m)^\\| [0-9]{3} \\| (.+?) \\|")
+	row := regexp.MustCompile(`(?m)^\| [0-9]{3} \| (.+?) \|`)
 	code := regexp.MustCompile("`([a-z_]+)`")
 	for _, m := range row.FindAllStringSubmatch(string(doc), -1) {
 		for _, c := range code.FindAllStringSubmatch(m[1], -1) {

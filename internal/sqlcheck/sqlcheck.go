@@ -1,5 +1,5 @@
 // Package sqlcheck is a go/analysis analyzer that reports SQL built from
-// values. STYLE.md's rule is that every value travels as a parameter: a
+// values. The project's rule is that every value travels as a parameter: a
 // statement is made of constants only, possibly through helpers that
 // assemble constants (mysqlstore's tag(caller), with caller always a
 // constant, or repeatJoin("?", ",", n)). cmd/sqlcheck runs it over the
