@@ -47,6 +47,17 @@ screenshot: ## retake docs/dashboard.png from a live demo in headless Chromium
 	scripts/services start mysql redis >/dev/null
 	eval "$$(scripts/services env)"; RESERVOIR_SCREENSHOT=$(CURDIR)/docs/dashboard.png $(GO) test -count=1 -run TestDemoNewcomerPath ./internal/cli/
 
+MUTATE_PKGS ?= ./rollout ./dualwrite ./redisstore ./mysqlstore
+MUTATE_FLAGS ?=
+
+.PHONY: mutate
+mutate: ## mutation testing (gremlins v0.6.0) of MUTATE_PKGS; hours for all four on 2 cores (docs/testing.md)
+	scripts/services start mysql redis cluster redis-secure >/dev/null
+	eval "$$(scripts/services env)"; for p in $(MUTATE_PKGS); do \
+		echo "== gremlins $$p" >&2; \
+		$(GO) run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0 unleash --workers 1 --timeout-coefficient 4 $(MUTATE_FLAGS) $$p || exit 1; \
+	done
+
 BENCH_FLAGS ?= --quick
 BENCH_OUT ?= $(or $(TMPDIR),/tmp)/reservoir-bench
 
