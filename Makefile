@@ -55,7 +55,7 @@ mutate: ## mutation testing (gremlins v0.6.0) of MUTATE_PKGS; hours for all four
 	scripts/services start mysql redis cluster redis-secure >/dev/null
 	eval "$$(scripts/services env)"; for p in $(MUTATE_PKGS); do \
 		echo "== gremlins $$p" >&2; \
-		$(GO) run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0 unleash --workers 1 --timeout-coefficient 4 $(MUTATE_FLAGS) $$p || exit 1; \
+		$(GO) run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0 unleash --workers 1 --timeout-coefficient 30 $(MUTATE_FLAGS) $$p || exit 1; \
 	done
 
 BENCH_FLAGS ?= --quick
