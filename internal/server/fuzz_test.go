@@ -4,14 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
 
 	"github.com/seed31b0e981/reservoir/internal/cell"
 	"github.com/seed31b0e981/reservoir/internal/server"
@@ -129,17 +129,11 @@ func checkRejected(t *testing.T, rec *httptest.ResponseRecorder, body []byte) {
 }
 
 // strictDecode decodes body the way the API documents it: one JSON object,
-// no unknown fields, nothing after it.
+// names matched exactly (no unknown field, none in another case, none
+// twice), nothing after it. encoding/json would match "AvAilABle" to
+// "available" and take a name given twice: JSON v2's defaults do not.
 func strictDecode(body []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("data after the object")
-	}
-	return nil
+	return jsonv2.Unmarshal(body, v, jsonv2.RejectUnknownMembers(true))
 }
 
 // reserveWithinBounds reports why an accepted reserve body breaks the
