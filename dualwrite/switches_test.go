@@ -11,10 +11,15 @@ import (
 )
 
 // A reservation made while the shop was not compared (redis mode), then
-// claimed once the pod entered shadow mode, is missing from MySQL's shadow
+// released once the pod entered shadow mode, is missing from MySQL's shadow
 // by design: its observation carries the switch, and the comparer calls it
 // pre_switch, out of the shadow_missing gate. One MySQL never saw although
 // the shop's route did not change is still shadow_missing.
+//
+// Releases, not claims: a legacy claim deducts MySQL's ledger, which
+// records the cart as claimed there, and the shadow's claim, running beside
+// it, answers from that record when it comes second (a match), so a claim's
+// class here would depend on which came first.
 func TestPreSwitchReservationsAreMarked(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
@@ -26,9 +31,13 @@ func TestPreSwitchReservationsAreMarked(t *testing.T) {
 	if _, err := b.rd.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "behind", Lines: line(1, 1), TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.claim(ctx, "behind"); err != nil {
-		t.Fatal(err)
+	release := func(token string) {
+		t.Helper()
+		if _, err := b.f.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: token}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	release("behind")
 
 	// redis mode: a cart reserved and nothing compared.
 	if err := b.modes.SetMode(rollout.ModeRedis); err != nil {
@@ -39,27 +48,25 @@ func TestPreSwitchReservationsAreMarked(t *testing.T) {
 	if err := b.modes.SetMode(rollout.ModeShadow); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.claim(ctx, "before"); err != nil {
-		t.Fatal(err)
-	}
+	release("before")
 	b.drain(t)
 
 	got := map[string]compare.Observation{}
 	b.rec.mu.Lock()
 	for _, o := range b.rec.obs {
-		if o.Op == compare.OpClaim {
+		if o.Op == compare.OpRelease {
 			got[o.Token] = o
 		}
 	}
 	b.rec.mu.Unlock()
 	if o := got["behind"]; !o.Switched.IsZero() || compare.Classify(o, compare.DefaultRules) != compare.ClassShadowMissing {
-		t.Errorf("claim without a switch: switched %v, class %s; want none and shadow_missing", o.Switched, compare.Classify(o, compare.DefaultRules))
+		t.Errorf("release without a switch: switched %v, class %s; want none and shadow_missing", o.Switched, compare.Classify(o, compare.DefaultRules))
 	}
 	o := got["before"]
 	if o.Switched.Before(switched) || o.Switched.After(o.At) {
-		t.Errorf("claim after the switch: switched at %v, want between the switch %v and the call %v", o.Switched, switched, o.At)
+		t.Errorf("release after the switch: switched at %v, want between the switch %v and the call %v", o.Switched, switched, o.At)
 	}
 	if c := compare.Classify(o, compare.DefaultRules); c != compare.ClassPreSwitch {
-		t.Errorf("claim of a cart reserved before the switch: %s, want pre_switch", c)
+		t.Errorf("release of a cart reserved before the switch: %s, want pre_switch", c)
 	}
 }
