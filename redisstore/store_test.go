@@ -710,3 +710,63 @@ func TestDriftNeedsASource(t *testing.T) {
 		t.Errorf("drift: %v, want ErrNoSource", err)
 	}
 }
+
+// The reaper's two steps around the ledger (issue 17's race inside
+// background work): it finds a due hold claiming for longer than the
+// grace, asks the ledger whether that claim happened, and settles with the
+// stamp it asked about. If a retried claim stamps the hold again in
+// between (and goes on to deduct), the settle must leave the hold: the
+// stamp it carries is no longer the hold's. Expired instead, the hold's
+// units would be back for sale while the retried claim deducts the ledger.
+func TestReapLeavesAHoldAClaimStampedAgainMeanwhile(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testredis.New)
+	b.stock(t, 1, 1, 10)
+	b.reserve(t, "cart-1", time.Minute, line(1, 3, 1))
+	// A claim began a minute ago and never finished; the hold is due.
+	b.age(t, "cart-1", time.Minute, time.Minute)
+	restamped := 0
+	restamp := func() {
+		// What a retried claim's first step does: a fresh stamp.
+		now, err := b.r.Client.Time(ctx(t)).Result()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := b.r.Client.HSet(ctx(t), b.key("hold:", "cart-1"), "claiming", now.UnixMilli()).Err(); err != nil {
+			t.Error(err)
+		}
+		restamped++
+	}
+	reaper, _ := b.store(t, func(c *redisstore.Config) { c.Source = restampingSource{Source: b.ledger, between: restamp} })
+	r, err := reaper.Reap(ctx(t), &reservation.ReapParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if restamped != 1 {
+		t.Fatalf("the reaper asked the ledger %d times; want once, so that the window under test opened", restamped)
+	}
+	if r.Holds != 0 {
+		t.Errorf("reap expired %d hold(s); a claim stamped the hold after the ledger was asked, so none may go", r.Holds)
+	}
+	if _, err := b.s.Get(ctx(t), &reservation.GetParams{Shop: shop, Token: "cart-1"}); err != nil {
+		t.Errorf("the hold a retried claim holds: %v, want it still there", err)
+	}
+	if q := b.qty(t, 1, 1); q != 7 {
+		t.Errorf("quantity = %d after the reap, want 7: the claimed units must not be for sale again", q)
+	}
+}
+
+// restampingSource is the ledger, with between run after it answered
+// which claims it has: the window between the reaper's look at the ledger
+// and its settle.
+type restampingSource struct {
+	redisstore.Source
+	between func()
+}
+
+func (s restampingSource) Claims(ctx context.Context, shop int64, tokens []string) (map[string][]reservation.Allocation, error) {
+	claims, err := s.Source.Claims(ctx, shop, tokens)
+	s.between()
+	return claims, err
+}
