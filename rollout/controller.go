@@ -798,7 +798,7 @@ func (c *Controller) AutoStep(ctx context.Context, actor string) (AutoAction, er
 				// entry.
 				var killed []string
 				for _, ps := range st.Pods {
-					if slices.Contains(cur.Pods, ps.Pod) && ps.Effective.Kill != KillOff && ps.Effective.Kill != "" {
+					if slices.Contains(cur.Pods, ps.Pod) && ps.Effective.Kill.strength() > 0 {
 						killed = append(killed, ps.Pod)
 					}
 				}
