@@ -260,7 +260,14 @@ func FuzzDecodeAdjust(f *testing.F) {
 	if r := e.serve("POST", "/v1/shops/1001/items/7/locations/1/adjust", []byte(`{"available":10}`)); r.Code != http.StatusOK {
 		f.Fatalf("seed the ledger row: %d %s", r.Code, r.Body)
 	}
+	// Each input starts from the same stock: a delta's verdict depends on
+	// it (the sum must stay within 0..MaxStock), and without the reset it
+	// would depend on the inputs that ran before.
+	const base = 10
 	f.Fuzz(func(t *testing.T, body []byte) {
+		if r := e.serve("POST", "/v1/shops/1001/items/7/locations/1/adjust", []byte(`{"available":10}`)); r.Code != http.StatusOK {
+			t.Fatalf("reset the stock: %d %s", r.Code, r.Body)
+		}
 		rec := e.serve("POST", "/v1/shops/1001/items/7/locations/1/adjust", body)
 		var req server.AdjustRequest
 		why := ""
@@ -274,6 +281,8 @@ func FuzzDecodeAdjust(f *testing.F) {
 				why = "available out of range"
 			case req.Delta != nil && (*req.Delta == 0 || *req.Delta > maxStock || *req.Delta < -maxStock):
 				why = "delta out of range"
+			case req.Delta != nil && base+*req.Delta > maxStock:
+				why = "delta takes the stock above the most allowed"
 			}
 		}
 		switch rec.Code {
