@@ -24,6 +24,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 
@@ -44,6 +45,7 @@ func main() {
 	n := flag.Int("n", 60, "mutants to sample per package (0: all covered ones)")
 	seed := flag.Uint64("seed", 1, "seed of the sample; the same seed and commit give the same mutants")
 	out := flag.String("out", filepath.Join(os.TempDir(), "reservoir-mutants"), "directory for the tree's copy, cover profiles and results")
+	survivors := flag.String("survivors", "", "instead of sampling, run again the mutants that lived in an earlier run's -out directory (same -seed): after tests were added, are they killed now?")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: mutants [flags] ./pkg...\n")
 		flag.PrintDefaults()
@@ -55,13 +57,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *out, *n, *seed, flag.Args()); err != nil {
+	if err := run(ctx, *out, *n, *seed, *survivors, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, out string, n int, seed uint64, pkgs []string) error {
+func run(ctx context.Context, out string, n int, seed uint64, survivorsOf string, pkgs []string) error {
 	commit, err := output(ctx, ".", "git", "rev-parse", "HEAD")
 	if err != nil {
 		return fmt.Errorf("run from the repository's root: %w", err)
@@ -75,7 +77,7 @@ func run(ctx context.Context, out string, n int, seed uint64, pkgs []string) err
 	fmt.Fprintf(&summary, "| package | covered mutants | sampled | killed | lived | timed out | not viable | kill ratio (95%% interval) |\n|---|--:|--:|--:|--:|--:|--:|--:|\n")
 	var survivors []result
 	for _, pkg := range pkgs {
-		rs, covered, err := runPackage(ctx, src, out, strings.TrimPrefix(filepath.Clean(pkg), "./"), n, seed)
+		rs, covered, err := runPackage(ctx, src, out, strings.TrimPrefix(filepath.Clean(pkg), "./"), n, seed, survivorsOf)
 		if err != nil {
 			return err
 		}
@@ -122,8 +124,9 @@ func copyTree(ctx context.Context, dir, commit string) error {
 	return os.WriteFile(mark, []byte(commit+"\n"), 0o644)
 }
 
-func runPackage(ctx context.Context, src, out, dir string, n int, seed uint64) ([]result, int, error) {
+func runPackage(ctx context.Context, src, out, dir string, n int, seed uint64, survivorsOf string) ([]result, int, error) {
 	name := strings.ReplaceAll(dir, "/", "_")
+	resultsName := fmt.Sprintf("%s.seed%d.jsonl", name, seed)
 	profile := filepath.Join(out, name+".cover")
 	baseFile := filepath.Join(out, name+".baseline")
 	if _, err := os.Stat(profile); err != nil {
@@ -164,8 +167,21 @@ func runPackage(ctx context.Context, src, out, dir string, n int, seed uint64) (
 	if n > 0 && n < len(sample) {
 		sample = sample[:n]
 	}
+	if survivorsOf != "" {
+		earlier, err := readResults(filepath.Join(survivorsOf, resultsName))
+		if err != nil {
+			return nil, 0, err
+		}
+		sample = sample[:0]
+		for _, r := range earlier {
+			if r.Status == "LIVED" {
+				sample = append(sample, r.Mutant)
+			}
+		}
+		sort.Slice(sample, func(i, j int) bool { return sample[i].String() < sample[j].String() })
+	}
 
-	resultsFile := filepath.Join(out, fmt.Sprintf("%s.seed%d.jsonl", name, seed))
+	resultsFile := filepath.Join(out, resultsName)
 	done, err := readResults(resultsFile)
 	if err != nil {
 		return nil, 0, err
