@@ -359,6 +359,39 @@ func TestAutoKillsOnBrokenGateAndHistoryRecordsIt(t *testing.T) {
 	}
 }
 
+// An automatic step that does nothing says why, for the operator watching
+// it: mid-plan it names the gates it waits for (never "the plan is
+// complete", which would read as a finished rollout), and after the last
+// stage it says the plan is complete (not an empty list of gates).
+func TestAutoStepSaysWhatItWaitsFor(t *testing.T) {
+	t.Parallel()
+	b := setupController(t, true)
+	ctx := context.Background()
+	if a, err := b.ctl.AutoStep(ctx, "auto"); err != nil || a.Did != "advanced" {
+		t.Fatalf("first auto step: %+v %v", a, err)
+	}
+	// Stage "shadow pod-a" just began: no observations, no time in it.
+	a, err := b.ctl.AutoStep(ctx, "auto")
+	if err != nil || a.Did != "none" || !strings.HasPrefix(a.Why, "waiting: ") ||
+		!strings.Contains(a.Why, "min_observations") || !strings.Contains(a.Why, "min_duration") || strings.Contains(a.Why, "complete") {
+		t.Errorf("auto step with the gates failing: %+v %v; want it waiting on min_observations and min_duration", a, err)
+	}
+	b.observe(t, "pod-a", "shadow", 150, 0)
+	b.clk.Add(2 * time.Minute)
+	if a, err := b.ctl.AutoStep(ctx, "auto"); err != nil || a.Did != "advanced" {
+		t.Fatalf("auto step into mysql: %+v %v", a, err)
+	}
+	b.observe(t, "pod-a", "mysql", 150, 0)
+	b.clk.Add(2 * time.Minute)
+	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "gates pass", ConfirmMySQLOnly: true}); err != nil {
+		t.Fatalf("advance into the last stage: %v", err)
+	}
+	a, err = b.ctl.AutoStep(ctx, "auto")
+	if err != nil || a.Did != "none" || a.Why != "waiting: the plan is complete" {
+		t.Errorf("auto step after the last stage: %+v %v; want none, the plan is complete", a, err)
+	}
+}
+
 // A kill over a scope running mysql_only is checked first: the relay keeps
 // Redis following MySQL there too, but if Redis lost data the handoff's
 // drain cannot bring it back. Drift refuses the kill, naming the repair;
