@@ -225,6 +225,46 @@ func TestRampGrowsMonotonically(t *testing.T) {
 	}
 }
 
+// SetRamp takes every percentage from 0 to 100 and nothing outside:
+// 0 ends a pod's ramp (every shop back to the pod's mode), 100 makes the
+// ramp's mode the pod's, and -1 or 101 are refused with nothing changed.
+func TestSetRampTakesZeroToHundred(t *testing.T) {
+	ramped := func() *Flags {
+		f := NewFlags()
+		must(t, f.SetMode(Global(), ModeShadow))
+		must(t, f.SetRamp("pod-b", ModeMySQL, 25))
+		return f
+	}
+	in, _ := rampShops(t, 25)
+
+	f := ramped()
+	must(t, f.SetRamp("pod-b", ModeMySQL, 0))
+	if p := f.Pods["pod-b"]; p.Ramp != nil || p.Mode != ModeShadow {
+		t.Errorf("pod-b after a 0%% ramp: %+v, want no ramp, in shadow", p)
+	}
+	if d := f.Resolve("pod-b", in); d.Mode != ModeShadow {
+		t.Errorf("shop %d, in the ramp before it ended: %s, want shadow", in, d.Mode)
+	}
+
+	f = ramped()
+	must(t, f.SetRamp("pod-b", ModeMySQL, 100))
+	if p := f.Pods["pod-b"]; p.Ramp != nil || p.Mode != ModeMySQL {
+		t.Errorf("pod-b after a 100%% ramp: %+v, want no ramp, in mysql", p)
+	}
+
+	for _, percent := range []int{-1, 101} {
+		f = ramped()
+		err := f.SetRamp("pod-b", ModeMySQL, percent)
+		var fe *FlagsError
+		if !errors.As(err, &fe) || fe.Field != `pods["pod-b"].ramp.percent` {
+			t.Errorf("SetRamp(%d): %v, want a FlagsError on pods[\"pod-b\"].ramp.percent", percent, err)
+		}
+		if p := f.Pods["pod-b"]; p.Ramp == nil || p.Ramp.Percent != 25 {
+			t.Errorf("pod-b after the refused SetRamp(%d): %+v, want its 25%% ramp kept", percent, p)
+		}
+	}
+}
+
 func TestFlagsValidateNamesTheField(t *testing.T) {
 	cases := []struct {
 		name  string
