@@ -155,6 +155,13 @@ func TestFlagSourceRejectsUnknownVariantsWhileRunning(t *testing.T) {
 			bump(strings.Replace(strings.Replace(string(good), `"redis_only": "redis_only"`, `"redis_onyl": "redis_onyl"`, 1), `"defaultVariant": "off"`, `"defaultVariant": "redis_onyl"`, 1)),
 			`flags["reservations.kill_switch"].variants["redis_onyl"] (line `,
 		},
+		// The variants are intact; a rule answers one they lack. flagd
+		// takes the document, and would answer pod-b's shops with an
+		// error instead of its engaged kill switch.
+		"kill switch rule answers redis_onyl": {
+			bump(strings.Replace(string(good), `{"$ref": "pod:pod-b"}, "redis"`, `{"$ref": "pod:pod-b"}, "redis_onyl"`, 1)),
+			`flags["reservations.kill_switch"].targeting.if[1] (line `,
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
