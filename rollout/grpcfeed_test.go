@@ -152,6 +152,31 @@ func TestGRPCFeedFollowsTheDaemon(t *testing.T) {
 	answers(t, src, ModeMySQLOnly, 5)
 }
 
+// A daemon that goes back to the document in force after serving a bad
+// one clears the rejection (reservoir_rollout_flags_rejected, the
+// dashboard's banner): the newest document is valid again, though nothing
+// new loads. The bad one served again is reported again.
+func TestGRPCFeedPutBackClearsTheRejection(t *testing.T) {
+	t.Parallel()
+	good := flagdDoc(t, ModeShadow, 1)
+	srv := flagdtest.New(t, good)
+	src, _ := flagdSource(t, srv.Addr())
+	answers(t, src, ModeShadow, 1)
+
+	bad := torn(t, ModeRedis, 2)
+	srv.Set(bad)
+	eventually(t, 10*time.Second, "the torn document to be rejected", func() bool { _, err := src.Rejected(); return err != nil })
+	stillAnswers(t, src, ModeShadow, 1, "after the torn document")
+
+	srv.Set(good)
+	eventually(t, 10*time.Second, "the rejection to clear once the daemon serves the document in force again", func() bool { _, err := src.Rejected(); return err == nil })
+	stillAnswers(t, src, ModeShadow, 1, "after the put back")
+
+	srv.Set(bad)
+	eventually(t, 10*time.Second, "the torn document to be rejected again", func() bool { _, err := src.Rejected(); return err != nil })
+	stillAnswers(t, src, ModeShadow, 1, "after the torn document again")
+}
+
 // A source started while its daemon is down starts anyway, not loaded,
 // and loads once the daemon serves.
 func TestGRPCFeedStartsWhileTheDaemonIsDown(t *testing.T) {
