@@ -694,7 +694,13 @@ func notLoaded(t *testing.T, src *FlagSource) {
 // loadsVersion waits for src to load and answer mode m at version v.
 func loadsVersion(t *testing.T, src *FlagSource, m Mode, v int64) {
 	t.Helper()
-	eventually(t, 2*time.Second, fmt.Sprintf("the file to load (mode %s, version %d)", m, v), func() bool {
+	loadsWithin(t, src, m, v, 2*time.Second)
+}
+
+// loadsWithin is loadsVersion waiting at most within.
+func loadsWithin(t *testing.T, src *FlagSource, m Mode, v int64, within time.Duration) {
+	t.Helper()
+	eventually(t, within, fmt.Sprintf("the file to load (mode %s, version %d)", m, v), func() bool {
 		d, err := src.Decide(t.Context(), "pod-a", 1)
 		return err == nil && d.Mode == m && d.Version == v && src.Loaded()
 	})
@@ -735,6 +741,60 @@ func TestFlagSourceStartsWithoutFile(t *testing.T) {
 			must(t, err)
 			loadsVersion(t, src, ModeShadow, 6)
 		})
+	}
+}
+
+// A flags directory replaced by another moved into its place (a deploy
+// that swaps the whole directory) is watched again from the next poll:
+// later edits apply within moments, not only at each poll. The watch
+// followed the old directory away, so the source must watch the path anew.
+func TestFlagSourceWatchesADirectoryMovedIntoPlace(t *testing.T) {
+	t.Parallel()
+	const poll = 2 * time.Second // long, so an edit the watch misses shows
+	base := t.TempDir()
+	dir := filepath.Join(base, "flags")
+	file := func(dir string) FlagsFile { return FlagsFile{Path: filepath.Join(dir, "reservoir.flagd.json")} }
+	write := func(dir string, m Mode, v int64) {
+		t.Helper()
+		f := NewFlags()
+		f.Version = v
+		must(t, f.SetMode(Global(), m))
+		must(t, file(dir).Write(f))
+	}
+	// applies waits for mode m at version v and returns how long it took.
+	applies := func(m Mode, v int64, src *FlagSource) time.Duration {
+		t.Helper()
+		start := time.Now()
+		loadsWithin(t, src, m, v, 2*poll+time.Second)
+		return time.Since(start)
+	}
+	must(t, os.Mkdir(dir, 0o755))
+	write(dir, ModeShadow, 1)
+	logs := &logBuffer{}
+	src, err := NewFlagSource(t.Context(), FlagSourceConfig{
+		Path:         file(dir).Path,
+		Logger:       slog.New(slog.NewTextHandler(logs, nil)),
+		PollInterval: poll,
+	})
+	must(t, err)
+	t.Cleanup(func() { must(t, src.Close()) })
+	loadsWithin(t, src, ModeShadow, 1, time.Second)
+
+	// The swap: the old directory's move is seen, and the read after it
+	// finds the new file.
+	must(t, os.Mkdir(dir+".new", 0o755))
+	write(dir+".new", ModeMySQL, 2)
+	must(t, os.Rename(dir, dir+".old"))
+	must(t, os.Rename(dir+".new", dir))
+	applies(ModeMySQL, 2, src)
+	// Nothing watches the new directory until the next poll, which watches
+	// it and loads this edit.
+	write(dir, ModeShadow, 3)
+	applies(ModeShadow, 3, src)
+
+	write(dir, ModeMySQL, 4)
+	if took := applies(ModeMySQL, 4, src); took > poll/2 {
+		t.Errorf("an edit in the directory moved into place took %v to apply (the poll runs every %v); want it seen by the watch, well under a second\n%s", took, poll, logs)
 	}
 }
 
