@@ -13,6 +13,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -36,9 +37,12 @@ const modulePath = "github.com/seed31b0e981/reservoir"
 // result is one line of a package's results file.
 type result struct {
 	mutants.Mutant
-	Status  string  `json:"status"` // KILLED, LIVED, TIMED_OUT, NOT_VIABLE
-	Killer  string  `json:"killer,omitempty"`
-	Seconds float64 `json:"seconds"`
+	Status string `json:"status"` // KILLED, LIVED, TIMED_OUT, NOT_VIABLE
+	Killer string `json:"killer,omitempty"`
+	// Elsewhere: the package's own tests let it live and the -also
+	// package's killed it.
+	Elsewhere bool    `json:"elsewhere,omitempty"`
+	Seconds   float64 `json:"seconds"`
 }
 
 func main() {
@@ -46,6 +50,8 @@ func main() {
 	seed := flag.Uint64("seed", 1, "seed of the sample; the same seed and commit give the same mutants")
 	out := flag.String("out", filepath.Join(os.TempDir(), "reservoir-mutants"), "directory for the tree's copy, cover profiles and results")
 	survivors := flag.String("survivors", "", "instead of sampling, run again the mutants that lived in an earlier run's -out directory (same -seed): after tests were added, are they killed now?")
+	also := flag.String("also", "", "a package whose tests also judge a mutant the package's own tests let live (./internal/lossless: the adversarial cases that drive every package through the facade)")
+	alsoRun := flag.String("also-run", ".", "the -run pattern for the -also package's tests")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: mutants [flags] ./pkg...\n")
 		flag.PrintDefaults()
@@ -57,33 +63,47 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *out, *n, *seed, *survivors, flag.Args()); err != nil {
+	r := runner{out: *out, n: *n, seed: *seed, survivorsOf: *survivors, also: *also, alsoRun: *alsoRun}
+	if err := r.run(ctx, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, out string, n int, seed uint64, survivorsOf string, pkgs []string) error {
+// runner holds the flags of one run.
+type runner struct {
+	out, survivorsOf, also, alsoRun string
+	n                               int
+	seed                            uint64
+	src                             string // the tree's copy
+}
+
+func (rn *runner) run(ctx context.Context, pkgs []string) error {
+	out, n, seed := rn.out, rn.n, rn.seed
 	commit, err := output(ctx, ".", "git", "rev-parse", "HEAD")
 	if err != nil {
 		return fmt.Errorf("run from the repository's root: %w", err)
 	}
 	src := filepath.Join(out, "src")
+	rn.src = src
 	if err := copyTree(ctx, src, commit); err != nil {
 		return err
 	}
 	fmt.Printf("commit %s, seed %d, %d per package\n", commit[:12], seed, n)
 	var summary strings.Builder
-	fmt.Fprintf(&summary, "| package | covered mutants | sampled | killed | lived | timed out | not viable | kill ratio (95%% interval) |\n|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	fmt.Fprintf(&summary, "| package | covered mutants | sampled | killed | (by %s) | lived | timed out | not viable | kill ratio (95%% interval) |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n", cmp.Or(rn.also, "-also"))
 	var survivors []result
 	for _, pkg := range pkgs {
-		rs, covered, err := runPackage(ctx, src, out, strings.TrimPrefix(filepath.Clean(pkg), "./"), n, seed, survivorsOf)
+		rs, covered, err := rn.runPackage(ctx, strings.TrimPrefix(filepath.Clean(pkg), "./"))
 		if err != nil {
 			return err
 		}
 		c := map[string]int{}
 		for _, r := range rs {
 			c[r.Status]++
+			if r.Elsewhere {
+				c["elsewhere"]++
+			}
 			if r.Status == "LIVED" {
 				survivors = append(survivors, r)
 			}
@@ -94,7 +114,7 @@ func run(ctx context.Context, out string, n int, seed uint64, survivorsOf string
 		if k+l > 0 {
 			ratio = fmt.Sprintf("%s (%s-%s)", mutants.Percent(float64(k)/float64(k+l)), mutants.Percent(lo), mutants.Percent(hi))
 		}
-		fmt.Fprintf(&summary, "| %s | %d | %d | %d | %d | %d | %d | %s |\n", pkg, covered, len(rs), k, l, c["TIMED_OUT"], c["NOT_VIABLE"], ratio)
+		fmt.Fprintf(&summary, "| %s | %d | %d | %d | %d | %d | %d | %d | %s |\n", pkg, covered, len(rs), k, c["elsewhere"], l, c["TIMED_OUT"], c["NOT_VIABLE"], ratio)
 	}
 	fmt.Fprintf(&summary, "\nSurvivors:\n\n")
 	for _, r := range survivors {
@@ -124,7 +144,8 @@ func copyTree(ctx context.Context, dir, commit string) error {
 	return os.WriteFile(mark, []byte(commit+"\n"), 0o644)
 }
 
-func runPackage(ctx context.Context, src, out, dir string, n int, seed uint64, survivorsOf string) ([]result, int, error) {
+func (rn *runner) runPackage(ctx context.Context, dir string) ([]result, int, error) {
+	src, out, n, seed, survivorsOf := rn.src, rn.out, rn.n, rn.seed, rn.survivorsOf
 	name := strings.ReplaceAll(dir, "/", "_")
 	resultsName := fmt.Sprintf("%s.seed%d.jsonl", name, seed)
 	profile := filepath.Join(out, name+".cover")
@@ -197,7 +218,7 @@ func runPackage(ctx context.Context, src, out, dir string, n int, seed uint64, s
 			rs = append(rs, r)
 			continue
 		}
-		r, err := runMutant(ctx, src, dir, m, timeout)
+		r, err := rn.runMutant(ctx, dir, m, timeout)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -236,7 +257,8 @@ var failRE = regexp.MustCompile(`(?m)^\s*--- FAIL: (\S+)`)
 
 // runMutant writes the mutant into the copy, runs the package's tests and
 // puts the file back, also when the run is interrupted.
-func runMutant(ctx context.Context, src, dir string, m mutants.Mutant, timeout time.Duration) (result, error) {
+func (rn *runner) runMutant(ctx context.Context, dir string, m mutants.Mutant, timeout time.Duration) (result, error) {
+	src := rn.src
 	path := filepath.Join(src, m.File)
 	orig, err := os.ReadFile(path)
 	if err != nil {
@@ -255,7 +277,17 @@ func runMutant(ctx context.Context, src, dir string, m mutants.Mutant, timeout t
 	if ctx.Err() != nil {
 		return result{}, ctx.Err()
 	}
+	if err == nil && rn.also != "" {
+		b, err = goTest(ctx, src, strings.TrimPrefix(filepath.Clean(rn.also), "./"), timeout, "-failfast", "-run", rn.alsoRun)
+		if ctx.Err() != nil {
+			return result{}, ctx.Err()
+		}
+		if err != nil {
+			b = append([]byte(rn.also+": "), b...)
+		}
+	}
 	r := result{Mutant: m, Seconds: time.Since(start).Seconds()}
+	r.Elsewhere = err != nil && bytes.HasPrefix(b, []byte(rn.also+": ")) && rn.also != ""
 	switch {
 	case err == nil:
 		r.Status = "LIVED"
