@@ -750,7 +750,7 @@ func TestFlagSourceStartsWithoutFile(t *testing.T) {
 // followed the old directory away, so the source must watch the path anew.
 func TestFlagSourceWatchesADirectoryMovedIntoPlace(t *testing.T) {
 	t.Parallel()
-	const poll = 2 * time.Second // long, so an edit the watch misses shows
+	const poll = 4 * time.Second // long, so an edit the watch misses shows, with room for a loaded machine
 	base := t.TempDir()
 	dir := filepath.Join(base, "flags")
 	file := func(dir string) FlagsFile { return FlagsFile{Path: filepath.Join(dir, "reservoir.flagd.json")} }
