@@ -832,9 +832,13 @@ func (c *Controller) AutoStep(ctx context.Context, actor string) (AutoAction, er
 	return AutoAction{Did: "advanced", Why: fmt.Sprintf("gates of %q pass; applied %q", st.StageName, next.Name)}, nil
 }
 
+// failingOrDone says why a status is not ready to advance.
 func failingOrDone(st Status) string {
-	if st.Next == nil {
+	switch {
+	case st.Next == nil:
 		return "the plan is complete"
+	case st.FlagsInvalid != "":
+		return "the stored flags document is invalid: " + st.FlagsInvalid
 	}
 	return failing(st.Gates)
 }

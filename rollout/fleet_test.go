@@ -233,4 +233,9 @@ func TestStatusOverAnInvalidDocument(t *testing.T) {
 	if len(st.Pods) != 2 {
 		t.Fatalf("status pods: %+v", st.Pods)
 	}
+	// The automatic step waits, and says for what.
+	act, err := b.ctl.AutoStep(ctx, "auto")
+	if err != nil || act.Did != "none" || !strings.Contains(act.Why, "flags document is invalid") || !strings.Contains(act.Why, "line 3") {
+		t.Fatalf("auto step over an invalid document: %+v, %v; want it to wait, naming the problem", act, err)
+	}
 }
