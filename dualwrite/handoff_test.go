@@ -546,3 +546,125 @@ func TestFailedHandoffIsNeverADomainAnswer(t *testing.T) {
 		})
 	}
 }
+
+// Every new decision MySQL makes wakes the relay (Mirror.Push), so Redis
+// follows within milliseconds instead of at the relay's next poll: a
+// reserve (held or refused), a claim, a release. A call that changed
+// nothing (a replayed reserve or claim, a release of nothing) does not,
+// and neither does a decision Redis made: Redis holds it already.
+func TestMySQLDecisionsWakeTheRelay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{mode: rollout.ModeMySQL})
+	b.stock(t, 1, 1, 10)
+	m := &pushCounter{Mirror: b.m}
+	f, err := dualwrite.New(dualwrite.Config{Pod: pod, Redis: b.rd, MySQL: b.my, Modes: b.modes, Mirror: m,
+		Registerer: prometheus.NewRegistry(), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { drain(t, f) })
+	ctx := context.Background()
+	reserve := func(token string, qty int64) error {
+		_, err := f.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: token, Lines: line(1, qty), TTL: time.Minute})
+		return err
+	}
+	claim := func(token string) error {
+		_, err := f.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: token})
+		return err
+	}
+	release := func(token string) error {
+		_, err := f.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: token})
+		return err
+	}
+	steps := []struct {
+		what   string
+		call   func() error
+		pushes int64
+	}{
+		{"mysql reserves", func() error { return reserve("a", 2) }, 1},
+		{"the reserve repeated (replayed)", func() error { return reserve("a", 2) }, 0},
+		{"mysql claims", func() error { return claim("a") }, 1},
+		{"the claim repeated (replayed)", func() error { return claim("a") }, 0},
+		{"mysql reserves another", func() error { return reserve("b", 1) }, 1},
+		{"mysql releases it", func() error { return release("b") }, 1},
+		{"the release repeated (nothing released)", func() error { return release("b") }, 0},
+		{"mysql refuses a cart", func() error { return reserve("big", 50) }, 1},
+		{"the kill switch: redis reserves", func() error { _ = b.modes.SetKill(rollout.KillRedis); return reserve("c", 1) }, 0},
+		{"redis claims", func() error { return claim("c") }, 0},
+		{"redis reserves another", func() error { return reserve("d", 1) }, 0},
+		{"redis releases it", func() error { return release("d") }, 0},
+	}
+	for _, s := range steps {
+		before := m.pushes.Load()
+		if err := s.call(); err != nil {
+			t.Fatalf("%s: %v", s.what, err)
+		}
+		if n := m.pushes.Load() - before; n != s.pushes {
+			t.Errorf("%s: the relay was woken %d times, want %d", s.what, n, s.pushes)
+		}
+	}
+}
+
+// pushCounter is a Mirror that counts the facade's Pushes and passes every
+// call on.
+type pushCounter struct {
+	dualwrite.Mirror
+	pushes atomic.Int64
+}
+
+func (p *pushCounter) Push() {
+	p.pushes.Add(1)
+	p.Mirror.Push()
+}
+
+// A replica whose flags are no newer than a shop's fence follows the
+// fence and never hands the shop off: flags without a version (0, a flags
+// document without metadata.version; no fence is below 0), and flags
+// changed by hand without bumping their version (the fence already
+// carries that epoch). docs/flags.md: such a change moves no shop. The
+// calls are served by the store that decides, not failed by a handoff
+// that cannot be made or that would move nothing.
+func TestFlagsNoNewerThanTheFenceFollowIt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// flags are the replica's: they name the store that does not decide.
+		flags rollout.Decision
+		// toMySQL first hands the shop to MySQL at version 2.
+		toMySQL bool
+		fence   reservation.Fence
+	}{
+		{"no version, naming mysql over a shop nobody handed off",
+			rollout.Decision{Mode: rollout.ModeMySQLOnly, Kill: rollout.KillOff}, false, reservation.NoFence},
+		{"the fence's version, naming redis over a shop mysql took at it",
+			rollout.Decision{Mode: rollout.ModeRedis, Kill: rollout.KillOff, Version: 2}, true,
+			reservation.Fence{Decider: reservation.AuthorityMySQL, Epoch: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, options{mode: rollout.ModeRedis})
+			b.stock(t, 1, 1, 10)
+			if tc.toMySQL {
+				_ = b.modes.SetMode(rollout.ModeMySQL) // version 2
+				b.mustReserve(t, "first", line(1, 1))
+			}
+			if my, rd := b.fences(t); my != tc.fence || rd != tc.fence {
+				t.Fatalf("precondition: fences MySQL %s, Redis %s; want both %s", my, rd, tc.fence)
+			}
+			f, reg := b.replica(t, fixedSource{tc.flags})
+			res, err := f.Reserve(context.Background(), &reservation.ReserveParams{Shop: shop, Token: "t", Lines: line(1, 2), TTL: time.Minute})
+			if err != nil || res.Status != reservation.StatusReserved || res.Authority != tc.fence.Decider {
+				t.Fatalf("reserve: %+v %v; want reserved by %s (the fence's)", res, err, tc.fence.Decider)
+			}
+			if my, rd := b.fences(t); my != tc.fence || rd != tc.fence {
+				t.Errorf("fences MySQL %s, Redis %s; want both still %s", my, rd, tc.fence)
+			}
+			if n := counter(t, reg, "reservoir_dualwrite_rerouted_total", map[string]string{"action": "handed_off"}); n != 0 {
+				t.Errorf("handed off %v times with flags no newer than the fence", n)
+			}
+			if n := counter(t, reg, "reservoir_dualwrite_rerouted_total", map[string]string{"action": "followed"}); n != 1 {
+				t.Errorf("followed the fence %v times, want 1", n)
+			}
+		})
+	}
+}
