@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -625,3 +626,59 @@ func TestPanickingDeciderReleasesTheShadowSlot(t *testing.T) {
 		t.Errorf("%v comparisons skipped after the panic: its shadow still holds the only slot", n)
 	}
 }
+
+// A replica whose flags cannot be read answers every call 503 and logs it,
+// but at most once a second: at checkout's rate a line per call would
+// flood the logs (the metric counts every call). It logs again once a
+// second has passed, so an operator watching the logs still sees it go on.
+func TestFlagsInDoubtAreLoggedAtMostOnceASecond(t *testing.T) {
+	t.Parallel()
+	warnings := &warnCounter{}
+	reg := prometheus.NewRegistry()
+	var touched atomic.Int64
+	f, err := dualwrite.New(dualwrite.Config{Pod: pod, Modes: failingSource{}, Mirror: &mirrorSpy{}, Registerer: reg,
+		Logger: slog.New(warnings),
+		Redis:  untouchable{reservation.AuthorityRedis, &touched},
+		MySQL:  untouchable{reservation.AuthorityMySQL, &touched}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func() {
+		if _, err := f.Claim(context.Background(), &reservation.ClaimParams{Shop: shop, Token: "t"}); !errors.Is(err, dualwrite.ErrFlagsUnavailable) {
+			t.Fatalf("claim: %v, want ErrFlagsUnavailable", err)
+		}
+	}
+	const burst = 50
+	start := time.Now()
+	for range burst {
+		call()
+	}
+	elapsed := time.Since(start)
+	// One line, and one more per second the burst took (a loaded machine).
+	if n, most := warnings.count(), 1+int(elapsed/time.Second); n < 1 || n > most {
+		t.Fatalf("%d warnings for %d calls in %s, want 1 to %d", n, burst, elapsed, most)
+	}
+	if got := counter(t, reg, "reservoir_dualwrite_flags_unavailable_total", nil); got != burst {
+		t.Errorf("flags_unavailable counted %v, want every call (%d)", got, burst)
+	}
+	first := warnings.count()
+	waitFor(t, "another warning once a second has passed", func() (bool, string) {
+		call()
+		return warnings.count() > first, fmt.Sprintf("%d warnings", warnings.count())
+	})
+}
+
+// warnCounter is a slog.Handler that counts the records at warning level
+// and above.
+type warnCounter struct{ n atomic.Int64 }
+
+func (w *warnCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (w *warnCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		w.n.Add(1)
+	}
+	return nil
+}
+func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnCounter) WithGroup(string) slog.Handler      { return w }
+func (w *warnCounter) count() int                         { return int(w.n.Load()) }
