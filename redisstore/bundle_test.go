@@ -290,6 +290,27 @@ func counterOf(t *testing.T, reg *prometheus.Registry, name string, labels ...st
 	return 0
 }
 
+// scriptRuns reads how many calls of script reservoir_redis_script_seconds
+// has timed in the bundle's registry, 0 when none.
+func (b bundle) scriptRuns(t *testing.T, script string) uint64 {
+	t.Helper()
+	mfs, err := b.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "reservoir_redis_script_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if hasLabels(m, []string{"script", script}) {
+				return m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return 0
+}
+
 func hasLabels(m *dto.Metric, kv []string) bool {
 	for i := 0; i+1 < len(kv); i += 2 {
 		found := false
