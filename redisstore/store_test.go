@@ -624,6 +624,18 @@ func TestBadInputWritesNothing(t *testing.T) {
 			_, err := b.s.Apply(c, []reservation.Change{{Kind: "move", Shop: shop}})
 			return err
 		}()},
+		// The mirror and the rewrite write allocations as they are given: one
+		// at location 0 would hold units no reserve can use, and leave a
+		// quantity no ledger row matches.
+		{"apply allocation at location 0", "changes[0].allocations[0]", func() error {
+			_, err := b.s.Apply(c, []reservation.Change{{Kind: reservation.ChangeState, Shop: shop, Token: "t", State: reservation.StateHeld,
+				Allocations: []reservation.Allocation{alloc(1, 0, 1)}, ExpiresAt: time.Now().Add(time.Minute)}})
+			return err
+		}()},
+		{"rewrite hold at location 0", "snapshot.holds[0].allocations[0]", func() error {
+			at0 := reservation.Hold{Shop: shop, Token: "h", Authority: reservation.AuthorityMySQL, Allocations: []reservation.Allocation{alloc(1, 0, 1)}}
+			return b.s.Rewrite(c, reservation.Snapshot{Shop: shop, Fence: reservation.NoFence, Holds: []reservation.Hold{at0}}, nil, nil)
+		}()},
 		{"rewrite hold twice", "snapshot.holds[1].token", func() error {
 			return b.s.Rewrite(c, reservation.Snapshot{Shop: shop, Fence: reservation.NoFence, Holds: []reservation.Hold{hold, hold}}, nil, nil)
 		}()},
