@@ -419,3 +419,22 @@ func TestSnapshotRewriteRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// reservoir_redis_script_seconds times each change the mirror applies
+// under its own script: a state change under apply_state, an adjust under
+// apply_adjust. An operator reading why the relay lags sees which script
+// is slow (a state change moves a hold's every quantity and writes its
+// tombstone; an adjust moves one field).
+func TestApplyTimesEachChangeUnderItsScript(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testredis.New)
+	f := newFeed()
+	b.apply(t, f.state("a", reservation.StateHeld, alloc(1, 1, 2)))
+	if st, adj := b.scriptRuns(t, "apply_state"), b.scriptRuns(t, "apply_adjust"); st != 1 || adj != 0 {
+		t.Errorf("after one state change: apply_state timed %d, apply_adjust %d; want 1 and 0", st, adj)
+	}
+	b.apply(t, f.adjust(1, 1, 10), f.adjust(2, 1, 5))
+	if st, adj := b.scriptRuns(t, "apply_state"), b.scriptRuns(t, "apply_adjust"); st != 1 || adj != 2 {
+		t.Errorf("after two adjusts more: apply_state timed %d, apply_adjust %d; want 1 and 2", st, adj)
+	}
+}
