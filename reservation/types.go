@@ -269,7 +269,11 @@ func (r AvailabilityResult) At(location int64) int64 {
 
 // ReapParams are the arguments of Store.Reap.
 type ReapParams struct {
-	// Limit caps how many hold records one call returns (default 500).
+	// Limit bounds one call's work (default 500): the reservations it
+	// expires, roughly. It is not a cap on Holds: MySQL counts
+	// reservations, each of which may hold several records (one per
+	// line), and Redis's reaper finishes the hold it reached in each shop
+	// and each pass, so a call may return a few records more.
 	Limit int
 }
 
