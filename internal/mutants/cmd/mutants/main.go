@@ -52,6 +52,7 @@ func main() {
 	survivors := flag.String("survivors", "", "instead of sampling, run again the mutants that lived in an earlier run's -out directory (same -seed): after tests were added, are they killed now?")
 	also := flag.String("also", "", "a package whose tests also judge a mutant the package's own tests let live (./internal/lossless: the adversarial cases that drive every package through the facade)")
 	alsoRun := flag.String("also-run", ".", "the -run pattern for the -also package's tests")
+	timeout := flag.Duration("timeout", 0, "how long one mutant's tests may run before it counts as timed out (0: five times the coverage run, plus a minute)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: mutants [flags] ./pkg...\n")
 		flag.PrintDefaults()
@@ -63,7 +64,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	r := runner{out: *out, n: *n, seed: *seed, survivorsOf: *survivors, also: *also, alsoRun: *alsoRun}
+	r := runner{out: *out, n: *n, seed: *seed, survivorsOf: *survivors, also: *also, alsoRun: *alsoRun, timeout: *timeout}
 	if err := r.run(ctx, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
 		os.Exit(1)
@@ -75,6 +76,7 @@ type runner struct {
 	out, survivorsOf, also, alsoRun string
 	n                               int
 	seed                            uint64
+	timeout                         time.Duration
 	src                             string // the tree's copy
 }
 
@@ -168,7 +170,7 @@ func (rn *runner) runPackage(ctx context.Context, dir string) ([]result, int, er
 	if err != nil {
 		return nil, 0, err
 	}
-	timeout := 5*baseline + time.Minute
+	timeout := cmp.Or(rn.timeout, 5*baseline+time.Minute)
 	cov, err := mutants.ReadCoverage(profile, modulePath)
 	if err != nil {
 		return nil, 0, err
