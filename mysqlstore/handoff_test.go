@@ -3,6 +3,7 @@ package mysqlstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -86,5 +87,68 @@ func TestStaleHandoffsChangeNothing(t *testing.T) {
 		if n := metricSum(t, b, "reservoir_mysql_handoffs_total", "kind", kind, "result", "unchanged"); n != 2 {
 			t.Errorf("reservoir_mysql_handoffs_total{kind=%q,result=\"unchanged\"} = %v, want 2", kind, n)
 		}
+	}
+}
+
+// A take over makes MySQL's holds Redis's (docs/ownership.md, section 3):
+// a hold only Redis has (reserved while Redis decided, never shadowed) is
+// created with its lines and expiry, and the pool trimmed under it, so the
+// new decider neither forgets nor re-sells it; a token the ledger already
+// claimed stays claimed even if Redis's snapshot still shows its hold (a
+// legacy claim whose last script was lost), so it cannot be claimed or
+// released again.
+func TestTakeOverCopiesRedisHoldsButNotOverAClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, 10)
+	b.stock(t, 1, 1, 10)
+	if res, err := b.s.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "shadowed", Lines: one(1, 1), TTL: time.Minute}); err != nil || res.Status != reservation.StatusReserved {
+		t.Fatalf("reserve: %+v %v", res, err)
+	}
+	handOff(b.s)(t, shop)
+	// Redis decides: a legacy claim reaches the ledger.
+	legacy := []reservation.Allocation{{Item: 1, Location: 1, Quantity: 2}}
+	if _, err := b.s.Deduct(ctx, &reservation.DeductParams{Shop: shop, Token: "legacy", Allocations: legacy}); err != nil {
+		t.Fatal(err)
+	}
+	expires := time.Now().Add(time.Minute).Truncate(time.Millisecond)
+	snap := &reservation.Snapshot{Shop: shop, Holds: []reservation.Hold{
+		{Shop: shop, Token: "shadowed", Allocations: []reservation.Allocation{{Item: 1, Location: 1, Quantity: 1}}, ExpiresAt: expires, Authority: reservation.AuthorityMySQL},
+		{Shop: shop, Token: "redis-only", Allocations: []reservation.Allocation{{Item: 1, Location: 1, Quantity: 3}}, ExpiresAt: expires, Authority: reservation.AuthorityRedis},
+		{Shop: shop, Token: "legacy", Allocations: legacy, ExpiresAt: expires, Authority: reservation.AuthorityRedis},
+	}}
+	if f, err := b.s.TakeOver(ctx, snap, 3); err != nil || f.Decider != reservation.AuthorityMySQL {
+		t.Fatalf("take over: %v %v", f, err)
+	}
+
+	holds, err := b.s.Holds(ctx, shop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, h := range holds {
+		got[h.Token] = fmt.Sprint(h.Allocations)
+		if h.Token == "redis-only" && (!h.ExpiresAt.Equal(expires) || h.Authority != reservation.AuthorityRedis) {
+			t.Errorf("hold %s expires at %v, decided by %s; want Redis's %v, redis", h.Token, h.ExpiresAt, h.Authority, expires)
+		}
+	}
+	want := map[string]string{"shadowed": "[{1 1 1}]", "redis-only": "[{1 1 3}]"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("holds after the take over = %v, want %v", got, want)
+	}
+	if _, err := b.s.Get(ctx, &reservation.GetParams{Shop: shop, Token: "legacy"}); !errors.Is(err, reservation.ErrAlreadyClaimed) {
+		t.Errorf("get the claimed token after the take over: %v, want ErrAlreadyClaimed", err)
+	}
+	if _, err := b.s.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: "legacy"}); !errors.Is(err, reservation.ErrAlreadyClaimed) {
+		t.Errorf("release the claimed token after the take over: %v, want ErrAlreadyClaimed", err)
+	}
+	if d := b.drift(t); len(d) != 0 {
+		t.Errorf("drift after the take over: %v", d)
+	}
+	if _, err := b.s.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: "redis-only"}); err != nil {
+		t.Errorf("claim the hold copied from Redis: %v", err)
+	}
+	if l := b.ledger(t, 1, 1); l != 10-2-3 {
+		t.Errorf("ledger = %d, want 5 (10, less the legacy claim of 2 and the copied hold's 3)", l)
 	}
 }
