@@ -152,3 +152,47 @@ func TestTakeOverCopiesRedisHoldsButNotOverAClaim(t *testing.T) {
 		t.Errorf("ledger = %d, want 5 (10, less the legacy claim of 2 and the copied hold's 3)", l)
 	}
 }
+
+// A handoff names a real shop (a positive id) at a positive epoch: shop 0
+// is what an unset field sends, and a handoff of it would create a fence
+// and record a fence change the relay then applies to Redis. Each call
+// refuses with a ValidationError and writes no row.
+func TestHandoffsRefuseABadShopOrEpoch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, 10)
+	tables := []string{"reservation_fences", "reservation_outbox", "reservations"}
+	before := map[string]int64{}
+	for _, tb := range tables {
+		before[tb] = b.db.Count(t, tb)
+	}
+	calls := map[string]func() error{
+		"yield shop 0":  func() error { _, err := b.s.Yield(ctx, 0, 5); return err },
+		"yield shop -1": func() error { _, err := b.s.Yield(ctx, -1, 5); return err },
+		"yield epoch 0": func() error { _, err := b.s.Yield(ctx, shop, 0); return err },
+		"take over shop 0": func() error {
+			_, err := b.s.TakeOver(ctx, &reservation.Snapshot{Shop: 0}, 5)
+			return err
+		},
+		"take over epoch 0": func() error {
+			_, err := b.s.TakeOver(ctx, &reservation.Snapshot{Shop: shop}, 0)
+			return err
+		},
+		"repair shop 0": func() error { return b.s.Repair(ctx, &reservation.Snapshot{Shop: 0}) },
+		"fence shop 0":  func() error { _, err := b.s.Fence(ctx, 0); return err },
+	}
+	for name, call := range calls {
+		var ve *reservation.ValidationError
+		if err := call(); !errors.As(err, &ve) {
+			t.Errorf("%s: %v, want a ValidationError", name, err)
+		}
+	}
+	for _, tb := range tables {
+		if n := b.db.Count(t, tb); n != before[tb] {
+			t.Errorf("%s: %d rows after the refused handoffs, %d before", tb, n, before[tb])
+		}
+	}
+	if f, err := b.s.Fence(ctx, shop); err != nil || f != (reservation.Fence{Decider: reservation.AuthorityMySQL, Epoch: 1}) {
+		t.Errorf("fence of shop %d after the refused handoffs: %v %v, want mysql@1", shop, f, err)
+	}
+}
