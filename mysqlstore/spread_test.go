@@ -84,3 +84,58 @@ func TestReservesSpreadOverThePool(t *testing.T) {
 		}
 	})
 }
+
+// A scan that starts inside the pool and finds fewer units above its
+// start than the line needs goes round to the head for the rest, and takes
+// only the rest: a reserve removes from the pool exactly the units it
+// holds. Units taken beyond that would vanish (deleted, held by no one)
+// and the pool drain faster than it sells.
+//
+// A scan starts among the newest PoolCap unit ids. To make it wrap with
+// units to spare below its start, the pool holds more units than the
+// reserving store's PoolCap (filled by a replica with a larger cap, or
+// before the cap was lowered): per item, ids 12..30 once the first two
+// reserves took theirs, and a scan of 10 starting in 22..30 finds 1 to 9
+// there; only a start at 21 (one in ten) finds all 10 without wrapping,
+// so six items make a wrap all but certain.
+func TestAWrappedScanTakesOnlyWhatTheLineNeeds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	big := setup(t, 30)
+	small, err := mysqlstore.New(mysqlstore.Config{DB: big.db.DB, PoolCap: 10, Limits: reservation.Limits{MaxQuantity: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for item := int64(1); item <= 6; item++ {
+		big.stock(t, item, 1, 1000)
+		pool := func() int64 {
+			t.Helper()
+			var n int64
+			if err := big.db.QueryRow("SELECT COUNT(*) FROM available_units WHERE shop_id = ? AND inventory_item_id = ? AND location_id = 1", shop, item).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		reserve := func(s *mysqlstore.Store, token string, q int64) {
+			t.Helper()
+			before := pool()
+			res, err := s.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: fmt.Sprint(token, item), TTL: time.Minute,
+				Lines: []reservation.Line{{Item: item, Quantity: q, Locations: []int64{1}}}})
+			if err != nil || res.Status != reservation.StatusReserved {
+				t.Fatalf("item %d: reserve %s: %+v %v", item, token, res, err)
+			}
+			if after := pool(); before != 0 && before-after != q {
+				t.Errorf("item %d: reserve %s of %d units: the pool went from %d to %d units", item, token, q, before, after)
+			}
+		}
+		reserve(big.s, "fill", 1) // refills the pool to 30 units, takes one
+		if n := pool(); n != 29 {
+			t.Fatalf("item %d: pool of %d units after the first reserve, want 29", item, n)
+		}
+		reserve(small, "learn", 10) // small learns the pool's top: a head scan
+		reserve(small, "wrap", 10)  // starts in 21..30
+		if l := big.ledger(t, item, 1); l != 1000 {
+			t.Errorf("item %d: ledger %d, want 1000", item, l)
+		}
+	}
+}
