@@ -61,11 +61,12 @@ mutate: ## mutation testing (gremlins v0.6.0) of MUTATE_PKGS; hours for all four
 MUTATE_SAMPLE ?= 50
 MUTATE_SEED ?= 1
 MUTATE_OUT ?= $(or $(TMPDIR),/tmp)/reservoir-mutants
+MUTATE_SAMPLE_FLAGS ?= -timeout 100s
 
 .PHONY: mutate-sample
 mutate-sample: ## a seeded sample of MUTATE_SAMPLE mutants per package of MUTATE_PKGS and each kill ratio with its 95% interval (~1.5 h on 2 cores; resumable)
 	scripts/services start mysql redis cluster redis-secure >/dev/null
-	eval "$$(scripts/services env)"; $(GO) run ./internal/mutants/cmd/mutants -n $(MUTATE_SAMPLE) -seed $(MUTATE_SEED) -out $(MUTATE_OUT) $(MUTATE_PKGS)
+	eval "$$(scripts/services env)"; $(GO) run ./internal/mutants/cmd/mutants -n $(MUTATE_SAMPLE) -seed $(MUTATE_SEED) -out $(MUTATE_OUT) $(MUTATE_SAMPLE_FLAGS) $(MUTATE_PKGS)
 
 BENCH_FLAGS ?= --quick
 BENCH_OUT ?= $(or $(TMPDIR),/tmp)/reservoir-bench

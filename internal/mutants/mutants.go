@@ -189,3 +189,40 @@ func Interval(k, n int) (lo, hi float64) {
 
 // Percent formats a ratio as a percentage with one decimal.
 func Percent(r float64) string { return strconv.FormatFloat(100*r, 'f', 1, 64) + "%" }
+
+// Relocate finds m, a mutant of a file as it was (before), in the file as
+// it is now (after): the same source line, nearest to where it was, and
+// the same column. It reports false when the line is gone (the code was
+// rewritten), so an earlier run's survivor can be judged again after
+// edits elsewhere in its file moved it.
+func Relocate(before, after []byte, m Mutant) (Mutant, bool) {
+	old := strings.Split(string(before), "\n")
+	if m.Line < 1 || m.Line > len(old) {
+		return m, false
+	}
+	found, start := false, 0
+	out := m
+	for i, l := range strings.Split(string(after), "\n") {
+		line := i + 1
+		c := m
+		c.Line, c.Offset = line, start+m.Col-1
+		start += len(l) + 1
+		if l != old[m.Line-1] {
+			continue
+		}
+		if _, err := Apply(after, c); err != nil {
+			continue
+		}
+		if !found || abs(line-m.Line) < abs(out.Line-m.Line) {
+			found, out = true, c
+		}
+	}
+	return out, found
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}

@@ -60,3 +60,20 @@ func TestInterval(t *testing.T) {
 		t.Fatalf("Wilson interval of 54/60 = %.3f-%.3f, want about 0.795-0.953", lo, hi)
 	}
 }
+
+func TestRelocate(t *testing.T) {
+	before, _ := os.ReadFile(filepath.Join("testdata", "p", "p.go"))
+	ms, _ := Find("testdata", "p")
+	after := []byte(strings.Replace(string(before), "package p\n", "package p\n\n// A comment moves every line down.\n", 1))
+	m, ok := Relocate(before, after, ms[1])
+	if !ok || m.Line != ms[1].Line+2 {
+		t.Fatalf("relocated %v, %v; want line %d", m, ok, ms[1].Line+2)
+	}
+	if out, err := Apply(after, m); err != nil || !strings.Contains(string(out), "if a >= b {") {
+		t.Fatalf("applied the relocated mutant: %v\n%s", err, out)
+	}
+	gone := []byte(strings.Replace(string(before), "if a < b {", "if b > a {", 1))
+	if _, ok := Relocate(before, gone, ms[1]); ok {
+		t.Fatal("relocated a mutant whose line was rewritten")
+	}
+}

@@ -197,9 +197,24 @@ func (rn *runner) runPackage(ctx context.Context, dir string) ([]result, int, er
 		}
 		sample = sample[:0]
 		for _, r := range earlier {
-			if r.Status == "LIVED" {
-				sample = append(sample, r.Mutant)
+			if r.Status != "LIVED" {
+				continue
 			}
+			// The file may have changed since: find the mutant's line.
+			before, err := os.ReadFile(filepath.Join(survivorsOf, "src", r.File))
+			if err != nil {
+				return nil, 0, err
+			}
+			after, err := os.ReadFile(filepath.Join(src, r.File))
+			if err != nil {
+				return nil, 0, err
+			}
+			m, ok := mutants.Relocate(before, after, r.Mutant)
+			if !ok {
+				fmt.Printf("%s: %s: its line is gone from the current tree (rewritten), not judged again\n", dir, r.Mutant)
+				continue
+			}
+			sample = append(sample, m)
 		}
 		sort.Slice(sample, func(i, j int) bool { return sample[i].String() < sample[j].String() })
 	}
