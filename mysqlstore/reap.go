@@ -30,8 +30,11 @@ func (s *Store) Reap(ctx context.Context, p *reservation.ReapParams) (reservatio
 		limit = s.cfg.ReapBatch
 	}
 	var res reservation.ReapResult
+	// Counted after the commit: an attempt that rolled back (a deadlock,
+	// retried) wrote nothing.
+	var fed, expired int
 	err := s.inTx(ctx, callerReap, func(tx *sql.Tx) error {
-		res = reservation.ReapResult{}
+		res, fed, expired = reservation.ReapResult{}, 0, 0
 		due, err := s.dueReservations(ctx, tx, limit)
 		if err != nil || len(due) == 0 {
 			return err
@@ -62,14 +65,16 @@ func (s *Store) Reap(ctx context.Context, p *reservation.ReapParams) (reservatio
 			if _, err := tx.ExecContext(ctx, feedStatesQuery(callerReap, len(feed)/2), feed...); err != nil {
 				return fmt.Errorf("mysqlstore: reap: record the changes for Redis: %w", err)
 			}
-			s.metrics.feedWritten.WithLabelValues(string(reservation.ChangeState)).Add(float64(len(feed) / 2))
+			fed = len(feed) / 2
 		}
-		s.metrics.tombstones.WithLabelValues(string(reservation.StateExpired)).Add(float64(len(due)))
+		expired = len(due)
 		return nil
 	})
 	if err != nil {
 		return reservation.ReapResult{}, err
 	}
+	s.metrics.feedWritten.WithLabelValues(string(reservation.ChangeState)).Add(float64(fed))
+	s.metrics.tombstones.WithLabelValues(string(reservation.StateExpired)).Add(float64(expired))
 	s.metrics.reapedHolds.Add(float64(res.Holds))
 	if err := s.forget(ctx, limit); err != nil {
 		return res, err
