@@ -191,23 +191,36 @@ func Interval(k, n int) (lo, hi float64) {
 func Percent(r float64) string { return strconv.FormatFloat(100*r, 'f', 1, 64) + "%" }
 
 // Relocate finds m, a mutant of a file as it was (before), in the file as
-// it is now (after): the same source line, nearest to where it was, and
-// the same column. It reports false when the line is gone (the code was
-// rewritten), so an earlier run's survivor can be judged again after
-// edits elsewhere in its file moved it.
+// it is now (after): the same source line with the same two lines on each
+// side (as a patch finds its place), nearest to where it was, and the same
+// column. It reports false when that is gone (the code around it was
+// rewritten), so an earlier run's survivor can be judged again after edits
+// elsewhere in its file moved it, and never stands for another line that
+// reads the same.
 func Relocate(before, after []byte, m Mutant) (Mutant, bool) {
 	old := strings.Split(string(before), "\n")
 	if m.Line < 1 || m.Line > len(old) {
 		return m, false
 	}
+	lines := strings.Split(string(after), "\n")
+	same := func(i int) bool { // lines[i] and its context match old[m.Line-1]'s
+		for d := -2; d <= 2; d++ {
+			o, n := m.Line-1+d, i+d
+			oOK, nOK := o >= 0 && o < len(old), n >= 0 && n < len(lines)
+			if oOK != nOK || oOK && old[o] != lines[n] {
+				return false
+			}
+		}
+		return true
+	}
 	found, start := false, 0
 	out := m
-	for i, l := range strings.Split(string(after), "\n") {
+	for i, l := range lines {
 		line := i + 1
 		c := m
 		c.Line, c.Offset = line, start+m.Col-1
 		start += len(l) + 1
-		if l != old[m.Line-1] {
+		if !same(i) {
 			continue
 		}
 		if _, err := Apply(after, c); err != nil {

@@ -77,3 +77,16 @@ func TestRelocate(t *testing.T) {
 		t.Fatal("relocated a mutant whose line was rewritten")
 	}
 }
+
+func TestRelocateNeedsTheContext(t *testing.T) {
+	src := []byte("package q\n\nfunc f(a int) bool {\n\tif a == 1 {\n\t\treturn true\n\t}\n\treturn false\n}\n\nfunc g(a int) bool {\n\tif a == 1 {\n\t\treturn false\n\t}\n\treturn true\n}\n")
+	m := Mutant{File: "q.go", Line: 11, Col: 7, Offset: strings.LastIndex(string(src), "=="), Type: "CONDITIONALS_NEGATION", From: "==", To: "!="}
+	if _, err := Apply(src, m); err != nil {
+		t.Fatal(err)
+	}
+	// g is rewritten; f's line reads the same but is another mutant.
+	after := []byte(strings.Replace(string(src), "\tif a == 1 {\n\t\treturn false", "\tswitch {\n\tcase a == 1:\n\t\treturn false", 1))
+	if r, ok := Relocate(src, after, m); ok {
+		t.Fatalf("relocated g's mutant to %v, a line of f that reads the same", r)
+	}
+}
