@@ -25,6 +25,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -52,6 +53,7 @@ func main() {
 	survivors := flag.String("survivors", "", "instead of sampling, run again the mutants that lived in an earlier run's -out directory (same -seed): after tests were added, are they killed now?")
 	also := flag.String("also", "", "a package whose tests also judge a mutant the package's own tests let live (./internal/lossless: the adversarial cases that drive every package through the facade)")
 	alsoRun := flag.String("also-run", ".", "the -run pattern for the -also package's tests")
+	exclude := flag.String("exclude", "", "sample only mutants that were not in an earlier run's sample (its -out directory): a fresh estimate after tests were written for that one")
 	timeout := flag.Duration("timeout", 0, "how long one mutant's tests may run before it counts as timed out (0: five times the coverage run, plus a minute)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: mutants [flags] ./pkg...\n")
@@ -64,7 +66,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	r := runner{out: *out, n: *n, seed: *seed, survivorsOf: *survivors, also: *also, alsoRun: *alsoRun, timeout: *timeout}
+	r := runner{out: *out, n: *n, seed: *seed, survivorsOf: *survivors, also: *also, alsoRun: *alsoRun, timeout: *timeout, exclude: *exclude}
 	if err := r.run(ctx, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
 		os.Exit(1)
@@ -74,6 +76,7 @@ func main() {
 // runner holds the flags of one run.
 type runner struct {
 	out, survivorsOf, also, alsoRun string
+	exclude                         string
 	n                               int
 	seed                            uint64
 	timeout                         time.Duration
@@ -186,6 +189,14 @@ func (rn *runner) runPackage(ctx context.Context, dir string) ([]result, int, er
 		}
 	}
 	sample := append([]mutants.Mutant(nil), covered...)
+	if rn.exclude != "" {
+		seen, err := sampled(rn.exclude, src, name)
+		if err != nil {
+			return nil, 0, err
+		}
+		sample = slices.DeleteFunc(sample, func(m mutants.Mutant) bool { return seen[m.String()] })
+		fmt.Printf("%s: %d of %d covered mutants were in %s's sample; sampling from the other %d\n", dir, len(covered)-len(sample), len(covered), rn.exclude, len(sample))
+	}
 	rand.New(rand.NewPCG(seed, 0)).Shuffle(len(sample), func(i, j int) { sample[i], sample[j] = sample[j], sample[i] })
 	if n > 0 && n < len(sample) {
 		sample = sample[:n]
@@ -247,6 +258,36 @@ func (rn *runner) runPackage(ctx context.Context, dir string) ([]result, int, er
 		fmt.Printf("%s [%d/%d] %-10s %s %s (%.0fs)\n", dir, i+1, len(sample), r.Status, m, r.Killer, r.Seconds)
 	}
 	return rs, len(covered), nil
+}
+
+// sampled names the mutants of the package (name) in every sample of the
+// run in dir, found again in the tree at src.
+func sampled(dir, src, name string) (map[string]bool, error) {
+	files, err := filepath.Glob(filepath.Join(dir, name+".seed*.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, f := range files {
+		rs, err := readResults(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rs {
+			before, err := os.ReadFile(filepath.Join(dir, "src", r.File))
+			if err != nil {
+				return nil, err
+			}
+			after, err := os.ReadFile(filepath.Join(src, r.File))
+			if err != nil {
+				continue // the file is gone
+			}
+			if m, ok := mutants.Relocate(before, after, r.Mutant); ok {
+				seen[m.String()] = true
+			}
+		}
+	}
+	return seen, nil
 }
 
 func readResults(path string) (map[string]result, error) {
