@@ -37,3 +37,45 @@ func TestShadowCallsOfATokenStayInOrder(t *testing.T) {
 		t.Errorf("%d entries left after a token's single call, want 0", n)
 	}
 }
+
+// A shadow call of a token waits for the call of that token started
+// before it: the order hands it the earlier call's channel, open while
+// that call runs and closed once it is done. Without the wait a claim's
+// comparison runs beside the shadow reserve it looks for (the caller
+// claims while MySQL's shadow hold is still being placed), finds nothing
+// and is filed as shadow_missing: a mismatch of the facade's own making
+// that the rollout's gates would count against MySQL. A call without a
+// token has nothing to be ordered by and waits for nothing.
+func TestShadowCallOfATokenWaitsForTheOneBefore(t *testing.T) {
+	o := tokenOrder{last: map[tokenKey]chan struct{}{}}
+	k := tokenKey{shop: 1, token: "t"}
+	_, first := o.enter(k)
+	prev, second := o.enter(k)
+	if first == nil || prev != first {
+		t.Fatalf("the second call of a token waits for %v, want the first call's channel %v", prev, first)
+	}
+	select {
+	case <-prev:
+		t.Fatal("the second call may run while the first still runs")
+	default:
+	}
+	o.leave(k, first)
+	select {
+	case <-prev:
+	default:
+		t.Fatal("the second call still waits once the first is done")
+	}
+	o.leave(k, second)
+
+	none := tokenKey{shop: 1}
+	p1, m1 := o.enter(none)
+	p2, m2 := o.enter(none)
+	if p1 != nil || p2 != nil {
+		t.Errorf("calls without a token wait for %v and %v, want nothing", p1, p2)
+	}
+	o.leave(none, m1)
+	o.leave(none, m2)
+	if n := len(o.last); n != 0 {
+		t.Errorf("%d entries left once every call is done, want 0", n)
+	}
+}
