@@ -211,16 +211,10 @@ func (rn *runner) runPackage(ctx context.Context, dir string) ([]result, int, er
 			if r.Status != "LIVED" {
 				continue
 			}
-			// The file may have changed since: find the mutant's line.
-			before, err := os.ReadFile(filepath.Join(survivorsOf, "src", r.File))
+			m, ok, err := findAgain(survivorsOf, src, r.Mutant)
 			if err != nil {
 				return nil, 0, err
 			}
-			after, err := os.ReadFile(filepath.Join(src, r.File))
-			if err != nil {
-				return nil, 0, err
-			}
-			m, ok := mutants.Relocate(before, after, r.Mutant)
 			if !ok {
 				fmt.Printf("%s: %s: its line is gone from the current tree (rewritten), not judged again\n", dir, r.Mutant)
 				continue
@@ -274,20 +268,35 @@ func sampled(dir, src, name string) (map[string]bool, error) {
 			return nil, err
 		}
 		for _, r := range rs {
-			before, err := os.ReadFile(filepath.Join(dir, "src", r.File))
+			m, ok, err := findAgain(dir, src, r.Mutant)
 			if err != nil {
 				return nil, err
 			}
-			after, err := os.ReadFile(filepath.Join(src, r.File))
-			if err != nil {
-				continue // the file is gone
-			}
-			if m, ok := mutants.Relocate(before, after, r.Mutant); ok {
+			if ok {
 				seen[m.String()] = true
 			}
 		}
 	}
 	return seen, nil
+}
+
+// findAgain finds a mutant of the earlier run in dir (whose tree copy is
+// dir/src) in the tree at src, where its file may have changed since; false
+// when its line, or its file, is gone.
+func findAgain(dir, src string, m mutants.Mutant) (mutants.Mutant, bool, error) {
+	before, err := os.ReadFile(filepath.Join(dir, "src", m.File))
+	if err != nil {
+		return m, false, err
+	}
+	after, err := os.ReadFile(filepath.Join(src, m.File))
+	if errors.Is(err, os.ErrNotExist) {
+		return m, false, nil
+	}
+	if err != nil {
+		return m, false, err
+	}
+	m, ok := mutants.Relocate(before, after, m)
+	return m, ok, nil
 }
 
 func readResults(path string) (map[string]result, error) {
@@ -335,17 +344,15 @@ func (rn *runner) runMutant(ctx context.Context, dir string, m mutants.Mutant, t
 	if ctx.Err() != nil {
 		return result{}, ctx.Err()
 	}
+	elsewhere := false
 	if err == nil && rn.also != "" {
 		b, err = goTest(ctx, src, strings.TrimPrefix(filepath.Clean(rn.also), "./"), timeout, "-failfast", "-run", rn.alsoRun)
 		if ctx.Err() != nil {
 			return result{}, ctx.Err()
 		}
-		if err != nil {
-			b = append([]byte(rn.also+": "), b...)
-		}
+		elsewhere = err != nil
 	}
-	r := result{Mutant: m, Seconds: time.Since(start).Seconds()}
-	r.Elsewhere = err != nil && bytes.HasPrefix(b, []byte(rn.also+": ")) && rn.also != ""
+	r := result{Mutant: m, Seconds: time.Since(start).Seconds(), Elsewhere: elsewhere}
 	switch {
 	case err == nil:
 		r.Status = "LIVED"
