@@ -92,9 +92,11 @@ func (c *Comparer) Observe(o Observation) {
 	}
 	op, mode := string(o.Op), o.Mode
 	c.m.observations.WithLabelValues(op, string(class), o.Pod, mode).Inc()
-	c.m.latency.WithLabelValues(string(o.Authority.Store), string(SideAuthority), op, mode).Observe(o.Authority.Latency.Seconds())
-	if !o.Shadow.Skipped {
-		c.m.latency.WithLabelValues(string(o.Shadow.Store), string(SideShadow), op, mode).Observe(o.Shadow.Latency.Seconds())
+	if !o.Relayed {
+		c.m.latency.WithLabelValues(string(o.Authority.Store), string(SideAuthority), op, mode).Observe(o.Authority.Latency.Seconds())
+		if !o.Shadow.Skipped {
+			c.m.latency.WithLabelValues(string(o.Shadow.Store), string(SideShadow), op, mode).Observe(o.Shadow.Latency.Seconds())
+		}
 	}
 	if c.closed.Load() {
 		c.m.statsDropped.Inc()

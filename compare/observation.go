@@ -96,4 +96,57 @@ type Observation struct {
 	Authority Outcome
 	// Shadow is the other store's outcome, compared only.
 	Shadow Outcome
+	// Relayed: Redis's outcome came from the relay, which asked Redis
+	// about the cart just before applying MySQL's decision (see
+	// RelayedReserve), not from a call beside the authority's. Neither
+	// side's latency was measured, and none is recorded.
+	Relayed bool
+}
+
+// RelayedReserve is the observation of a reserve MySQL decided in a mode
+// that compares, made by the relay (package mirror) from the change that
+// carried its cart (c.Cart, c.CartLabel) and Redis's answer to that cart,
+// asked just before the change was applied, against the state every
+// earlier change left: the state MySQL decided from, without the relay's
+// lag that a call beside the authority's would see.
+//
+// MySQL's answer is read from the reservation's state when the change was
+// read: refused is the insufficient answer with its short lines; any
+// other state (held, or a later claimed, released or expired) was a
+// reserve with the allocations the state keeps. ok is false when the
+// change says nothing of the answer (no cart, or the reservation's record
+// is gone).
+func RelayedReserve(pod string, c reservation.Change, redis reservation.ReserveResult, err error) (o Observation, ok bool) {
+	if len(c.Cart) == 0 || c.State == "" {
+		return Observation{}, false
+	}
+	o = Observation{Op: OpReserve, Pod: pod, Shop: c.Shop, Token: c.Token, Mode: c.CartLabel, Relayed: true,
+		Authority: Outcome{Store: reservation.AuthorityMySQL}, Shadow: Outcome{Store: reservation.AuthorityRedis}}
+	if c.State == reservation.StateRefused {
+		o.Authority.Result, o.Authority.Short = ResultInsufficient, c.Short
+	} else {
+		o.Authority.Result, o.Authority.Allocations = ResultReserved, c.Allocations
+	}
+	if err != nil {
+		o.Shadow.Err = err
+	} else {
+		o.Shadow.Result, o.Shadow.Allocations, o.Shadow.Short = string(redis.Status), redis.Allocations, redis.Short
+	}
+	return o, true
+}
+
+// Observer takes observations; *Comparer is one.
+type Observer interface {
+	Observe(Observation)
+}
+
+// ObserveRelayed returns the callback a pod's relay calls with Redis's
+// answer to each cart it evaluated (mirror.Config.Evaluated): it hands
+// obs the RelayedReserve observation of pod.
+func ObserveRelayed(pod string, obs Observer) func(c reservation.Change, redis reservation.ReserveResult, err error) {
+	return func(c reservation.Change, redis reservation.ReserveResult, err error) {
+		if o, ok := RelayedReserve(pod, c, redis, err); ok {
+			obs.Observe(o)
+		}
+	}
 }

@@ -80,6 +80,9 @@ func (c *Comparer) count(o Observation, class Class, at time.Time) {
 		c.pending[k] = v
 	}
 	v.n++
+	if o.Relayed {
+		return // no latency measured
+	}
 	v.authority.add(o.Authority.Latency)
 	if !o.Shadow.Skipped {
 		v.shadow.add(o.Shadow.Latency)

@@ -455,6 +455,8 @@ func (m *mirrorSpy) Handoff(_ context.Context, shop int64, to reservation.Author
 
 func (m *mirrorSpy) Push() { m.pushes.Add(1) }
 
+func (m *mirrorSpy) Evaluates() bool { return false }
+
 func (m *mirrorSpy) Flush(context.Context, int64) error {
 	m.flushes.Add(1)
 	return nil

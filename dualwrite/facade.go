@@ -71,6 +71,11 @@ type Mirror interface {
 	Push()
 	// Flush delivers the shop's pending changes to Redis now.
 	Flush(ctx context.Context, shop int64) error
+	// Evaluates reports whether the relay compares the reserves MySQL
+	// decides (ReserveParams.Compare): it asks Redis about each cart as
+	// it applies MySQL's decision and observes the pair. When false the
+	// facade asks Redis itself, beside the decision.
+	Evaluates() bool
 }
 
 // ErrFlagsUnavailable is returned, touching no store, when the replica

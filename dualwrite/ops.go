@@ -108,9 +108,11 @@ func (f *Facade) modeLabel(plan rollout.Route) string {
 }
 
 // Reserve places the hold with the shop's decider. While the mode
-// compares, the other store is asked concurrently what it would do: MySQL
-// keeps a shadow hold of its own (released again if Redis, deciding, held
-// nothing for the cart), Redis only evaluates the cart.
+// compares, the other store is asked what it would do: MySQL keeps a
+// shadow hold of its own (released again if Redis, deciding, held nothing
+// for the cart), concurrently; Redis only evaluates the cart, and where
+// the relay runs (Mirror.Evaluates) it is the relay that asks, as it
+// applies MySQL's decision: the facade makes no Redis call at all.
 func (f *Facade) Reserve(ctx context.Context, p *reservation.ReserveParams) (reservation.ReserveResult, error) {
 	d, plan, err := f.decide(ctx, p.Shop)
 	if err != nil {
@@ -118,12 +120,16 @@ func (f *Facade) Reserve(ctx context.Context, p *reservation.ReserveParams) (res
 	}
 	f.served(plan, compare.OpReserve)
 	q := *p
-	q.As, q.Authority = reservation.AsAuthority, ""
+	q.As, q.Authority, q.Compare = reservation.AsAuthority, "", ""
+	cplan := plan
+	if f.relayCompares(plan) {
+		q.Compare, cplan.Shadow = f.modeLabel(plan), false
+	}
 	// The shadow runs after Reserve may have returned: it gets a copy of
 	// the cart, since the caller may reuse its slices.
 	sq := *p
-	sq.As, sq.Authority, sq.Lines = reservation.AsShadow, plan.Authority, cloneLines(p.Lines)
-	c := f.compared(ctx, plan, compare.OpReserve, p.Shop, p.Token,
+	sq.As, sq.Authority, sq.Compare, sq.Lines = reservation.AsShadow, plan.Authority, "", cloneLines(p.Lines)
+	c := f.compared(ctx, cplan, compare.OpReserve, p.Shop, p.Token,
 		func(sctx context.Context, shadow reservation.Store) compare.Outcome {
 			return reserveOutcome(shadow.Reserve(sctx, &sq))
 		},
@@ -136,6 +142,17 @@ func (f *Facade) Reserve(ctx context.Context, p *reservation.ReserveParams) (res
 	return decideOne(ctx, f, p.Shop, d, plan, c,
 		func(s reservation.Store) (reservation.ReserveResult, error) { return s.Reserve(ctx, &q) },
 		reserveOutcome, func(r reservation.ReserveResult) bool { return !r.Replayed })
+}
+
+// relayCompares says whether the relay, not the facade, compares a
+// reserve on plan: MySQL decides, the mode compares with Redis, and the
+// relay evaluates carts. The relay asks Redis against exactly the state
+// MySQL decided from (every earlier change applied), which a call beside
+// MySQL's would not see while the relay lags; and the change costs Redis
+// one script in a pipeline the relay sends anyway, instead of a call of
+// its own. A calibration facade's stores are not the pair.
+func (f *Facade) relayCompares(plan rollout.Route) bool {
+	return plan.Shadow && plan.Authority == reservation.AuthorityMySQL && !f.cfg.Calibration && f.cfg.Mirror.Evaluates()
 }
 
 // decideOne has the shop's decider make one call, gives its answer (and

@@ -62,6 +62,13 @@ type Config struct {
 	// forced (kill switch redis_only): past it Redis takes the shop without
 	// MySQL (see Handoff). Default: 1s.
 	ForceAfter time.Duration
+	// Evaluated, when set, receives Redis's own answer to each cart a
+	// change carries (a reserve MySQL decided while the mode compares,
+	// reservation.Change.Cart), asked just before the change is applied,
+	// once it is applied: the comparison of that reserve. It runs in the
+	// relay's goroutine and must not block (compare.Comparer.Observe does
+	// not). Without it carts are not evaluated, and Evaluates says so.
+	Evaluated func(c reservation.Change, redis reservation.ReserveResult, err error)
 	// Disabled stops the change feed from reaching Redis at all: Run
 	// returns at once, Flush delivers nothing, and a handoff to Redis sets
 	// Redis's fence without draining the shop's pending changes. Only
@@ -316,7 +323,7 @@ func (m *Mirror) applyBatch(ctx context.Context, changes []reservation.Change) (
 	rest := changes
 	for len(rest) > 0 {
 		start := time.Now()
-		applied, aerr := m.cfg.Redis.Apply(ctx, rest)
+		applied, aerr := m.cfg.Redis.ApplyEvaluating(ctx, rest, m.evaluated(rest))
 		m.metrics.applySeconds.Observe(time.Since(start).Seconds())
 		for _, c := range rest[:applied] {
 			done = append(done, c.ID)
@@ -345,6 +352,27 @@ func (m *Mirror) applyBatch(ctx context.Context, changes []reservation.Change) (
 		errs = append(errs, err)
 	}
 	return stuckShops, errors.Join(errs...)
+}
+
+// evaluated is the redisstore callback that hands the answers Redis gave
+// to the carts of changes to Config.Evaluated; nil (no cart evaluated)
+// without one.
+func (m *Mirror) evaluated(changes []reservation.Change) redisstore.Evaluated {
+	if m.cfg.Evaluated == nil {
+		return nil
+	}
+	return func(i int, res reservation.ReserveResult, err error) {
+		m.metrics.evaluated.Inc()
+		m.cfg.Evaluated(changes[i], res, err)
+	}
+}
+
+// Evaluates reports whether the relay asks Redis about the carts MySQL
+// records for comparison (Change.Cart) and hands the answers to
+// Config.Evaluated: true when the feed runs and Evaluated is set. The
+// facade asks Redis itself when it is false.
+func (m *Mirror) Evaluates() bool {
+	return !m.cfg.Disabled && m.cfg.Evaluated != nil
 }
 
 // Flush applies every pending change of one shop now, in order: what a

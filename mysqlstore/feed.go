@@ -52,11 +52,14 @@ func (s *Store) pending(ctx context.Context, query string, args ...any) ([]reser
 	var out []reservation.Change
 	for rows.Next() {
 		var ch reservation.Change
-		var kind, decider, state, allocs, short string
+		var kind, decider, state, allocs, short, cart string
 		var exp sql.NullTime
 		if err := rows.Scan(&ch.ID, &ch.Shop, &kind, &ch.Token, &ch.Item, &ch.Location, &ch.Delta,
-			&decider, &ch.Fence.Epoch, &state, &allocs, &short, &exp); err != nil {
+			&decider, &ch.Fence.Epoch, &state, &allocs, &short, &exp, &cart, &ch.CartLabel); err != nil {
 			return nil, err
+		}
+		if ch.Cart, err = reservation.DecodeCart(cart); err != nil {
+			return nil, fmt.Errorf("mysqlstore: change %d: %w", ch.ID, err)
 		}
 		ch.Kind, ch.Fence.Decider, ch.State, ch.ExpiresAt = reservation.ChangeKind(kind), reservation.Authority(decider), reservation.State(state), exp.Time
 		if ch.Allocations, err = reservation.DecodeAllocations(allocs); err != nil {

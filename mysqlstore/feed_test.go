@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -46,5 +47,67 @@ func TestPendingReadsAFullBatch(t *testing.T) {
 		if cs, err := read(full + 1); !errors.As(err, &ve) || cs != nil {
 			t.Errorf("%s, limit %d: %d changes, %v; want a validation error", name, full+1, len(cs), err)
 		}
+	}
+}
+
+// A reserve MySQL decides with a compare label records its cart, as asked
+// (lines in the caller's order, locations in preference order), with the
+// change Redis must follow, held or refused; the relay reads it back with
+// the label. A reserve without a label, a replay and a release record no
+// cart. MySQL decides exactly as it would without the label.
+func TestPendingCarriesTheCartOfACompare(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, 10)
+	b.stock(t, 1, 2, 1)
+	b.stock(t, 2, 1, 5)
+	cart := []reservation.Line{{Item: 2, Quantity: 1, Locations: []int64{3, 1}}, {Item: 1, Quantity: 1, Locations: []int64{2}}}
+	reserve := func(token, label string, lines []reservation.Line) reservation.ReserveResult {
+		t.Helper()
+		r, err := b.s.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: token, Lines: lines, TTL: time.Minute, Compare: label})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	before, err := b.s.Pending(ctx, shop, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := reserve("held", "mysql", cart); r.Status != reservation.StatusReserved {
+		t.Fatalf("held: %+v", r)
+	}
+	if r := reserve("held", "mysql", cart); !r.Replayed {
+		t.Fatalf("replay: %+v", r)
+	}
+	if r := reserve("refused", "calibration_mysql", one(1, 1)); r.Status != reservation.StatusInsufficient {
+		t.Fatalf("refused: %+v", r)
+	}
+	if r := reserve("plain", "", one(2, 1)); r.Status != reservation.StatusReserved {
+		t.Fatalf("plain: %+v", r)
+	}
+	if _, err := b.s.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: "plain"}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := b.s.Pending(ctx, shop, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := after[len(before):]
+	want := []struct {
+		token, label string
+		cart         []reservation.Line
+	}{{"held", "mysql", cart}, {"refused", "calibration_mysql", one(1, 1)}, {"plain", "", nil}, {"plain", "", nil}}
+	if len(got) != len(want) {
+		t.Fatalf("%d new changes, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		c := got[i]
+		if c.Token != w.token || c.CartLabel != w.label || !reflect.DeepEqual(c.Cart, w.cart) {
+			t.Errorf("change %d: token %q, label %q, cart %v; want %q, %q, %v", i, c.Token, c.CartLabel, c.Cart, w.token, w.label, w.cart)
+		}
+	}
+	if got[0].State != reservation.StateHeld || got[1].State != reservation.StateRefused {
+		t.Errorf("states %s, %s; want held, refused", got[0].State, got[1].State)
 	}
 }

@@ -442,7 +442,7 @@ func (r *reserveCall) write(t *txn, expires time.Time) error {
 		return err
 	}
 	if r.deciding {
-		return r.s.feedState(t, callerReserve, r.p.Shop, r.p.Token)
+		return r.s.feedStateCart(t, callerReserve, r.p.Shop, r.p.Token, r.p.Lines, r.p.Compare)
 	}
 	return nil
 }
@@ -512,7 +512,7 @@ func (r *reserveCall) insufficient(ctx context.Context) (reservation.ReserveResu
 		if err := r.s.insertState(t, callerRefuse, r.p.Shop, r.p.Token, reservation.StateRefused, reservation.AuthorityMySQL, nil, res.Short, time.Time{}); err != nil {
 			return err
 		}
-		return r.s.feedState(t, callerRefuse, r.p.Shop, r.p.Token)
+		return r.s.feedStateCart(t, callerRefuse, r.p.Shop, r.p.Token, r.p.Lines, r.p.Compare)
 	})
 	if mysqlErrno(err) == errDupEntry {
 		err = errTokenRace

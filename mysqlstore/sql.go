@@ -216,6 +216,8 @@ const (
 	sqlExpectRows = `SET @reservoir_rows = (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE ROW_COUNT() <> ?)`
 	// A state change for Redis to follow.
 	sqlFeedState = `INSERT INTO reservation_outbox (shop_id, kind, token) VALUES (?, 'state', ?)`
+	// The same, for a reserve whose cart the relay compares (Change.Cart).
+	sqlFeedStateCart = `INSERT INTO reservation_outbox (shop_id, kind, token, cart, cart_label) VALUES (?, 'state', ?, ?, ?)`
 )
 
 // Pool: the single-flight lock, the projection snapshot, units in and out.
@@ -409,7 +411,8 @@ const (
 	// change whose reservation is gone (its tombstone was forgotten) comes
 	// with an empty state.
 	sqlFeedPendingSelect = `/*caller='feed'*/ SELECT o.id, o.shop_id, o.kind, o.token, o.item_id, o.location_id, o.delta,
-    o.decider, o.epoch, COALESCE(r.state, ''), COALESCE(r.allocations, ''), COALESCE(r.short, ''), r.expires_at
+    o.decider, o.epoch, COALESCE(r.state, ''), COALESCE(r.allocations, ''), COALESCE(r.short, ''), r.expires_at,
+    COALESCE(o.cart, ''), o.cart_label
   FROM reservation_outbox o
   LEFT JOIN reservations r ON o.kind = 'state' AND r.shop_id = o.shop_id AND r.token = o.token`
 	sqlFeedPending     = sqlFeedPendingSelect + ` ORDER BY o.id LIMIT ?`

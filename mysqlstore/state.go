@@ -200,10 +200,20 @@ func (s *Store) endState(t *txn, caller string, shop int64, token string, state 
 // feedState adds to t the record that Redis must follow the token's new
 // state.
 func (s *Store) feedState(t *txn, caller string, shop int64, token string) error {
+	return s.feedStateCart(t, caller, shop, token, nil, "")
+}
+
+// feedStateCart is feedState for a reserve: with a label (ReserveParams.
+// Compare) the record carries the cart, for the relay to compare.
+func (s *Store) feedStateCart(t *txn, caller string, shop int64, token string, cart []reservation.Line, label string) error {
 	if s.cfg.NoFeed {
 		return nil
 	}
-	if err := t.exec(tag(caller)+sqlFeedState, shop, token); err != nil {
+	query, args := tag(caller)+sqlFeedState, []any{shop, token}
+	if label != "" {
+		query, args = tag(caller)+sqlFeedStateCart, append(args, reservation.EncodeCart(cart), label)
+	}
+	if err := t.exec(query, args...); err != nil {
 		return fmt.Errorf("mysqlstore: %s: record the change for Redis: %w", caller, err)
 	}
 	t.afterCommit(func() { s.metrics.feedWritten.WithLabelValues(string(reservation.ChangeState)).Inc() })

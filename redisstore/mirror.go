@@ -211,8 +211,26 @@ const applyBatch = 256
 //   - ChangeFence: the fence is set if its epoch is higher.
 //
 // Each change is counted in reservoir_redis_mirror_applies_total by kind
-// and result.
+// and result. Apply evaluates no cart (see ApplyEvaluating).
 func (s *Store) Apply(ctx context.Context, changes []reservation.Change) (applied int, err error) {
+	return s.ApplyEvaluating(ctx, changes, nil)
+}
+
+// Evaluated receives Redis's own answer to a change's cart (Change.Cart):
+// what Redis, deciding, would have answered the reserve, against the state
+// the changes before it left. i is the change's index in the slice given
+// to ApplyEvaluating; err is the evaluation's failure (the change itself
+// was applied all the same).
+type Evaluated func(i int, redis reservation.ReserveResult, err error)
+
+// ApplyEvaluating is Apply that also asks Redis about the cart a change
+// carries, read-only, in the same pipeline and just before the change is
+// applied, and hands the answer to eval once the change is applied. eval
+// is not called for a change Redis did not apply (it comes again), nor
+// when Redis already had the token (a hold or a tombstone: the change was
+// delivered before, and Redis's answer would be a replay, not a decision
+// of its own). With eval nil no cart is evaluated.
+func (s *Store) ApplyEvaluating(ctx context.Context, changes []reservation.Change, eval Evaluated) (applied int, err error) {
 	for applied < len(changes) {
 		if changes[applied].Kind == reservation.ChangeFence {
 			if err := s.applyFence(ctx, applied, changes[applied]); err != nil {
@@ -225,7 +243,7 @@ func (s *Store) Apply(ctx context.Context, changes []reservation.Change) (applie
 		for end < len(changes) && end-applied < applyBatch && changes[end].Kind != reservation.ChangeFence {
 			end++
 		}
-		n, err := s.applyPipelined(ctx, applied, changes[applied:end])
+		n, err := s.applyPipelined(ctx, applied, changes[applied:end], eval)
 		applied += n
 		if err != nil {
 			return applied, err
@@ -254,7 +272,7 @@ func (s *Store) applyFence(ctx context.Context, i int, c reservation.Change) err
 // applyPipelined applies a run of state and adjust changes (offset is the
 // first one's index in Apply's slice, for errors) and returns how many,
 // from the first, were applied.
-func (s *Store) applyPipelined(ctx context.Context, offset int, changes []reservation.Change) (int, error) {
+func (s *Store) applyPipelined(ctx context.Context, offset int, changes []reservation.Change, eval Evaluated) (int, error) {
 	var invalid error
 	for i, c := range changes {
 		if err := validChange(offset+i, c); err != nil {
@@ -276,7 +294,7 @@ func (s *Store) applyPipelined(ctx context.Context, offset int, changes []reserv
 	done := 0
 	reloaded := false
 	for done < len(changes) {
-		n, noScript, err := s.applyOnce(ctx, offset+done, changes[done:])
+		n, noScript, err := s.applyOnce(ctx, offset+done, changes[done:], eval)
 		done += n
 		if err == nil {
 			continue
@@ -298,12 +316,19 @@ func (s *Store) applyPipelined(ctx context.Context, offset int, changes []reserv
 // applyOnce sends changes in one pipeline and returns how many, from the
 // first, were applied, and whether the first failure was a script missing
 // from the server's cache.
-func (s *Store) applyOnce(ctx context.Context, offset int, changes []reservation.Change) (int, bool, error) {
+func (s *Store) applyOnce(ctx context.Context, offset int, changes []reservation.Change, eval Evaluated) (int, bool, error) {
 	cmds := make([]*redis.Cmd, len(changes))
+	var evals []evaluation
+	if eval != nil {
+		evals = make([]evaluation, len(changes))
+	}
 	start := time.Now()
 	_, _ = s.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, c := range changes {
 			k := s.shopKeys(c.Shop)
+			if evals != nil && c.Kind == reservation.ChangeState && c.State != "" && len(c.Cart) > 0 {
+				evals[i] = s.evaluate(ctx, pipe, c)
+			}
 			switch {
 			case c.Kind == reservation.ChangeAdjust:
 				cmds[i] = scriptAdjust.EvalSha(ctx, pipe, []string{k.qty(c.Item), k.op(c.ID)}, c.Location, c.Delta, changeTTL.Milliseconds())
@@ -316,8 +341,12 @@ func (s *Store) applyOnce(ctx context.Context, offset int, changes []reservation
 		return nil
 	})
 	for i, c := range changes {
+		if evals != nil && evals[i].cmd != nil && isNoScript(evals[i].cmd.Err()) {
+			return i, true, evals[i].cmd.Err()
+		}
 		if cmds[i] == nil {
 			s.metrics.mirrorApplies.WithLabelValues(string(c.Kind), "nothing").Inc()
+			s.evaluated(evals, offset, i, start, eval)
 			continue
 		}
 		result, err := s.applied(c, cmds[i])
@@ -337,8 +366,58 @@ func (s *Store) applyOnce(ctx context.Context, offset int, changes []reservation
 		if result == "converted" || result == "tombstoned" {
 			s.metrics.tombstonesWritten.WithLabelValues(string(c.State)).Inc()
 		}
+		s.evaluated(evals, offset, i, start, eval)
 	}
 	return len(changes), false, nil
+}
+
+// evaluation is a cart's evaluation queued in an apply pipeline: the
+// script call, or why none was made.
+type evaluation struct {
+	p   *reservation.ReserveParams
+	cmd *redis.Cmd
+	err error
+}
+
+// evaluate queues on pipe the read-only reserve of c's cart, as Redis would
+// have decided it (scriptReserve in shadow mode, as a shadow Reserve runs
+// it). The hold's TTL only sets the expiry of an answer nobody keeps.
+func (s *Store) evaluate(ctx context.Context, pipe redis.Pipeliner, c reservation.Change) evaluation {
+	p := &reservation.ReserveParams{Shop: c.Shop, Token: c.Token, Lines: c.Cart, TTL: s.cfg.Limits.MinTTL, As: reservation.AsShadow}
+	if err := s.cfg.Limits.ValidateCart(c.Cart); err != nil {
+		return evaluation{p: p, err: fmt.Errorf("redisstore: evaluate the cart of token %q: %w", c.Token, err)}
+	}
+	keys, args := s.reserveArgs(p, reservation.AuthorityRedis)
+	return evaluation{p: p, cmd: scriptReserve.EvalShaRO(ctx, pipe, keys, args...)}
+}
+
+// evaluated hands the evaluation of changes[i], if any, to eval: the
+// change is applied.
+func (s *Store) evaluated(evals []evaluation, offset, i int, start time.Time, eval Evaluated) {
+	if evals == nil || evals[i].p == nil {
+		return
+	}
+	e := evals[i]
+	if e.err != nil {
+		eval(offset+i, reservation.ReserveResult{}, e.err)
+		return
+	}
+	v, err := e.cmd.Result()
+	s.metrics.observe("apply_evaluate", start, err)
+	if err != nil {
+		eval(offset+i, reservation.ReserveResult{}, fmt.Errorf("redisstore: evaluate the cart of token %q: %w", e.p.Token, err))
+		return
+	}
+	reply, ok := v.([]any)
+	if !ok || len(reply) == 0 {
+		eval(offset+i, reservation.ReserveResult{}, fmt.Errorf("redisstore: evaluate the cart of token %q: unexpected reply %v", e.p.Token, v))
+		return
+	}
+	if reply[0] == "tomb" || reply[0] == "existing" {
+		return // delivered before: Redis already follows the token
+	}
+	res, err := s.reserveAnswer(e.p, reservation.AuthorityRedis, reply)
+	eval(offset+i, res, err)
 }
 
 // applied reads one change's script reply into its result label.
@@ -367,7 +446,7 @@ func (s *Store) applied(c reservation.Change, cmd *redis.Cmd) (string, error) {
 }
 
 func (s *Store) loadApplyScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{scriptAdjust, scriptApplyState} {
+	for _, sc := range []*redis.Script{scriptAdjust, scriptApplyState, scriptReserve} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("redisstore: apply: load scripts: %w", err)
 		}

@@ -438,3 +438,72 @@ func TestApplyTimesEachChangeUnderItsScript(t *testing.T) {
 		t.Errorf("after two adjusts more: apply_state timed %d, apply_adjust %d; want 1 and 2", st, adj)
 	}
 }
+
+// ApplyEvaluating asks Redis about each cart a change carries, just
+// before applying the change: Redis's own answer against the state the
+// changes before it left (a cart after a hold that took the last unit is
+// short; a cart MySQL refused may be one Redis would have held). It
+// reports nothing for a change without a cart, nor for a change delivered
+// again (Redis already has the token), and a cart that cannot be
+// evaluated is reported as an error while its change is applied.
+func TestApplyEvaluatesCartsBeforeApplying(t *testing.T) {
+	t.Parallel()
+	for _, srv := range servers {
+		t.Run(srv.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, srv.new)
+			f := newFeed()
+			b.apply(t, f.adjust(1, 1, 2), f.adjust(2, 1, 1))
+			withCart := func(c reservation.Change, lines ...reservation.Line) reservation.Change {
+				c.Cart, c.CartLabel = lines, "mysql"
+				return c
+			}
+			refused := reservation.Change{ID: f.next(), Kind: reservation.ChangeState, Shop: shop, Token: "c", State: reservation.StateRefused,
+				Short: []reservation.ShortLine{{Item: 2, Requested: 1, Unheld: 0}}}
+			changes := []reservation.Change{
+				withCart(f.state("a", reservation.StateHeld, alloc(1, 1, 2)), reservation.Line{Item: 1, Quantity: 2, Locations: []int64{2, 1}}),
+				withCart(f.state("b", reservation.StateHeld, alloc(1, 1, 1)), reservation.Line{Item: 1, Quantity: 1, Locations: []int64{1}}),
+				withCart(refused, reservation.Line{Item: 2, Quantity: 1, Locations: []int64{1}}),
+				f.adjust(2, 1, 1),
+				f.state("d", reservation.StateHeld, alloc(2, 1, 1)),
+				withCart(f.state("e", reservation.StateHeld, alloc(2, 1, 1)), reservation.Line{Item: 0, Quantity: 1, Locations: []int64{1}}),
+			}
+			type answer struct {
+				res reservation.ReserveResult
+				err error
+			}
+			got := map[int]answer{}
+			eval := func(i int, res reservation.ReserveResult, err error) { got[i] = answer{res, err} }
+			if n, err := b.s.ApplyEvaluating(ctx(t), changes, eval); err != nil || n != len(changes) {
+				t.Fatalf("applied %d of %d: %v", n, len(changes), err)
+			}
+			if len(got) != 4 {
+				t.Errorf("%d carts reported, want 4 (changes 0, 1, 2 and 5): %v", len(got), got)
+			}
+			if a := got[0]; a.err != nil || a.res.Status != reservation.StatusReserved || len(a.res.Allocations) != 1 || a.res.Allocations[0] != alloc(1, 1, 2) {
+				t.Errorf("a: %+v, want reserved 2 of item 1 at location 1 (location 2 has none)", a)
+			}
+			if a := got[1]; a.err != nil || a.res.Status != reservation.StatusInsufficient || len(a.res.Short) != 1 || a.res.Short[0] != (reservation.ShortLine{Item: 1, Requested: 1, Unheld: 0}) {
+				t.Errorf("b: %+v, want short: a's hold, applied before, took both units", a)
+			}
+			if a := got[2]; a.err != nil || a.res.Status != reservation.StatusReserved {
+				t.Errorf("c: %+v, want reserved (Redis had the unit MySQL refused)", a)
+			}
+			var ve *reservation.ValidationError
+			if a := got[5]; !errors.As(a.err, &ve) {
+				t.Errorf("e: %+v, want the invalid cart named", a)
+			}
+			if u := b.qty(t, 2, 1); u != 0 {
+				t.Errorf("item 2 quantity %d, want 0: every change applied (1 + 1 - d - e)", u)
+			}
+			// Delivered again: Redis has every token (held or refused).
+			clear(got)
+			if n, err := b.s.ApplyEvaluating(ctx(t), changes[:3], eval); err != nil || n != 3 {
+				t.Fatalf("again: applied %d of 3: %v", n, err)
+			}
+			if len(got) != 0 {
+				t.Errorf("a change delivered again was evaluated: %v", got)
+			}
+		})
+	}
+}

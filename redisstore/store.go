@@ -167,6 +167,22 @@ func (s *Store) Reserve(ctx context.Context, p *reservation.ReserveParams) (rese
 	if authority == "" {
 		authority = reservation.AuthorityRedis
 	}
+	keys, args := s.reserveArgs(p, authority)
+	var reply []any
+	var err error
+	if p.As == reservation.AsShadow {
+		reply, err = s.runRO(ctx, "reserve_shadow", scriptReserve, keys, args...)
+	} else {
+		reply, err = s.run(ctx, "reserve", scriptReserve, keys, args...)
+	}
+	if err != nil {
+		return reservation.ReserveResult{}, err
+	}
+	return s.reserveAnswer(p, authority, reply)
+}
+
+// reserveArgs are the keys and arguments of scriptReserve for p.
+func (s *Store) reserveArgs(p *reservation.ReserveParams, authority reservation.Authority) ([]string, []any) {
 	check := "1"
 	if s.skipTokenCheck {
 		check = "0"
@@ -179,17 +195,11 @@ func (s *Store) Reserve(ctx context.Context, p *reservation.ReserveParams) (rese
 			args = append(args, loc)
 		}
 	}
-	keys := []string{k.expiry(), k.hold(p.Token), k.tomb(p.Token), k.fence()}
-	var reply []any
-	var err error
-	if p.As == reservation.AsShadow {
-		reply, err = s.runRO(ctx, "reserve_shadow", scriptReserve, keys, args...)
-	} else {
-		reply, err = s.run(ctx, "reserve", scriptReserve, keys, args...)
-	}
-	if err != nil {
-		return reservation.ReserveResult{}, err
-	}
+	return []string{k.expiry(), k.hold(p.Token), k.tomb(p.Token), k.fence()}, args
+}
+
+// reserveAnswer reads scriptReserve's reply to p.
+func (s *Store) reserveAnswer(p *reservation.ReserveParams, authority reservation.Authority, reply []any) (reservation.ReserveResult, error) {
 	switch reply[0] {
 	case "fence":
 		return reservation.ReserveResult{}, s.notDecider("reserve", p.Shop, at(reply, 1))

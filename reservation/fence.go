@@ -166,6 +166,14 @@ type Change struct {
 
 	// ChangeFence: the fence MySQL set.
 	Fence Fence
+
+	// Cart is set on the change a reserve MySQL decided with
+	// ReserveParams.Compare: the cart as asked, in the caller's order, so
+	// that the relay asks Redis what it would have decided, against the
+	// state the changes before this one left, before applying MySQL's
+	// decision. CartLabel is the label the comparison counts under.
+	Cart      []Line
+	CartLabel string
 }
 
 // Snapshot is a shop's reservation state in one store: its fence, holds
@@ -175,6 +183,58 @@ type Snapshot struct {
 	Fence      Fence
 	Holds      []Hold
 	Tombstones []Tombstone
+}
+
+// EncodeCart is the compact text form of a cart's lines, in their order,
+// that the change feed keeps: "item:quantity:location|location,...".
+func EncodeCart(lines []Line) string {
+	var b strings.Builder
+	for i, ln := range lines {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%d:%d:", ln.Item, ln.Quantity)
+		for k, loc := range ln.Locations {
+			if k > 0 {
+				b.WriteByte('|')
+			}
+			b.WriteString(strconv.FormatInt(loc, 10))
+		}
+	}
+	return b.String()
+}
+
+// DecodeCart reads EncodeCart's form back ("" is no cart).
+func DecodeCart(s string) ([]Line, error) {
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	out := make([]Line, 0, len(parts))
+	for _, p := range parts {
+		f := strings.Split(p, ":")
+		if len(f) != 3 || f[2] == "" {
+			return nil, fmt.Errorf("reservation: cart %q: bad line %q", s, p)
+		}
+		ln := Line{}
+		var err error
+		if ln.Item, err = strconv.ParseInt(f[0], 10, 64); err == nil {
+			ln.Quantity, err = strconv.ParseInt(f[1], 10, 64)
+		}
+		for _, loc := range strings.Split(f[2], "|") {
+			if err != nil {
+				break
+			}
+			var v int64
+			v, err = strconv.ParseInt(loc, 10, 64)
+			ln.Locations = append(ln.Locations, v)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reservation: cart %q: bad line %q: %w", s, p, err)
+		}
+		out = append(out, ln)
+	}
+	return out, nil
 }
 
 // EncodeAllocations is the compact text form both stores use for a list of

@@ -100,7 +100,17 @@ type ReserveParams struct {
 	Authority Authority
 	// As: decide (the zero value) or follow for comparison (see Role).
 	As Role
+	// Compare, when set, asks the store that decides to have the cart
+	// compared with what Redis would have decided, under this label (the
+	// comparer's mode, at most MaxCompareLabel bytes): MySQL records the
+	// cart with the change Redis must follow, and the relay that applies
+	// the change asks Redis first (Change.Cart). The facade sets it in
+	// mysql mode instead of asking Redis itself; Redis ignores it.
+	Compare string
 }
+
+// MaxCompareLabel is the longest ReserveParams.Compare.
+const MaxCompareLabel = 32
 
 // ShortLine describes a line that could not be served.
 type ShortLine struct {

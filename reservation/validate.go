@@ -119,14 +119,26 @@ func (l Limits) ValidateReserve(p *ReserveParams) error {
 	if p.Authority != "" && !p.Authority.Valid() {
 		return invalid("authority", "must be %q or %q, got %q", AuthorityRedis, AuthorityMySQL, p.Authority)
 	}
-	if len(p.Lines) == 0 {
+	if len(p.Compare) > MaxCompareLabel {
+		return invalid("compare", "at most %d bytes, got %d", MaxCompareLabel, len(p.Compare))
+	}
+	return l.validateLines(p.Lines)
+}
+
+// ValidateCart checks a cart's lines alone, as ValidateReserve does.
+func (l Limits) ValidateCart(lines []Line) error {
+	return l.validateLines(lines)
+}
+
+func (l Limits) validateLines(lines []Line) error {
+	if len(lines) == 0 {
 		return invalid("lines", "must have at least one line")
 	}
-	if len(p.Lines) > l.MaxLines {
-		return invalid("lines", "at most %d lines, got %d", l.MaxLines, len(p.Lines))
+	if len(lines) > l.MaxLines {
+		return invalid("lines", "at most %d lines, got %d", l.MaxLines, len(lines))
 	}
-	seen := make(map[int64]int, len(p.Lines))
-	for i, ln := range p.Lines {
+	seen := make(map[int64]int, len(lines))
+	for i, ln := range lines {
 		f := fmt.Sprintf("lines[%d]", i)
 		if ln.Item <= 0 {
 			return invalid(f+".item", "must be a positive id, got %d", ln.Item)

@@ -2,6 +2,7 @@ package reservation_test
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,11 @@ func TestValidateReserve(t *testing.T) {
 	if err := l.ValidateReserve(&[]reservation.ReserveParams{ok()}[0]); err != nil {
 		t.Fatalf("valid params: %v", err)
 	}
+	withLabel := ok()
+	withLabel.Compare = strings.Repeat("m", reservation.MaxCompareLabel)
+	if err := l.ValidateReserve(&withLabel); err != nil {
+		t.Fatalf("a compare label of the longest length: %v", err)
+	}
 	cases := []struct {
 		field string
 		mut   func(p *reservation.ReserveParams)
@@ -29,6 +35,7 @@ func TestValidateReserve(t *testing.T) {
 		{"ttl", func(p *reservation.ReserveParams) { p.TTL = time.Millisecond }},
 		{"ttl", func(p *reservation.ReserveParams) { p.TTL = 2 * time.Hour }},
 		{"authority", func(p *reservation.ReserveParams) { p.Authority = "postgres" }},
+		{"compare", func(p *reservation.ReserveParams) { p.Compare = strings.Repeat("m", reservation.MaxCompareLabel+1) }},
 		{"lines", func(p *reservation.ReserveParams) { p.Lines = nil }},
 		{"lines", func(p *reservation.ReserveParams) { p.Lines = make([]reservation.Line, l.MaxLines+1) }},
 		{"lines[0].item", func(p *reservation.ReserveParams) { p.Lines[0].Item = -1 }},
@@ -108,5 +115,31 @@ func TestSameLines(t *testing.T) {
 	}
 	if reservation.SameLines(lines, held[:1]) {
 		t.Error("a missing item is a different cart")
+	}
+}
+
+// The change feed keeps a compared cart as text (EncodeCart); the relay
+// reads it back for Redis to evaluate: every line, in the caller's order,
+// with its locations in preference order.
+func TestCartRoundTrip(t *testing.T) {
+	cart := []reservation.Line{
+		{Item: 9, Quantity: 2, Locations: []int64{5, 3, 7}},
+		{Item: 1, Quantity: 1000, Locations: []int64{1}},
+	}
+	s := reservation.EncodeCart(cart)
+	if s != "9:2:5|3|7,1:1000:1" {
+		t.Fatalf("EncodeCart = %q", s)
+	}
+	back, err := reservation.DecodeCart(s)
+	if err != nil || !reflect.DeepEqual(back, cart) {
+		t.Fatalf("DecodeCart(%q) = %v, %v; want %v", s, back, err, cart)
+	}
+	if back, err := reservation.DecodeCart(""); err != nil || back != nil {
+		t.Errorf("DecodeCart(\"\") = %v, %v; want no cart", back, err)
+	}
+	for _, bad := range []string{"1:2", "1:2:", "x:2:3", "1:2:3|y", "1:2:3,"} {
+		if _, err := reservation.DecodeCart(bad); err == nil {
+			t.Errorf("DecodeCart(%q) accepted", bad)
+		}
 	}
 }

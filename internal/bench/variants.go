@@ -518,12 +518,16 @@ func newFacadeTarget(env *pointEnv, mode rollout.Mode, cfg mysqlstore.Config) (*
 	if err != nil {
 		return nil, err
 	}
-	mr, err := mirror.New(mirror.Config{Pod: "bench", MySQL: relayMy, Redis: relayRd, Logger: quiet, Disabled: noFeed})
+	cmp, err := compare.New(compare.Config{DB: env.path.db, Logger: quiet})
 	if err != nil {
 		return nil, err
 	}
-	cmp, err := compare.New(compare.Config{DB: env.path.db, Logger: quiet})
+	// Without the feed there is no relay to compare reserves: the facade
+	// asks Redis itself, as it must (Evaluates is false).
+	mr, err := mirror.New(mirror.Config{Pod: "bench", MySQL: relayMy, Redis: relayRd, Logger: quiet, Disabled: noFeed,
+		Evaluated: compare.ObserveRelayed("bench", cmp)})
 	if err != nil {
+		_ = cmp.Close(context.Background())
 		return nil, err
 	}
 	// NewStatic is at version 1: a shop whose fence is older (every shop,

@@ -327,7 +327,8 @@ func (c *Cell) openPod(tp topology.Pod, clients map[string]redis.UniversalClient
 	if err != nil {
 		return nil, fmt.Errorf("cell: pod %s: %w", tp.Name, err)
 	}
-	mr, err := mirror.New(mirror.Config{Pod: tp.Name, MySQL: my, Redis: rd, Registerer: c.cfg.Registerer, Logger: c.log, Poll: c.cfg.MirrorPoll})
+	mr, err := mirror.New(mirror.Config{Pod: tp.Name, MySQL: my, Redis: rd, Registerer: c.cfg.Registerer, Logger: c.log, Poll: c.cfg.MirrorPoll,
+		Evaluated: compare.ObserveRelayed(tp.Name, c.Comparer)})
 	if err != nil {
 		return nil, fmt.Errorf("cell: pod %s: %w", tp.Name, err)
 	}
