@@ -6,7 +6,10 @@
 //     feed (a transactional outbox, mysqlstore.Store.Pending); the relay
 //     applies pending changes to Redis in order and deletes them. One relay
 //     per pod is active at a time, across every replica (a MySQL lease);
-//     the others stand by.
+//     the others stand by. Where a change carries the cart of a reserve
+//     MySQL decided in mysql mode, the relay first asks Redis what it
+//     would have answered and hands the answer to Config.Evaluated: the
+//     comparison of that reserve (docs/compare.md).
 //   - handoffs: Handoff moves a shop's fence to the store the caller's
 //     flags name, draining the feed into Redis (to Redis) or copying Redis's
 //     state into MySQL (to MySQL), so that the store that decides next holds

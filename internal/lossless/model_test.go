@@ -229,8 +229,8 @@ func runModel(t *testing.T, m modelRun) runResult {
 			injected += r.faults.injected.Load()
 		}
 	}
-	summary := fmt.Sprintf("traffic %s, %d callers: %s; %d faults injected; %d flips (final %s): %s; history %s",
-		m.duration, m.callers, stats, injected, len(flips), final, strings.Join(flips, " | "), res)
+	summary := fmt.Sprintf("traffic %s, %d callers: %s; %d faults injected; %d carts compared by the relays (%d failed); %d flips (final %s): %s; history %s",
+		m.duration, m.callers, stats, injected, w.evaluated.Load(), w.evalFailed.Load(), len(flips), final, strings.Join(flips, " | "), res)
 	return runResult{violations: out, summary: summary}
 }
 

@@ -299,6 +299,11 @@ type world struct {
 	ctx    context.Context
 	wg     sync.WaitGroup
 	delays []chan flags // one per replica: the flags it will apply
+
+	// evaluated counts the carts the relays asked Redis about (the
+	// comparison of reserves MySQL decided in mysql mode), and
+	// evalFailed those whose evaluation failed (a fault, a shutdown).
+	evaluated, evalFailed atomic.Int64
 }
 
 type key struct{ shop, item, loc int64 }
@@ -350,7 +355,13 @@ func newWorld(t testing.TB, cfg worldConfig, seed uint64, inDoubt map[string]boo
 				t.Fatal(err)
 			}
 			if rep.mirror, err = mirror.New(mirror.Config{Pod: p.name, MySQL: rep.my, Redis: rep.rd, Disabled: cfg.noFeed,
-				Poll: 10 * time.Millisecond, Standby: 200 * time.Millisecond, Registerer: prometheus.NewRegistry()}); err != nil {
+				Poll: 10 * time.Millisecond, Standby: 200 * time.Millisecond, Registerer: prometheus.NewRegistry(),
+				Evaluated: func(_ reservation.Change, _ reservation.ReserveResult, err error) {
+					w.evaluated.Add(1)
+					if err != nil {
+						w.evalFailed.Add(1)
+					}
+				}}); err != nil {
 				t.Fatal(err)
 			}
 			if rep.facade, err = dualwrite.New(dualwrite.Config{Pod: p.name, Redis: lossyStore{rep.rd, rep.faults}, MySQL: lossyStore{rep.my, rep.faults},
