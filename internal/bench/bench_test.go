@@ -102,15 +102,15 @@ func TestPlanAndNarrow(t *testing.T) {
 }
 
 // Every facade variant runs end to end next to the Redis store: answers
-// calls, no errors, invariants hold. In mysql mode the facade finds the
+// calls, no errors, invariants hold. In mysql (and mysql_only) mode the facade finds the
 // shop handed to MySQL at its flags' version and Redis follows through the
 // relay the point runs.
 func TestRunFacades(t *testing.T) {
 	opts := Options{
 		MySQLDSN:  testdb.ServerDSN(t),
 		RedisAddr: testredis.Addr(t),
-		Sweeps: []Sweep{{Scenario: ScenarioHot, Variants: []string{VariantRedis, VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL},
-			Concurrency: []int{2}, Latencies: []time.Duration{0}}},
+		Sweeps: []Sweep{{Scenario: ScenarioHot, Variants: []string{VariantRedis, VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL,
+			VariantFacadeMySQLOnly, VariantFacadeMySQLOnlyNoFeed}, Concurrency: []int{2}, Latencies: []time.Duration{0}}},
 		Duration: 500 * time.Millisecond,
 		Warmup:   100 * time.Millisecond,
 	}
@@ -122,8 +122,8 @@ func TestRunFacades(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, progress.String())
 	}
-	if len(rep.Results) != 4 {
-		t.Fatalf("%d results, want 4", len(rep.Results))
+	if len(rep.Results) != 6 {
+		t.Fatalf("%d results, want 6", len(rep.Results))
 	}
 	for _, r := range rep.Results {
 		if r.Error != "" || r.OK == 0 || r.Invariant != "ok" || len(r.Errors) != 0 {

@@ -38,7 +38,9 @@ var palette = map[string]string{
 	VariantFacadeShadow: "#9467bd",
 	VariantFacadeMySQL:  "#8c564b",
 
-	VariantFacadeMySQLNoFeed: "#c49c94",
+	VariantFacadeMySQLNoFeed:     "#c49c94",
+	VariantFacadeMySQLOnly:       "#e377c2",
+	VariantFacadeMySQLOnlyNoFeed: "#f7b6d2",
 }
 
 // color is a variant's line colour; one without its own (the unbatched

@@ -15,7 +15,11 @@ import (
 // VariantPoolHeadScan has only the first, to tell the two apart.
 // VariantFacadeMySQLNoFeed is VariantFacadeMySQL without the change feed
 // (mysqlstore.Config.NoFeed, no relay): it is unsafe to serve and exists
-// to tell what Redis's mirror costs the MySQL-mode facade.
+// to tell what Redis's mirror costs the MySQL-mode facade (which, without
+// a relay, asks Redis itself to compare reserves).
+// VariantFacadeMySQLOnly is the facade in mode mysql_only, which compares
+// nothing; VariantFacadeMySQLOnlyNoFeed is it without the feed: the
+// facade that neither mirrors nor compares.
 //
 // A variant with the suffix Unbatched is its namesake sending one statement
 // per round trip, as the store did before it sent each transaction in
@@ -37,7 +41,9 @@ const (
 	VariantFacadeShadow = "facade-shadow"
 	VariantFacadeMySQL  = "facade-mysql"
 
-	VariantFacadeMySQLNoFeed = "facade-mysql-nofeed"
+	VariantFacadeMySQLNoFeed     = "facade-mysql-nofeed"
+	VariantFacadeMySQLOnly       = "facade-mysql-only"
+	VariantFacadeMySQLOnlyNoFeed = "facade-mysql-only-nofeed"
 
 	Unbatched = "-unbatched"
 	Alone     = "-alone"
@@ -53,7 +59,8 @@ var batchable = []string{VariantRedis, VariantPool, VariantRow, VariantBuckets, 
 
 // Variants lists every variant.
 var Variants = append([]string{VariantRedis, VariantPool, VariantPoolBefore, VariantPoolHeadScan, VariantRow, VariantBuckets,
-	VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL, VariantFacadeMySQLNoFeed}, unbatchedVariants()...)
+	VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL, VariantFacadeMySQLNoFeed,
+	VariantFacadeMySQLOnly, VariantFacadeMySQLOnlyNoFeed}, unbatchedVariants()...)
 
 func unbatchedVariants() []string {
 	var out []string

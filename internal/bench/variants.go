@@ -159,6 +159,10 @@ func newTarget(variant string, env *pointEnv) (target, error) {
 		return newFacadeTarget(env, rollout.ModeMySQL, cfg)
 	case VariantFacadeMySQLNoFeed:
 		return newFacadeTarget(env, rollout.ModeMySQL, mysqlstore.Config{NoFeed: true})
+	case VariantFacadeMySQLOnly:
+		return newFacadeTarget(env, rollout.ModeMySQLOnly, cfg)
+	case VariantFacadeMySQLOnlyNoFeed:
+		return newFacadeTarget(env, rollout.ModeMySQLOnly, mysqlstore.Config{NoFeed: true})
 	}
 	return nil, fmt.Errorf("bench: unknown variant %q", variant)
 }
@@ -570,8 +574,8 @@ func relayStores(env *pointEnv, cfg mysqlstore.Config, my *mysqlstore.Store, rd 
 }
 
 // setup stocks the shop through Redis, which decides every shop until it
-// is handed off. In mysql mode the shop is handed to MySQL at the flags'
-// version, as the facade's first call would do, so that the window
+// is handed off. In mysql and mysql_only mode the shop is handed to MySQL
+// at the flags' version, as the facade's first call would do, so that the window
 // measures MySQL deciding (with Redis following through the relay) rather
 // than the handoff; the pools are then primed by MySQL as the decider,
 // otherwise as Redis's shadow.
@@ -580,7 +584,7 @@ func (t *facadeTarget) setup(ctx context.Context, shop int64, sc *scenario) erro
 		return err
 	}
 	as := reservation.AsShadow
-	if t.mode == rollout.ModeMySQL {
+	if t.mysqlDecides() {
 		f, err := t.mr.Handoff(ctx, shop, reservation.AuthorityMySQL, t.modes.Version(), false)
 		if err != nil {
 			return err
@@ -591,6 +595,11 @@ func (t *facadeTarget) setup(ctx context.Context, shop int64, sc *scenario) erro
 		as = reservation.AsAuthority
 	}
 	return forEach(ctx, sc.items, func(ctx context.Context, i int) error { return primePool(ctx, t.my, as, shop, sc, i) })
+}
+
+// mysqlDecides: the target's mode has MySQL decide (mysql, mysql_only).
+func (t *facadeTarget) mysqlDecides() bool {
+	return t.mode == rollout.ModeMySQL || t.mode == rollout.ModeMySQLOnly
 }
 
 func (t *facadeTarget) reserve(ctx context.Context, shop int64, token string, lines []reservation.Line) (bool, error) {
@@ -619,7 +628,7 @@ func (t *facadeTarget) check(ctx context.Context, shop int64, b *book) error {
 	if err := t.f.Close(ctx); err != nil {
 		return err
 	}
-	if t.mode == rollout.ModeMySQL {
+	if t.mysqlDecides() {
 		return checkPool(ctx, t.path.db, shop, b, t.my.PoolCap(), true)
 	}
 	if err := checkPool(ctx, t.path.db, shop, b, t.my.PoolCap(), false); err != nil {
