@@ -59,7 +59,10 @@ func (s *Store) pending(ctx context.Context, query string, args ...any) ([]reser
 			return nil, err
 		}
 		if ch.Cart, err = reservation.DecodeCart(cart); err != nil {
-			return nil, fmt.Errorf("mysqlstore: change %d: %w", ch.ID, err)
+			// The cart serves a comparison only: one that cannot be read
+			// is dropped (nothing is compared), never a reason to hold up
+			// the change Redis must follow.
+			ch.Cart, ch.CartLabel = nil, ""
 		}
 		ch.Kind, ch.Fence.Decider, ch.State, ch.ExpiresAt = reservation.ChangeKind(kind), reservation.Authority(decider), reservation.State(state), exp.Time
 		if ch.Allocations, err = reservation.DecodeAllocations(allocs); err != nil {

@@ -212,29 +212,34 @@ func DecodeCart(s string) ([]Line, error) {
 	parts := strings.Split(s, ",")
 	out := make([]Line, 0, len(parts))
 	for _, p := range parts {
-		f := strings.Split(p, ":")
-		if len(f) != 3 || f[2] == "" {
-			return nil, fmt.Errorf("reservation: cart %q: bad line %q", s, p)
-		}
-		ln := Line{}
-		var err error
-		if ln.Item, err = strconv.ParseInt(f[0], 10, 64); err == nil {
-			ln.Quantity, err = strconv.ParseInt(f[1], 10, 64)
-		}
-		for _, loc := range strings.Split(f[2], "|") {
-			if err != nil {
-				break
-			}
-			var v int64
-			v, err = strconv.ParseInt(loc, 10, 64)
-			ln.Locations = append(ln.Locations, v)
-		}
+		ln, err := decodeCartLine(p)
 		if err != nil {
 			return nil, fmt.Errorf("reservation: cart %q: bad line %q: %w", s, p, err)
 		}
 		out = append(out, ln)
 	}
 	return out, nil
+}
+
+func decodeCartLine(p string) (Line, error) {
+	f := strings.Split(p, ":")
+	if len(f) != 3 || f[2] == "" {
+		return Line{}, errors.New("want item:quantity:location|...")
+	}
+	item, err1 := strconv.ParseInt(f[0], 10, 64)
+	qty, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return Line{}, err
+	}
+	ln := Line{Item: item, Quantity: qty}
+	for _, loc := range strings.Split(f[2], "|") {
+		v, err := strconv.ParseInt(loc, 10, 64)
+		if err != nil {
+			return Line{}, err
+		}
+		ln.Locations = append(ln.Locations, v)
+	}
+	return ln, nil
 }
 
 // EncodeAllocations is the compact text form both stores use for a list of
