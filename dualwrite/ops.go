@@ -21,6 +21,10 @@ type call struct {
 	shadow   shadowCall
 	// finished is set by finish (in the caller's goroutine).
 	finished bool
+	// failuresOnly: the relay compares this call's answer (a reserve
+	// MySQL decides in mysql mode); the facade observes only a failure of
+	// the decider, which leaves no change for the relay to compare.
+	failuresOnly bool
 }
 
 // compared starts the shadow side of a compared call, when the mode
@@ -56,6 +60,13 @@ func (f *Facade) compared(ctx context.Context, plan rollout.Route, op compare.Op
 	return c
 }
 
+// failuresOnly is the comparison of a call whose answers the relay
+// compares (see call.failuresOnly).
+func (f *Facade) failuresOnly(plan rollout.Route, op compare.Op, shop int64, token string) *call {
+	return &call{f: f, plan: plan, failuresOnly: true,
+		obs: compare.Observation{Op: op, Pod: f.cfg.Pod, Shop: shop, Token: token, Mode: f.modeLabel(plan), At: time.Now()}}
+}
+
 // finish records the decider's outcome; the shadow compares when it is
 // done (the caller never waits for it). decider is the store that
 // answered: when it is not the one the flags named (the call followed a
@@ -66,6 +77,13 @@ func (c *call) finish(decider reservation.Authority, a compare.Outcome) {
 		return
 	}
 	c.finished = true
+	if c.failuresOnly {
+		if decider == c.plan.Authority && a.Err != nil {
+			a.Store = decider
+			c.observe(a, compare.Outcome{Store: other(decider)}) // the shadow not asked: authority_error
+		}
+		return
+	}
 	if decider != c.plan.Authority {
 		a.Store = ""
 	} else {
@@ -121,23 +139,25 @@ func (f *Facade) Reserve(ctx context.Context, p *reservation.ReserveParams) (res
 	f.served(plan, compare.OpReserve)
 	q := *p
 	q.As, q.Authority, q.Compare = reservation.AsAuthority, "", ""
-	cplan := plan
+	var c *call
 	if f.relayCompares(plan) {
-		q.Compare, cplan.Shadow = f.modeLabel(plan), false
+		q.Compare = f.modeLabel(plan)
+		c = f.failuresOnly(plan, compare.OpReserve, p.Shop, p.Token)
+	} else {
+		// The shadow runs after Reserve may have returned: it gets a copy
+		// of the cart, since the caller may reuse its slices.
+		sq := *p
+		sq.As, sq.Authority, sq.Compare, sq.Lines = reservation.AsShadow, plan.Authority, "", cloneLines(p.Lines)
+		c = f.compared(ctx, plan, compare.OpReserve, p.Shop, p.Token,
+			func(sctx context.Context, shadow reservation.Store) compare.Outcome {
+				return reserveOutcome(shadow.Reserve(sctx, &sq))
+			},
+			func(a, s compare.Outcome) {
+				if shadowHoldsAlone(a, s) {
+					f.releaseShadow(ctx, p.Shop, p.Token)
+				}
+			})
 	}
-	// The shadow runs after Reserve may have returned: it gets a copy of
-	// the cart, since the caller may reuse its slices.
-	sq := *p
-	sq.As, sq.Authority, sq.Compare, sq.Lines = reservation.AsShadow, plan.Authority, "", cloneLines(p.Lines)
-	c := f.compared(ctx, cplan, compare.OpReserve, p.Shop, p.Token,
-		func(sctx context.Context, shadow reservation.Store) compare.Outcome {
-			return reserveOutcome(shadow.Reserve(sctx, &sq))
-		},
-		func(a, s compare.Outcome) {
-			if shadowHoldsAlone(a, s) {
-				f.releaseShadow(ctx, p.Shop, p.Token)
-			}
-		})
 	defer c.abandon()
 	return decideOne(ctx, f, p.Shop, d, plan, c,
 		func(s reservation.Store) (reservation.ReserveResult, error) { return s.Reserve(ctx, &q) },
@@ -146,11 +166,12 @@ func (f *Facade) Reserve(ctx context.Context, p *reservation.ReserveParams) (res
 
 // relayCompares says whether the relay, not the facade, compares a
 // reserve on plan: MySQL decides, the mode compares with Redis, and the
-// relay evaluates carts. The relay asks Redis against exactly the state
-// MySQL decided from (every earlier change applied), which a call beside
-// MySQL's would not see while the relay lags; and the change costs Redis
-// one script in a pipeline the relay sends anyway, instead of a call of
-// its own. A calibration facade's stores are not the pair.
+// relay evaluates carts. The relay asks Redis against the state every
+// earlier change left, the state MySQL decided from, which a call beside
+// MySQL's would not see while the relay lags (docs/compare.md says when it
+// cannot and does not ask); and the comparison costs Redis one script in
+// a pipeline the relay sends anyway, instead of a call of its own. A
+// calibration facade's stores are not the pair.
 func (f *Facade) relayCompares(plan rollout.Route) bool {
 	return plan.Shadow && plan.Authority == reservation.AuthorityMySQL && !f.cfg.Calibration && f.cfg.Mirror.Evaluates()
 }

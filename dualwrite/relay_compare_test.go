@@ -2,6 +2,7 @@ package dualwrite_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -155,5 +156,57 @@ type recorderRef struct{ rec atomic.Pointer[recorder] }
 func (r *recorderRef) Observe(o compare.Observation) {
 	if rec := r.rec.Load(); rec != nil {
 		rec.Observe(o)
+	}
+}
+
+// Where the relay compares reserves, a reserve MySQL fails to decide
+// leaves no change for it: the facade observes that failure itself
+// (authority_error), and only that.
+func TestRelayedModeObservesAuthorityFailures(t *testing.T) {
+	t.Parallel()
+	var failing atomic.Bool
+	boom := errors.New("connection lost")
+	ref := &recorderRef{}
+	b := setup(t, options{mode: rollout.ModeMySQL,
+		wrapMySQL: func(s reservation.Store) reservation.Store {
+			return faulty{Store: s, fault: func(_ context.Context, op string, as reservation.Role) error {
+				if op == "reserve" && as == reservation.AsAuthority && failing.Load() {
+					return boom
+				}
+				return nil
+			}}
+		},
+		mirror: func(c *mirror.Config) { c.Evaluated = compare.ObserveRelayed(pod, ref) }})
+	ref.rec.Store(b.rec)
+	b.stock(t, 1, 1, 5)
+	b.mustReserve(t, "ok", line(1, 1))
+	failing.Store(true)
+	if _, err := b.reserve(context.Background(), "failed", time.Minute, line(1, 1)); !errors.Is(err, boom) {
+		t.Fatalf("reserve: %v, want the injected failure", err)
+	}
+	waitFor(t, "two observations", func() (bool, string) {
+		n := b.rec.count()
+		return n >= 2, strconv.Itoa(n)
+	})
+	b.drain(t)
+	b.rec.mu.Lock()
+	defer b.rec.mu.Unlock()
+	if len(b.rec.obs) != 2 {
+		t.Fatalf("%d observations, want 2: %+v", len(b.rec.obs), b.rec.obs)
+	}
+	for _, o := range b.rec.obs {
+		class := compare.Classify(o, compare.DefaultRules)
+		switch o.Token {
+		case "ok":
+			if !o.Relayed || class != compare.ClassMatch {
+				t.Errorf("ok: relayed %v, class %s; want the relay's match", o.Relayed, class)
+			}
+		case "failed":
+			if o.Relayed || class != compare.ClassAuthorityError || !errors.Is(o.Authority.Err, boom) || o.Mode != string(rollout.ModeMySQL) {
+				t.Errorf("failed: %+v, class %s; want the facade's authority_error in mode mysql", o, class)
+			}
+		default:
+			t.Errorf("unexpected observation %+v", o)
+		}
 	}
 }

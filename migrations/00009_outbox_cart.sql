@@ -6,7 +6,7 @@
 
 -- +goose Up
 ALTER TABLE reservation_outbox
-  ADD COLUMN cart       BLOB          NULL,                -- the cart, reservation.EncodeCart
+  ADD COLUMN cart       MEDIUMBLOB    NULL,                -- the cart, reservation.EncodeCart (the longest valid cart is about 110 KB)
   ADD COLUMN cart_label VARBINARY(32) NOT NULL DEFAULT ''; -- the comparer's mode
 
 -- +goose Down

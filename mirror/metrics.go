@@ -9,6 +9,7 @@ type metrics struct {
 	applied        *prometheus.CounterVec
 	failures       prometheus.Counter
 	evaluated      prometheus.Counter
+	cartsStale     prometheus.Counter
 	applySeconds   prometheus.Histogram
 	handoffs       *prometheus.CounterVec
 	handoffSeconds *prometheus.HistogramVec
@@ -41,6 +42,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "reservoir_mirror_carts_evaluated_total",
 			Help: "Carts of reserves MySQL decided in mysql mode that the relay asked Redis about, for the comparer, as it applied them.",
 		}),
+		cartsStale: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "reservoir_mirror_carts_stale_total",
+			Help: "Carts the relay did not ask Redis about because a reservation changed again before the relay read it: Redis's state would not be the one MySQL decided from.",
+		}),
 		applySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "reservoir_mirror_apply_seconds",
 			Help:    "Time to apply one batch of changes to Redis.",
@@ -57,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"to"}),
 	}
-	for _, c := range []prometheus.Collector{m.backlog, m.lag, m.leader, m.applied, m.failures, m.evaluated, m.applySeconds, m.handoffs, m.handoffSeconds} {
+	for _, c := range []prometheus.Collector{m.backlog, m.lag, m.leader, m.applied, m.failures, m.evaluated, m.cartsStale, m.applySeconds, m.handoffs, m.handoffSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

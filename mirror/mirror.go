@@ -7,8 +7,8 @@
 //     applies pending changes to Redis in order and deletes them. One relay
 //     per pod is active at a time, across every replica (a MySQL lease);
 //     the others stand by. Where a change carries the cart of a reserve
-//     MySQL decided in mysql mode, the relay first asks Redis what it
-//     would have answered and hands the answer to Config.Evaluated: the
+//     MySQL decided in mysql mode, the relay's rounds first ask Redis what
+//     it would have answered and hand the answer to Config.Evaluated: the
 //     comparison of that reserve (docs/compare.md).
 //   - handoffs: Handoff moves a shop's fence to the store the caller's
 //     flags name, draining the feed into Redis (to Redis) or copying Redis's
@@ -304,7 +304,12 @@ func (m *Mirror) deliver(ctx context.Context, shop int64) (int, error) {
 			return read, errors.Join(append(errs, err)...)
 		}
 		read += len(changes)
-		newStuck, err := m.applyBatch(ctx, changes)
+		// Only the relay's own rounds (every shop) ask Redis about carts:
+		// a Flush (an adjust's, a handoff's drain) may run beside them on
+		// this replica or another, and two deliverers could both ask
+		// before either applies, observing one reserve twice. The carts a
+		// Flush delivers go unobserved.
+		newStuck, err := m.applyBatch(ctx, changes, shop == 0)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -317,16 +322,26 @@ func (m *Mirror) deliver(ctx context.Context, shop int64) (int, error) {
 	}
 }
 
-func (m *Mirror) applyBatch(ctx context.Context, changes []reservation.Change) ([]int64, error) {
+func (m *Mirror) applyBatch(ctx context.Context, changes []reservation.Change, evaluate bool) ([]int64, error) {
 	if len(changes) == 0 {
 		return nil, nil
 	}
 	var done, stuckShops []int64
 	var errs []error
+	evaluate = evaluate && m.cfg.Evaluated != nil
+	if evaluate {
+		if n := dropStaleCarts(changes); n > 0 {
+			m.metrics.cartsStale.Add(float64(n))
+		}
+	}
 	rest := changes
 	for len(rest) > 0 {
 		start := time.Now()
-		applied, aerr := m.cfg.Redis.ApplyEvaluating(ctx, rest, m.evaluated(rest))
+		var eval redisstore.Evaluated
+		if evaluate {
+			eval = m.evaluated(rest)
+		}
+		applied, aerr := m.cfg.Redis.ApplyEvaluating(ctx, rest, eval)
 		m.metrics.applySeconds.Observe(time.Since(start).Seconds())
 		for _, c := range rest[:applied] {
 			done = append(done, c.ID)
@@ -358,16 +373,65 @@ func (m *Mirror) applyBatch(ctx context.Context, changes []reservation.Change) (
 }
 
 // evaluated is the redisstore callback that hands the answers Redis gave
-// to the carts of changes to Config.Evaluated; nil (no cart evaluated)
-// without one.
+// to the carts of changes to Config.Evaluated.
 func (m *Mirror) evaluated(changes []reservation.Change) redisstore.Evaluated {
-	if m.cfg.Evaluated == nil {
-		return nil
-	}
 	return func(i int, res reservation.ReserveResult, err error) {
 		m.metrics.evaluated.Inc()
 		m.cfg.Evaluated(changes[i], res, err)
 	}
+}
+
+// dropStaleCarts drops, in place, the carts whose evaluation would not
+// see the state MySQL decided from, and returns how many. A change
+// carries its reservation's current state, not the state it recorded: a
+// reservation with a change before a cart's and another after it in the
+// same read, released or expired by now, is applied before the cart is
+// asked about as released or expired, its units back in stock, although
+// it still held them when MySQL decided the cart; Redis's answer could
+// then differ from MySQL's for no fault of either. (A claim changes no
+// availability: held units become deducted ones.) At a lag of
+// milliseconds this is rare; after a backlog it is not, and such
+// differences would count against the rollout's gates. A reservation
+// whose earlier change went in an earlier read cannot be seen here; that
+// needs its release within the relay's lag of the cart's decision.
+func dropStaleCarts(changes []reservation.Change) int {
+	type token struct {
+		shop  int64
+		token string
+	}
+	last := make(map[token]int)
+	for i, c := range changes {
+		if c.Kind == reservation.ChangeState {
+			last[token{c.Shop, c.Token}] = i
+		}
+	}
+	early := make(map[token]bool) // applied early in a state that gives units back
+	dropped := 0
+	for i := range changes {
+		c := &changes[i]
+		if c.Kind != reservation.ChangeState {
+			continue
+		}
+		k := token{c.Shop, c.Token}
+		if len(c.Cart) > 0 && len(early) > btoi(early[k]) {
+			c.Cart, c.CartLabel = nil, ""
+			dropped++
+		}
+		switch {
+		case last[k] == i:
+			delete(early, k)
+		case c.State == reservation.StateReleased || c.State == reservation.StateExpired:
+			early[k] = true
+		}
+	}
+	return dropped
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Evaluates reports whether the relay asks Redis about the carts MySQL

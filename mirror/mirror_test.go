@@ -1374,3 +1374,69 @@ func TestResyncDoesNotUndoAForcedHandoff(t *testing.T) {
 		t.Errorf("the hold Redis acknowledged after taking the shop: %v: the copy deleted it", err)
 	}
 }
+
+// The relay's own rounds ask Redis about the carts MySQL recorded and hand
+// the answers to Config.Evaluated, once per change; a Flush (an adjust's,
+// a handoff's drain), which may run beside the relay, delivers the change
+// without asking. Evaluates says whether the facade can leave the
+// comparison to the relay.
+func TestRelayEvaluatesCartsFlushDoesNot(t *testing.T) {
+	t.Parallel()
+	type answer struct {
+		token string
+		res   reservation.ReserveResult
+	}
+	var mu sync.Mutex
+	var got []answer
+	b := setup(t, testredis.New, func(c *mirror.Config) {
+		c.Evaluated = func(ch reservation.Change, res reservation.ReserveResult, err error) {
+			if err != nil {
+				t.Errorf("%s: %v", ch.Token, err)
+			}
+			mu.Lock()
+			got = append(got, answer{ch.Token, res})
+			mu.Unlock()
+		}
+	})
+	if !b.m.Evaluates() {
+		t.Fatal("a mirror with Evaluated does not evaluate")
+	}
+	c := ctx(t)
+	handoff(t, b.m, shop, reservation.AuthorityMySQL, 1)
+	setStock(t, b.my, shop, 3)
+	compared := func(token string) {
+		t.Helper()
+		res, err := b.my.Reserve(c, &reservation.ReserveParams{Shop: shop, Token: token, Lines: lines(1), TTL: time.Minute, Compare: "mysql"})
+		if err != nil || res.Status != reservation.StatusReserved {
+			t.Fatalf("reserve %s: %+v %v", token, res, err)
+		}
+	}
+	compared("flushed")
+	if err := b.m.Flush(c, shop); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := get(t, b.rd, shop, "flushed"); err != nil {
+		t.Fatalf("the flushed hold is not in Redis: %v", err)
+	}
+	compared("relayed")
+	run(t, b.m)
+	waitFor(t, "the relay to empty the feed", lagIs(c, b.m, 0))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0].token != "relayed" || got[0].res.Status != reservation.StatusReserved {
+		t.Errorf("evaluated %+v; want the relayed cart only, reserved", got)
+	}
+	if n := metric(t, b.reg, "reservoir_mirror_carts_evaluated_total"); n != 1 {
+		t.Errorf("carts evaluated: %v, want 1", n)
+	}
+	for name, edit := range map[string]func(*mirror.Config){
+		"no callback": nil,
+		"disabled": func(c *mirror.Config) {
+			c.Evaluated, c.Disabled = func(reservation.Change, reservation.ReserveResult, error) {}, true
+		},
+	} {
+		if m, _, _ := newMirror(t, b.my, b.rd, edit); m.Evaluates() {
+			t.Errorf("%s: Evaluates() is true", name)
+		}
+	}
+}

@@ -143,3 +143,43 @@ func TestPendingDropsACartItCannotRead(t *testing.T) {
 		t.Errorf("the change with the malformed cart is missing: %+v", cs)
 	}
 }
+
+// The longest cart the limits allow (every line, every location, ids of
+// 18 digits: about 100 KB encoded) is recorded whole: a compared reserve
+// must never fail, or be cut short, for its comparison.
+func TestPendingCarriesTheLongestCart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, 10)
+	l := reservation.DefaultLimits
+	const base = int64(100_000_000_000_000_000)
+	cart := make([]reservation.Line, l.MaxLines)
+	for i := range cart {
+		item := base + int64(i)
+		cart[i] = reservation.Line{Item: item, Quantity: 1}
+		for k := range l.MaxLocations {
+			cart[i].Locations = append(cart[i].Locations, base+int64(k))
+		}
+		b.stock(t, item, cart[i].Locations[0], 1)
+	}
+	if n := len(reservation.EncodeCart(cart)); n < 90_000 {
+		t.Fatalf("the cart encodes to %d bytes; the test wants the longest", n)
+	}
+	r, err := b.s.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "long", Lines: cart, TTL: time.Minute, Compare: "mysql"})
+	if err != nil || r.Status != reservation.StatusReserved {
+		t.Fatalf("reserve: %+v %v", r, err)
+	}
+	cs, err := b.s.Pending(ctx, shop, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if c.Token == "long" {
+			if !reflect.DeepEqual(c.Cart, cart) {
+				t.Errorf("the cart came back with %d lines, not as written", len(c.Cart))
+			}
+			return
+		}
+	}
+	t.Errorf("no change for the reserve")
+}

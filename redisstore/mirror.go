@@ -225,11 +225,15 @@ type Evaluated func(i int, redis reservation.ReserveResult, err error)
 
 // ApplyEvaluating is Apply that also asks Redis about the cart a change
 // carries, read-only, in the same pipeline and just before the change is
-// applied, and hands the answer to eval once the change is applied. eval
-// is not called for a change Redis did not apply (it comes again), nor
-// when Redis already had the token (a hold or a tombstone: the change was
+// applied, and hands the answer to eval once the change is applied, also
+// when an earlier change of the pipeline failed (the applied change comes
+// again with it, and Redis would then have no answer of its own). eval is
+// not called for a change Redis did not apply (it comes again), nor when
+// Redis already had the token (a hold or a tombstone: the change was
 // delivered before, and Redis's answer would be a replay, not a decision
-// of its own). With eval nil no cart is evaluated.
+// of its own), nor when the evaluation script was missing from the
+// server's cache (it is loaded for the next ones). With eval nil no cart
+// is evaluated.
 func (s *Store) ApplyEvaluating(ctx context.Context, changes []reservation.Change, eval Evaluated) (applied int, err error) {
 	for applied < len(changes) {
 		if changes[applied].Kind == reservation.ChangeFence {
@@ -340,10 +344,12 @@ func (s *Store) applyOnce(ctx context.Context, offset int, changes []reservation
 		}
 		return nil
 	})
+	// Evaluations are reported once their change is applied, those of
+	// changes applied after the first failure too: the failed change and
+	// the ones after it come again, and Redis, which already has the
+	// tokens applied, would then have no answer of its own for them.
+	defer s.reloadEvaluate(ctx, evals)
 	for i, c := range changes {
-		if evals != nil && evals[i].cmd != nil && isNoScript(evals[i].cmd.Err()) {
-			return i, true, evals[i].cmd.Err()
-		}
 		if cmds[i] == nil {
 			s.metrics.mirrorApplies.WithLabelValues(string(c.Kind), "nothing").Inc()
 			s.evaluated(evals, offset, i, start, eval)
@@ -356,6 +362,11 @@ func (s *Store) applyOnce(ctx context.Context, offset int, changes []reservation
 		}
 		s.metrics.observe(caller, start, err)
 		if err != nil {
+			for j := i + 1; j < len(changes); j++ {
+				if cmds[j] == nil || cmds[j].Err() == nil {
+					s.evaluated(evals, offset, j, start, eval)
+				}
+			}
 			if isNoScript(err) {
 				return i, true, err
 			}
@@ -369,6 +380,19 @@ func (s *Store) applyOnce(ctx context.Context, offset int, changes []reservation
 		s.evaluated(evals, offset, i, start, eval)
 	}
 	return len(changes), false, nil
+}
+
+// reloadEvaluate loads the evaluation script when an evaluation of evals
+// found it missing from the server's cache (a restart, a failover): those
+// carts go unobserved (their changes were applied all the same; asking
+// again now would see them applied), the next ones are evaluated.
+func (s *Store) reloadEvaluate(ctx context.Context, evals []evaluation) {
+	for _, e := range evals {
+		if e.cmd != nil && isNoScript(e.cmd.Err()) {
+			_ = scriptReserve.Load(ctx, s.client).Err()
+			return
+		}
+	}
 }
 
 // evaluation is a cart's evaluation queued in an apply pipeline: the
@@ -404,6 +428,9 @@ func (s *Store) evaluated(evals []evaluation, offset, i int, start time.Time, ev
 	}
 	v, err := e.cmd.Result()
 	s.metrics.observe("apply_evaluate", start, err)
+	if isNoScript(err) {
+		return // see reloadEvaluate
+	}
 	if err != nil {
 		eval(offset+i, reservation.ReserveResult{}, fmt.Errorf("redisstore: evaluate the cart of token %q: %w", e.p.Token, err))
 		return
@@ -446,7 +473,7 @@ func (s *Store) applied(c reservation.Change, cmd *redis.Cmd) (string, error) {
 }
 
 func (s *Store) loadApplyScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{scriptAdjust, scriptApplyState, scriptReserve} {
+	for _, sc := range []*redis.Script{scriptAdjust, scriptApplyState} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("redisstore: apply: load scripts: %w", err)
 		}

@@ -1,12 +1,14 @@
 package redisstore_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seed31b0e981/reservoir/internal/testredis"
 	"github.com/seed31b0e981/reservoir/redisstore"
@@ -505,5 +507,79 @@ func TestApplyEvaluatesCartsBeforeApplying(t *testing.T) {
 				t.Errorf("a change delivered again was evaluated: %v", got)
 			}
 		})
+	}
+}
+
+// A pipeline whose first change fails still reports the carts of the
+// changes after it that Redis applied: they come again with the failed
+// one, and Redis, which has their tokens by then, would have no answer of
+// its own for them.
+func TestApplyReportsCartsAppliedAfterAFailure(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testredis.New)
+	f := newFeed()
+	b.apply(t, f.adjust(1, 1, 5))
+	// x's hold key is not a hash: its apply fails (WRONGTYPE).
+	if err := b.r.Client.Set(ctx(t), b.key("hold:", "x"), "junk", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cart := []reservation.Line{{Item: 1, Quantity: 1, Locations: []int64{1}}}
+	y := f.state("y", reservation.StateHeld, alloc(1, 1, 1))
+	y.Cart, y.CartLabel = cart, "mysql"
+	changes := []reservation.Change{f.state("x", reservation.StateHeld, alloc(1, 1, 1)), y}
+	got := map[int]reservation.ReserveResult{}
+	eval := func(i int, res reservation.ReserveResult, err error) {
+		if err != nil {
+			t.Errorf("change %d: %v", i, err)
+		}
+		got[i] = res
+	}
+	if n, err := b.s.ApplyEvaluating(ctx(t), changes, eval); err == nil || n != 0 {
+		t.Fatalf("applied %d, %v; want x to fail first", n, err)
+	}
+	if r, ok := got[1]; len(got) != 1 || !ok || r.Status != reservation.StatusReserved {
+		t.Fatalf("reported %v; want y's evaluation, reserved", got)
+	}
+	clear(got)
+	if n, err := b.s.ApplyEvaluating(ctx(t), changes[1:], eval); err != nil || n != 1 || len(got) != 0 {
+		t.Errorf("y again: applied %d, %v, reported %v; want applied and nothing reported", n, err, got)
+	}
+}
+
+// After the server lost its scripts (a restart, a failover), the apply
+// reloads them and the carts are still evaluated, against the state before
+// their changes: the failed applies changed nothing. (Not parallel, and on
+// the cluster: flushing the scripts of the standalone server would make
+// other packages' relays, which evaluate carts, miss comparisons.)
+func TestApplyEvaluatesAfterTheScriptsWereLost(t *testing.T) {
+	b := setup(t, testredis.NewCluster)
+	f := newFeed()
+	b.apply(t, f.adjust(1, 1, 1))
+	cc, ok := b.r.Client.(*redis.ClusterClient)
+	if !ok {
+		t.Fatalf("client %T, want a cluster client", b.r.Client)
+	}
+	flush := func(ctx context.Context, c *redis.Client) error { return c.ScriptFlush(ctx).Err() }
+	if err := cc.ForEachMaster(ctx(t), flush); err != nil {
+		t.Fatal(err)
+	}
+	hashes := []string{redisstore.ScriptHash("reserve"), redisstore.ScriptHash("apply_state")}
+	if ex, err := b.r.Client.ScriptExists(ctx(t), hashes...).Result(); err != nil || ex[0] || ex[1] {
+		t.Fatalf("scripts still cached after the flush: %v %v", ex, err)
+	}
+	a := f.state("a", reservation.StateHeld, alloc(1, 1, 1))
+	a.Cart, a.CartLabel = []reservation.Line{{Item: 1, Quantity: 1, Locations: []int64{1}}}, "mysql"
+	var got []reservation.ReserveResult
+	eval := func(_ int, res reservation.ReserveResult, err error) {
+		if err != nil {
+			t.Errorf("evaluation: %v", err)
+		}
+		got = append(got, res)
+	}
+	if n, err := b.s.ApplyEvaluating(ctx(t), []reservation.Change{a}, eval); err != nil || n != 1 {
+		t.Fatalf("applied %d: %v", n, err)
+	}
+	if len(got) != 1 || got[0].Status != reservation.StatusReserved {
+		t.Errorf("reported %v; want one evaluation, reserved", got)
 	}
 }

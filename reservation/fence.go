@@ -224,7 +224,7 @@ func DecodeCart(s string) ([]Line, error) {
 func decodeCartLine(p string) (Line, error) {
 	f := strings.Split(p, ":")
 	if len(f) != 3 || f[2] == "" {
-		return Line{}, errors.New("want item:quantity:location|...")
+		return Line{}, errors.New("want item:quantity:locations, the locations split by |")
 	}
 	item, err1 := strconv.ParseInt(f[0], 10, 64)
 	qty, err2 := strconv.ParseInt(f[1], 10, 64)

@@ -46,6 +46,9 @@ type Evidence struct {
 	// AuthorityMean and ShadowMean are the sides' mean latencies.
 	AuthorityMean time.Duration `json:"authority_mean"`
 	ShadowMean    time.Duration `json:"shadow_mean"`
+	// LatencySamples is how many observations measured both sides'
+	// latencies (the relay's observations measure none).
+	LatencySamples int64 `json:"latency_samples"`
 }
 
 // Rate is the share of observations in class c.
@@ -78,6 +81,7 @@ func gather(ctx context.Context, stats StatsReader, pods []string, since time.Ti
 		aTotal, aN = aTotal+a.Total, aN+a.Count
 		sTotal, sN = sTotal+s.Total, sN+s.Count
 	}
+	e.LatencySamples = min(aN, sN)
 	if aN > 0 {
 		e.AuthorityMean = aTotal / time.Duration(aN)
 	}
@@ -117,7 +121,12 @@ func (g Gates) Evaluate(e Evidence, age time.Duration) []GateResult {
 	}
 	ceiling("max_shadow_error_rate", faultRate, g.MaxShadowErrorRate,
 		fmt.Sprintf("shadow errors, panics and timeouts: %d of %d = %.4f%%, max %.4f%%", e.ShadowFaults, e.Observations, 100*faultRate, 100*g.MaxShadowErrorRate))
-	if g.MaxLatencyRatio > 0 {
+	if g.MaxLatencyRatio > 0 && e.LatencySamples == 0 {
+		// Not a ratio of 0: nothing was measured (a stage in mysql mode,
+		// where the relay compares reserves, measures no latency).
+		out = append(out, GateResult{Gate: "max_latency_ratio", Value: 0, Limit: g.MaxLatencyRatio,
+			Why: "no latency measured: no observation timed both stores (in mysql mode the relay compares reserves and times neither; docs/compare.md)"})
+	} else if g.MaxLatencyRatio > 0 {
 		ratio := 0.0
 		if e.AuthorityMean > 0 {
 			ratio = float64(e.ShadowMean) / float64(e.AuthorityMean)

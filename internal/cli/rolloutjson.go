@@ -93,6 +93,7 @@ type evidenceView struct {
 	ShadowFaults    int64            `json:"shadow_faults"`
 	AuthorityMeanNS int64            `json:"authority_mean_ns"`
 	ShadowMeanNS    int64            `json:"shadow_mean_ns"`
+	LatencySamples  int64            `json:"latency_samples"`
 }
 
 type gateView struct {
@@ -135,7 +136,8 @@ func newStatusView(st rollout.Status, err error, replicas []rollout.Replica) sta
 		FlagsInvalid: st.FlagsInvalid, Pods: []podView{}, Gates: []gateView{}, Ready: st.Ready, Replicas: []replicaView{},
 		Evidence: evidenceView{Pods: orEmpty(st.Evidence.Pods), Since: timeOrNil(st.Evidence.Since), Observations: st.Evidence.Observations,
 			Classes: map[string]int64{}, ShadowFaults: st.Evidence.ShadowFaults,
-			AuthorityMeanNS: int64(st.Evidence.AuthorityMean), ShadowMeanNS: int64(st.Evidence.ShadowMean)}}
+			AuthorityMeanNS: int64(st.Evidence.AuthorityMean), ShadowMeanNS: int64(st.Evidence.ShadowMean),
+			LatencySamples: st.Evidence.LatencySamples}}
 	if err != nil {
 		v.Error = strings.TrimPrefix(err.Error(), "rollout: ")
 	}
