@@ -413,7 +413,8 @@ func dropStaleCarts(changes []reservation.Change) int {
 			continue
 		}
 		k := token{c.Shop, c.Token}
-		if len(c.Cart) > 0 && len(early) > btoi(early[k]) {
+		// (A cart's change is its reservation's first: never in early.)
+		if len(c.Cart) > 0 && len(early) > 0 {
 			c.Cart, c.CartLabel = nil, ""
 			dropped++
 		}
@@ -425,13 +426,6 @@ func dropStaleCarts(changes []reservation.Change) int {
 		}
 	}
 	return dropped
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // Evaluates reports whether the relay asks Redis about the carts MySQL
