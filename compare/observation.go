@@ -135,7 +135,8 @@ func RelayedReserve(pod string, c reservation.Change, redis reservation.ReserveR
 	return o, true
 }
 
-// Observer takes observations; *Comparer is one.
+// Observer takes observations: the facade's and the relay's (see
+// ObserveRelayed). *Comparer is one; Observe must not block for long.
 type Observer interface {
 	Observe(Observation)
 }

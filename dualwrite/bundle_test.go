@@ -56,6 +56,19 @@ func (r *recorder) classes() map[compare.Class]int {
 	return out
 }
 
+// byToken returns the observations of op by token (the last one of each).
+func (r *recorder) byToken(op compare.Op) map[string]compare.Observation {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]compare.Observation{}
+	for _, o := range r.obs {
+		if o.Op == op {
+			out[o.Token] = o
+		}
+	}
+	return out
+}
+
 // dumpMismatches logs up to n observations of each class but match.
 func (r *recorder) dumpMismatches(t *testing.T, n int) {
 	t.Helper()

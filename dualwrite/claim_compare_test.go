@@ -39,14 +39,7 @@ func TestClaimComparisonSeesWhatEachStoreAnswered(t *testing.T) {
 	}
 	b.drain(t)
 
-	got := map[string]compare.Observation{}
-	b.rec.mu.Lock()
-	for _, o := range b.rec.obs {
-		if o.Op == compare.OpClaim {
-			got[o.Token] = o
-		}
-	}
-	b.rec.mu.Unlock()
+	got := b.rec.byToken(compare.OpClaim)
 
 	o, ok := got["both"]
 	if !ok {

@@ -45,9 +45,7 @@ import (
 
 // Observer receives one observation per dual-written call. *compare.Comparer
 // implements it. Observe must not block for long.
-type Observer interface {
-	Observe(o compare.Observation)
-}
+type Observer = compare.Observer
 
 // TrafficCounter counts every call a facade takes, in every mode: the
 // Observer sees only the compared ones, and nothing is compared in redis

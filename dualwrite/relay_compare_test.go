@@ -66,12 +66,7 @@ func TestRelayComparesReservesInMySQLMode(t *testing.T) {
 	if n := rd.n.Load() - before; n != 0 {
 		t.Errorf("the facade sent Redis %d reserves in mysql mode; the relay asks it", n)
 	}
-	byToken := map[string]compare.Observation{}
-	b.rec.mu.Lock()
-	for _, o := range b.rec.obs {
-		byToken[o.Token] = o
-	}
-	b.rec.mu.Unlock()
+	byToken := b.rec.byToken(compare.OpReserve)
 	for _, tc := range []struct {
 		token         string
 		mysql, redis  string

@@ -51,14 +51,7 @@ func TestPreSwitchReservationsAreMarked(t *testing.T) {
 	release("before")
 	b.drain(t)
 
-	got := map[string]compare.Observation{}
-	b.rec.mu.Lock()
-	for _, o := range b.rec.obs {
-		if o.Op == compare.OpRelease {
-			got[o.Token] = o
-		}
-	}
-	b.rec.mu.Unlock()
+	got := b.rec.byToken(compare.OpRelease)
 	if o := got["behind"]; !o.Switched.IsZero() || compare.Classify(o, compare.DefaultRules) != compare.ClassShadowMissing {
 		t.Errorf("release without a switch: switched %v, class %s; want none and shadow_missing", o.Switched, compare.Classify(o, compare.DefaultRules))
 	}
