@@ -58,11 +58,13 @@ func (s *Store) pending(ctx context.Context, query string, args ...any) ([]reser
 			&decider, &ch.Fence.Epoch, &state, &allocs, &short, &exp, &cart, &ch.CartLabel); err != nil {
 			return nil, err
 		}
-		if ch.Cart, err = reservation.DecodeCart(cart); err != nil {
-			// The cart serves a comparison only: one that cannot be read
-			// is dropped (nothing is compared), never a reason to hold up
-			// the change Redis must follow.
-			ch.Cart, ch.CartLabel = nil, ""
+		// The cart serves a comparison only: one that cannot be read is
+		// dropped (nothing is compared), never a reason to hold up the
+		// change Redis must follow.
+		if lines, err := reservation.DecodeCart(cart); err == nil {
+			ch.Cart = lines
+		} else {
+			ch.CartLabel = ""
 		}
 		ch.Kind, ch.Fence.Decider, ch.State, ch.ExpiresAt = reservation.ChangeKind(kind), reservation.Authority(decider), reservation.State(state), exp.Time
 		if ch.Allocations, err = reservation.DecodeAllocations(allocs); err != nil {
