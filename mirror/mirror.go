@@ -126,6 +126,9 @@ type Mirror struct {
 	metrics *metrics
 	wake    chan struct{}
 	flights flights
+	// released is what the relay applied that can make a cart's
+	// evaluation stale (stale.go).
+	released releasedShops
 
 	lagMu sync.Mutex
 	lag   Lag
@@ -329,8 +332,10 @@ func (m *Mirror) applyBatch(ctx context.Context, changes []reservation.Change, e
 	var done, stuckShops []int64
 	var errs []error
 	evaluate = evaluate && m.cfg.Evaluated != nil
-	if evaluate {
-		if n := dropStaleCarts(changes); n > 0 {
+	if m.cfg.Evaluated != nil {
+		// Every batch applied, evaluated or not, tells which releases
+		// Redis has seen; only an evaluated one counts its stale carts.
+		if n := m.released.dropStale(changes); n > 0 && evaluate {
 			m.metrics.cartsStale.Add(float64(n))
 		}
 	}
@@ -379,53 +384,6 @@ func (m *Mirror) evaluated(changes []reservation.Change) redisstore.Evaluated {
 		m.metrics.evaluated.Inc()
 		m.cfg.Evaluated(changes[i], res, err)
 	}
-}
-
-// dropStaleCarts drops, in place, the carts whose evaluation would not
-// see the state MySQL decided from, and returns how many. A change
-// carries its reservation's current state, not the state it recorded: a
-// reservation with a change before a cart's and another after it in the
-// same read, released or expired by now, is applied before the cart is
-// asked about as released or expired, its units back in stock, although
-// it still held them when MySQL decided the cart; Redis's answer could
-// then differ from MySQL's for no fault of either. (A claim changes no
-// availability: held units become deducted ones.) At a lag of
-// milliseconds this is rare; after a backlog it is not, and such
-// differences would count against the rollout's gates. A reservation
-// whose earlier change went in an earlier read cannot be seen here; that
-// needs its release within the relay's lag of the cart's decision.
-func dropStaleCarts(changes []reservation.Change) int {
-	type token struct {
-		shop  int64
-		token string
-	}
-	last := make(map[token]int)
-	for i, c := range changes {
-		if c.Kind == reservation.ChangeState {
-			last[token{c.Shop, c.Token}] = i
-		}
-	}
-	early := make(map[token]bool) // applied early in a state that gives units back
-	dropped := 0
-	for i := range changes {
-		c := &changes[i]
-		if c.Kind != reservation.ChangeState {
-			continue
-		}
-		k := token{c.Shop, c.Token}
-		// (A cart's change is its reservation's first: never in early.)
-		if len(c.Cart) > 0 && len(early) > 0 {
-			c.Cart, c.CartLabel = nil, ""
-			dropped++
-		}
-		switch {
-		case last[k] == i:
-			delete(early, k)
-		case c.State == reservation.StateReleased || c.State == reservation.StateExpired:
-			early[k] = true
-		}
-	}
-	return dropped
 }
 
 // Evaluates reports whether the relay asks Redis about the carts MySQL

@@ -53,9 +53,9 @@ func (s *Store) pending(ctx context.Context, query string, args ...any) ([]reser
 	for rows.Next() {
 		var ch reservation.Change
 		var kind, decider, state, allocs, short, cart string
-		var exp sql.NullTime
+		var exp, since sql.NullTime
 		if err := rows.Scan(&ch.ID, &ch.Shop, &kind, &ch.Token, &ch.Item, &ch.Location, &ch.Delta,
-			&decider, &ch.Fence.Epoch, &state, &allocs, &short, &exp, &cart, &ch.CartLabel); err != nil {
+			&decider, &ch.Fence.Epoch, &state, &allocs, &short, &exp, &since, &ch.Written, &cart, &ch.CartLabel); err != nil {
 			return nil, err
 		}
 		// The cart serves a comparison only: one that cannot be read is
@@ -67,6 +67,7 @@ func (s *Store) pending(ctx context.Context, query string, args ...any) ([]reser
 			ch.CartLabel = ""
 		}
 		ch.Kind, ch.Fence.Decider, ch.State, ch.ExpiresAt = reservation.ChangeKind(kind), reservation.Authority(decider), reservation.State(state), exp.Time
+		ch.StateSince = since.Time
 		if ch.Allocations, err = reservation.DecodeAllocations(allocs); err != nil {
 			return nil, fmt.Errorf("mysqlstore: change %d: %w", ch.ID, err)
 		}

@@ -112,6 +112,42 @@ func TestPendingCarriesTheCartOfACompare(t *testing.T) {
 	}
 }
 
+// Each change says when it was written and when its reservation reached
+// the state it carries (the relay's stale-cart check compares the two): a
+// reserve's change read after the release carries the release's time,
+// later than its own writing. An adjust has no reservation state.
+func TestPendingTellsWhenEachStateWasReached(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, 10)
+	b.stock(t, 1, 1, 5)
+	if _, err := b.s.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "a", Lines: one(1, 1), TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, err := b.s.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := b.s.Pending(ctx, shop, 100)
+	if err != nil || len(cs) != 3 {
+		t.Fatalf("pending: %+v, %v; want the adjust, the reserve and the release", cs, err)
+	}
+	adjust, reserved, released := cs[0], cs[1], cs[2]
+	if adjust.Kind != reservation.ChangeAdjust || adjust.Written.IsZero() || !adjust.StateSince.IsZero() {
+		t.Errorf("adjust: kind %s, written %v, state since %v; want written only", adjust.Kind, adjust.Written, adjust.StateSince)
+	}
+	if reserved.State != reservation.StateReleased || released.State != reservation.StateReleased {
+		t.Fatalf("states %s, %s; want released twice", reserved.State, released.State)
+	}
+	if !reserved.StateSince.Equal(released.StateSince) || reserved.StateSince.Sub(reserved.Written) < 20*time.Millisecond {
+		t.Errorf("the reserve's change: written %v, state since %v (the release's: %v); want the release's time, 20ms or more after its writing",
+			reserved.Written, reserved.StateSince, released.StateSince)
+	}
+	if d := released.StateSince.Sub(released.Written); d < -time.Millisecond || d > time.Millisecond {
+		t.Errorf("the release's change: written %v, state since %v; want the same moment", released.Written, released.StateSince)
+	}
+}
+
 // A cart that cannot be read (a row written by hand, a future encoding)
 // costs its comparison, not the change: the relay still gets the change,
 // without a cart, and Redis follows MySQL as ever.

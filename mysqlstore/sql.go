@@ -412,7 +412,7 @@ const (
 	// with an empty state.
 	sqlFeedPendingSelect = `/*caller='feed'*/ SELECT o.id, o.shop_id, o.kind, o.token, o.item_id, o.location_id, o.delta,
     o.decider, o.epoch, COALESCE(r.state, ''), COALESCE(r.allocations, ''), COALESCE(r.short, ''), r.expires_at,
-    COALESCE(o.cart, ''), o.cart_label
+    r.changed_at, o.created_at, COALESCE(o.cart, ''), o.cart_label
   FROM reservation_outbox o
   LEFT JOIN reservations r ON o.kind = 'state' AND r.shop_id = o.shop_id AND r.token = o.token`
 	sqlFeedPending     = sqlFeedPendingSelect + ` ORDER BY o.id LIMIT ?`

@@ -160,6 +160,12 @@ type Change struct {
 	Allocations []Allocation
 	ExpiresAt   time.Time
 	Short       []ShortLine
+	// StateSince is when the reservation reached State (the database's
+	// clock), and Written when this change was written: a change read
+	// behind a later transition of its reservation has StateSince after
+	// Written. The relay uses them to tell which carts it can still ask
+	// Redis about (see Cart).
+	StateSince, Written time.Time
 
 	// ChangeAdjust: the ledger row and the delta applied to it.
 	Item, Location, Delta int64
