@@ -143,13 +143,13 @@ func (f *dbFeed) fetch(ctx context.Context) ([]byte, error) {
 	defer f.mu.Unlock()
 	if err != nil {
 		f.rejected = row
-		// Logged before Rejected reports it (as the file's feed does).
-		if f.loaded.Load() {
-			f.log.Error("rollout: flags document rejected; keeping the last valid flags", "row_version", row, "err", err)
-		} else {
-			f.log.Error("rollout: flags document could not be loaded; no decisions until it is fixed", "row_version", row, "err", err)
-		}
-		f.rej.reject(err)
+		f.rej.reject(err, func() {
+			if f.loaded.Load() {
+				f.log.Error("rollout: flags document rejected; keeping the last valid flags", "row_version", row, "err", err)
+			} else {
+				f.log.Error("rollout: flags document could not be loaded; no decisions until it is fixed", "row_version", row, "err", err)
+			}
+		})
 		return nil, nil
 	}
 	f.current, f.row, f.rejected = data, row, -1

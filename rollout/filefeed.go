@@ -94,8 +94,9 @@ func (f *fileFeed) prime() {
 	version, err := f.validate(data)
 	if err != nil {
 		f.rejected = data
-		f.rej.reject(err)
-		f.log.Error("rollout: flags file could not be loaded; no decisions until it is fixed", "err", err)
+		f.rej.reject(err, func() {
+			f.log.Error("rollout: flags file could not be loaded; no decisions until it is fixed", "err", err)
+		})
 		return
 	}
 	f.current, f.highest = data, version
@@ -215,14 +216,13 @@ func (f *fileFeed) refresh(ctx context.Context, out chan<- isync.DataSync, polle
 	version, err := f.validate(data)
 	if err != nil {
 		f.rejected = data
-		// Logged before Rejected reports it: whoever sees the refusal
-		// finds its reason in the log.
-		if f.loaded.Load() {
-			f.log.Error("rollout: flags file rejected; keeping the last valid flags", "err", err)
-		} else {
-			f.log.Error("rollout: flags file could not be loaded; no decisions until it is fixed", "err", err)
-		}
-		f.rej.reject(err)
+		f.rej.reject(err, func() {
+			if f.loaded.Load() {
+				f.log.Error("rollout: flags file rejected; keeping the last valid flags", "err", err)
+			} else {
+				f.log.Error("rollout: flags file could not be loaded; no decisions until it is fixed", "err", err)
+			}
+		})
 		f.mu.Unlock()
 		return
 	}

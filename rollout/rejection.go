@@ -17,10 +17,14 @@ type rejection struct {
 	at  time.Time
 }
 
-// reject records err as the reason the newest document was refused.
-func (r *rejection) reject(err error) {
+// reject records err as the reason the newest document was refused, and
+// has log write the refusal's log line first, under the same lock as
+// refusal reads: whoever has seen the line sees the refusal, and whoever
+// sees the refusal finds its line in the log.
+func (r *rejection) reject(err error, log func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	log()
 	r.err, r.at = err, time.Now().UTC()
 }
 
