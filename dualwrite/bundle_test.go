@@ -129,7 +129,7 @@ func setup(t *testing.T, o options) *bundle {
 	t.Helper()
 	b := &bundle{db: testdb.New(t), r: testredis.New(t), rec: &recorder{}, reg: prometheus.NewRegistry()}
 	var err error
-	b.my, err = mysqlstore.New(mysqlstore.Config{DB: b.db.DB, PoolCap: poolCap})
+	b.my, err = mysqlstore.New(mysqlstore.Config{DB: b.db.DB, PoolCap: poolCap, Registerer: b.reg})
 	if err != nil {
 		t.Fatal(err)
 	}
