@@ -3,12 +3,14 @@ package soak
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/internal/testbuf"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
 	"github.com/seed31b0e981/reservoir/rollout"
@@ -25,7 +28,8 @@ import (
 // The flood: floodConns connections keep sending slow bodies to the
 // checkout listener of one `reservoir serve` process for floodFor, each
 // declaring a body just under the cap and trickling it; a connection the
-// server answers or cuts is replaced at once. Meanwhile an operator flips
+// server answers or cuts is replaced after a moment. The attackers are a
+// process of their own (TestHelperFloodProcess). Meanwhile an operator flips
 // the kill switch on the admin listener over and over.
 const (
 	floodConns = 1100
@@ -69,56 +73,28 @@ func TestFloodLeavesTheKillSwitchReachable(t *testing.T) {
 	pid := p.cmd.Process.Pid
 	baseRSS := rssMiB(t, pid)
 
-	// The flood. This process (the attackers, race-instrumented in CI)
-	// runs on one core while it lasts, as an attacker would on a machine
-	// of its own: the server keeps the other core of this 2-core machine.
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	floodCtx, stopFlood := context.WithCancel(ctx)
-	var (
-		wg                     sync.WaitGroup
-		opened, answered, cuts atomic.Int64
-		statusMu               sync.Mutex
-		statuses               = map[int]int{}
-	)
-	for range floodConns {
-		wg.Go(func() {
-			for floodCtx.Err() == nil {
-				opened.Add(1)
-				status := slowBody(floodCtx, p.base)
-				switch {
-				case status > 0:
-					answered.Add(1)
-					statusMu.Lock()
-					statuses[status]++
-					statusMu.Unlock()
-				case floodCtx.Err() == nil:
-					cuts.Add(1)
-				}
-				// An attacker refused at once (503: the body budget is
-				// spent) comes back after a moment. Reconnecting in a
-				// tight loop would only measure this test's own CPU, which
-				// shares the machine's two cores with the server: the
-				// server's cost of a refusal is a header read and a small
-				// answer either way.
-				select {
-				case <-floodCtx.Done():
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
-		})
-	}
-
+	// The flood: the attackers run in a process of their own (this test
+	// binary again, TestHelperFloodProcess), on one core, as they would on
+	// machines of their own. In this process, with GOMAXPROCS 1, the
+	// operator's calls queued behind 1,100 attacking goroutines in the
+	// Go scheduler: the kill switch, answered by the server in about
+	// 20 ms, took over a second to reach the operator under CI's load.
+	flood := startFlood(t, p.base)
 	// The operator, and the process's memory, during the flood.
 	var (
 		lat    []time.Duration
 		maxRSS float64
 	)
-	sampler := make(chan struct{})
+	sampler, stopSampling := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(sampler)
-		for floodCtx.Err() == nil {
+		for {
 			maxRSS = max(maxRSS, rssMiB(t, pid))
-			time.Sleep(50 * time.Millisecond)
+			select {
+			case <-stopSampling:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
 	}()
 	deadline := time.Now().Add(floodFor)
@@ -138,9 +114,9 @@ func TestFloodLeavesTheKillSwitchReachable(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	// The flood ends: every connection is closed.
-	stopFlood()
+	fs := flood.stop(t)
 	ended := time.Now()
-	wg.Wait()
+	close(stopSampling)
 	<-sampler
 	// Checkout serves again.
 	var recovered time.Duration
@@ -160,10 +136,11 @@ func TestFloodLeavesTheKillSwitchReachable(t *testing.T) {
 
 	slices.Sort(lat)
 	p99 := lat[min(len(lat)-1, len(lat)*99/100)]
-	statusMu.Lock()
 	t.Logf("flood: %d connections for %s: %d requests opened, %d answered (%v), %d cut by the server",
-		floodConns, floodFor, opened.Load(), answered.Load(), statuses, cuts.Load())
-	statusMu.Unlock()
+		floodConns, floodFor, fs.Opened, fs.Answered, fs.Statuses, fs.Cuts)
+	if fs.Statuses[http.StatusServiceUnavailable] == 0 {
+		t.Errorf("the flood never filled the checkout listener's body budget (no 503): it tested nothing")
+	}
 	t.Logf("kill switch during the flood: %d calls, p50 %s, p99 %s, max %s", len(lat),
 		lat[len(lat)/2].Round(time.Millisecond), p99.Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
 	t.Logf("serve RSS: %.0f MiB before, %.0f MiB at most during the flood; checkout recovered %s after the flood", baseRSS, maxRSS, recovered.Round(time.Millisecond))
@@ -179,6 +156,136 @@ func TestFloodLeavesTheKillSwitchReachable(t *testing.T) {
 	if recovered > 2*time.Second {
 		t.Errorf("checkout recovered %s after the flood, want within 2 s", recovered)
 	}
+}
+
+// envFloodBase gives the attackers' process (TestHelperFloodProcess) the
+// checkout listener to flood; floodStatsPrefix starts the line on which
+// it reports what it saw.
+const (
+	envFloodBase     = "RESERVOIR_SOAK_FLOOD_BASE"
+	floodStatsPrefix = "flood stats: "
+)
+
+// floodStats is what the attackers saw: requests opened, answered (by
+// status) and cut by the server without an answer.
+type floodStats struct {
+	Opened, Answered, Cuts int64
+	Statuses               map[int]int
+}
+
+// floodProc is the attackers' process: it floods until its standard
+// input is closed.
+type floodProc struct {
+	cmd   *exec.Cmd
+	stdin io.Closer
+	out   testbuf.Buffer
+	done  bool
+}
+
+// startFlood starts the attackers' process against the checkout listener
+// base, with one core (GOMAXPROCS 1).
+func startFlood(t *testing.T, base string) *floodProc {
+	t.Helper()
+	f := &floodProc{cmd: exec.Command(os.Args[0], "-test.run=^TestHelperFloodProcess$", "-test.v")}
+	f.cmd.Env = append(os.Environ(), envFloodBase+"="+base, "GOMAXPROCS=1")
+	f.cmd.Stdout, f.cmd.Stderr = &f.out, &f.out
+	stdin, err := f.cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.stdin = stdin
+	if err := f.cmd.Start(); err != nil {
+		t.Fatalf("start the attackers' process: %v", err)
+	}
+	t.Cleanup(func() {
+		if !f.done {
+			f.stdin.Close()
+			f.cmd.Wait()
+		}
+	})
+	return f
+}
+
+// stop ends the flood (every attacking connection closed when it
+// returns) and reads what the attackers saw.
+func (f *floodProc) stop(t *testing.T) floodStats {
+	t.Helper()
+	f.stdin.Close()
+	err := f.cmd.Wait()
+	f.done = true
+	if err != nil {
+		t.Fatalf("the attackers' process: %v\n%s", err, f.out.String())
+	}
+	for _, line := range strings.Split(f.out.String(), "\n") {
+		if rest, ok := strings.CutPrefix(line, floodStatsPrefix); ok {
+			var fs floodStats
+			if err := json.Unmarshal([]byte(rest), &fs); err != nil {
+				t.Fatalf("the attackers' report %q: %v", rest, err)
+			}
+			return fs
+		}
+	}
+	t.Fatalf("the attackers' process reported nothing:\n%s", f.out.String())
+	return floodStats{}
+}
+
+// TestHelperFloodProcess is not a test: it is the attackers' process of
+// TestFloodLeavesTheKillSwitchReachable, which runs this binary again
+// with envFloodBase set. It keeps floodConns slow-body connections open
+// against that listener until its standard input closes, then prints
+// what it saw. Run without envFloodBase, it skips.
+func TestHelperFloodProcess(t *testing.T) {
+	base := os.Getenv(envFloodBase)
+	if base == "" {
+		t.Skip("the attackers' process of TestFloodLeavesTheKillSwitchReachable; only that test runs it")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		io.Copy(io.Discard, os.Stdin) // the parent closes it, or dies
+		cancel()
+	}()
+	var (
+		wg                     sync.WaitGroup
+		opened, answered, cuts atomic.Int64
+		mu                     sync.Mutex
+		statuses               = map[int]int{}
+	)
+	for range floodConns {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				opened.Add(1)
+				status := slowBody(ctx, base)
+				switch {
+				case status > 0:
+					answered.Add(1)
+					mu.Lock()
+					statuses[status]++
+					mu.Unlock()
+				case ctx.Err() == nil:
+					cuts.Add(1)
+				}
+				// An attacker refused at once (503: the body budget is
+				// spent) comes back after a moment. Reconnecting in a
+				// tight loop would only measure this process's own CPU,
+				// which shares the machine's two cores with the server:
+				// the server's cost of a refusal is a header read and a
+				// small answer either way.
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	b, err := json.Marshal(floodStats{Opened: opened.Load(), Answered: answered.Load(), Cuts: cuts.Load(), Statuses: statuses})
+	mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("%s%s\n", floodStatsPrefix, b)
 }
 
 // slowBody opens a connection to base, sends an authenticated reserve
