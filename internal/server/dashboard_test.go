@@ -116,11 +116,17 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Helper()
 		sctx, cancel := context.WithTimeout(bctx, 10*time.Second)
 		defer cancel()
-		s, err := chromedp.Run(sctx, chromedp.Text(chromedp.CSS(sel)))
+		// One evaluation finds the element and reads its text. The page
+		// renders its tables afresh on every refresh, so a node found by
+		// one call to the browser may be gone by the next ("No node with
+		// given id found", seen in CI after an advance).
+		s, err := chromedp.Run(sctx, chromedp.PollFunction[struct{ Text string }](
+			`sel => { const e = document.querySelector(sel); return e && {Text: e.innerText}; }`,
+			chromedp.WithPollingArgs(sel), chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(9*time.Second)))
 		if err != nil {
 			t.Fatalf("text of %s: %v", sel, err)
 		}
-		return strings.TrimSpace(s)
+		return strings.TrimSpace(s.Text)
 	}
 	eval := func(expr string) string {
 		t.Helper()
