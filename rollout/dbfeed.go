@@ -143,13 +143,7 @@ func (f *dbFeed) fetch(ctx context.Context) ([]byte, error) {
 	defer f.mu.Unlock()
 	if err != nil {
 		f.rejected = row
-		f.rej.reject(err, func() {
-			if f.loaded.Load() {
-				f.log.Error("rollout: flags document rejected; keeping the last valid flags", "row_version", row, "err", err)
-			} else {
-				f.log.Error("rollout: flags document could not be loaded; no decisions until it is fixed", "row_version", row, "err", err)
-			}
-		})
+		f.rej.reject(f.log, "flags document", f.loaded.Load(), err, "row_version", row)
 		return nil, nil
 	}
 	f.current, f.row, f.rejected = data, row, -1

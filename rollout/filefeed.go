@@ -94,9 +94,7 @@ func (f *fileFeed) prime() {
 	version, err := f.validate(data)
 	if err != nil {
 		f.rejected = data
-		f.rej.reject(err, func() {
-			f.log.Error("rollout: flags file could not be loaded; no decisions until it is fixed", "err", err)
-		})
+		f.rej.reject(f.log, "flags file", false, err)
 		return
 	}
 	f.current, f.highest = data, version
@@ -216,13 +214,7 @@ func (f *fileFeed) refresh(ctx context.Context, out chan<- isync.DataSync, polle
 	version, err := f.validate(data)
 	if err != nil {
 		f.rejected = data
-		f.rej.reject(err, func() {
-			if f.loaded.Load() {
-				f.log.Error("rollout: flags file rejected; keeping the last valid flags", "err", err)
-			} else {
-				f.log.Error("rollout: flags file could not be loaded; no decisions until it is fixed", "err", err)
-			}
-		})
+		f.rej.reject(f.log, "flags file", f.loaded.Load(), err)
 		f.mu.Unlock()
 		return
 	}

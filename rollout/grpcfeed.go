@@ -257,13 +257,7 @@ func (f *grpcFeed) accept(data []byte) []byte {
 	version, err := checkFlags(f.check, f.source(), data)
 	if err != nil {
 		f.rejected = append([]byte{}, data...) // never nil: an empty document is refused once
-		f.rej.reject(err, func() {
-			if f.loaded.Load() {
-				f.log.Error("rollout: flags document from the flagd daemon rejected; keeping the last valid flags", "addr", f.addr, "err", err)
-			} else {
-				f.log.Error("rollout: flags document from the flagd daemon could not be loaded; no decisions until it is fixed", "addr", f.addr, "err", err)
-			}
-		})
+		f.rej.reject(f.log, "flags document from the flagd daemon", f.loaded.Load(), err, "addr", f.addr)
 		f.mu.Unlock()
 		return nil
 	}

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -17,14 +18,20 @@ type rejection struct {
 	at  time.Time
 }
 
-// reject records err as the reason the newest document was refused, and
-// has log write the refusal's log line first, under the same lock as
-// refusal reads: whoever has seen the line sees the refusal, and whoever
-// sees the refusal finds its line in the log.
-func (r *rejection) reject(err error, log func()) {
+// reject records err as the reason the newest document (what: "flags
+// file", ...) was refused, and logs the refusal first, under the same
+// lock as refusal reads: whoever has seen the line sees the refusal, and
+// whoever sees the refusal finds its line in the log. loaded says whether
+// valid flags stay in force; attrs go before the error in the line.
+func (r *rejection) reject(log *slog.Logger, what string, loaded bool, err error, attrs ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	log()
+	attrs = append(attrs, "err", err)
+	if loaded {
+		log.Error("rollout: "+what+" rejected; keeping the last valid flags", attrs...)
+	} else {
+		log.Error("rollout: "+what+" could not be loaded; no decisions until it is fixed", attrs...)
+	}
 	r.err, r.at = err, time.Now().UTC()
 }
 
