@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed31b0e981/reservoir/internal/testbuf"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
 	"github.com/seed31b0e981/reservoir/rollout"
@@ -178,7 +177,7 @@ type floodStats struct {
 type floodProc struct {
 	cmd   *exec.Cmd
 	stdin io.Closer
-	out   testbuf.Buffer
+	out   lockedBuffer
 	done  bool
 }
 
