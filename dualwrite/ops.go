@@ -339,23 +339,49 @@ func (f *Facade) Adjust(ctx context.Context, p *reservation.AdjustParams) (reser
 	return res, nil
 }
 
-// Get returns a reservation's hold from the store the flags name. It is a
-// read, not a decision, so it takes no fence: a replica whose flags are
-// stale may read the store that only follows, which lags the decider by
-// the relay (while MySQL decides) or by a shadow write (while Redis does).
+// Get returns a reservation's hold as the shop's decider holds it. The
+// read goes through the fences like a decision (AsDecider): the store the
+// flags name answers only if it decides the shop; otherwise the facade
+// follows the fence, or hands the shop off when its flags are newer, as
+// for any call. So a caller never reads a follower's copy (which lags the
+// decider by the relay) or MySQL's shadow hold (its own allocation, made
+// only to be compared) as if it were the reservation.
 func (f *Facade) Get(ctx context.Context, p *reservation.GetParams) (reservation.Hold, error) {
-	_, plan, err := f.decide(ctx, p.Shop)
+	d, plan, err := f.decide(ctx, p.Shop)
 	if err != nil {
 		return reservation.Hold{}, err
 	}
-	return f.store(plan.Authority).Get(ctx, p)
+	q := *p
+	q.AsDecider = true
+	var h reservation.Hold
+	_, err = f.decided(ctx, p.Shop, d, plan, func(s reservation.Store) error {
+		var e error
+		h, e = s.Get(ctx, &q)
+		return e
+	})
+	if err != nil {
+		return reservation.Hold{}, err
+	}
+	return h, nil
 }
 
-// Availability reads the store the flags name (a read: see Get).
+// Availability reads what a buyer could reserve now from the shop's
+// decider, through the fences as Get does.
 func (f *Facade) Availability(ctx context.Context, p *reservation.AvailabilityParams) (reservation.AvailabilityResult, error) {
-	_, plan, err := f.decide(ctx, p.Shop)
+	d, plan, err := f.decide(ctx, p.Shop)
 	if err != nil {
 		return reservation.AvailabilityResult{}, err
 	}
-	return f.store(plan.Authority).Availability(ctx, p)
+	q := *p
+	q.AsDecider = true
+	var res reservation.AvailabilityResult
+	_, err = f.decided(ctx, p.Shop, d, plan, func(s reservation.Store) error {
+		var e error
+		res, e = s.Availability(ctx, &q)
+		return e
+	})
+	if err != nil {
+		return reservation.AvailabilityResult{}, err
+	}
+	return res, nil
 }

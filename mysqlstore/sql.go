@@ -177,6 +177,12 @@ const (
 	sqlStateClaimedSuffix = ` ON DUPLICATE KEY UPDATE state = 'claimed', decided_by = 'redis', allocations = VALUES(allocations),
     expires_at = GREATEST(expires_at, NOW(3)), changed_at = NOW(3)`
 	sqlStateRead   = `SELECT state, allocations, short, expires_at, decided_by FROM reservations WHERE shop_id = ? AND token = ?`
+	// A read as the shop's decider (Get with AsDecider): the fence slot of
+	// the token and its state in one statement, one read view, no locks.
+	sqlStateReadDecided = `(SELECT 'fence' AS kind, decider AS a, '' AS b, '' AS d, epoch AS n, NULL AS t
+  FROM reservation_fences WHERE shop_id = ? AND slot = ?)
+UNION ALL
+(SELECT 'state', state, allocations, decided_by, 0, expires_at FROM reservations WHERE shop_id = ? AND token = ?)`
 	sqlHoldsDelete = `DELETE FROM reserved_quantities WHERE shop_id = ? AND token = ?`
 	sqlClaimRead   = `SELECT allocations FROM reservation_claims WHERE shop_id = ? AND token = ?`
 	sqlClaimInsert = `INSERT INTO reservation_claims (shop_id, token, allocations, via) VALUES (?, ?, ?, ?)`
@@ -356,6 +362,16 @@ const (
 	sqlAvailability = `/*caller='read'*/ SELECT l.location_id, l.available - COALESCE((SELECT SUM(r.quantity) FROM reserved_quantities r
     WHERE r.shop_id = l.shop_id AND r.inventory_item_id = l.inventory_item_id AND r.location_id = l.location_id), 0)
   FROM inventory_ledger l WHERE l.shop_id = ? AND l.inventory_item_id = ? ORDER BY l.location_id`
+	// The same, as the shop's decider: the fence (slot 0; all slots say
+	// the same) in the same statement, so the availability and the fence
+	// come from one read view. A plain read: a handoff committed after it
+	// is after the answer too.
+	sqlAvailabilityDecided = `/*caller='read'*/ (SELECT 'fence' AS kind, decider AS a, epoch AS n, 0 AS q
+  FROM reservation_fences WHERE shop_id = ? AND slot = 0)
+UNION ALL
+(SELECT 'loc', '', l.location_id, l.available - COALESCE((SELECT SUM(r.quantity) FROM reserved_quantities r
+    WHERE r.shop_id = l.shop_id AND r.inventory_item_id = l.inventory_item_id AND r.location_id = l.location_id), 0)
+  FROM inventory_ledger l WHERE l.shop_id = ? AND l.inventory_item_id = ?)`
 )
 
 // Reconciliation: every item x location with its ledger, holds and pool.

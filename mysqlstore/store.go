@@ -35,10 +35,12 @@
 package mysqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/seed31b0e981/reservoir/reservation"
 )
@@ -116,11 +118,22 @@ type querier interface {
 }
 
 // Get returns the hold for a token, or the answer its tombstone gives.
+// With p.AsDecider it answers only while MySQL decides the shop: the
+// fence is read in the same statement as the reservation, and a shop
+// MySQL does not decide answers *reservation.NotDeciderError (its own
+// shadow hold is never served as the reservation).
 func (s *Store) Get(ctx context.Context, p *reservation.GetParams) (reservation.Hold, error) {
 	if err := s.cfg.Limits.ValidateGet(p); err != nil {
 		return reservation.Hold{}, err
 	}
-	st, by, err := s.readState(ctx, callerRead, "get", p.Shop, p.Token)
+	var st stateRow
+	var by reservation.Authority
+	var err error
+	if p.AsDecider {
+		st, by, err = s.readDecided(ctx, p.Shop, p.Token)
+	} else {
+		st, by, err = s.readState(ctx, callerRead, "get", p.Shop, p.Token)
+	}
 	if err != nil {
 		return reservation.Hold{}, err
 	}
@@ -128,6 +141,53 @@ func (s *Store) Get(ctx context.Context, p *reservation.GetParams) (reservation.
 		return reservation.Hold{}, s.tombstoneErr("get", p.Shop, p.Token, st)
 	}
 	return reservation.Hold{Shop: p.Shop, Token: p.Token, Allocations: st.allocs, ExpiresAt: st.expiresAt, Authority: by}, nil
+}
+
+// readDecided reads a token's reservation row and the shop's fence in one
+// statement: *reservation.NotDeciderError when MySQL does not decide the
+// shop, ErrNotFound when it does and has no row.
+func (s *Store) readDecided(ctx context.Context, shop int64, token string) (stateRow, reservation.Authority, error) {
+	c, err := s.acquire(ctx, callerRead)
+	if err != nil {
+		return stateRow{}, "", err
+	}
+	defer c.release()
+	rows, err := c.QueryContext(ctx, tag(callerRead)+sqlStateReadDecided, shop, fenceSlot(token), shop, token)
+	if err != nil {
+		return stateRow{}, "", fmt.Errorf("mysqlstore: get: %w", err)
+	}
+	defer rows.Close()
+	var f fenceRow
+	var st stateRow
+	var by reservation.Authority
+	for rows.Next() {
+		var kind, a, b, d string
+		var n int64
+		var t sql.NullTime
+		if err := rows.Scan(&kind, &a, &b, &d, &n, &t); err != nil {
+			return stateRow{}, "", fmt.Errorf("mysqlstore: get: %w", err)
+		}
+		switch kind {
+		case "fence":
+			f = fenceRow{found: true, fence: reservation.Fence{Decider: reservation.Authority(a), Epoch: n}}
+		case "state":
+			st = stateRow{found: true, state: reservation.State(a), expiresAt: t.Time}
+			if st.allocs, err = reservation.DecodeAllocations(b); err != nil {
+				return stateRow{}, "", err
+			}
+			by = reservation.Authority(d)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return stateRow{}, "", fmt.Errorf("mysqlstore: get: %w", err)
+	}
+	if err := s.decides(shop, f); err != nil {
+		return stateRow{}, "", err
+	}
+	if !st.found {
+		return stateRow{}, "", fmt.Errorf("mysqlstore: get shop %d token %q: %w", shop, token, reservation.ErrNotFound)
+	}
+	return st, by, nil
 }
 
 // readState reads a token's reservation row, outside any transaction, for
@@ -155,6 +215,8 @@ func (s *Store) readState(ctx context.Context, caller, op string, shop int64, to
 }
 
 // Availability reports ledger stock minus holds per location of an item.
+// With p.AsDecider it answers only while MySQL decides the shop (the fence
+// is read in the same statement): *reservation.NotDeciderError otherwise.
 func (s *Store) Availability(ctx context.Context, p *reservation.AvailabilityParams) (reservation.AvailabilityResult, error) {
 	if err := s.cfg.Limits.ValidateAvailability(p); err != nil {
 		return reservation.AvailabilityResult{}, err
@@ -164,21 +226,48 @@ func (s *Store) Availability(ctx context.Context, p *reservation.AvailabilityPar
 		return reservation.AvailabilityResult{}, err
 	}
 	defer c.release()
-	rows, err := c.QueryContext(ctx, sqlAvailability, p.Shop, p.Item)
+	query, args := sqlAvailability, []any{p.Shop, p.Item}
+	if p.AsDecider {
+		query, args = sqlAvailabilityDecided, []any{p.Shop, p.Shop, p.Item}
+	}
+	rows, err := c.QueryContext(ctx, query, args...)
 	if err != nil {
 		return reservation.AvailabilityResult{}, fmt.Errorf("mysqlstore: availability: %w", err)
 	}
 	defer rows.Close()
 	res := reservation.AvailabilityResult{Item: p.Item, Locations: []reservation.LocationAvailability{}}
+	var f fenceRow
 	for rows.Next() {
 		var la reservation.LocationAvailability
-		if err := rows.Scan(&la.Location, &la.Unheld); err != nil {
-			return reservation.AvailabilityResult{}, err
+		if !p.AsDecider {
+			if err := rows.Scan(&la.Location, &la.Unheld); err != nil {
+				return reservation.AvailabilityResult{}, err
+			}
+		} else {
+			var kind, decider string
+			var n int64
+			if err := rows.Scan(&kind, &decider, &n, &la.Unheld); err != nil {
+				return reservation.AvailabilityResult{}, err
+			}
+			if kind == "fence" {
+				f = fenceRow{found: true, fence: reservation.Fence{Decider: reservation.Authority(decider), Epoch: n}}
+				continue
+			}
+			la.Location = n
 		}
 		la.Unheld = max(la.Unheld, 0)
 		res.Locations = append(res.Locations, la)
 	}
-	return res, rows.Err()
+	if err := rows.Err(); err != nil {
+		return reservation.AvailabilityResult{}, err
+	}
+	if p.AsDecider {
+		if err := s.decides(p.Shop, f); err != nil {
+			return reservation.AvailabilityResult{}, err
+		}
+		slices.SortFunc(res.Locations, func(a, b reservation.LocationAvailability) int { return cmp.Compare(a.Location, b.Location) })
+	}
+	return res, nil
 }
 
 // Stock lists a shop's ledger rows.

@@ -414,11 +414,19 @@ return {'removed', h}
 `)
 
 // scriptGet (caller: Get) reads a token's hold or tombstone. It writes
-// nothing (run read-only).
+// nothing (run read-only). Read as the shop's decider (mode "decide") it
+// reads the fence first, in the same atomic step.
 //
-// KEYS: hold, tomb.
-// Replies: {"hold", HGETALL}; {"tomb", tombstone}; {"none"}.
-var scriptGet = newScript("get", `
+// KEYS: hold, tomb, fence. ARGV: mode ("decide" or "shadow").
+// Replies: {"fence", fence} (decide only: another store decides); {"hold",
+// HGETALL}; {"tomb", tombstone}; {"none"}.
+var scriptGet = newScript("get", luaPrelude+`
+if ARGV[1] == 'decide' then
+  local f = fence_of(KEYS[3])
+  if not decides(f) then
+    return {'fence', f}
+  end
+end
 local h = redis.call('HGETALL', KEYS[1])
 if #h > 0 then
   return {'hold', h}
@@ -428,6 +436,22 @@ if t then
   return {'tomb', t}
 end
 return {'none'}
+`)
+
+// scriptAvailability (caller: Availability) reads an item's quantities.
+// It writes nothing (run read-only). Read as the shop's decider (mode
+// "decide") it reads the fence first, in the same atomic step.
+//
+// KEYS: qty hash of the item, fence. ARGV: mode ("decide" or "shadow").
+// Replies: {"fence", fence} (decide only); {"qty", HGETALL}.
+var scriptAvailability = newScript("availability", luaPrelude+`
+if ARGV[1] == 'decide' then
+  local f = fence_of(KEYS[2])
+  if not decides(f) then
+    return {'fence', f}
+  end
+end
+return {'qty', redis.call('HGETALL', KEYS[1])}
 `)
 
 // scriptAdjust (callers: Adjust as authority, and Apply for a change-feed

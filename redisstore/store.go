@@ -389,17 +389,21 @@ func (s *Store) ledgerClaim(ctx context.Context, shop int64, token string) ([]re
 // Get returns the hold for a token, expired or not (an expired hold keeps
 // its units until the reaper returns them), or the answer its tombstone
 // gives: ErrAlreadyClaimed, ErrReleased, ErrExpired, or ErrNotFound for a
-// refused token. No hold and no tombstone: ErrNotFound.
+// refused token. No hold and no tombstone: ErrNotFound. With p.AsDecider
+// the script reads the shop's fence first, atomically with the hold: a
+// shop Redis does not decide answers *reservation.NotDeciderError.
 func (s *Store) Get(ctx context.Context, p *reservation.GetParams) (reservation.Hold, error) {
 	if err := s.cfg.Limits.ValidateGet(p); err != nil {
 		return reservation.Hold{}, err
 	}
 	k := s.shopKeys(p.Shop)
-	reply, err := s.runRO(ctx, "get", scriptGet, []string{k.hold(p.Token), k.tomb(p.Token)})
+	reply, err := s.runRO(ctx, "get", scriptGet, []string{k.hold(p.Token), k.tomb(p.Token), k.fence()}, readMode(p.AsDecider))
 	if err != nil {
 		return reservation.Hold{}, err
 	}
 	switch reply[0] {
+	case "fence":
+		return reservation.Hold{}, s.notDecider("get", p.Shop, at(reply, 1))
 	case "hold":
 		h, err := parseHold(at(reply, 1))
 		if err != nil {
@@ -418,19 +422,40 @@ func (s *Store) Get(ctx context.Context, p *reservation.GetParams) (reservation.
 	return reservation.Hold{}, fmt.Errorf("redisstore: get: unexpected reply %v", reply)
 }
 
+// readMode is the script mode of a read: "decide" when it must come from
+// the shop's decider (the fence is checked), "shadow" otherwise.
+func readMode(asDecider bool) string {
+	if asDecider {
+		return modeDecide
+	}
+	return modeShadow
+}
+
 // Availability reads an item's quantity hash: every location the store
 // knows, ascending, a negative quantity (ledger lowered below what is
-// held) reported as 0.
+// held) reported as 0. With p.AsDecider the shop's fence is read in the
+// same script: a shop Redis does not decide answers
+// *reservation.NotDeciderError.
 func (s *Store) Availability(ctx context.Context, p *reservation.AvailabilityParams) (reservation.AvailabilityResult, error) {
 	if err := s.cfg.Limits.ValidateAvailability(p); err != nil {
 		return reservation.AvailabilityResult{}, err
 	}
-	m, err := s.client.HGetAll(ctx, s.shopKeys(p.Shop).qty(p.Item)).Result()
+	k := s.shopKeys(p.Shop)
+	reply, err := s.runRO(ctx, "availability", scriptAvailability, []string{k.qty(p.Item), k.fence()}, readMode(p.AsDecider))
 	if err != nil {
-		return reservation.AvailabilityResult{}, fmt.Errorf("redisstore: availability: %w", err)
+		return reservation.AvailabilityResult{}, err
 	}
-	res := reservation.AvailabilityResult{Item: p.Item, Locations: make([]reservation.LocationAvailability, 0, len(m))}
-	for f, v := range m {
+	if reply[0] == "fence" {
+		return reservation.AvailabilityResult{}, s.notDecider("availability", p.Shop, at(reply, 1))
+	}
+	flat, ok := at(reply, 1).([]any)
+	if reply[0] != "qty" || !ok || len(flat)%2 != 0 {
+		return reservation.AvailabilityResult{}, fmt.Errorf("redisstore: availability: unexpected reply %v", reply)
+	}
+	res := reservation.AvailabilityResult{Item: p.Item, Locations: make([]reservation.LocationAvailability, 0, len(flat)/2)}
+	for i := 0; i < len(flat); i += 2 {
+		f, _ := flat[i].(string)
+		v, _ := flat[i+1].(string)
 		loc, err1 := strconv.ParseInt(f, 10, 64)
 		q, err2 := strconv.ParseInt(v, 10, 64)
 		if err := cmp.Or(err1, err2); err != nil {

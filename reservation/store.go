@@ -44,9 +44,12 @@ type Store interface {
 	// the token is under way.
 	Release(ctx context.Context, p *ReleaseParams) (ReleaseResult, error)
 
-	// Get returns the hold for a token.
+	// Get returns the hold for a token. With p.AsDecider the store reads
+	// the shop's fence atomically with the hold and answers only if it
+	// decides the shop.
 	//
-	// Errors: ErrNotFound when there is no hold or tombstone;
+	// Errors: *NotDeciderError (AsDecider) when the store does not decide
+	// the shop; ErrNotFound when there is no hold or tombstone;
 	// ErrAlreadyClaimed, ErrReleased or ErrExpired for a tombstone.
 	Get(ctx context.Context, p *GetParams) (Hold, error)
 
@@ -59,7 +62,10 @@ type Store interface {
 	Adjust(ctx context.Context, p *AdjustParams) (AdjustResult, error)
 
 	// Availability reports, per known location of an item, what a buyer
-	// could reserve now.
+	// could reserve now. With p.AsDecider, as Get.
+	//
+	// Errors: *NotDeciderError (AsDecider) when the store does not decide
+	// the shop.
 	Availability(ctx context.Context, p *AvailabilityParams) (AvailabilityResult, error)
 
 	// Reap expires the holds past their expiry, judged by the store's own

@@ -195,6 +195,13 @@ type ReleaseResult struct {
 type GetParams struct {
 	Shop  int64
 	Token string
+	// AsDecider asks the store to answer only as the shop's decider: it
+	// reads the shop's fence with the reservation, atomically, and answers
+	// *NotDeciderError when another store decides. The facade always sets
+	// it, so what a caller reads is what the decider holds, never a
+	// follower's copy or a shadow hold. Without it the store answers from
+	// its own copy, whoever decides (reconciliation, tests).
+	AsDecider bool
 }
 
 // Hold is a reservation as a store sees it.
@@ -251,6 +258,8 @@ type AdjustResult struct {
 // AvailabilityParams are the arguments of Store.Availability.
 type AvailabilityParams struct {
 	Shop, Item int64
+	// AsDecider: as GetParams.AsDecider.
+	AsDecider bool
 }
 
 // LocationAvailability is what a buyer could reserve at one location now.

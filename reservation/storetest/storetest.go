@@ -884,13 +884,21 @@ func testExpiredTokenIsFinal(t *testing.T, h Harness) {
 
 // A store whose fence names the other store decides nothing: reserve,
 // claim and release as authority answer *NotDeciderError naming the fence,
-// and nothing changes.
+// and nothing changes. Reads as the decider (AsDecider) answer the same
+// refusal: a follower's copy is never served as the decider's answer; a
+// plain read still answers from the store's own copy.
 func testOnlyTheDeciderDecides(t *testing.T, h Harness) {
 	if h.HandOff == nil {
 		t.Skip("the harness cannot hand the shop off")
 	}
 	stock(t, h, 10, 1, 5)
 	mustReserve(t, h, "held", line(10, 2, 1))
+	if g, err := h.Store.Get(ctx(t), &reservation.GetParams{Shop: shop, Token: "held", AsDecider: true}); err != nil || g.Quantity() != 2 {
+		t.Errorf("get as the decider, before the handoff: %+v %v", g, err)
+	}
+	if a, err := h.Store.Availability(ctx(t), &reservation.AvailabilityParams{Shop: shop, Item: 10, AsDecider: true}); err != nil || a.At(1) != 3 {
+		t.Errorf("availability as the decider, before the handoff: %+v %v, want 3 unheld at 1", a, err)
+	}
 	h.HandOff(t, shop)
 	want := func(op string, err error) {
 		t.Helper()
@@ -914,6 +922,12 @@ func testOnlyTheDeciderDecides(t *testing.T, h Harness) {
 	want("claim", err)
 	_, err = h.Store.Release(ctx(t), &reservation.ReleaseParams{Shop: shop, Token: "held"})
 	want("release", err)
+	_, err = h.Store.Get(ctx(t), &reservation.GetParams{Shop: shop, Token: "held", AsDecider: true})
+	want("get as the decider", err)
+	_, err = h.Store.Get(ctx(t), &reservation.GetParams{Shop: shop, Token: "never", AsDecider: true})
+	want("get of an unknown token as the decider", err)
+	_, err = h.Store.Availability(ctx(t), &reservation.AvailabilityParams{Shop: shop, Item: 10, AsDecider: true})
+	want("availability as the decider", err)
 	if g, err := h.Store.Get(ctx(t), &reservation.GetParams{Shop: shop, Token: "held"}); err != nil || g.Quantity() != 2 {
 		t.Errorf("the hold after refused calls: %+v %v", g, err)
 	}
