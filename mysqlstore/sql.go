@@ -176,7 +176,7 @@ const (
 	sqlStateClaimedRow    = `(?, ?, 'claimed', 'redis', ?, '', NOW(3))`
 	sqlStateClaimedSuffix = ` ON DUPLICATE KEY UPDATE state = 'claimed', decided_by = 'redis', allocations = VALUES(allocations),
     expires_at = GREATEST(expires_at, NOW(3)), changed_at = NOW(3)`
-	sqlStateRead   = `SELECT state, allocations, short, expires_at, decided_by FROM reservations WHERE shop_id = ? AND token = ?`
+	sqlStateRead = `SELECT state, allocations, short, expires_at, decided_by FROM reservations WHERE shop_id = ? AND token = ?`
 	// A read as the shop's decider (Get with AsDecider): the fence slot of
 	// the token and its state in one statement, one read view, no locks.
 	sqlStateReadDecided = `(SELECT 'fence' AS kind, decider AS a, '' AS b, '' AS d, epoch AS n, NULL AS t
