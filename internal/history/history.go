@@ -14,6 +14,11 @@
 // it). A hold's TTL is recorded too: from its deadline on, the model lets
 // the hold expire and its units come back.
 //
+// Every call is also recorded whole (Call: the full allocations, the
+// hold's expiry, the server that answered), GETs included, for the reads
+// check (CheckReads, reads.go): token by token, what a caller reads back
+// and claims against the answer that acknowledged its reservation.
+//
 // It owns recording and checking only: it never calls a store on its own,
 // and it knows nothing of modes, fences or faults. Its model is what the
 // deciding store promises, whichever store that is:
@@ -218,6 +223,8 @@ type Recorder struct {
 	// carts are the lines each token was reserved with: a claim or a
 	// release is recorded on the items of its reservation.
 	carts map[cartKey][]reservation.Line
+	// calls are the calls recorded whole, for the reads check (reads.go).
+	calls []Call
 }
 
 type cartKey struct {
@@ -230,9 +237,14 @@ func New() *Recorder {
 	return &Recorder{start: time.Now(), UnknownHorizon: 30 * time.Second, stocked: map[Key]bool{}, carts: map[cartKey][]reservation.Line{}}
 }
 
-// now is the recorder's monotonic clock, in nanoseconds, starting at 1 so
-// the stock operations (at 0) come before everything.
-func (r *Recorder) now() int64 { return int64(time.Since(r.start)) + 1 }
+// stamp is the time now on the recorder's monotonic clock, in
+// nanoseconds, starting at 1 so the stock operations (at 0) come before
+// everything; and the same moment on the wall clock, which the stores'
+// expiries are on (the reads check compares them).
+func (r *Recorder) stamp() (int64, time.Time) {
+	t := time.Now()
+	return int64(t.Sub(r.start)) + 1, t
+}
 
 func (r *Recorder) newClient() int {
 	r.mu.Lock()
@@ -343,9 +355,9 @@ func (c *Client) Reserve(ctx context.Context, p *reservation.ReserveParams) (res
 	if seen && !sameLines(prev, p.Lines) {
 		return reservation.ReserveResult{}, fmt.Errorf("history: token %q reserved again with other lines: the recorder keys claims by the first cart", p.Token)
 	}
-	call := c.r.now()
+	call, callAt := c.r.stamp()
 	res, err := c.target.Reserve(ctx, p)
-	ret := c.r.now()
+	ret, retAt := c.r.stamp()
 	ins := make([]Input, len(parts))
 	outs := make([]Output, len(parts))
 	for i, pt := range parts {
@@ -366,6 +378,11 @@ func (c *Client) Reserve(ctx context.Context, p *reservation.ReserveParams) (res
 		}
 	}
 	c.r.add(c.id, c.target, call, ret, ins, outs)
+	rc := Call{Op: OpReserve, Shop: p.Shop, Token: p.Token, Call: call, Return: ret, CallAt: callAt, ReturnAt: retAt}
+	if err == nil {
+		rc.Result, rc.Replayed, rc.Allocations, rc.ExpiresAt = string(res.Status), res.Replayed, res.Allocations, res.ExpiresAt
+	}
+	c.r.addCall(c.id, c.target, rc, err)
 	return res, err
 }
 
@@ -393,9 +410,9 @@ func (c *Client) Claim(ctx context.Context, p *reservation.ClaimParams) (reserva
 	if err != nil {
 		return reservation.ClaimResult{}, err
 	}
-	call := c.r.now()
+	call, callAt := c.r.stamp()
 	res, err := c.target.Claim(ctx, p)
-	ret := c.r.now()
+	ret, retAt := c.r.stamp()
 	ins := make([]Input, len(parts))
 	outs := make([]Output, len(parts))
 	for i, pt := range parts {
@@ -407,6 +424,11 @@ func (c *Client) Claim(ctx context.Context, p *reservation.ClaimParams) (reserva
 		}
 	}
 	c.r.add(c.id, c.target, call, ret, ins, outs)
+	rc := Call{Op: OpClaim, Shop: p.Shop, Token: p.Token, Call: call, Return: ret, CallAt: callAt, ReturnAt: retAt}
+	if err == nil {
+		rc.Result, rc.Replayed, rc.Allocations = ResultClaimed, res.Replayed, res.Allocations
+	}
+	c.r.addCall(c.id, c.target, rc, err)
 	return res, err
 }
 
@@ -417,9 +439,9 @@ func (c *Client) Release(ctx context.Context, p *reservation.ReleaseParams) (res
 	if err != nil {
 		return reservation.ReleaseResult{}, err
 	}
-	call := c.r.now()
+	call, callAt := c.r.stamp()
 	res, err := c.target.Release(ctx, p)
-	ret := c.r.now()
+	ret, retAt := c.r.stamp()
 	ins := make([]Input, len(parts))
 	outs := make([]Output, len(parts))
 	for i, pt := range parts {
@@ -434,6 +456,14 @@ func (c *Client) Release(ctx context.Context, p *reservation.ReleaseParams) (res
 		}
 	}
 	c.r.add(c.id, c.target, call, ret, ins, outs)
+	rc := Call{Op: OpRelease, Shop: p.Shop, Token: p.Token, Call: call, Return: ret, CallAt: callAt, ReturnAt: retAt}
+	if err == nil {
+		rc.Result, rc.Allocations = ResultNotReleased, res.Allocations
+		if res.Released {
+			rc.Result = ResultReleased
+		}
+	}
+	c.r.addCall(c.id, c.target, rc, err)
 	return res, err
 }
 

@@ -113,7 +113,8 @@ func runModel(t *testing.T, m modelRun) runResult {
 	// One replica of the first pod starts without its flags: it must
 	// serve nothing (503) until it reads them.
 	doubt := map[string]bool{"pod-a/2": true}
-	w := newWorld(t, worldConfig{noFeed: m.noFeed}, m.seed, doubt)
+	// Each pod's third shop is quiet (see caller.cart).
+	w := newWorld(t, worldConfig{noFeed: m.noFeed, shopsPerPod: 3}, m.seed, doubt)
 	rec := history.New()
 	record := func(shop, item, loc, qty int64) {
 		rec.Stock(history.Key{Shop: shop, Item: item, Location: loc}, qty)
@@ -213,7 +214,8 @@ func runModel(t *testing.T, m modelRun) runResult {
 	if !m.noFeed {
 		w.drainFeeds(30 * time.Second)
 	}
-	w.checkLedger(&out, stats.claims)
+	reads := history.CheckReads(rec.Calls(), history.ReadsOptions{})
+	claimRows := w.checkLedger(&out, stats.claims, reads.Acked)
 	w.checkNoHolds(&out)
 	w.checkAgree(&out)
 	res, err := history.Check(rec.Entries(), history.CheckOptions{Dir: history.ArtifactDir(t), Name: "model", Timeout: time.Minute})
@@ -223,14 +225,20 @@ func runModel(t *testing.T, m modelRun) runResult {
 	if res.Outcome != porcupine.Ok {
 		out.add("history: %s", res)
 	}
+	out = append(out, reads.Violations...)
+	if reads.Held == 0 || reads.Claims == 0 {
+		// A run whose callers read nothing back would pass the reads
+		// check without judging anything.
+		out.add("reads: the run held %d GETs to a live hold and %d claims to their reserve: the reads check judged nothing", reads.Held, reads.Claims)
+	}
 	var injected int64
 	for _, p := range w.pods {
 		for _, r := range p.replicas {
 			injected += r.faults.injected.Load()
 		}
 	}
-	summary := fmt.Sprintf("traffic %s, %d callers: %s; %d faults injected; %d carts compared by the relays (%d failed); %d flips (final %s): %s; history %s",
-		m.duration, m.callers, stats, injected, w.evaluated.Load(), w.evalFailed.Load(), len(flips), final, strings.Join(flips, " | "), res)
+	summary := fmt.Sprintf("traffic %s, %d callers: %s; %d faults injected; %d carts compared by the relays (%d failed); %d flips (final %s): %s; history %s; reads: %s; ledger: %d claims rows held to their acknowledged reserve",
+		m.duration, m.callers, stats, injected, w.evaluated.Load(), w.evalFailed.Load(), len(flips), final, strings.Join(flips, " | "), res, reads, claimRows)
 	return runResult{violations: out, summary: summary}
 }
 
@@ -291,13 +299,16 @@ func (fw *flipWalk) next(f *flags) {
 // trafficStats counts what the callers did and keeps the claims' outcomes.
 type trafficStats struct {
 	reserved, refused, claimed, released, abandoned, unknown, lateClaims atomic.Int64
-	mu                                                                   sync.Mutex
-	claims                                                               claimsOutcome
+	// reservedLater: reserves acknowledged by a repeat after an attempt
+	// that got no answer (counted in reserved too).
+	reservedLater atomic.Int64
+	mu            sync.Mutex
+	claims        claimsOutcome
 }
 
 func (s *trafficStats) String() string {
-	return fmt.Sprintf("%d reserved, %d refused, %d claimed, %d released, %d abandoned, %d late or repeated calls, %d calls without an answer",
-		s.reserved.Load(), s.refused.Load(), s.claimed.Load(), s.released.Load(), s.abandoned.Load(), s.lateClaims.Load(), s.unknown.Load())
+	return fmt.Sprintf("%d reserved (%d of them by a repeat after no answer), %d refused, %d claimed, %d released, %d abandoned, %d late or repeated calls, %d calls without an answer",
+		s.reserved.Load(), s.reservedLater.Load(), s.refused.Load(), s.claimed.Load(), s.released.Load(), s.abandoned.Load(), s.lateClaims.Load(), s.unknown.Load())
 }
 
 func (s *trafficStats) claim(shop int64, token string, err error) {
@@ -312,22 +323,30 @@ func (s *trafficStats) claim(shop int64, token string, err error) {
 	}
 }
 
-// caller is one checkout client: it reserves carts and claims, releases
-// or abandons them, each call sent to a random replica of the shop's pod
-// and retried (same token) while its outcome is unknown. It is the
-// history.Reservations the recorder wraps.
+// caller is one checkout client: it reserves carts, reads them back, and
+// claims, releases or abandons them, each call sent to a random replica
+// of the shop's pod and retried (same token) while its outcome is
+// unknown. It is the history.Reservations the recorder wraps.
 type caller struct {
 	w       *world
 	id      int
 	rng     *rand.Rand
 	stats   *trafficStats
 	retried bool
-	n       int
+	// via names the replica that answered the last call, and its flags.
+	via string
+	n   int
 }
 
-var _ history.Retrier = (*caller)(nil)
+var (
+	_ history.Retrier = (*caller)(nil)
+	_ history.Getter  = (*caller)(nil)
+	_ history.Router  = (*caller)(nil)
+)
 
 func (c *caller) Retried() bool { return c.retried }
+
+func (c *caller) Via() string { return c.via }
 
 // attempts is how often a call is tried before its outcome stays unknown.
 const attempts = 6
@@ -342,6 +361,9 @@ func (c *caller) try(shop int64, call func(ctx context.Context, f *dualwrite.Fac
 	var err error
 	for i := range n {
 		r := p.replicas[c.rng.IntN(len(p.replicas))]
+		// The flags the replica had and the newest: a stale replica's
+		// answer says so in a failing check's report.
+		c.via = fmt.Sprintf("%s (flags v%d of v%d)", r.name, r.view.version(), c.w.latest())
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		err = call(ctx, r.facade)
 		cancel()
@@ -382,6 +404,51 @@ func (c *caller) Release(_ context.Context, p *reservation.ReleaseParams) (res r
 	return res, err
 }
 
+func (c *caller) Get(_ context.Context, p *reservation.GetParams) (h reservation.Hold, err error) {
+	err = c.try(p.Shop, func(ctx context.Context, f *dualwrite.Facade) error {
+		var e error
+		h, e = f.Get(ctx, p)
+		return e
+	})
+	return h, err
+}
+
+// get reads the cart's reservation back, as a buyer's checkout page
+// does: the reads check (history.CheckReads) judges the answer.
+func (c *caller) get(ctx context.Context, client *history.Client, shop int64, token string) {
+	_, _ = client.Get(ctx, &reservation.GetParams{Shop: shop, Token: token})
+}
+
+// getAcrossFlip waits for the next flip of the flags (until at the
+// latest), then reads the reservation while the replicas take the flip up
+// one by one (each within 200 ms of it: the moment their flags disagree),
+// and once more a little later. It returns false when ctx ended.
+func (c *caller) getAcrossFlip(ctx context.Context, client *history.Client, shop int64, token string, until time.Time) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-c.w.nextFlip():
+	case <-time.After(time.Until(until)):
+	}
+	c.get(ctx, client, shop, token)
+	if !pause(ctx, time.Duration(50+c.rng.IntN(200))*time.Millisecond) {
+		return false
+	}
+	c.get(ctx, client, shop, token)
+	return true
+}
+
+// pause waits d (a buyer's pace, not a synchronisation); false when ctx
+// ended first.
+func pause(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
 // run makes carts until ctx ends.
 func (c *caller) run(ctx context.Context, client *history.Client) {
 	for ctx.Err() == nil {
@@ -392,7 +459,28 @@ func (c *caller) run(ctx context.Context, client *history.Client) {
 func (c *caller) cart(ctx context.Context, client *history.Client) {
 	w := c.w
 	p := w.pods[c.rng.IntN(len(w.pods))]
-	shop := p.shops[c.rng.IntN(len(p.shops))]
+	// A pod's last shop is quiet: one cart in 16 (the others share the
+	// rest). Its fence moves only when one of its rare calls hands it off,
+	// so after a flip its replicas' flags and its fence disagree for a
+	// while, as they do for most shops of a real pod: what a read of it
+	// meets then is what the busy shops, handed off within milliseconds
+	// of a flip, seldom show.
+	shop := p.shops[c.rng.IntN(len(p.shops)-1)]
+	if c.rng.IntN(16) == 0 {
+		shop = p.shops[len(p.shops)-1]
+	}
+	// One cart in 8 starts as the flags flip: its reserve may be the call
+	// that hands the shop off, and its reads race the replicas taking the
+	// flip up (each within 200 ms of it).
+	atFlip := c.rng.IntN(8) == 0
+	if atFlip {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.w.nextFlip():
+		case <-time.After(1500 * time.Millisecond):
+		}
+	}
 	c.n++
 	token := fmt.Sprintf("c%d-%d", c.id, c.n)
 	var lines []reservation.Line
@@ -412,6 +500,19 @@ func (c *caller) cart(ctx context.Context, client *history.Client) {
 	ttl := 1200*time.Millisecond + time.Duration(c.rng.Int64N(int64(maxTTL-1200*time.Millisecond)))
 	rp := &reservation.ReserveParams{Shop: shop, Token: token, Lines: lines, TTL: ttl}
 	res, err := client.Reserve(ctx, rp)
+	later := false
+	if err != nil && reservation.AnswerName(err) == "" {
+		c.stats.unknown.Add(1)
+		// Half the buyers whose reserve got no answer ask again, same
+		// token: the answer (the first decision, replayed, or a new one
+		// if the first attempt did nothing) acknowledges the reservation
+		// or not, and the cart goes on from it.
+		if c.rng.IntN(2) == 0 || !pause(ctx, time.Duration(50+c.rng.IntN(200))*time.Millisecond) {
+			return
+		}
+		res, err = client.Reserve(ctx, rp)
+		later = true
+	}
 	switch {
 	case err != nil && reservation.AnswerName(err) == "":
 		c.stats.unknown.Add(1)
@@ -429,15 +530,44 @@ func (c *caller) cart(ctx context.Context, client *history.Client) {
 		return
 	}
 	c.stats.reserved.Add(1)
-	// Paying takes a while; now and then longer than the hold.
-	pause := time.Duration(c.rng.Int64N(int64(ttl / 2)))
-	if c.rng.IntN(8) == 0 {
-		pause = ttl/2 + time.Duration(c.rng.Int64N(int64(ttl*3/4)))
+	if later {
+		c.stats.reservedLater.Add(1)
 	}
-	select {
-	case <-ctx.Done():
+	// The checkout page reads the reservation back, often at once: right
+	// after the decision, where a store that only follows has not caught
+	// up yet. A cart started at a flip reads it a few times while the
+	// replicas take the flip up.
+	gets := c.rng.IntN(3)
+	if atFlip {
+		gets = 2 + c.rng.IntN(3)
+	}
+	for i := range gets {
+		if i > 0 && atFlip && !pause(ctx, time.Duration(20+c.rng.IntN(60))*time.Millisecond) {
+			return
+		}
+		c.get(ctx, client, shop, token)
+	}
+	// Paying takes a while; now and then longer than the hold. Meanwhile
+	// the page may read the reservation again, or read it across the next
+	// flip (while it has a second left, so the read is judged).
+	wait := time.Duration(c.rng.Int64N(int64(ttl / 2)))
+	if c.rng.IntN(8) == 0 {
+		wait = ttl/2 + time.Duration(c.rng.Int64N(int64(ttl*3/4)))
+	}
+	switch c.rng.IntN(6) {
+	case 0:
+		if !c.getAcrossFlip(ctx, client, shop, token, res.ExpiresAt.Add(-time.Second)) {
+			return
+		}
+	case 1, 2:
+		if !pause(ctx, wait/2) {
+			return
+		}
+		c.get(ctx, client, shop, token)
+		wait -= wait / 2
+	}
+	if !pause(ctx, wait) {
 		return
-	case <-time.After(pause):
 	}
 	if c.rng.IntN(20) == 0 { // a repeated reserve: the hold, replayed
 		c.stats.lateClaims.Add(1)
@@ -452,6 +582,16 @@ func (c *caller) cart(ctx context.Context, client *history.Client) {
 		} else if reservation.AnswerName(err) == "" {
 			c.stats.unknown.Add(1)
 		}
+		if err == nil { // the order page reads it back: claimed
+			switch c.rng.IntN(6) {
+			case 0, 1:
+				c.get(ctx, client, shop, token)
+			case 2:
+				if !c.getAcrossFlip(ctx, client, shop, token, time.Now().Add(1500*time.Millisecond)) {
+					return
+				}
+			}
+		}
 		if c.rng.IntN(10) == 0 { // release after claim: already claimed
 			c.stats.lateClaims.Add(1)
 			_, _ = client.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: token})
@@ -463,6 +603,9 @@ func (c *caller) cart(ctx context.Context, client *history.Client) {
 		} else if err != nil && reservation.AnswerName(err) == "" {
 			c.stats.unknown.Add(1)
 		}
+		if c.rng.IntN(4) == 0 { // read back after the release: its tombstone, never not found
+			c.get(ctx, client, shop, token)
+		}
 		if c.rng.IntN(5) == 0 { // a claim after the release: never succeeds
 			c.stats.lateClaims.Add(1)
 			_, err := client.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: token})
@@ -471,10 +614,11 @@ func (c *caller) cart(ctx context.Context, client *history.Client) {
 	default:
 		c.stats.abandoned.Add(1)
 		if c.rng.IntN(3) == 0 { // a late claim of the abandoned cart
-			select {
-			case <-ctx.Done():
+			if !pause(ctx, ttl) {
 				return
-			case <-time.After(ttl):
+			}
+			if c.rng.IntN(2) == 0 { // read first: expired (or held still), never not found
+				c.get(ctx, client, shop, token)
 			}
 			c.stats.lateClaims.Add(1)
 			_, err := client.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: token})

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seed31b0e981/reservoir/dualwrite"
+	"github.com/seed31b0e981/reservoir/internal/history"
 	"github.com/seed31b0e981/reservoir/internal/reconcile"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
@@ -224,6 +225,19 @@ func (s lossyStore) Release(ctx context.Context, p *reservation.ReleaseParams) (
 	return res, err
 }
 
+// Get goes through the faults too: a GET whose reply is lost is a call
+// without an answer, which the reads check must not judge.
+func (s lossyStore) Get(ctx context.Context, p *reservation.GetParams) (reservation.Hold, error) {
+	if err := s.f.before(); err != nil {
+		return reservation.Hold{}, err
+	}
+	h, err := s.Store.Get(ctx, p)
+	if s.f.after() {
+		return reservation.Hold{}, errReplyLost
+	}
+	return h, err
+}
+
 // lossyLedger is the legacy claim's ledger with faults.
 type lossyLedger struct {
 	reservation.Ledger
@@ -289,6 +303,9 @@ type world struct {
 
 	mu        sync.Mutex
 	published []flags
+	// flipped is closed when the next version is published (and then
+	// replaced): callers that read a reservation across a flip wait on it.
+	flipped chan struct{}
 	// stock is each ledger row's starting quantity.
 	stock map[key]int64
 	// nextItem is the last item id stocked; active the batch in use.
@@ -333,7 +350,8 @@ func newWorld(t testing.TB, cfg worldConfig, seed uint64, inDoubt map[string]boo
 	t.Helper()
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &world{t: t, cfg: cfg, rng: &lockedRand{r: rand.New(rand.NewPCG(seed, 0x10551e55))}, stock: map[key]int64{}, ctx: ctx, stop: cancel}
+	w := &world{t: t, cfg: cfg, rng: &lockedRand{r: rand.New(rand.NewPCG(seed, 0x10551e55))}, stock: map[key]int64{}, ctx: ctx, stop: cancel,
+		flipped: make(chan struct{})}
 	first := flags{version: 1, mode: map[string]rollout.Mode{}, kill: map[string]rollout.Kill{}, shopKill: map[int64]rollout.Kill{}, global: rollout.KillOff}
 	limits := reservation.Limits{MaxQuantity: 20}
 	for i := range cfg.pods {
@@ -446,6 +464,7 @@ func (w *world) publish(edit func(f *flags)) flags {
 	next.version++
 	edit(&next)
 	w.published = append(w.published, next)
+	w.flip()
 	w.mu.Unlock()
 	for _, ch := range w.delays {
 		ch <- next
@@ -462,6 +481,7 @@ func (w *world) flipTo(edit func(f *flags), rs ...*replica) flags {
 	next.version++
 	edit(&next)
 	w.published = append(w.published, next)
+	w.flip()
 	w.mu.Unlock()
 	if len(rs) == 0 {
 		for _, p := range w.pods {
@@ -472,6 +492,26 @@ func (w *world) flipTo(edit func(f *flags), rs ...*replica) flags {
 		r.view.apply(next)
 	}
 	return next
+}
+
+// flip wakes whoever waits for the next version (w.mu held).
+func (w *world) flip() {
+	close(w.flipped)
+	w.flipped = make(chan struct{})
+}
+
+// nextFlip is closed when the next version of the flags is published.
+func (w *world) nextFlip() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.flipped
+}
+
+// latest is the newest version published.
+func (w *world) latest() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.published[len(w.published)-1].version
 }
 
 // setStock sets an item x location's ledger (and Redis's quantity, which
@@ -619,8 +659,11 @@ type claimsOutcome struct {
 // checkLedger: every ledger row went down by exactly the claims its
 // claims rows record; each acknowledged claim has a claims row; each claims
 // row is an acknowledged claim or one whose outcome the caller never
-// learned; nothing went below zero.
-func (w *world) checkLedger(out *violations, claims claimsOutcome) {
+// learned, and deducted exactly the allocations its reserve was
+// acknowledged with (acked, from the reads check), when it was; nothing
+// went below zero. It returns how many claims rows it held to an
+// acknowledged reserve.
+func (w *world) checkLedger(out *violations, claims claimsOutcome, acked map[history.TokenKey]reservation.Hold) (held int) {
 	ctx := context.Background()
 	for _, p := range w.pods {
 		rows, err := p.db.QueryContext(ctx, "SELECT shop_id, token, allocations FROM reservation_claims")
@@ -640,12 +683,19 @@ func (w *world) checkLedger(out *violations, claims claimsOutcome) {
 			if !claims.acked[id] && !claims.unknown[id] {
 				out.add("ledger: token %s was deducted but no caller was told it was claimed, nor left in doubt", id)
 			}
-			var as []struct{ Item, Location, Quantity int64 }
+			var as []reservation.Allocation
 			if err := jsonUnmarshal(doc, &as); err != nil {
 				w.t.Fatal(err)
 			}
 			for _, a := range as {
 				deducted[key{shop, a.Item, a.Location}] += a.Quantity
+			}
+			if ack, ok := acked[history.TokenKey{Shop: shop, Token: token}]; ok {
+				held++
+				if !history.SameAllocations(as, ack.Allocations) {
+					out.add("ledger: token %s was deducted at %s, but its reserve was acknowledged holding %s",
+						id, history.FormatAllocations(as), history.FormatAllocations(ack.Allocations))
+				}
 			}
 		}
 		rows.Close()
@@ -673,6 +723,7 @@ func (w *world) checkLedger(out *violations, claims claimsOutcome) {
 		}
 		lrows.Close()
 	}
+	return held
 }
 
 func (w *world) shopInPod(p *pod, id string) bool {
