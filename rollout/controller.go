@@ -306,6 +306,11 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 	if st.Next == nil {
 		return Stage{}, fmt.Errorf("rollout: advance: the plan is complete (stage %q is the last)", st.StageName)
 	}
+	if st.FlagsInvalid != "" {
+		// A stage written on top of a document the replicas refuse would
+		// be refused too; a kill switch still works (it writes over it).
+		return Stage{}, fmt.Errorf("rollout: advance: the stored flags document is invalid: %s: fix or replace it first", st.FlagsInvalid)
+	}
 	next := *st.Next
 	if !allPass(st.Gates) && !o.Override {
 		return Stage{}, &GatesError{Stage: st.StageName, Gates: st.Gates}
@@ -444,7 +449,7 @@ func (c *Controller) change(ctx context.Context, dryRun bool, out io.Writer, ver
 		if err != nil {
 			return nil, nil, err
 		}
-		if before, err = cur.Render(); err != nil {
+		if before, err = renderBefore(cur); err != nil {
 			return nil, nil, err
 		}
 		if after, err = next.Render(); err != nil {
@@ -464,11 +469,21 @@ func (c *Controller) change(ctx context.Context, dryRun bool, out io.Writer, ver
 	if err != nil {
 		return nil, nil, err
 	}
-	if before, err = b.Render(); err != nil {
+	if before, err = renderBefore(b); err != nil {
 		return nil, nil, err
 	}
 	after, err = a.Render()
 	return before, after, err
+}
+
+// renderBefore renders the flags a change started from, for its diff and
+// audit: none (nil) when there was no document yet (noDocument, version
+// 0, which Render refuses: no document carries it).
+func renderBefore(f *Flags) ([]byte, error) {
+	if f.Version == 0 {
+		return nil, nil
+	}
+	return f.Render()
 }
 
 func (c *Controller) audit(ctx context.Context, at time.Time, actor, action, scope, reason string, stage int, before, after []byte) error {

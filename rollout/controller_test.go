@@ -640,7 +640,7 @@ func TestReleaseNeedsNoRepair(t *testing.T) {
 func TestControllerBumpsTheVersion(t *testing.T) {
 	b := setupController(t, true)
 	ctx := context.Background()
-	last := int64(0)
+	last := int64(1) // the first document (NewFlags)
 	step := func(what string, n int64, do func() error) {
 		t.Helper()
 		if err := do(); err != nil {
@@ -667,7 +667,7 @@ func TestControllerBumpsTheVersion(t *testing.T) {
 		_, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", DryRun: true, Out: &dry})
 		return err
 	})
-	if !strings.Contains(dry.String(), `+         "version": 1`) {
+	if !strings.Contains(dry.String(), `+         "version": 2`) {
 		t.Errorf("the dry run does not show the version it would write:\n%s", dry.String())
 	}
 	step("advance", 1, func() error {

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -24,9 +25,10 @@ const dbSource = "reservoir-control-db"
 // document's version, one indexed row, every poll interval, and reads the
 // document only when the version changed: a fleet of replicas costs the
 // database a point read each per interval. Each new document is checked
-// with flagd's own parser and for flags that agree on metadata.version
-// before it is passed on, so the provider always holds the last valid
-// version; a database that cannot be reached leaves it in effect.
+// with flagd's own parser and for flags that agree on a metadata.version
+// above the one in force (checkFlags) before it is passed on, so the
+// provider always holds the last valid version; a database that cannot be
+// reached leaves it in effect.
 type dbFeed struct {
 	syncReady
 	db      *sql.DB
@@ -40,6 +42,7 @@ type dbFeed struct {
 
 	mu       sync.Mutex
 	current  []byte // the document in effect (noFlags before any)
+	version  int64  // current's metadata.version (0 before any); only grows
 	row      int64  // the row version of current (-1 before any)
 	rejected int64  // the row version last refused (-1: none)
 
@@ -138,15 +141,22 @@ func (f *dbFeed) fetch(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	data := []byte(doc)
-	version, err := checkFlags(f.check, dbSource, data)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.loaded.Load() && bytes.Equal(data, f.current) {
+		// The document in force at a new row version (written again, or
+		// put back): no change, so nothing to check, pass on or log.
+		f.row, f.rejected = row, -1
+		f.rej.accept()
+		return nil, nil
+	}
+	version, err := checkFlags(f.check, dbSource, data, f.version)
 	if err != nil {
 		f.rejected = row
 		f.rej.reject(f.log, "flags document", f.loaded.Load(), err, "row_version", row)
 		return nil, nil
 	}
-	f.current, f.row, f.rejected = data, row, -1
+	f.current, f.version, f.row, f.rejected = data, version, row, -1
 	f.rej.accept()
 	if !f.loaded.Swap(true) {
 		f.log.Info("rollout: flags loaded from the control database", "bytes", len(data), "version", version)

@@ -15,10 +15,10 @@ import (
 
 // A replica on the control database clears its rejection once the
 // document in force is put back in the row, whatever version the refused
-// row carried: a raised one, or 0 (a document with no version, or with
-// 0, which docs/flags.md allows; a real row version, not the feed's "none
-// refused"). Until it clears, reservoir_rollout_flags_rejected and its
-// alert stay up over flags that are valid again.
+// row carried: a raised one, or 0 (a real row version, not the feed's
+// "none refused"; the document at 0 is refused for its version too).
+// Until it clears, reservoir_rollout_flags_rejected and its alert stay up
+// over flags that are valid again.
 func TestDBFeedPutBackClearsTheRejection(t *testing.T) {
 	t.Parallel()
 	for name, badRow := range map[string]int64{"refused at a raised version": 2, "refused at version 0": 0} {

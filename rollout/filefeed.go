@@ -38,9 +38,9 @@ const noFlags = `{"flags": {}}`
 // alone sees a file made readable by a chmod on a filesystem without
 // inotify). A file missing or unreadable at start is read as soon as it
 // appears or can be read. Each new version is checked with flagd's own
-// parser, and its flags must agree on metadata.version; it is passed on
-// only then, so the provider always holds the last valid version and never
-// wedges on a bad first one.
+// parser, and its flags must agree on a metadata.version above the one in
+// force (checkFlags); it is passed on only then, so the provider always
+// holds the last valid version and never wedges on a bad first one.
 type fileFeed struct {
 	syncReady
 	path string
@@ -55,7 +55,7 @@ type fileFeed struct {
 
 	mu       sync.Mutex
 	current  []byte      // the last version passed on (noFlags before any)
-	highest  int64       // the highest metadata.version passed on
+	version  int64       // current's metadata.version (0 before any); only grows
 	seen     os.FileInfo // the file as last read (nil before a read succeeds)
 	rejected []byte      // the last version refused, logged once (nil: none)
 
@@ -97,7 +97,7 @@ func (f *fileFeed) prime() {
 		f.rej.reject(f.log, "flags file", false, err)
 		return
 	}
-	f.current, f.highest = data, version
+	f.current, f.version = data, version
 	f.loaded.Store(true)
 	f.log.Info("rollout: flags file loaded", "bytes", len(data), "version", version)
 }
@@ -218,8 +218,7 @@ func (f *fileFeed) refresh(ctx context.Context, out chan<- isync.DataSync, polle
 		f.mu.Unlock()
 		return
 	}
-	highest := f.highest
-	f.current, f.highest, f.rejected = data, max(highest, version), nil
+	f.current, f.version, f.rejected = data, version, nil
 	f.rej.accept()
 	f.mu.Unlock()
 
@@ -229,14 +228,6 @@ func (f *fileFeed) refresh(ctx context.Context, out chan<- isync.DataSync, polle
 		return
 	}
 	f.log.Info("rollout: flags file reloaded", "bytes", len(data), "version", version)
-	if highest > 0 && version <= highest {
-		// Applied all the same (a replica starting now would load it, so
-		// refusing it here would split the fleet), but the stores hand no
-		// shop off at a version they have seen: the change may not take.
-		f.log.Error("rollout: flags file changed but its version did not grow; the stores treat such a change as stale: "+
-			"write it again with metadata.version raised above the previous one in both flags (docs/flags.md)",
-			"highest_version", highest, "version", version)
-	}
 }
 
 func (f *fileFeed) read() ([]byte, os.FileInfo, error) {
@@ -259,18 +250,22 @@ func (f *fileFeed) read() ([]byte, os.FileInfo, error) {
 
 // validate runs flagd's own parser over data (what it refuses, the
 // provider would refuse too, keeping its previous version), then checks
-// that both flags carry the same version, which it returns.
+// that both flags carry the same version, which it returns, and that it
+// is above the version in force (checkFlags). Called with f.mu held.
 func (f *fileFeed) validate(data []byte) (int64, error) {
-	return checkFlags(f.check, f.path, data)
+	return checkFlags(f.check, f.path, data, f.version)
 }
 
 // checkFlags runs flagd's own parser (check, for source) over a flags
 // document, after reservoir's own check of its flags' variants
 // (checkVariants: an unknown variant is a rejected document, and a syntax
-// error is told with its line and column), and checks that both flags
-// carry the same version, which it returns. Every feed checks each
-// version with it before passing it on.
-func checkFlags(check *evaluator.JSON, source string, data []byte) (int64, error) {
+// error is told with its line and column), checks that both flags carry
+// the same version, and that the version follows checkVersion's rule
+// against inForce, the version of the flags in force (0: none yet); it
+// returns the version. Every feed checks each document with it before
+// passing it on, after setting aside one byte for byte the same as the
+// document in force (no change).
+func checkFlags(check *evaluator.JSON, source string, data []byte, inForce int64) (int64, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return 0, fmt.Errorf("the document is empty")
 	}
@@ -280,7 +275,11 @@ func checkFlags(check *evaluator.JSON, source string, data []byte) (int64, error
 	if err := check.SetState(isync.DataSync{FlagData: string(data), Source: source}); err != nil {
 		return 0, err
 	}
-	return fileVersion(data)
+	version, err := fileVersion(data)
+	if err != nil {
+		return 0, err
+	}
+	return version, checkVersion(version, inForce)
 }
 
 func (f *fileFeed) isLoaded() bool { return f.loaded.Load() }
@@ -307,10 +306,10 @@ func sendFlags(ctx context.Context, out chan<- isync.DataSync, source string, da
 
 func (f *fileFeed) source() string { return f.path }
 
-// fileVersion returns the metadata.version both flags carry (0 for none),
-// as FlagSource will read it from their evaluations. Flags that disagree
-// (a flag absent from the file carries none) are an error: every decision
-// would have two versions.
+// fileVersion returns the metadata.version both flags carry (0 for none,
+// which checkVersion refuses), as FlagSource will read it from their
+// evaluations. Flags that disagree (a flag absent from the file carries
+// none) are an error: every decision would have two versions.
 func fileVersion(data []byte) (int64, error) {
 	var doc struct {
 		Flags map[string]struct {

@@ -88,8 +88,8 @@ func shopsIn(ids []int64) map[string]any {
 // redis_only a leading `true` rule keeps narrower redis rules from
 // weakening it, while they stay in the file for when it is released.
 // A flag without rules has no targeting, which is also the cheapest to
-// evaluate. A version above 0 is written in both flags' metadata; version
-// 0 (no version) writes none.
+// evaluate. The version is written in both flags' metadata; a state
+// without one (version 0) is refused, as Validate says.
 func (f *Flags) Render() ([]byte, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
@@ -166,11 +166,8 @@ func (f *Flags) Render() ([]byte, error) {
 	if global == "" {
 		global = KillOff
 	}
-	var modeMeta map[string]any
-	if f.Version > 0 {
-		meta[metaVersion] = f.Version
-		modeMeta = map[string]any{metaVersion: f.Version}
-	}
+	meta[metaVersion] = f.Version
+	modeMeta := map[string]any{metaVersion: f.Version}
 	doc := fileDoc{
 		Schema:  flagsSchema,
 		Comment: flagsComment,
@@ -302,10 +299,10 @@ func variantsOf[T ~string](values []T) map[string]string {
 // pods); anything else (unknown variants, flags, keys or rule shapes,
 // rules in an order whose meaning the model cannot keep) is refused with
 // a *FlagsError naming the field. The version is read from both flags'
-// metadata.version: a file without it parses as version 0, and flags that
-// disagree on it (a flag absent from the file has none) are refused. A
-// file with no flags parses as NewFlags(): that is what it means to the
-// provider. A *FlagsError found in the document says where it is
+// metadata.version: it is required (checkVersion), so a document without
+// it (or with 0), one without reservoir's flags and an empty one are
+// refused, and so are flags that disagree on it (a flag absent from the
+// file has none). A *FlagsError found in the document says where it is
 // (FlagsError.Line and Column): a JSON syntax error's position, or where
 // the offending value starts.
 func ParseFlags(data []byte) (*Flags, error) {
@@ -319,7 +316,7 @@ func ParseFlags(data []byte) (*Flags, error) {
 func parseFlags(data []byte) (*Flags, error) {
 	f := NewFlags()
 	if len(bytes.TrimSpace(data)) == 0 {
-		return f, nil
+		return nil, &FlagsError{Field: "file", Problem: "the document is empty"}
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -370,6 +367,9 @@ func parseFlags(data []byte) (*Flags, error) {
 			"%s, but flags[%q].metadata.version is %s: both flags must carry the same version", versionText(mv), FlagKillSwitch, versionText(kv))}
 	}
 	f.Version = p.versions[FlagMode]
+	if err := checkVersion(f.Version, 0); err != nil {
+		return nil, &FlagsError{Field: fmt.Sprintf("flags[%q].metadata.version", FlagMode), Problem: err.Error()}
+	}
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
@@ -875,11 +875,12 @@ func (ff FlagsFile) Read() (*Flags, error) {
 }
 
 // Write replaces the flags file with f, atomically, at f.Version as given.
-// It refuses an invalid state (the file is left as it was) and skips the
-// write when the file already holds exactly this state. It is for writing
-// a file from scratch; change the flags with Update, which numbers each
-// change: a changed state written at a version replicas have already seen
-// is treated as stale by the stores (docs/ownership.md section 2).
+// It refuses an invalid state (a state without a version included) and a
+// version not above the file's, unless the file already holds exactly
+// this state (then it writes nothing): every source refuses a document
+// whose version does not grow (docs/flags.md), so such a write would only
+// be refused by every replica. It is for writing a file from scratch;
+// change the flags with Update, which numbers each change.
 func (ff FlagsFile) Write(f *Flags) error {
 	unlock, err := lockFlags(ff.Path)
 	if err != nil {
@@ -890,9 +891,33 @@ func (ff FlagsFile) Write(f *Flags) error {
 	return err
 }
 
+// growsOver refuses writing data, f rendered, over store's document cur,
+// at version curVersion, unless it is cur exactly (a write that changes
+// nothing) or its version is above curVersion (checkVersion, with cur as
+// the document in force: the replicas would refuse anything else).
+func growsOver(store FlagStore, cur, data []byte, curVersion int64, f *Flags) error {
+	if bytes.Equal(cur, data) {
+		return nil
+	}
+	if err := checkVersion(f.Version, curVersion); err != nil {
+		return fmt.Errorf("rollout: write the flags to the %s: %w", store, err)
+	}
+	return nil
+}
+
+// storedVersion is the version of a stored document: its own when it
+// parses, else the highest it shows (highestVersion).
+func storedVersion(doc []byte) int64 {
+	if f, err := ParseFlags(doc); err == nil {
+		return f.Version
+	}
+	return highestVersion(doc)
+}
+
 // Update applies change to the current state under the file lock and
 // writes the result: a read-modify-write no other FlagsFile writer on the
-// host can interleave with. A missing file starts from NewFlags(). When
+// host can interleave with. A missing file starts from the Redis-safe
+// state, and the first change is written at version 1. When
 // change changed the state, the result is written at the file's version
 // plus one (whatever Version change set); when it did not, nothing is
 // written and the version stays. It returns the states before and after
@@ -915,7 +940,7 @@ func (ff FlagsFile) UpdateAt(version int64, change func(*Flags) error) (before, 
 	defer unlock()
 	before, err = ff.Read()
 	if errors.Is(err, fs.ErrNotExist) {
-		before, err = NewFlags(), nil
+		before, err = noDocument(), nil
 	}
 	if err != nil {
 		return nil, nil, err
@@ -934,12 +959,22 @@ func (ff FlagsFile) UpdateAt(version int64, change func(*Flags) error) (before, 
 
 // nextFlags returns the state change makes of cur (which it leaves as it
 // is), numbered: at cur's version when the state is the same, one more
-// when it changed. Update and the controller's dry run both use it, so a
-// dry run shows the version a write would give.
+// when it changed, and 1 when cur is no document yet (version 0). Update
+// and the controller's dry run both use it, so a dry run shows the
+// version a write would give.
 func nextFlags(cur *Flags, change func(*Flags) error) (*Flags, error) {
 	next := cur.Clone()
 	if err := change(next); err != nil {
 		return nil, err
+	}
+	if cur.Version == 0 {
+		// No document yet (noDocument): whatever the change, this is
+		// the first document, at version 1.
+		next.Version = 1
+		if err := next.Validate(); err != nil {
+			return nil, err
+		}
+		return next, nil
 	}
 	next.Version = cur.Version
 	was, err := cur.Render()
@@ -970,8 +1005,13 @@ func (ff FlagsFile) write(f *Flags) (changed bool, err error) {
 		return false, fmt.Errorf("rollout: flags file %s is a symlink (a mounted ConfigMap?): write its source instead", ff.Path)
 	case err == nil:
 		perm = fi.Mode().Perm()
-		if cur, err := os.ReadFile(ff.Path); err == nil && bytes.Equal(cur, data) {
-			return false, nil
+		if cur, err := os.ReadFile(ff.Path); err == nil {
+			if bytes.Equal(cur, data) {
+				return false, nil
+			}
+			if err := growsOver(ff, cur, data, storedVersion(cur), f); err != nil {
+				return false, err
+			}
 		}
 	case !errors.Is(err, fs.ErrNotExist):
 		return false, fmt.Errorf("rollout: flags file: %w", err)

@@ -220,9 +220,11 @@ type Flags struct {
 	// made from them (Decision.Version), which the facade takes as the
 	// epoch of a handoff between the stores (docs/ownership.md section 2).
 	// FlagsFile.Update sets it, one more than the file's, on every change;
-	// set it by hand only to write a file from scratch. 0 means no version
-	// (a file without one, and NewFlags): its decisions never hand a shop
-	// off. From 0 to 2^53 (what flagd keeps exact).
+	// set it by hand only to write a file from scratch (NewFlags starts
+	// at 1). It is required, from 1 to 2^53 (what flagd keeps exact):
+	// Validate, and so Render and every write, refuse 0, and every source
+	// refuses a document without a version, since decisions at version 0
+	// could never hand a shop off.
 	Version int64
 	// Mode is the global mode. Required; NewFlags sets redis.
 	Mode Mode
@@ -235,8 +237,19 @@ type Flags struct {
 }
 
 // NewFlags returns the Redis-safe state: mode redis everywhere, kill switch
-// off, version 0. It is what a file without flags means.
+// off, at version 1, the first version: what `reservoir rollout init`
+// writes as the first document.
 func NewFlags() *Flags {
+	f := noDocument()
+	f.Version = 1
+	return f
+}
+
+// noDocument is what a store without a document holds, to change from: the
+// Redis-safe state, not numbered (version 0), so the first change of it
+// writes version 1 (nextFlags). It is never written as it is: Validate
+// refuses version 0.
+func noDocument() *Flags {
 	return &Flags{Mode: ModeRedis, Pods: map[string]PodFlags{}, Shops: map[int64]ShopFlags{}}
 }
 
@@ -486,7 +499,9 @@ func (f *Flags) Validate() error {
 		}
 	}
 	if f.Version < 0 || f.Version > maxVersion {
-		bad("version", "%d is out of range 0 (no version) to 2^53", f.Version)
+		bad("version", "%d is out of range 1 to 2^53", f.Version)
+	} else if err := checkVersion(f.Version, 0); err != nil {
+		bad("version", "%v", err)
 	}
 	if !f.Mode.Valid() {
 		bad("mode", "unknown mode %q (want %s)", f.Mode, modeList())

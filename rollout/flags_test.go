@@ -418,12 +418,22 @@ func TestParseFlagsRefuses(t *testing.T) {
 	}
 }
 
-// Files with no flags mean the Redis-safe state.
-func TestParseFlagsEmpty(t *testing.T) {
-	for _, doc := range []string{"", "  \n", `{}`, `{"flags": {}}`} {
+// A document without a version is refused: an empty one, one without
+// reservoir's flags (they carry the version), and one whose flags carry
+// none or 0. Decisions from it could never hand a shop off.
+func TestParseFlagsRequiresAVersion(t *testing.T) {
+	for doc, want := range map[string]string{
+		"":              "the document is empty",
+		"  \n":          "the document is empty",
+		`{}`:            causeRequired,
+		`{"flags": {}}`: causeRequired,
+		`{"flags": {"reservations.mode": {"state": "ENABLED", "variants": {"redis": "redis"}, "defaultVariant": "redis", "metadata": {"version": 0}},
+		  "reservations.kill_switch": {"state": "ENABLED", "variants": {"off": "off"}, "defaultVariant": "off", "metadata": {"version": 0}}}}`: causeRequired,
+	} {
 		f, err := ParseFlags([]byte(doc))
-		if err != nil || !reflect.DeepEqual(f, NewFlags()) {
-			t.Errorf("ParseFlags(%q) = %+v, %v", doc, f, err)
+		var fe *FlagsError
+		if f != nil || !errors.As(err, &fe) || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseFlags(%q) = %+v, %v; want a FlagsError saying %q", doc, f, err, want)
 		}
 	}
 }

@@ -149,7 +149,8 @@ func (c FlagSourceConfig) Validate() error {
 // applies in milliseconds, and so does a save by an editor that renames the
 // original away or a delete and recreate, which flagd's watch loses for
 // good. Each version is checked with flagd's own parser, and for flags
-// that agree on metadata.version, before it is applied. The control
+// that agree on a metadata.version above the one in force (checkFlags),
+// before it is applied. The control
 // database (DB, see dbFeed) and a flagd daemon (FlagdAddr, see grpcFeed)
 // feed flagd the same way, checked the same way; a Provider replaces flagd
 // and is taken as it answers (docs/flags.md, "Where the flags come from").
@@ -157,15 +158,20 @@ func (c FlagSourceConfig) Validate() error {
 // Safety rules (an error always comes with RedisSafe, which the caller
 // must not act on: a replica in doubt about its flags serves nothing,
 // docs/ownership.md section 7):
-//   - A valid file without the flags answers their code defaults: RedisSafe,
-//     version 0, without an error.
+//   - A file without metadata.version (one without the flags included:
+//     they carry it) is invalid, and so is one whose version is not above
+//     the version in force (lower, or the same with other content):
+//     decisions at version 0 could never hand a shop off, and a version
+//     that does not grow is stale to the stores' fences. A Provider that
+//     lacks a flag answers its code default, without an error.
 //   - A variant reservoir does not know, an evaluation error, or a version
 //     that is not a whole number answers an error (logged, rate-limited).
 //   - A file that is missing, unreadable or invalid (empty included) when
 //     the source starts answers ErrFlagsNotLoaded until it can be loaded;
 //     the source watches for it meanwhile.
 //   - A file that becomes invalid later (one whose flags disagree on the
-//     version included) is rejected (logged) and the last valid flags stay
+//     version, or whose version does not grow, included) is rejected
+//     (logged, and reported by Rejected) and the last valid flags stay
 //     in effect: a broken edit does not flip the fleet, and a mysql_only
 //     scope is not sent back to a Redis that lacks its data. The same holds
 //     for a file that becomes unreadable or is deleted.
@@ -340,10 +346,10 @@ func (s *FlagSource) evaluate(ctx context.Context, key, def string, ec openfeatu
 	det, err := s.client.StringValueDetails(ctx, key, def, ec)
 	if err != nil {
 		if det.ErrorCode == openfeature.FlagNotFoundCode {
-			// A file without the flag means its code default, which is
-			// the Redis-safe value by design: not an error. The flag
-			// carries no version (the file checks make the other flag
-			// carry none either).
+			// A provider without the flag means its code default, which
+			// is the Redis-safe value by design: not an error. (A flags
+			// document cannot lack it: the flags carry the version, and
+			// the feeds refuse a document without one.)
 			s.problem(key+"/missing", slog.LevelWarn, "rollout: flag missing from the flags file; using its code default",
 				"flag", key, "default", def)
 			return evaluation{value: def}, nil

@@ -314,7 +314,9 @@ func TestFlagSourceBadFiles(t *testing.T) {
 		})
 	}
 
-	// A valid file without reservoir's flags means their code defaults.
+	// A file without reservoir's flags has no version (the flags carry
+	// it): it is refused like any invalid file, never read as their code
+	// defaults, whose decisions could hand no shop off.
 	for name, raw := range map[string]string{
 		"file with no flags":  `{"flags": {}}`,
 		"other flags only":    `{"flags": {"checkout.banner": {"state": "ENABLED", "variants": {"on": true}, "defaultVariant": "on"}}}`,
@@ -324,13 +326,9 @@ func TestFlagSourceBadFiles(t *testing.T) {
 			t.Parallel()
 			fx := setup(t, nil, raw)
 			src := fx.source(t)
-			for range 50 {
-				if d, err := src.Decide(t.Context(), "pod-a", 1); d != RedisSafe || err != nil {
-					t.Fatalf("got %+v, %v; want RedisSafe, nil\n%s", d, err, fx.logs)
-				}
-			}
-			if name != "disabled mode flags" && fx.logs.count("flag missing from the flags file; using its code default") != 2 {
-				t.Errorf("want one rate-limited line per missing flag:\n%s", fx.logs)
+			notLoaded(t, src)
+			if _, err := src.Rejected(); err == nil || !strings.Contains(err.Error(), causeRequired) {
+				t.Errorf("Rejected() = %v, want it saying %q", err, causeRequired)
 			}
 		})
 	}
@@ -385,6 +383,7 @@ func TestFlagSourceBadFiles(t *testing.T) {
 				t.Errorf("after a rejected file: %+v, want the last valid flags (mysql)", d)
 			}
 			next := NewFlags()
+			next.Version = mysqlEverywhere.Version + 1
 			must(t, next.SetMode(Global(), ModeShadow))
 			must(t, fx.file.Write(next))
 			eventually(t, 2*time.Second, "the next valid file to apply", func() bool {
@@ -432,8 +431,9 @@ func TestFlagSourceSeesEveryEditStyle(t *testing.T) {
 			t.Parallel()
 			fx := setup(t, NewFlags(), "")
 			src := fx.source(t)
-			for _, mode := range []Mode{ModeShadow, ModeMySQL, ModeShadow} {
+			for i, mode := range []Mode{ModeShadow, ModeMySQL, ModeShadow} {
 				next := NewFlags()
+				next.Version = int64(2 + i) // every edit at a higher version
 				must(t, next.SetMode(Global(), mode))
 				data, err := next.Render()
 				must(t, err)
@@ -456,6 +456,7 @@ func TestFlagSourceSeesEveryEditStyle(t *testing.T) {
 		dir := t.TempDir()
 		version := func(n int, m Mode) {
 			f := NewFlags()
+			f.Version = int64(n)
 			must(t, f.SetMode(Global(), m))
 			data, err := f.Render()
 			must(t, err)
@@ -534,8 +535,16 @@ func TestFlagsFileWritesAreAtomic(t *testing.T) {
 	for shop := int64(10_000); shop < 10_600; shop++ {
 		must(t, big.SetMode(ShopScope(shop), ModeMySQL))
 	}
+	// Each rewrite at the next version, as every write must be; the file
+	// alternates between the two states.
+	const rewrites = 200
 	versions := map[string]bool{}
-	for _, f := range []*Flags{small, big} {
+	writes := make([]*Flags, rewrites)
+	for i := range writes {
+		writes[i] = []*Flags{big, small}[i%2].Clone()
+		writes[i].Version = 100 + int64(i)
+	}
+	for _, f := range append([]*Flags{small}, writes...) {
 		data, err := f.Render()
 		must(t, err)
 		versions[string(data)] = true
@@ -563,14 +572,14 @@ func TestFlagsFileWritesAreAtomic(t *testing.T) {
 			reads.Store(r, n)
 		})
 	}
-	for i := range 200 {
-		must(t, fx.file.Write([]*Flags{big, small}[i%2]))
+	for _, f := range writes {
+		must(t, fx.file.Write(f))
 	}
 	stop()
 	readers.Wait()
 	total := 0
 	reads.Range(func(_, n any) bool { total += n.(int); return true })
-	t.Logf("4 readers read the file %d times during 200 rewrites", total)
+	t.Logf("4 readers read the file %d times during %d rewrites", total, rewrites)
 
 	entries, err := os.ReadDir(filepath.Dir(fx.file.Path))
 	must(t, err)

@@ -23,14 +23,16 @@ type FlagStore interface {
 	// wrapping *InvalidFlagsError (so do Update's and UpdateAt's).
 	Read() (*Flags, error)
 	// Write replaces the document with f, at f.Version as given (a
-	// document from scratch); it skips the write when nothing changes.
-	// It never parses the document it replaces, so it writes over an
-	// invalid one too.
+	// document from scratch); it skips the write when nothing changes,
+	// and refuses a state without a version, or at a version not above
+	// the document's (as far as it can be read: it writes over an invalid
+	// document too), which every replica would refuse.
 	Write(f *Flags) error
 	// Update applies change to the current flags and writes the result at
 	// the next version (nextFlags), serialised with every other writer;
 	// it returns the flags before and after. A missing document starts
-	// from NewFlags().
+	// from the Redis-safe state (NewFlags), not numbered (version 0): the
+	// first document is written at version 1.
 	Update(change func(*Flags) error) (before, after *Flags, err error)
 	// UpdateAt is Update for a writer that decided from the flags at
 	// version: if they changed since, nothing is written and the error
@@ -110,7 +112,8 @@ func (t FlagsTable) Read() (*Flags, error) {
 	return f, nil
 }
 
-// Write implements FlagStore. It never parses the document it replaces.
+// Write implements FlagStore. The document it replaces need not parse:
+// its version is the row's, or the highest the document shows.
 func (t FlagsTable) Write(f *Flags) error {
 	return t.replace(nil, f)
 }
@@ -154,7 +157,7 @@ func (t FlagsTable) change(expect int64, next func(*Flags) (*Flags, error)) (bef
 	)
 	switch err := tx.QueryRowContext(ctx, sqlFlagsLock).Scan(&curVersion, &doc); {
 	case errors.Is(err, sql.ErrNoRows):
-		exists, before = false, NewFlags()
+		exists, before = false, noDocument()
 	case err != nil:
 		return nil, nil, fmt.Errorf("rollout: read the flags for a change: %w", err)
 	default:

@@ -58,7 +58,7 @@ func TestControllersRaceOnTheDatabaseFlags(t *testing.T) {
 		switch {
 		case err == nil:
 			won++
-		case errors.Is(err, rollout.ErrFlagsChanged) && strings.Contains(err.Error(), "decided at version 0, the control database is at version 1"):
+		case errors.Is(err, rollout.ErrFlagsChanged) && strings.Contains(err.Error(), "decided at version 1, the control database is at version 2"):
 			lost++
 		default:
 			t.Errorf("a racing kill: %v", err)
@@ -77,8 +77,8 @@ func TestControllersRaceOnTheDatabaseFlags(t *testing.T) {
 			engaged++
 		}
 	}
-	if f.Version != 1 || engaged != 1 {
-		t.Errorf("after the race: version %d with %d pod kill switches engaged, want version 1 and the winner's one", f.Version, engaged)
+	if f.Version != 2 || engaged != 1 {
+		t.Errorf("after the race: version %d with %d pod kill switches engaged, want version 2 and the winner's one", f.Version, engaged)
 	}
 	hist, err := ctls[0].History(context.Background(), 10)
 	if err != nil {

@@ -71,10 +71,11 @@ func CheckFlagdAddr(addr string) error {
 // ignored (reservoir's evaluation context is its own).
 //
 // Each document is checked with flagd's own parser and for flags that
-// agree on metadata.version before it is passed on, so the provider always
-// holds the last valid one; a stream that breaks, or a daemon that is
-// down, leaves it in effect while the feed reconnects with backoff. The
-// feed is not loaded until the first valid document arrives.
+// agree on a metadata.version above the one in force (checkFlags) before
+// it is passed on, so the provider always holds the last valid one; a
+// stream that breaks, or a daemon that is down, leaves it in effect while
+// the feed reconnects with backoff. The feed is not loaded until the
+// first valid document arrives.
 type grpcFeed struct {
 	syncReady
 	addr    string
@@ -90,7 +91,7 @@ type grpcFeed struct {
 
 	mu       sync.Mutex
 	current  []byte // the document in effect (noFlags before any)
-	highest  int64  // the highest metadata.version passed on
+	version  int64  // current's metadata.version (0 before any); only grows
 	rejected []byte // the last document refused (nil: none)
 
 	// rej is the refusal FlagSource.Rejected reports.
@@ -254,15 +255,14 @@ func (f *grpcFeed) accept(data []byte) []byte {
 		f.mu.Unlock()
 		return nil
 	}
-	version, err := checkFlags(f.check, f.source(), data)
+	version, err := checkFlags(f.check, f.source(), data, f.version)
 	if err != nil {
 		f.rejected = append([]byte{}, data...) // never nil: an empty document is refused once
 		f.rej.reject(f.log, "flags document from the flagd daemon", f.loaded.Load(), err, "addr", f.addr)
 		f.mu.Unlock()
 		return nil
 	}
-	highest := f.highest
-	f.current, f.highest, f.rejected = data, max(highest, version), nil
+	f.current, f.version, f.rejected = data, version, nil
 	f.rej.accept()
 	f.mu.Unlock()
 
@@ -271,12 +271,5 @@ func (f *grpcFeed) accept(data []byte) []byte {
 		return data
 	}
 	f.log.Info("rollout: flags reloaded from the flagd daemon", "addr", f.addr, "bytes", len(data), "version", version)
-	if highest > 0 && version <= highest {
-		// Applied all the same, as a file is: every replica of the daemon
-		// gets this document, and refusing it here would split the fleet.
-		f.log.Error("rollout: flags changed but their version did not grow; the stores treat such a change as stale: "+
-			"write them again with metadata.version raised above the previous one in both flags (docs/flags.md)",
-			"addr", f.addr, "highest_version", highest, "version", version)
-	}
 	return data
 }

@@ -134,6 +134,13 @@ func (t FlagsTable) replace(expect []byte, f *Flags) (err error) {
 	if expect != nil && (!exists || doc != string(expect)) {
 		return fmt.Errorf("%w: the control database's flags changed since they were read: read the flags again", ErrFlagsChanged)
 	}
+	if expect == nil && exists {
+		// A Write: the row's version counts as much as the document's (a
+		// row edited by hand may show either higher).
+		if err := growsOver(t, []byte(doc), data, max(version, storedVersion([]byte(doc))), f); err != nil {
+			return err
+		}
+	}
 	if exists && doc == string(data) {
 		return tx.Rollback()
 	}
@@ -174,12 +181,18 @@ type overInvalid struct {
 }
 
 // flagsForKill reads the flags a kill switch change builds on. When the
-// store holds an invalid document, it returns instead the last valid flags
-// (recoverFlags), and the plan to write over it.
+// store holds an invalid document, or one the replicas refuse (refused),
+// it returns instead the last valid flags (recoverFlags), and the plan to
+// write over it.
 func (c *Controller) flagsForKill(ctx context.Context) (*Flags, *overInvalid, error) {
 	cur, err := c.cfg.Flags.Read()
 	var bad *InvalidFlagsError
-	if !errors.As(err, &bad) {
+	switch {
+	case err == nil:
+		if bad, err = c.refused(ctx, cur); err != nil || bad == nil {
+			return cur, nil, err
+		}
+	case !errors.As(err, &bad):
 		return cur, nil, err
 	}
 	var inForce []byte
@@ -193,6 +206,79 @@ func (c *Controller) flagsForKill(ctx context.Context) (*Flags, *overInvalid, er
 		return nil, nil, fmt.Errorf("%w; and the last valid flags could not be read: %w", bad, err)
 	}
 	return base, over, nil
+}
+
+// refused returns an *InvalidFlagsError for the stored flags cur, valid
+// on their own, when the replicas refuse them (checkVersion): their
+// version is below the highest version a replica reported applied, or a
+// flag source in this process (ControllerConfig.InForce) answers from a
+// different document at the same or a higher version. Such a document is
+// written by hand (the controller's own writes grow); a change written
+// on top of it, at its version plus one, would be refused by the replicas
+// too (and WaitObeyed would count the replicas already further on as
+// obeying it), so the kill switch writes over it as over any invalid
+// document, above every version seen. nil when the replicas take cur.
+func (c *Controller) refused(ctx context.Context, cur *Flags) (*InvalidFlagsError, error) {
+	var applied int64
+	if err := c.cfg.DB.QueryRowContext(ctx, sqlAppliedHighest).Scan(&applied); err != nil {
+		return nil, fmt.Errorf("rollout: read the replicas' versions: %w", err)
+	}
+	var inForce []byte
+	var inForceVersion int64
+	if c.cfg.InForce != nil {
+		if doc, ok := c.cfg.InForce(); ok {
+			if f, err := ParseFlags(doc); err == nil && f.Version >= cur.Version {
+				inForce, inForceVersion = doc, f.Version
+			}
+		}
+	}
+	rendered, err := cur.Render()
+	if err != nil {
+		return nil, err
+	}
+	if cur.Version >= applied && (inForce == nil || bytes.Equal(inForce, rendered)) {
+		return nil, nil
+	}
+	// The document as stored, for the comparison and for the kill
+	// switch's compare-and-swap over it (rendered, where the store cannot
+	// tell: it is what cur means).
+	doc := rendered
+	if raw, ok, err := storedDocument(ctx, c.cfg.Flags); err != nil {
+		return nil, err
+	} else if ok {
+		doc = raw
+	}
+	var why error
+	switch {
+	case cur.Version < applied:
+		why = fmt.Errorf("the replicas refuse it: %w", checkVersion(cur.Version, applied))
+	case inForce != nil && !bytes.Equal(inForce, doc):
+		why = fmt.Errorf("the flag source refuses it: %w", checkVersion(cur.Version, inForceVersion))
+	default:
+		return nil, nil
+	}
+	return &InvalidFlagsError{Store: c.cfg.Flags.String(), Document: doc, Version: cur.Version, Err: why}, nil
+}
+
+// storedDocument reads the document store holds, byte for byte, where the
+// store can tell (FlagsFile, FlagsTable); ok is false elsewhere.
+func storedDocument(ctx context.Context, store FlagStore) (doc []byte, ok bool, err error) {
+	switch st := store.(type) {
+	case FlagsFile:
+		doc, err = os.ReadFile(st.Path)
+		if err != nil {
+			return nil, false, fmt.Errorf("rollout: read flags file: %w", err)
+		}
+		return doc, true, nil
+	case FlagsTable:
+		var version int64
+		var text string
+		if err := st.DB.QueryRowContext(ctx, sqlFlagsRead).Scan(&version, &text); err != nil {
+			return nil, false, fmt.Errorf("rollout: read the flags from the control database: %w", err)
+		}
+		return []byte(text), true, nil
+	}
+	return nil, false, nil
 }
 
 // recoverFlags returns the flags to build on over the invalid document

@@ -48,7 +48,8 @@ func TestKillOverAnInvalidFlagsFile(t *testing.T) {
 	t.Parallel()
 	b := setupController(t, true)
 	ctx := context.Background()
-	// An audited change: stage 0 (shadow on pod-a), version 1.
+	// An audited change: stage 0 (shadow on pod-a), version 2 (the first
+	// document is version 1).
 	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "start"}); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func TestKillOverAnInvalidFlagsFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A hand edit breaks the file: a missing comma, at version 7.
-	broken := strings.Replace(strings.ReplaceAll(string(good), `"version": 1`, `"version": 7`), `"state": "ENABLED",`, `"state": "ENABLED"`, 1)
+	broken := strings.Replace(strings.ReplaceAll(string(good), `"version": 2`, `"version": 7`), `"state": "ENABLED",`, `"state": "ENABLED"`, 1)
 	if err := os.WriteFile(b.flags.Path, []byte(broken), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -151,24 +152,24 @@ func TestKillOverAnInvalidDatabaseDocument(t *testing.T) {
 		}
 		return d
 	}
-	if d := decision("pod-a"); d.Kill != rollout.KillRedis || d.Version != 1 {
+	if d := decision("pod-a"); d.Kill != rollout.KillRedis || d.Version != 2 {
 		t.Fatalf("at start: %+v", d)
 	}
 
-	// A hand edit in the database: an unknown variant, at row version 2.
+	// A hand edit in the database: an unknown variant, at row version 3.
 	var doc string
 	if err := b.db.DB.QueryRow(`SELECT document FROM rollout_flags WHERE id = 1`).Scan(&doc); err != nil {
 		t.Fatal(err)
 	}
-	bad := strings.ReplaceAll(strings.Replace(doc, `"mysql": "mysql"`, `"mysqll": "mysqll"`, 1), `"version": 1`, `"version": 2`)
-	if _, err := b.db.DB.Exec(`UPDATE rollout_flags SET version = 2, document = ? WHERE id = 1`, bad); err != nil {
+	bad := strings.ReplaceAll(strings.Replace(doc, `"mysql": "mysql"`, `"mysqll": "mysqll"`, 1), `"version": 2`, `"version": 3`)
+	if _, err := b.db.DB.Exec(`UPDATE rollout_flags SET version = 3, document = ? WHERE id = 1`, bad); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 2*time.Second, "the source to reject the document", func() bool { _, err := src.Rejected(); return err != nil })
 	if _, err := src.Rejected(); !strings.Contains(err.Error(), `flags["reservations.mode"].variants["mysqll"] (line `) {
 		t.Errorf("the rejection does not say where: %v", err)
 	}
-	if d := decision("pod-a"); d.Kill != rollout.KillRedis || d.Version != 1 {
+	if d := decision("pod-a"); d.Kill != rollout.KillRedis || d.Version != 2 {
 		t.Errorf("after the rejected document: %+v, want the last valid flags", d)
 	}
 
@@ -176,13 +177,13 @@ func TestKillOverAnInvalidDatabaseDocument(t *testing.T) {
 		t.Fatalf("kill over the broken document: %v", err)
 	}
 	waitFor(t, 2*time.Second, "the source to load the kill", func() bool { return decision("pod-b").Kill == rollout.KillRedisOnly })
-	if d := decision("pod-a"); d.Kill != rollout.KillRedis || d.Version != 3 {
-		t.Errorf("pod-a after the kill: %+v; want its kill switch kept (from the audit) at version 3", d)
+	if d := decision("pod-a"); d.Kill != rollout.KillRedis || d.Version != 4 {
+		t.Errorf("pod-a after the kill: %+v; want its kill switch kept (from the audit) at version 4", d)
 	}
 	if _, err := src.Rejected(); err != nil {
 		t.Errorf("still rejected after a valid document loaded: %v", err)
 	}
-	if a := lastAudit(t, ctl); a.Action != "kill_over_invalid" || a.Before != bad || !strings.Contains(a.After, `"version": 3`) {
+	if a := lastAudit(t, ctl); a.Action != "kill_over_invalid" || a.Before != bad || !strings.Contains(a.After, `"version": 4`) {
 		t.Errorf("audit: %+v", a)
 	}
 }
@@ -281,7 +282,7 @@ func TestWritesRefuseUnknownVariants(t *testing.T) {
 		if err := f.SetMode(rollout.PodScope("pod-a"), "mysqll"); err == nil {
 			t.Error("SetMode took an unknown mode")
 		}
-		if got, err := store.Read(); err != nil || got.Version != 0 || got.Mode != rollout.ModeRedis || len(got.Pods)+len(got.Shops) != 0 {
+		if got, err := store.Read(); err != nil || got.Version != 1 || got.Mode != rollout.ModeRedis || len(got.Pods)+len(got.Shops) != 0 {
 			t.Errorf("%s after refused writes: %+v, %v", store, got, err)
 		}
 	}
@@ -302,16 +303,16 @@ func TestKillOverAnInvalidDocumentKeepsTheFlagsInForce(t *testing.T) {
 	}
 	t.Cleanup(func() { src.Close() })
 	ctl := b.controller(t, func(c *rollout.ControllerConfig) { c.InForce = src.InForce })
-	if _, err := ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "start"}); err != nil { // audited: version 1
+	if _, err := ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "start"}); err != nil { // audited: version 2
 		t.Fatal(err)
 	}
-	b.setMode(t, "pod-b", rollout.ModeMySQL) // not audited: version 2
-	waitFor(t, 2*time.Second, "the source to load version 2", func() bool {
+	b.setMode(t, "pod-b", rollout.ModeMySQL) // not audited: version 3
+	waitFor(t, 2*time.Second, "the source to load version 3", func() bool {
 		d, err := src.Decide(ctx, "pod-b", 1)
-		return err == nil && d.Version == 2
+		return err == nil && d.Version == 3
 	})
 	good, _ := os.ReadFile(b.flags.Path)
-	broken := strings.ReplaceAll(strings.Replace(string(good), `"redis": "redis"`, `"redis": "redis",`, 1), `"version": 2`, `"version": 3`)
+	broken := strings.ReplaceAll(strings.Replace(string(good), `"redis": "redis"`, `"redis": "redis",`, 1), `"version": 3`, `"version": 4`)
 	if err := os.WriteFile(b.flags.Path, []byte(broken), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -320,10 +321,116 @@ func TestKillOverAnInvalidDocumentKeepsTheFlagsInForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, err := b.flags.Read()
-	if err != nil || f.Version != 4 || f.Pods["pod-b"].Mode != rollout.ModeMySQL || f.Pods["pod-a"].Mode != rollout.ModeShadow || !f.KillAt(rollout.PodScope("pod-a")).Engaged() {
-		t.Errorf("after the kill: %+v, %v; want version 4 with pod-b's mysql kept and pod-a shadow, killed", f, err)
+	if err != nil || f.Version != 5 || f.Pods["pod-b"].Mode != rollout.ModeMySQL || f.Pods["pod-a"].Mode != rollout.ModeShadow || !f.KillAt(rollout.PodScope("pod-a")).Engaged() {
+		t.Errorf("after the kill: %+v, %v; want version 5 with pod-b's mysql kept and pod-a shadow, killed", f, err)
 	}
-	if !strings.Contains(out.String(), "built from the flags this replica answers from (version 2)") {
+	if !strings.Contains(out.String(), "built from the flags this replica answers from (version 3)") {
 		t.Errorf("the kill does not say what it built on:\n%s", out.String())
 	}
+}
+
+// A document valid on its own that the replicas refuse (its version went
+// back, or it changed at the version in force) is no base for a change:
+// written on top of it at its version plus one, a kill switch would be
+// refused by every replica too. The controller treats it as an invalid
+// document: the status says why and is not ready, an advance is refused,
+// and a kill writes over it above every version seen, from the last valid
+// flags.
+func TestKillOverADocumentTheReplicasRefuse(t *testing.T) {
+	t.Parallel()
+	t.Run("lower than a replica's version", func(t *testing.T) {
+		t.Parallel()
+		b := setupController(t, true)
+		ctx := context.Background()
+		if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "start"}); err != nil { // audited: version 2
+			t.Fatal(err)
+		}
+		// The replicas applied version 5 (changes made outside the
+		// controller); then a hand edit goes back to 3.
+		if _, err := b.db.DB.Exec(`INSERT INTO rollout_replicas (replica_id, pods, applied_version, applied_at, last_seen)
+			VALUES ('replica-1', 'pod-a,pod-b', 5, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))`); err != nil {
+			t.Fatal(err)
+		}
+		back, err := b.flags.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		back.Version = 3
+		if err := back.SetMode(rollout.PodScope("pod-b"), rollout.ModeMySQL); err != nil {
+			t.Fatal(err)
+		}
+		doc, err := back.Render()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(b.flags.Path, doc, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		const why = "metadata.version 3 is lower than the version in force, 5: flags never go back; write a higher version"
+		st, err := b.ctl.Status(ctx)
+		if err != nil || !strings.Contains(st.FlagsInvalid, why) || st.Ready || st.FlagsVersion != 2 {
+			t.Fatalf("status: %+v, %v; want it invalid saying %q, the audit's flags (version 2), not ready", st, err, why)
+		}
+		if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "next", Override: true}); err == nil || !strings.Contains(err.Error(), why) {
+			t.Fatalf("advance over the refused document: %v, want it refused saying %q", err, why)
+		}
+		if err := b.ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, rollout.KillOptions{Actor: "bob", Reason: "pod-a p99"}); err != nil {
+			t.Fatalf("kill over the refused document: %v", err)
+		}
+		f, err := b.flags.Read()
+		if err != nil || f.Version != 6 || !f.KillAt(rollout.PodScope("pod-a")).Engaged() || f.Pods["pod-b"].Mode != "" {
+			t.Errorf("after the kill: %+v, %v; want version 6, pod-a killed, pod-b as the audit had it", f, err)
+		}
+		if a := lastAudit(t, b.ctl); a.Action != "kill_over_invalid" || a.Before != string(doc) || !strings.Contains(a.Reason, why) {
+			t.Errorf("audit: %+v", a)
+		}
+	})
+
+	t.Run("changed at the version in force", func(t *testing.T) {
+		t.Parallel()
+		b := setupController(t, true)
+		ctx := context.Background()
+		src, err := rollout.NewFlagSource(ctx, rollout.FlagSourceConfig{Path: b.flags.Path, PollInterval: 5 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { src.Close() })
+		ctl := b.controller(t, func(c *rollout.ControllerConfig) { c.InForce = src.InForce })
+		if _, err := ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "start"}); err != nil { // version 2
+			t.Fatal(err)
+		}
+		waitFor(t, 2*time.Second, "the source to load version 2", func() bool { v, ok := src.AppliedVersion(ctx); return ok && v == 2 })
+		b.setMode(t, "pod-b", rollout.ModeMySQL) // not audited: version 3
+		good, err := os.ReadFile(b.flags.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 2*time.Second, "the source to load version 3", func() bool { v, ok := src.AppliedVersion(ctx); return ok && v == 3 })
+		// A hand edit changes the flags but keeps version 3: the source
+		// refuses it.
+		same := strings.Replace(string(good), `"defaultVariant": "redis"`, `"defaultVariant": "shadow"`, 1) // the global mode
+		if err := os.WriteFile(b.flags.Path, []byte(same), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 2*time.Second, "the source to refuse the document", func() bool { _, err := src.Rejected(); return err != nil })
+		const why = "metadata.version 3 is the version in force, but the document changed"
+		st, err := ctl.Status(ctx)
+		if err != nil || !strings.Contains(st.FlagsInvalid, why) || st.Ready {
+			t.Fatalf("status: %+v, %v; want it invalid saying %q, not ready", st, err, why)
+		}
+		if err := ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, rollout.KillOptions{Actor: "bob", Reason: "pod-a p99"}); err != nil {
+			t.Fatalf("kill over the refused document: %v", err)
+		}
+		waitFor(t, 2*time.Second, "the source to load the kill", func() bool {
+			d, err := src.Decide(ctx, "pod-a", 1)
+			return err == nil && d.Kill == rollout.KillRedis && d.Version == 4
+		})
+		if d, err := src.Decide(ctx, "pod-b", 1); err != nil || d.Mode != rollout.ModeMySQL {
+			t.Errorf("pod-b after the kill: %+v, %v; want mysql kept from the flags in force (version 3)", d, err)
+		}
+		if _, err := src.Rejected(); err != nil {
+			t.Errorf("still rejected after the kill loaded: %v", err)
+		}
+	})
 }

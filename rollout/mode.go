@@ -72,14 +72,18 @@ type Decision struct {
 	// number that only grows across every change of the flags, and the
 	// same on every replica for the same flags (the flags file's
 	// metadata.version, docs/flags.md). The facade takes it as the epoch of
-	// a handoff between the stores (docs/ownership.md section 2). 0 means
-	// no version is known: such a decision never hands a shop off, so a
-	// store's fence (epoch 0 or higher) always wins over it.
+	// a handoff between the stores (docs/ownership.md section 2). Flags
+	// read from a document always carry one, from 1 up (every source
+	// refuses a document without it). 0 means no version is known (RedisSafe,
+	// or an OpenFeature provider that answers none): such a decision never
+	// hands a shop off, so a store's fence (epoch 0 or higher) always wins
+	// over it.
 	Version int64
 }
 
-// RedisSafe is the code default: what the flags mean when the file holds
-// neither of them (mode redis, kill switch off), with no version. A
+// RedisSafe is the code default (mode redis, kill switch off), with no
+// version: what a flag an OpenFeature provider does not have means (a
+// flags document without the flags has no version, and is refused). A
 // ModeSource also returns it beside every error; a caller must not act on
 // a decision that came with an error: a replica in doubt about its flags
 // serves no reservation call (docs/ownership.md section 7), and with

@@ -104,8 +104,9 @@ func TestStaticVersionConcurrent(t *testing.T) {
 	}
 }
 
-// Render writes the version in both flags' metadata as a number; version 0
-// writes none, and parses back as 0.
+// Render writes the version in both flags' metadata as a number, and
+// refuses a state without one (version 0) or with a negative one, naming
+// the version.
 func TestFlagsRenderWritesVersionInBothFlags(t *testing.T) {
 	t.Parallel()
 	metadata := func(t *testing.T, f *Flags) map[string]map[string]any {
@@ -130,15 +131,22 @@ func TestFlagsRenderWritesVersionInBothFlags(t *testing.T) {
 		}
 	}
 	for key, meta := range metadata(t, NewFlags()) {
-		if _, ok := meta["version"]; ok {
-			t.Errorf("%s: version 0 written as %#v, want none", key, meta["version"])
+		if v, ok := meta["version"].(float64); !ok || v != 1 {
+			t.Errorf("%s: NewFlags' metadata.version = %#v, want the number 1 (the first version)", key, meta["version"])
+		}
+	}
+	for _, v := range []int64{0, -1} {
+		f := NewFlags()
+		f.Version = v
+		var fe *FlagsError
+		if _, err := f.Render(); !errors.As(err, &fe) || fe.Field != "version" {
+			t.Errorf("version %d: %v, want a FlagsError naming version", v, err)
 		}
 	}
 	f := NewFlags()
-	f.Version = -1
-	var fe *FlagsError
-	if _, err := f.Render(); !errors.As(err, &fe) || fe.Field != "version" {
-		t.Errorf("negative version: %v, want a FlagsError naming version", err)
+	f.Version = 0
+	if _, err := f.Render(); err == nil || !strings.Contains(err.Error(), causeRequired) {
+		t.Errorf("version 0: %v, want it saying %q", err, causeRequired)
 	}
 }
 
@@ -214,12 +222,15 @@ func TestFlagSourceVersion(t *testing.T) {
 		t.Errorf("after the rename: %+v, want kill redis at version 42", d)
 	}
 
-	// A file without versions answers version 0.
+	// A file without versions is refused: version 42 stays in force.
 	fx.replace(t, `{"flags": {}}`)
-	eventually(t, 2*time.Second, "the unversioned file to apply", func() bool {
-		d, err := src.Decide(t.Context(), "pod-a", in)
-		return err == nil && d == RedisSafe
+	eventually(t, 2*time.Second, "the unversioned file to be refused", func() bool {
+		_, err := src.Rejected()
+		return err != nil
 	})
+	if d := decide(t, src, "pod-a", in); d != next.Resolve("pod-a", in) {
+		t.Errorf("after a file without versions: %+v, want version 42 still in force", d)
+	}
 }
 
 // The version comes with the variants it was evaluated with: while the
@@ -227,14 +238,16 @@ func TestFlagSourceVersion(t *testing.T) {
 // mode is the one of its version, never a neighbour's.
 func TestFlagSourceVersionFollowsTheVariants(t *testing.T) {
 	t.Parallel()
-	fx := setup(t, NewFlags(), "")
-	src := fx.source(t)
 	modeOf := func(v int64) Mode { // odd versions shadow, even ones mysql
 		if v%2 == 1 {
 			return ModeShadow
 		}
 		return ModeMySQL
 	}
+	first := NewFlags()
+	must(t, first.SetMode(Global(), modeOf(first.Version)))
+	fx := setup(t, first, "")
+	src := fx.source(t)
 	var decisions, mismatches atomic.Int64
 	ctx, stop := context.WithCancel(t.Context())
 	var readers sync.WaitGroup
@@ -248,7 +261,7 @@ func TestFlagSourceVersionFollowsTheVariants(t *testing.T) {
 				case err != nil:
 					t.Errorf("Decide: %v", err)
 					return
-				case d.Version > 0 && d.Mode != modeOf(d.Version):
+				case d.Mode != modeOf(d.Version):
 					t.Errorf("decision %+v: version %d has mode %s", d, d.Version, modeOf(d.Version))
 					return
 				}
@@ -257,7 +270,7 @@ func TestFlagSourceVersionFollowsTheVariants(t *testing.T) {
 		})
 	}
 	const versions = 30
-	for v := int64(1); v <= versions; v++ {
+	for v := int64(2); v <= versions; v++ {
 		_, after, err := fx.file.Update(func(f *Flags) error { return f.SetMode(Global(), modeOf(f.Version+1)) })
 		must(t, err)
 		if after.Version != v {
@@ -336,25 +349,6 @@ func TestFlagSourceRefusesDisagreeingVersions(t *testing.T) {
 			}
 		})
 	}
-}
-
-// A change whose version does not grow applies (every replica loads the
-// same file), but the log says the stores will treat it as stale.
-func TestFlagSourceWarnsWhenVersionDoesNotGrow(t *testing.T) {
-	t.Parallel()
-	f := NewFlags()
-	f.Version = 8
-	fx := setup(t, f, "")
-	src := fx.source(t)
-	same := f.Clone()
-	must(t, same.SetMode(Global(), ModeMySQL)) // changed, still version 8
-	data, err := same.Render()
-	must(t, err)
-	fx.replace(t, string(data))
-	loadsVersion(t, src, ModeMySQL, 8)
-	eventually(t, time.Second, "a warning about the version", func() bool {
-		return fx.logs.count("flags file changed but its version did not grow") == 1
-	})
 }
 
 // memSource is a FlagSource over an in-memory provider whose evaluators

@@ -29,11 +29,11 @@ func TestRolloutKillOverABrokenFlagsFile(t *testing.T) {
 	}
 	code, out, errOut := run(t, "rollout", "--topology", topo, "--actor", "bob", "kill", "--scope", "pod:pod-a", "--reason", "flags broken, pod-a to Redis")
 	if code != 0 || !strings.Contains(out, "holds an invalid flags document") || !strings.Contains(out, "(line ") ||
-		!strings.Contains(out, "wrote a valid document at version 2 built from the last valid flags in the audit") {
+		!strings.Contains(out, "wrote a valid document at version 3 built from the last valid flags in the audit") {
 		t.Fatalf("kill over the broken file: %d %q %q", code, out, errOut)
 	}
 	f, err := (rollout.FlagsFile{Path: flags}).Read()
-	if err != nil || f.Version != 2 || !f.KillAt(rollout.PodScope("pod-a")).Engaged() || f.Pods["pod-a"].Mode != rollout.ModeShadow {
+	if err != nil || f.Version != 3 || !f.KillAt(rollout.PodScope("pod-a")).Engaged() || f.Pods["pod-a"].Mode != rollout.ModeShadow {
 		t.Fatalf("the file after the kill: %+v, %v", f, err)
 	}
 	if code, out, _ = run(t, "rollout", "--topology", topo, "history"); code != 0 || !strings.Contains(out, "kill_over_invalid") {

@@ -534,7 +534,8 @@ func printReplicas(out io.Writer, rs []rollout.Replica) {
 }
 
 // initFlags writes the first flags document (every shop in redis mode,
-// the kill switch off) where the topology's flags live, unless there is
+// the kill switch off, at version 1: every source refuses a document
+// without a version) where the topology's flags live, unless there is
 // one: replicas that find none serve nothing (they cannot tell which store
 // decides).
 //
@@ -552,7 +553,7 @@ func initFlags(env *operatorEnv, from string, out io.Writer) error {
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
-	first, what := rollout.NewFlags(), "every shop in redis mode, kill switch off"
+	first, what := rollout.NewFlags(), "every shop in redis mode, kill switch off, at version 1"
 	if from != "" {
 		if first, err = (rollout.FlagsFile{Path: from}).Read(); err != nil {
 			return fmt.Errorf("--from: %w", err)

@@ -37,13 +37,13 @@ func TestRejectedFlagsDocumentIsVisible(t *testing.T) {
 	h := setup(t, options{plan: dashboardPlan})
 	bctx := servertest.Browser(t, 1200, 900)
 	ctx := context.Background()
-	// An audited change: stage 0, shadow on pod-a, version 1.
+	// An audited change: stage 0, shadow on pod-a, version 2.
 	if _, err := h.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	h.waitDecision("pod-a", rollout.ModeShadow, rollout.KillOff)
 	// A change made outside the controller (not audited): pod-b mysql,
-	// version 2. The kill below keeps it: it builds on the flags this
+	// version 3. The kill below keeps it: it builds on the flags this
 	// replica answers from, newer than the audit's.
 	if _, _, err := h.flags.Update(func(f *rollout.Flags) error { return f.SetMode(rollout.PodScope("pod-b"), rollout.ModeMySQL) }); err != nil {
 		t.Fatal(err)
@@ -59,7 +59,7 @@ func TestRejectedFlagsDocumentIsVisible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := strings.ReplaceAll(strings.ReplaceAll(string(good), `"shadow"`, `"shadoww"`), `"version": 2`, `"version": 3`)
+	bad := strings.ReplaceAll(strings.ReplaceAll(string(good), `"shadow"`, `"shadoww"`), `"version": 3`, `"version": 4`)
 	if err := os.WriteFile(h.flags.Path+".new", []byte(bad), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestRejectedFlagsDocumentIsVisible(t *testing.T) {
 		t.Errorf("audit: %+v %v", hist, err)
 	}
 	f, err := h.flags.Read()
-	if err != nil || f.Version != 4 || f.KillAt(rollout.PodScope("pod-a")).State != rollout.KillRedis || f.Pods["pod-b"].Mode != rollout.ModeMySQL {
+	if err != nil || f.Version != 5 || f.KillAt(rollout.PodScope("pod-a")).State != rollout.KillRedis || f.Pods["pod-b"].Mode != rollout.ModeMySQL {
 		t.Errorf("flags after the kill: %+v, %v", f, err)
 	}
 	if got := h.rejectedMetric(); got != "0" {

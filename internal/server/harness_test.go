@@ -116,7 +116,7 @@ func topologyFor(t *testing.T, dir string) (*topology.Config, map[string]*podBun
 // FlagsFile.Update as the controller does, so the flags carry a version
 // (the epoch a handoff to the store they name needs: at version 0 a shop
 // stays with Redis whatever the mode). Without modes it is the default
-// file, at version 0.
+// file, at version 1.
 func writeFlags(tb testing.TB, path string, modes map[string]rollout.Mode) {
 	tb.Helper()
 	if _, _, err := (rollout.FlagsFile{Path: path}).Update(func(f *rollout.Flags) error {
