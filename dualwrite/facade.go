@@ -60,7 +60,10 @@ type TrafficCounter interface {
 type Mirror interface {
 	// Handoff makes store to the decider of shop at epoch (the flags
 	// version that says so) and returns the fence after, which may name
-	// the other store if a newer handoff overtook this one. force allows
+	// the other store: a newer handoff overtook this one, or the handoff
+	// is still under way while the old decider keeps deciding (a handoff
+	// to MySQL copies Redis's state ahead, in the background); the caller
+	// asks the store it names. force allows
 	// Redis to take the shop without MySQL when MySQL does not answer
 	// (the kill switch redis_only). An error means the handoff did not
 	// finish: nothing was decided, the outcome of the call is unknown.
@@ -230,6 +233,20 @@ func (f *Facade) decide(ctx context.Context, shop int64) (rollout.Decision, roll
 	return d, rt, nil
 }
 
+// Wanted says which store the flags want deciding shop, at which epoch
+// (the flags' version), and whether a handoff to Redis may be forced (the
+// kill switch redis_only): what a call on the shop would hand it off to.
+// It is mirror.Wanted, for the pod's handoff sweeper, which hands shops
+// off when the flags change rather than when a call arrives. An error
+// wraps ErrFlagsUnavailable.
+func (f *Facade) Wanted(ctx context.Context, shop int64) (reservation.Authority, int64, bool, error) {
+	d, rt, err := f.decide(ctx, shop)
+	if err != nil {
+		return "", 0, false, err
+	}
+	return rt.Authority, d.Version, d.Kill == rollout.KillRedisOnly, nil
+}
+
 // served counts a call the facade took, with its effective mode.
 func (f *Facade) served(plan rollout.Route, op compare.Op) {
 	if f.cfg.Traffic != nil {
@@ -245,9 +262,12 @@ func (f *Facade) warn(msg string, args ...any) {
 	}
 }
 
-// maxHops bounds how often one call is sent on to another store: a
-// follow, a handoff, a follow back is the longest legitimate path.
-const maxHops = 4
+// maxHops bounds how often one call is sent on to another store. The
+// longest legitimate path: the store the flags name refuses, a handoff to
+// MySQL still copying sends the call to Redis, which yielded meanwhile,
+// back to MySQL, which needs the cut-over finished (a second handoff),
+// then answers.
+const maxHops = 6
 
 // decided runs op against the shop's deciding store. It starts with the
 // store the flags name (d, plan); a store that refuses as not the decider
@@ -269,7 +289,8 @@ func (f *Facade) decided(ctx context.Context, shop int64, d rollout.Decision, pl
 		last = err
 		if nd.Fence.Epoch < epoch {
 			f.metrics.rerouted.WithLabelValues("handed_off").Inc()
-			if _, err := f.cfg.Mirror.Handoff(ctx, shop, want, epoch, force && want == reservation.AuthorityRedis); err != nil {
+			after, err := f.cfg.Mirror.Handoff(ctx, shop, want, epoch, force && want == reservation.AuthorityRedis)
+			if err != nil {
 				f.metrics.unreachable.WithLabelValues("handoff").Inc()
 				f.warn("dualwrite: a handoff did not finish; answering 503", "pod", f.cfg.Pod, "shop", shop, "to", want, "epoch", epoch, "err", err)
 				// The cause is kept as text, not wrapped: it may wrap a
@@ -277,6 +298,13 @@ func (f *Facade) decided(ctx context.Context, shop int64, d rollout.Decision, pl
 				// a drain refusing an invalid change), and the caller must
 				// see only "unknown, retry", never an answer.
 				return want, fmt.Errorf("%w: shop %d: %v", ErrDeciderUnreachable, shop, err)
+			}
+			if after.Decider != want {
+				// The fence has not moved yet (a handoff to MySQL copies
+				// ahead while Redis decides), or a newer handoff overtook
+				// this one: ask the store that decides now.
+				f.metrics.rerouted.WithLabelValues("followed").Inc()
+				want, epoch, force = after.Decider, after.Epoch, false
 			}
 			continue
 		}

@@ -23,7 +23,7 @@ func newMetrics(reg prometheus.Registerer, pod string) (*metrics, error) {
 	m := &metrics{
 		shadowSkipped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "reservoir_dualwrite_shadow_skipped_total", ConstLabels: labels,
-			Help: "Shadow calls (comparisons) not run because every shadow slot was busy.",
+			Help: "Shadow calls (comparisons) not run because every shadow slot was busy, or refused by the shadow store because it keeps nothing of its own for the shop now (a handoff to it copies the decider's state in).",
 		}),
 		shadowPanics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "reservoir_dualwrite_shadow_panics_total", ConstLabels: labels,

@@ -2,6 +2,7 @@ package dualwrite
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -46,7 +47,18 @@ func (f *Facade) compared(ctx context.Context, plan rollout.Route, op compare.Op
 	}
 	c.obs.Switched = f.switched.since(shop)
 	c.shadow = f.startShadow(ctx, tokenKey{shop, token}, shadowName,
-		func(sctx context.Context) compare.Outcome { return shadowFn(sctx, shadow) },
+		func(sctx context.Context) compare.Outcome {
+			out := shadowFn(sctx, shadow)
+			if errors.Is(out.Err, reservation.ErrNotDecider) {
+				// The shadow store keeps nothing of its own for the shop
+				// now: it is being handed the shop (Redis's state is
+				// copied in) or already decides it. It had nothing to
+				// compare: skipped, not a fault of the shadow.
+				f.metrics.shadowSkipped.Inc()
+				return compare.Outcome{Skipped: true}
+			}
+			return out
+		},
 		func(s compare.Outcome) {
 			a := <-c.authDone
 			if a.Store == "" {

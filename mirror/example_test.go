@@ -55,7 +55,7 @@ func ExampleMirror_Handoff() {
 	}
 
 	// Flags version 1 names MySQL.
-	fence, err := m.Handoff(ctx, 42, reservation.AuthorityMySQL, 1, false)
+	fence, err := m.HandoffWait(ctx, 42, reservation.AuthorityMySQL, 1, false)
 	if err != nil {
 		panic(err)
 	}
@@ -120,7 +120,7 @@ func ExampleMirror_Run() {
 	if err != nil {
 		panic(err)
 	}
-	if _, err := m.Handoff(ctx, 42, reservation.AuthorityMySQL, 1, false); err != nil {
+	if _, err := m.HandoffWait(ctx, 42, reservation.AuthorityMySQL, 1, false); err != nil {
 		panic(err)
 	}
 

@@ -13,6 +13,11 @@ type metrics struct {
 	applySeconds   prometheus.Histogram
 	handoffs       *prometheus.CounterVec
 	handoffSeconds *prometheus.HistogramVec
+	copied         prometheus.Counter
+	cutoverSeconds prometheus.Histogram
+	sweeper        prometheus.Gauge
+	swept          prometheus.Counter
+	pending        prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -54,15 +59,37 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reservoir_handoffs_total",
 			Help: "Handoffs of a shop's decisions to a store, by target and result: done, overtaken (a newer one won), " +
-				"forced (Redis took the shop without MySQL: kill switch redis_only), failed.",
+				"forced (Redis took the shop without MySQL: kill switch redis_only), failed; to MySQL also joined (another replica's cut-over finished it), " +
+				"busy (another replica copies the shop) and whole (the whole shop taken over: a copy lost or its copier gone).",
 		}, []string{"to", "result"}),
 		handoffSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "reservoir_handoff_seconds",
 			Help:    "Time a handoff took, drain or copy included.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"to"}),
+		copied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "reservoir_handoff_copied_tokens_total",
+			Help: "Reservations (holds and tombstones) copied from Redis into MySQL ahead of handoffs to MySQL, catch-up rounds included.",
+		}),
+		cutoverSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "reservoir_handoff_cutover_seconds",
+			Help:    "The undecided window of a handoff to MySQL: from Redis's yield to MySQL's takeover of the last changes.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
+		sweeper: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "reservoir_handoff_sweeper_active",
+			Help: "1 when this replica runs the pod's handoff sweeper (one replica per pod at a time), else 0.",
+		}),
+		swept: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "reservoir_handoff_swept_total",
+			Help: "Shops the handoff sweeper handed off to the store the flags name after a flags change.",
+		}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "reservoir_handoff_pending_shops",
+			Help: "Shops whose fences do not name the store the flags name yet, as the active sweeper last counted them (0 on the other replicas).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.backlog, m.lag, m.leader, m.applied, m.failures, m.evaluated, m.cartsStale, m.applySeconds, m.handoffs, m.handoffSeconds} {
+	for _, c := range []prometheus.Collector{m.backlog, m.lag, m.leader, m.applied, m.failures, m.evaluated, m.cartsStale, m.applySeconds, m.handoffs, m.handoffSeconds, m.copied, m.cutoverSeconds, m.sweeper, m.swept, m.pending} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

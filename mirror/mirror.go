@@ -72,6 +72,26 @@ type Config struct {
 	// relay's goroutine and must not block (compare.Comparer.Observe does
 	// not). Without it carts are not evaluated, and Evaluates says so.
 	Evaluated func(c reservation.Change, redis reservation.ReserveResult, err error)
+	// CopyInline: a handoff to MySQL of a shop with fewer reservations
+	// (holds and tombstones) than this keeps its caller waiting until it
+	// is done, as a handoff without a copy would: its copy is as short as
+	// the cut-over. A larger shop is copied in the background while Redis
+	// decides: Handoff returns Redis's fence at once (the caller follows
+	// it) and the shop is undecided only during the cut-over. Default:
+	// 200.
+	CopyInline int64
+	// CutoverWait bounds how long a handoff to MySQL that finds Redis
+	// already yielded waits for the copy's cut-over, before it takes the
+	// whole shop over itself (the copier may have died between the two
+	// steps). Default: 2s.
+	CutoverWait time.Duration
+	// CatchUpBelow: a copy cuts over once a catch-up round copied at most
+	// this many tokens that changed meanwhile. Default: 100.
+	CatchUpBelow int
+	// CatchUpRounds bounds the catch-up rounds before the cut-over (a shop
+	// changing faster than it is copied cuts over with the last round's
+	// changes). Default: 8.
+	CatchUpRounds int
 	// Disabled stops the change feed from reaching Redis at all: Run
 	// returns at once, Flush delivers nothing, and a handoff to Redis sets
 	// Redis's fence without draining the shop's pending changes. Only
@@ -99,6 +119,18 @@ func (c Config) WithDefaults() Config {
 	if c.ForceAfter == 0 {
 		c.ForceAfter = time.Second
 	}
+	if c.CopyInline == 0 {
+		c.CopyInline = 200
+	}
+	if c.CutoverWait == 0 {
+		c.CutoverWait = 2 * time.Second
+	}
+	if c.CatchUpBelow == 0 {
+		c.CatchUpBelow = 100
+	}
+	if c.CatchUpRounds == 0 {
+		c.CatchUpRounds = 8
+	}
 	return c
 }
 
@@ -115,6 +147,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("mirror: Config.Poll (%s), Standby (%s) and ForceAfter (%s) must be positive", c.Poll, c.Standby, c.ForceAfter)
 	case c.Batch < 1 || c.Batch > 10000:
 		return fmt.Errorf("mirror: Config.Batch must be between 1 and 10000, got %d", c.Batch)
+	case c.CopyInline < 0 || c.CutoverWait <= 0:
+		return fmt.Errorf("mirror: Config.CopyInline (%d) must not be negative and Config.CutoverWait (%s) must be positive", c.CopyInline, c.CutoverWait)
+	case c.CatchUpBelow < 0 || c.CatchUpRounds < 0:
+		return fmt.Errorf("mirror: Config.CatchUpBelow (%d) and Config.CatchUpRounds (%d) must not be negative", c.CatchUpBelow, c.CatchUpRounds)
 	}
 	return nil
 }
@@ -129,6 +165,12 @@ type Mirror struct {
 	// released is what the relay applied that can make a cart's
 	// evaluation stale (stale.go).
 	released releasedShops
+	// copies are the handoffs to MySQL this process runs (copy.go), in
+	// the background: bgCtx ends them (Close), bg waits for them.
+	copies   copyRuns
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
 
 	lagMu sync.Mutex
 	lag   Lag
@@ -144,7 +186,24 @@ func New(cfg Config) (*Mirror, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mirror: register metrics: %w", err)
 	}
-	return &Mirror{cfg: cfg, log: cfg.Logger.With("pod", cfg.Pod), metrics: m, wake: make(chan struct{}, 1)}, nil
+	bgCtx, cancel := context.WithCancel(context.Background())
+	return &Mirror{cfg: cfg, log: cfg.Logger.With("pod", cfg.Pod), metrics: m, wake: make(chan struct{}, 1),
+		bgCtx: bgCtx, bgCancel: cancel}, nil
+}
+
+// Close stops the handoffs running in the background (copies to MySQL)
+// and waits for them, within ctx. A copy stopped halfway is taken up by
+// the next handoff of its shop, here or on another replica.
+func (m *Mirror) Close(ctx context.Context) error {
+	m.bgCancel()
+	done := make(chan struct{})
+	go func() { m.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("mirror: pod %s: background handoffs still running: %w", m.cfg.Pod, ctx.Err())
+	}
 }
 
 // Push tells the relay that MySQL just recorded a change: the active relay,
@@ -445,9 +504,9 @@ var ErrForcedHandoff = errors.New("mirror: Redis took the shop without MySQL (a 
 
 // Handoff makes store to the decider of shop, at epoch (the version of the
 // flags that say so), and returns the fence after. It is idempotent: many
-// callers may run it at once (they share one run per shop, target and
-// epoch), and one that arrives when the handoff is done, or finds a newer
-// one, changes nothing.
+// callers may run it at once (they share one run per shop and target),
+// and one that arrives when the handoff is done, or finds a newer one,
+// changes nothing.
 //
 // To Redis: MySQL yields (its fence moves to redis@epoch, waiting for its
 // deciding transactions in flight), then the shop's pending changes are
@@ -458,29 +517,32 @@ var ErrForcedHandoff = errors.New("mirror: Redis took the shop without MySQL (a 
 // then is lost to Redis (the lag, shown next to the kill switch); counted
 // and logged.
 //
-// To MySQL: Redis yields (its fence moves to mysql@epoch, atomically with
-// its scripts), its holds and tombstones of the shop are read, and MySQL
-// takes them over with its fence (mysqlstore.Store.TakeOver).
+// To MySQL: Redis's state is copied ahead while Redis keeps deciding, the
+// changes made meanwhile are copied again, and then Redis yields (its
+// fence moves to mysql@epoch, atomically with its scripts) and MySQL takes
+// the shop over with only the last changes (copy.go). The copy runs in the
+// background: for a shop of at least Config.CopyInline reservations
+// Handoff returns Redis's fence as soon as the copy has started, while
+// Redis still decides (the caller follows Redis until the cut-over); for a
+// smaller one, or once the cut-over has begun, it waits for the end.
 //
-// The returned fence may name the other store: a newer handoff overtook
-// this one, and the caller should follow it. An error means the handoff
-// did not finish (a store did not answer): nothing was decided meanwhile,
-// and the call that needed it has an unknown outcome.
+// The returned fence may name the other store: the handoff is still
+// copying (to MySQL), or a newer handoff overtook it; the caller follows
+// it. An error means the handoff did not finish (a store did not answer):
+// nothing was decided meanwhile, and the call that needed it has an
+// unknown outcome.
 func (m *Mirror) Handoff(ctx context.Context, shop int64, to reservation.Authority, epoch int64, force bool) (reservation.Fence, error) {
 	if shop <= 0 || epoch <= 0 || !to.Valid() {
 		return reservation.Fence{}, &reservation.ValidationError{Field: "shop, to, epoch",
 			Reason: fmt.Sprintf("want a positive shop and epoch and a store, got %d, %q, %d", shop, to, epoch)}
 	}
+	if to == reservation.AuthorityMySQL {
+		f, _, err := m.toMySQL(ctx, shop, epoch, true)
+		return f, err
+	}
 	return m.flights.do(flightKey{shop, to, epoch, force}, func() (reservation.Fence, error) {
 		start := time.Now()
-		var f reservation.Fence
-		var result string
-		var err error
-		if to == reservation.AuthorityRedis {
-			f, result, err = m.toRedis(ctx, shop, epoch, force)
-		} else {
-			f, result, err = m.toMySQL(ctx, shop, epoch)
-		}
+		f, result, err := m.toRedis(ctx, shop, epoch, force)
 		if err != nil {
 			result = "failed"
 		}
@@ -488,6 +550,18 @@ func (m *Mirror) Handoff(ctx context.Context, shop int64, to reservation.Authori
 		m.metrics.handoffSeconds.WithLabelValues(string(to)).Observe(time.Since(start).Seconds())
 		return f, err
 	})
+}
+
+// HandoffWait is Handoff that waits for a handoff to MySQL to finish
+// (its copy and cut-over), however long the copy takes, unless another
+// replica runs it: then it returns Redis's fence at once, as Handoff does.
+// The handoff sweeper uses it.
+func (m *Mirror) HandoffWait(ctx context.Context, shop int64, to reservation.Authority, epoch int64, force bool) (reservation.Fence, error) {
+	if to == reservation.AuthorityMySQL && shop > 0 && epoch > 0 {
+		f, _, err := m.toMySQL(ctx, shop, epoch, false)
+		return f, err
+	}
+	return m.Handoff(ctx, shop, to, epoch, force)
 }
 
 func (m *Mirror) toRedis(ctx context.Context, shop, epoch int64, force bool) (reservation.Fence, string, error) {
@@ -545,28 +619,6 @@ func (m *Mirror) toRedis(ctx context.Context, shop, epoch int64, force bool) (re
 		return rf, "overtaken", nil // a newer handoff gave it to MySQL meanwhile
 	}
 	return rf, "done", nil
-}
-
-func (m *Mirror) toMySQL(ctx context.Context, shop, epoch int64) (reservation.Fence, string, error) {
-	rf, err := m.cfg.Redis.Yield(ctx, shop, epoch)
-	if err != nil {
-		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
-	}
-	if rf.Decider != reservation.AuthorityMySQL {
-		return rf, "overtaken", nil // a newer handoff gave it back to Redis
-	}
-	snap, err := m.cfg.Redis.Snapshot(ctx, shop)
-	if err != nil {
-		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: read Redis's state: %w", shop, err)
-	}
-	mf, err := m.cfg.MySQL.TakeOver(ctx, &snap, rf.Epoch)
-	if err != nil {
-		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
-	}
-	if mf.Decider != reservation.AuthorityMySQL {
-		return mf, "overtaken", nil // a newer handoff gave it to Redis meanwhile
-	}
-	return mf, "done", nil
 }
 
 // Resync rebuilds one shop of Redis from MySQL: the copy step of copy and

@@ -108,6 +108,9 @@ func newMirror(t *testing.T, my *mysqlstore.Store, rd *redisstore.Store, edit fu
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if err := m.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
 		if t.Failed() {
 			t.Logf("mirror log:\n%s", log)
 		}
@@ -271,7 +274,7 @@ func get(t *testing.T, s reservation.Store, sh int64, token string) (reservation
 // handoff hands sh to store to at epoch through m and checks it happened.
 func handoff(t *testing.T, m *mirror.Mirror, sh int64, to reservation.Authority, epoch int64) {
 	t.Helper()
-	f, err := m.Handoff(ctx(t), sh, to, epoch, false)
+	f, err := m.HandoffWait(ctx(t), sh, to, epoch, false)
 	if want := (reservation.Fence{Decider: to, Epoch: epoch}); err != nil || f != want {
 		t.Fatalf("hand shop %d to %s@%d: %v %v", sh, to, epoch, f, err)
 	}
@@ -643,7 +646,7 @@ func TestHandoffToMySQLCopies(t *testing.T) {
 			}
 			refused := refuse(t, b.rd, shop, "refused", 8)
 
-			f, err := b.m.Handoff(c, shop, reservation.AuthorityMySQL, 3, false)
+			f, err := b.m.HandoffWait(c, shop, reservation.AuthorityMySQL, 3, false)
 			if err != nil || f.String() != "mysql@3" {
 				t.Fatalf("handoff: %v %v, want mysql@3", f, err)
 			}
@@ -701,16 +704,31 @@ func TestConcurrentHandoffsEndAsOne(t *testing.T) {
 				results := make([]string, 8)
 				for i := range results {
 					wg.Go(func() {
-						f, err := replicas[i%len(replicas)].Handoff(ctx(t), many, to, epoch, false)
+						f, err := replicas[i%len(replicas)].HandoffWait(ctx(t), many, to, epoch, false)
 						results[i] = fmt.Sprintf("%v %v", f, err)
 					})
 				}
 				wg.Wait()
+				// A handoff to MySQL copies on one replica at a time: the
+				// others answer Redis's fence at once (the caller follows
+				// Redis while the copier works), and the copier's callers
+				// return once it cut over.
 				want := fmt.Sprintf("%s@%d <nil>", to, epoch)
+				done := 0
 				for i, r := range results {
-					if r != want {
+					switch {
+					case r == want:
+						done++
+					case to == reservation.AuthorityMySQL && r == "redis@0 <nil>":
+					default:
 						t.Errorf("handoff %d to %s@%d: %s, want %s", i, to, epoch, r, want)
 					}
+				}
+				if done == 0 {
+					t.Errorf("no handoff to %s@%d returned its fence: %v", to, epoch, results)
+				}
+				if got, want := b.fences(t, many), fmt.Sprintf("mysql %s@%d, redis %[1]s@%[2]d", to, epoch); got != want {
+					t.Errorf("fences after the handoffs to %s@%d: %s, want %s", to, epoch, got, want)
 				}
 			}
 
@@ -785,7 +803,7 @@ func TestHandoffAtALowerEpochChangesNothing(t *testing.T) {
 				{reservation.AuthorityMySQL, 2, "done"},      // an older handoff to the same store
 				{reservation.AuthorityRedis, 3, "overtaken"}, // the same epoch: the first one won
 			} {
-				f, err := b.m.Handoff(c, shop, tc.to, tc.epoch, false)
+				f, err := b.m.HandoffWait(c, shop, tc.to, tc.epoch, false)
 				if err != nil || f.String() != "mysql@3" {
 					t.Errorf("handoff to %s@%d: %v %v, want mysql@3", tc.to, tc.epoch, f, err)
 				}
@@ -800,7 +818,7 @@ func TestHandoffAtALowerEpochChangesNothing(t *testing.T) {
 
 			handoff(t, b.m, shop, reservation.AuthorityRedis, 5)
 			before = state()
-			f, err := b.m.Handoff(c, shop, reservation.AuthorityMySQL, 4, false)
+			f, err := b.m.HandoffWait(c, shop, reservation.AuthorityMySQL, 4, false)
 			if err != nil || f.String() != "redis@5" {
 				t.Errorf("handoff to mysql@4 after redis@5: %v %v, want redis@5", f, err)
 			}
@@ -832,7 +850,7 @@ func TestHandoffOvertakenAtTakeOverIsCountedOvertaken(t *testing.T) {
 	if f, err := b.my.Yield(c, shop, 5); err != nil || f.String() != "redis@5" {
 		t.Fatalf("yield: %v %v", f, err)
 	}
-	f, err := b.m.Handoff(c, shop, reservation.AuthorityMySQL, 4, false)
+	f, err := b.m.HandoffWait(c, shop, reservation.AuthorityMySQL, 4, false)
 	if err != nil || f.String() != "redis@5" {
 		t.Fatalf("handoff to mysql@4: %v %v, want the newer fence redis@5", f, err)
 	}

@@ -95,6 +95,24 @@ func (s *Store) inTx(ctx context.Context, caller string, fn func(tx *sql.Tx) err
 	})
 }
 
+// txOn runs fn in a READ COMMITTED transaction on c, retrying as inTx
+// does, but never on another connection: c is a lease's (its named lock
+// lives and dies with it), so work that must stop when the lease is lost
+// fails with it instead of going on elsewhere.
+func (s *Store) txOn(ctx context.Context, c *conn, caller string, fn func(tx *sql.Tx) error) error {
+	return s.retry(ctx, caller, func() error {
+		tx, err := c.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	})
+}
+
 // retry runs fn until it succeeds, fails with an error that is not a
 // deadlock or lock wait timeout, or runs out of attempts.
 func (s *Store) retry(ctx context.Context, caller string, fn func() error) error {

@@ -58,38 +58,47 @@ func fenceSlot(token string) int {
 // holding one shared (the deciding ones), and holds off new ones until the
 // caller commits.
 func lockFence(ctx context.Context, tx *sql.Tx, shop int64) (reservation.Fence, error) {
+	f, _, err := lockFenceCopying(ctx, tx, shop)
+	return f, err
+}
+
+// lockFenceCopying is lockFence that also returns the copy under way into
+// the shop (0: none; see copy.go).
+func lockFenceCopying(ctx context.Context, tx *sql.Tx, shop int64) (reservation.Fence, int64, error) {
 	args := make([]any, 0, 2*fenceSlots)
 	for slot := range fenceSlots {
 		args = append(args, shop, slot)
 	}
 	if _, err := tx.ExecContext(ctx, fenceEnsureQuery(), args...); err != nil {
-		return reservation.Fence{}, fmt.Errorf("mysqlstore: handoff: lock fence of shop %d: %w", shop, err)
+		return reservation.Fence{}, 0, fmt.Errorf("mysqlstore: handoff: lock fence of shop %d: %w", shop, err)
 	}
 	rows, err := tx.QueryContext(ctx, sqlFenceLock, shop)
 	if err != nil {
-		return reservation.Fence{}, fmt.Errorf("mysqlstore: handoff: read fence of shop %d: %w", shop, err)
+		return reservation.Fence{}, 0, fmt.Errorf("mysqlstore: handoff: read fence of shop %d: %w", shop, err)
 	}
 	defer rows.Close()
 	var f reservation.Fence
+	var copying int64
 	n := 0
 	for rows.Next() {
 		var d string
-		var e int64
-		if err := rows.Scan(&d, &e); err != nil {
-			return reservation.Fence{}, err
+		var e, c int64
+		if err := rows.Scan(&d, &e, &c); err != nil {
+			return reservation.Fence{}, 0, err
 		}
 		if n == 0 || e > f.Epoch {
 			f = reservation.Fence{Decider: reservation.Authority(d), Epoch: e}
 		}
+		copying = max(copying, c)
 		n++
 	}
 	if err := rows.Err(); err != nil {
-		return reservation.Fence{}, err
+		return reservation.Fence{}, 0, err
 	}
 	if n != fenceSlots {
-		return reservation.Fence{}, fmt.Errorf("mysqlstore: handoff: shop %d has %d fence slots, want %d", shop, n, fenceSlots)
+		return reservation.Fence{}, 0, fmt.Errorf("mysqlstore: handoff: shop %d has %d fence slots, want %d", shop, n, fenceSlots)
 	}
-	return f, nil
+	return f, copying, nil
 }
 
 // Yield is the first step of a handoff to Redis at epoch: unless the
@@ -155,6 +164,9 @@ func (s *Store) TakeOver(ctx context.Context, snap *reservation.Snapshot, epoch 
 	if err := s.validSnapshot(snap); err != nil {
 		return reservation.Fence{}, err
 	}
+	if snap.Tokens != nil {
+		return reservation.Fence{}, &reservation.ValidationError{Field: "snapshot.tokens", Reason: "a takeover copies the whole shop: a partial snapshot needs the copy it is part of (Copier.TakeOver)"}
+	}
 	if epoch <= 0 {
 		return reservation.Fence{}, &reservation.ValidationError{Field: "epoch", Reason: fmt.Sprintf("must be positive, got %d", epoch)}
 	}
@@ -167,10 +179,12 @@ func (s *Store) TakeOver(ctx context.Context, snap *reservation.Snapshot, epoch 
 			return err
 		}
 		out = cur
-		if cur.Epoch >= epoch {
+		if cur.Epoch >= epoch || cur.Decider == reservation.AuthorityMySQL {
+			// Done already, or MySQL decides: its state is the truth, and
+			// Redis's (a follower's) is never copied over it.
 			return nil
 		}
-		if err := s.copyIn(ctx, tx, snap); err != nil {
+		if err := s.copyIn(ctx, tx, callerHandoff, snap); err != nil {
 			return err
 		}
 		out = reservation.Fence{Decider: reservation.AuthorityMySQL, Epoch: epoch}
@@ -204,7 +218,7 @@ func (s *Store) Repair(ctx context.Context, snap *reservation.Snapshot) error {
 		if cur.Decider == reservation.AuthorityMySQL {
 			return &reservation.NotDeciderError{Shop: snap.Shop, Store: reservation.AuthorityRedis, Fence: cur}
 		}
-		return s.copyIn(ctx, tx, snap)
+		return s.copyIn(ctx, tx, callerReconcile, snap)
 	})
 }
 
@@ -225,6 +239,28 @@ func (s *Store) validSnapshot(snap *reservation.Snapshot) error {
 			return &reservation.ValidationError{Field: fmt.Sprintf("snapshot.tombstones[%d].state", i), Reason: fmt.Sprintf("not a terminal state: %q", t.State)}
 		}
 	}
+	if snap.Tokens == nil {
+		return nil
+	}
+	// A partial snapshot speaks only of its tokens: a hold or tombstone of
+	// another token is a caller's mistake, not something to copy.
+	covered := make(map[string]bool, len(snap.Tokens))
+	for i, t := range snap.Tokens {
+		if err := reservation.DefaultLimits.ValidateGet(&reservation.GetParams{Shop: snap.Shop, Token: t}); err != nil {
+			return &reservation.ValidationError{Field: fmt.Sprintf("snapshot.tokens[%d]", i), Reason: err.Error()}
+		}
+		covered[t] = true
+	}
+	for i, h := range snap.Holds {
+		if !covered[h.Token] {
+			return &reservation.ValidationError{Field: fmt.Sprintf("snapshot.holds[%d].token", i), Reason: fmt.Sprintf("%q is not among the partial snapshot's tokens", h.Token)}
+		}
+	}
+	for i, t := range snap.Tombstones {
+		if !covered[t.Token] {
+			return &reservation.ValidationError{Field: fmt.Sprintf("snapshot.tombstones[%d].token", i), Reason: fmt.Sprintf("%q is not among the partial snapshot's tokens", t.Token)}
+		}
+	}
 	return nil
 }
 
@@ -240,29 +276,27 @@ const copyBatch = 200
 // acknowledged by the store that decided); and every pool the new holds
 // touch is trimmed so that pool + held stays within the ledger. The ledger
 // itself is never changed.
-func (s *Store) copyIn(ctx context.Context, tx *sql.Tx, snap *reservation.Snapshot) error {
+//
+// A partial snapshot (snap.Tokens set) does the same for its tokens only:
+// only their rows are locked, only their holds dropped.
+func (s *Store) copyIn(ctx context.Context, tx *sql.Tx, caller string, snap *reservation.Snapshot) error {
 	shop := snap.Shop
-	rows, err := tx.QueryContext(ctx, sqlShopStatesLock, shop)
-	if err != nil {
-		return fmt.Errorf("mysqlstore: copy in shop %d: lock reservations: %w", shop, err)
-	}
 	have := map[string]stateRow{}
-	for rows.Next() {
-		var token, state, allocs string
-		if err := rows.Scan(&token, &state, &allocs); err != nil {
-			rows.Close()
+	if snap.Tokens == nil {
+		if err := lockStates(ctx, tx, have, sqlShopStatesLock, shop); err != nil {
 			return err
 		}
-		st := stateRow{found: true, state: reservation.State(state)}
-		if st.allocs, err = reservation.DecodeAllocations(allocs); err != nil {
-			rows.Close()
-			return err
+	} else {
+		for chunk := range slices.Chunk(snap.Tokens, copyBatch) {
+			args := make([]any, 0, 1+len(chunk))
+			args = append(args, shop)
+			for _, t := range chunk {
+				args = append(args, t)
+			}
+			if err := lockStates(ctx, tx, have, tokenStatesLockQuery(caller, len(chunk)), args...); err != nil {
+				return err
+			}
 		}
-		have[token] = st
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
 	}
 
 	type upsert struct {
@@ -322,12 +356,12 @@ func (s *Store) copyIn(ctx context.Context, tx *sql.Tx, snap *reservation.Snapsh
 	// tokens out, then the new rows and lines in.
 	gone := append(slices.Sorted(maps.Keys(replace)), drop...)
 	for chunk := range slices.Chunk(gone, copyBatch) {
-		if err := execTokens(ctx, tx, sqlShopHoldsDeletePrefix, shop, chunk); err != nil {
+		if err := execTokens(ctx, tx, caller, sqlShopHoldsDeletePrefix, shop, chunk); err != nil {
 			return fmt.Errorf("mysqlstore: copy in shop %d: delete hold lines: %w", shop, err)
 		}
 	}
 	for chunk := range slices.Chunk(drop, copyBatch) {
-		if err := execTokens(ctx, tx, sqlStatesDeletePrefix, shop, chunk); err != nil {
+		if err := execTokens(ctx, tx, caller, sqlStatesDeletePrefix, shop, chunk); err != nil {
 			return fmt.Errorf("mysqlstore: copy in shop %d: drop unknown holds: %w", shop, err)
 		}
 	}
@@ -341,7 +375,7 @@ func (s *Store) copyIn(ctx context.Context, tx *sql.Tx, snap *reservation.Snapsh
 			args = append(args, shop, u.token, string(u.state), string(u.by), reservation.EncodeAllocations(u.allocs),
 				reservation.EncodeShort(u.short), exp)
 		}
-		if _, err := tx.ExecContext(ctx, stateUpsertQuery(callerHandoff, len(chunk)), args...); err != nil {
+		if _, err := tx.ExecContext(ctx, stateUpsertQuery(caller, len(chunk)), args...); err != nil {
 			return fmt.Errorf("mysqlstore: copy in shop %d: record reservations: %w", shop, err)
 		}
 	}
@@ -351,7 +385,7 @@ func (s *Store) copyIn(ctx context.Context, tx *sql.Tx, snap *reservation.Snapsh
 		if n == 0 {
 			return nil
 		}
-		if _, err := tx.ExecContext(ctx, insertHoldsQuery(callerHandoff, n), lines...); err != nil {
+		if _, err := tx.ExecContext(ctx, insertHoldsQuery(caller, n), lines...); err != nil {
 			return fmt.Errorf("mysqlstore: copy in shop %d: insert hold lines: %w", shop, err)
 		}
 		lines, n = lines[:0], 0
@@ -374,25 +408,46 @@ func (s *Store) copyIn(ctx context.Context, tx *sql.Tx, snap *reservation.Snapsh
 		return cmp.Or(cmp.Compare(a.item, b.item), cmp.Compare(a.loc, b.loc))
 	})
 	for _, k := range keys {
-		if _, _, ok, err := lockPool(ctx, tx, callerHandoff, k); err != nil || !ok {
+		if _, _, ok, err := lockPool(ctx, tx, caller, k); err != nil || !ok {
 			if err != nil {
 				return err
 			}
 			continue // the ledger never had the item there: no pool
 		}
-		if err := trim(ctx, tx, callerHandoff, k); err != nil {
+		if err := trim(ctx, tx, caller, k); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func execTokens(ctx context.Context, tx *sql.Tx, prefix string, shop int64, tokens []string) error {
+// lockStates reads (and locks) reservation rows into have.
+func lockStates(ctx context.Context, tx *sql.Tx, have map[string]stateRow, query string, args ...any) error {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("mysqlstore: copy in shop %v: lock reservations: %w", args[0], err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var token, state, allocs string
+		if err := rows.Scan(&token, &state, &allocs); err != nil {
+			return err
+		}
+		st := stateRow{found: true, state: reservation.State(state)}
+		if st.allocs, err = reservation.DecodeAllocations(allocs); err != nil {
+			return err
+		}
+		have[token] = st
+	}
+	return rows.Err()
+}
+
+func execTokens(ctx context.Context, tx *sql.Tx, caller, prefix string, shop int64, tokens []string) error {
 	args := make([]any, 0, 1+len(tokens))
 	args = append(args, shop)
 	for _, t := range tokens {
 		args = append(args, t)
 	}
-	_, err := tx.ExecContext(ctx, tokensInQuery(callerHandoff, prefix, len(tokens)), args...)
+	_, err := tx.ExecContext(ctx, tokensInQuery(caller, prefix, len(tokens)), args...)
 	return err
 }

@@ -30,6 +30,7 @@ const (
 	callerHandoff   = "handoff"
 	callerForget    = "forget"
 	callerLease     = "lease"
+	callerCopy      = "copy"
 )
 
 func tag(caller string) string { return "/*caller='" + caller + "'*/ " }
@@ -53,7 +54,7 @@ const (
 	// The shop's fence again, at the end of a shadow write whose first read
 	// found no fence row: a handoff to MySQL may have created it since (see
 	// Store.checkShadowFence).
-	sqlShadowFence = `SELECT decider, epoch FROM reservation_fences WHERE shop_id = ? AND slot = ? LOCK IN SHARE MODE`
+	sqlShadowFence = `SELECT decider, epoch, copying FROM reservation_fences WHERE shop_id = ? AND slot = ? LOCK IN SHARE MODE`
 
 	// One branch per line; all lines go in one round trip. Each branch
 	// carries its own locking clause: a single one after the UNION is
@@ -132,10 +133,10 @@ func reserveUnheldQuery(locations int) string {
 }
 
 // The fence and a reservation's state row in one round trip. Arguments:
-// shop (fence), shop, token. Rows: ('fence', decider, ”, ”, epoch, NULL)
+// shop (fence), shop, token. Rows: ('fence', decider, copying, ”, epoch, NULL)
 // and ('state', state, allocations, short, 0, expires_at), each at most
 // once.
-const sqlFenceAndState = `(SELECT 'fence' AS kind, decider AS a, '' AS b, '' AS c, epoch AS n, NULL AS t
+const sqlFenceAndState = `(SELECT 'fence' AS kind, decider AS a, CAST(copying AS CHAR) AS b, '' AS c, epoch AS n, NULL AS t
   FROM reservation_fences WHERE shop_id = ? AND slot = ? LOCK IN SHARE MODE)
 UNION ALL
 (SELECT 'state', state, allocations, short, 0, expires_at FROM reservations WHERE shop_id = ? AND token = ?)`
@@ -146,7 +147,7 @@ UNION ALL
 // reservation (claim, release) takes it first. Arguments: shop, slot,
 // shop, token, shop, token; the claims row comes as ('claim', ”,
 // allocations (JSON), ”, 0, NULL).
-const sqlFenceAndStateLock = `(SELECT 'fence' AS kind, decider AS a, '' AS b, '' AS c, epoch AS n, NULL AS t
+const sqlFenceAndStateLock = `(SELECT 'fence' AS kind, decider AS a, CAST(copying AS CHAR) AS b, '' AS c, epoch AS n, NULL AS t
   FROM reservation_fences WHERE shop_id = ? AND slot = ? LOCK IN SHARE MODE)
 UNION ALL
 (SELECT 'state', state, allocations, short, 0, expires_at FROM reservations WHERE shop_id = ? AND token = ? FOR UPDATE)
@@ -392,9 +393,11 @@ const (
 	sqlFenceEnsurePrefix = `/*caller='handoff'*/ INSERT INTO reservation_fences (shop_id, slot, decider, epoch) VALUES `
 	sqlFenceEnsureRow    = `(?, ?, 'redis', 0)`
 	sqlFenceEnsureSuffix = ` ON DUPLICATE KEY UPDATE shop_id = shop_id`
-	sqlFenceLock         = `/*caller='handoff'*/ SELECT decider, epoch FROM reservation_fences WHERE shop_id = ? ORDER BY slot FOR UPDATE`
-	sqlFenceSet          = `/*caller='handoff'*/ UPDATE reservation_fences SET decider = ?, epoch = ?, changed_at = NOW(3) WHERE shop_id = ?`
-	sqlFeedFence         = `/*caller='handoff'*/ INSERT INTO reservation_outbox (shop_id, kind, decider, epoch) VALUES (?, 'fence', ?, ?)`
+	sqlFenceLock         = `/*caller='handoff'*/ SELECT decider, epoch, copying FROM reservation_fences WHERE shop_id = ? ORDER BY slot FOR UPDATE`
+	// A fence change ends any copy of the shop: MySQL decides (the copy's
+	// cut-over, or a takeover that copied everything) or never did.
+	sqlFenceSet  = `/*caller='handoff'*/ UPDATE reservation_fences SET decider = ?, epoch = ?, copying = 0, changed_at = NOW(3) WHERE shop_id = ?`
+	sqlFeedFence = `/*caller='handoff'*/ INSERT INTO reservation_outbox (shop_id, kind, decider, epoch) VALUES (?, 'fence', ?, ?)`
 	// Every reservation of the shop, locked: nothing of the shop changes
 	// while a handoff copies Redis's state in.
 	sqlShopStatesLock    = `/*caller='handoff'*/ SELECT token, state, allocations FROM reservations WHERE shop_id = ? FOR UPDATE`
@@ -407,6 +410,27 @@ const (
     changed_at = NOW(3)`
 	sqlStatesDeletePrefix    = `DELETE FROM reservations WHERE shop_id = ? AND token IN (`
 	sqlShopHoldsDeletePrefix = `DELETE FROM reserved_quantities WHERE shop_id = ? AND token IN (`
+	// Some reservations of the shop, locked: a partial copy's tokens.
+	sqlTokenStatesLockPrefix = `SELECT token, state, allocations FROM reservations WHERE shop_id = ? AND token IN (`
+)
+
+func tokenStatesLockQuery(caller string, tokens int) string {
+	return tokensInQuery(caller, sqlTokenStatesLockPrefix, tokens) + " FOR UPDATE"
+}
+
+// Copies ahead of a handoff to MySQL (copy.go).
+const (
+	// Marks the shop as copied into: shadow writes are refused meanwhile.
+	sqlCopyMark = `/*caller='copy'*/ UPDATE reservation_fences SET copying = ?, changed_at = NOW(3) WHERE shop_id = ?`
+	// The copy's check at the start of each of its transactions: a handoff
+	// changes the fence rows for update, so a shared lock on one holds it
+	// off until the copy's part commits.
+	sqlCopyFence = `/*caller='copy'*/ SELECT decider, epoch, copying FROM reservation_fences WHERE shop_id = ? AND slot = 0 LOCK IN SHARE MODE`
+	// The shop's held reservations, for the copy to replace or drop.
+	sqlCopyHeld = `/*caller='copy'*/ SELECT token FROM reservations WHERE shop_id = ? AND state = 'held'`
+	// Every shop's fence (slot 0; every slot says the same), for the
+	// handoff sweeper.
+	sqlFencesAll = `/*caller='handoff'*/ SELECT shop_id, decider, epoch, copying FROM reservation_fences WHERE slot = 0`
 )
 
 func fenceEnsureQuery() string {
@@ -474,3 +498,16 @@ func repeatJoin(s, sep string, n int) string {
 	}
 	return b.String()
 }
+
+// The handoff sweeper's report of the pod (progress.go): one row.
+const (
+	sqlProgressSave = `/*caller='handoff'*/ INSERT INTO handoff_progress
+  (id, flags_version, shops, done, pending, failed, oldest_pending, started_at, finished_at, updated_at, replica, last_error)
+  VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+  ON DUPLICATE KEY UPDATE flags_version = VALUES(flags_version), shops = VALUES(shops), done = VALUES(done),
+    pending = VALUES(pending), failed = VALUES(failed), oldest_pending = VALUES(oldest_pending),
+    started_at = VALUES(started_at), finished_at = VALUES(finished_at), updated_at = VALUES(updated_at),
+    replica = VALUES(replica), last_error = VALUES(last_error)`
+	sqlProgressRead = `/*caller='handoff'*/ SELECT flags_version, shops, done, pending, failed, oldest_pending,
+    started_at, finished_at, updated_at, replica, last_error FROM handoff_progress WHERE id = 1`
+)

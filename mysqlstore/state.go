@@ -21,6 +21,9 @@ import (
 type fenceRow struct {
 	found bool
 	fence reservation.Fence
+	// copying: a copy of Redis's state into MySQL is under way (copy.go):
+	// MySQL keeps no shadow hold of its own meanwhile.
+	copying bool
 }
 
 // effective is the fence the row stands for: no row is NoFence.
@@ -75,7 +78,7 @@ func scanFenceAndState(rows *sql.Rows, shop int64, token string) (fenceRow, stat
 		}
 		switch kind {
 		case "fence":
-			f = fenceRow{found: true, fence: reservation.Fence{Decider: reservation.Authority(a), Epoch: n}}
+			f = fenceRow{found: true, fence: reservation.Fence{Decider: reservation.Authority(a), Epoch: n}, copying: b != "" && b != "0"}
 		case "claim":
 			wasClaimed = true
 			if err := json.Unmarshal([]byte(b), &claimed); err != nil {
@@ -123,7 +126,8 @@ func (s *Store) decides(shop int64, f fenceRow) error {
 }
 
 // checkShadowFence makes sure a shadow write (kept while Redis decides)
-// never lands in a shop MySQL decides. A fence row read at the start with
+// never lands in a shop MySQL decides, nor in one whose state is being
+// copied in from Redis ahead of a handoff (copy.go). A fence row read at the start with
 // a shared lock settles it: a handoff cannot change it before this
 // transaction ends. Without a row there was nothing to lock, so the row is
 // read again, locked, after the write: a handoff to MySQL that creates it
@@ -140,18 +144,20 @@ func (s *Store) checkShadowFence(t *txn, caller string, shop int64, token string
 				return nil
 			}
 			var d string
-			var e int64
-			if err := rows.Scan(&d, &e); err != nil {
+			var e, copying int64
+			if err := rows.Scan(&d, &e, &copying); err != nil {
 				return err
 			}
-			f = fenceRow{found: true, fence: reservation.Fence{Decider: reservation.Authority(d), Epoch: e}}
+			f = fenceRow{found: true, fence: reservation.Fence{Decider: reservation.Authority(d), Epoch: e}, copying: copying != 0}
 			return nil
 		}, stmt{tag(caller) + sqlShadowFence, []any{shop, fenceSlot(token)}})
 		if err != nil {
 			return fmt.Errorf("mysqlstore: %s: read fence of shop %d: %w", caller, shop, err)
 		}
 	}
-	if fence := f.effective(); fence.Decider == reservation.AuthorityMySQL {
+	if fence := f.effective(); fence.Decider == reservation.AuthorityMySQL || f.copying {
+		// MySQL decides, or is being handed the shop: Redis's state is
+		// being copied in, and a hold of MySQL's own would not be Redis's.
 		s.metrics.notDecider.Inc()
 		return &reservation.NotDeciderError{Shop: shop, Store: reservation.AuthorityMySQL, Fence: fence}
 	}

@@ -38,6 +38,14 @@ import (
 //	                                        every script that writes one
 //	<prefix>{shop:<shop>}:op:<id>           STRING marker of the change-feed
 //	                                        adjust <id> applied, for changeTTL
+//	<prefix>{shop:<shop>}:copy              STRING the id of a copy of the shop
+//	                                        into MySQL under way (copy.go), with
+//	                                        copyTTL; while it exists every write
+//	                                        of a hold or tombstone is logged
+//	<prefix>{shop:<shop>}:chg               ZSET token scored by the position of
+//	                                        its last change in the copy's log
+//	<prefix>{shop:<shop>}:chgseq            STRING the log's last position
+//	<prefix>{shop:<shop>}:copygen           STRING the last copy id given
 //	<prefix>shops                           SET of shop ids, so the reaper finds
 //	                                        every expiry index. On a cluster it
 //	                                        lives in another slot, so no script
@@ -61,6 +69,7 @@ func (k keys) expiry() string           { return k.base + "expiry" }
 func (k keys) tomb(token string) string { return k.base + "tomb:" + token }
 func (k keys) tombs() string            { return k.base + "tombs" }
 func (k keys) op(change int64) string   { return k.base + "op:" + strconv.FormatInt(change, 10) }
+func (k keys) copy() string             { return k.base + "copy" }
 
 func (s *Store) shopsKey() string { return s.cfg.Prefix + "shops" }
 

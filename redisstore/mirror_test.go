@@ -94,7 +94,7 @@ func TestApplyIsIdempotent(t *testing.T) {
 				"Tombstones:[{Token:b State:released Allocations:[{Item:2 Location:1 Quantity:1}] ExpiresAt:%[1]s Short:[]} "+
 				"{Token:c State:claimed Allocations:[{Item:1 Location:1 Quantity:3}] ExpiresAt:%[1]s Short:[]} "+
 				"{Token:d State:refused Allocations:[] ExpiresAt:0001-01-01 00:00:00 +0000 UTC Short:[{Item:1 Requested:9 Unheld:5}]} "+
-				"{Token:e State:expired Allocations:[{Item:1 Location:1 Quantity:1}] ExpiresAt:%[1]s Short:[]}]}", f.exp.UTC())
+				"{Token:e State:expired Allocations:[{Item:1 Location:1 Quantity:1}] ExpiresAt:%[1]s Short:[]}] Tokens:[]}", f.exp.UTC())
 			if got := fmt.Sprintf("%+v", snap); got != want {
 				t.Errorf("after one apply:\n%s\nwant\n%s", got, want)
 			}

@@ -115,6 +115,20 @@ local function move(base, allocs, sign)
   end
 end
 
+-- note logs that a token's hold or tombstone changed, while a copy of the
+-- shop into MySQL is under way (its copy key exists): the copy catches up
+-- with what the log lists. Without a copy it costs one EXISTS.
+local function note(base, token)
+  if redis.call('EXISTS', base .. 'copy') == 1 then
+    local chg = base .. 'chg'
+    redis.call('ZADD', chg, redis.call('INCR', base .. 'chgseq'), token)
+    local ttl = redis.call('PTTL', base .. 'copy')
+    if ttl > 0 then
+      redis.call('PEXPIRE', chg, ttl)
+    end
+  end
+end
+
 -- put_hold writes a hold and its expiry index entry.
 local function put_hold(base, token, exp, auth, allocs)
   local fields = {'exp', exp, 'auth', auth}
@@ -126,12 +140,14 @@ local function put_hold(base, token, exp, auth, allocs)
   redis.call('DEL', key)
   redis.call('HSET', key, unpack(fields))
   redis.call('ZADD', base .. 'expiry', exp, token)
+  note(base, token)
 end
 
 -- drop deletes a hold and its expiry index entry.
 local function drop(base, token)
   redis.call('DEL', base .. 'hold:' .. token)
   redis.call('ZREM', base .. 'expiry', token)
+  note(base, token)
 end
 
 -- fence_of reads a shop's fence; no fence is Redis at epoch 0.
@@ -152,6 +168,7 @@ local function entomb(base, token, state, exp, allocs, short, ttl, now)
   local tombs = base .. 'tombs'
   redis.call('ZREMRANGEBYSCORE', tombs, '-inf', now)
   redis.call('ZADD', tombs, now + ttl, token)
+  note(base, token)
 end
 
 -- tomb_parts splits a tombstone into state, expiry, allocations, short.
@@ -682,10 +699,12 @@ local now = now_ms()
 local old = redis.call('ZRANGE', expiry, 0, -1)
 for _, token in ipairs(old) do
   redis.call('DEL', base .. 'hold:' .. token)
+  note(base, token)
 end
 redis.call('DEL', expiry)
 for _, token in ipairs(redis.call('ZRANGE', tombs, 0, -1)) do
   redis.call('DEL', base .. 'tomb:' .. token)
+  note(base, token)
 end
 redis.call('DEL', tombs)
 redis.call('SET', fence, ARGV[3])
@@ -727,4 +746,71 @@ for item, locs in pairs(want) do
   end
 end
 return {holds, ntombs, #old}
+`)
+
+// scriptCopyStart (caller: StartCopy) turns on the change log of a shop
+// Redis decides, for a copy of its state into MySQL: while the copy key
+// exists, every script that writes a hold or a tombstone logs the token
+// (note). A copy under way is joined (its id is kept, its lifetime
+// renewed); a new one gets a new id and an empty log.
+//
+// KEYS: copy, fence. ARGV: base, copy ttl ms.
+// Replies: {"fence", fence} (Redis does not decide the shop); {"copy", id,
+// seq (the log's position now), size (holds and indexed tombstones)}.
+var scriptCopyStart = newScript("copy_start", luaPrelude+`
+local copy, base = KEYS[1], ARGV[1]
+local f = fence_of(KEYS[2])
+if not decides(f) then
+  return {'fence', f}
+end
+local id = redis.call('GET', copy)
+if not id then
+  id = tostring(redis.call('INCR', base .. 'copygen'))
+  redis.call('DEL', base .. 'chg')
+end
+redis.call('SET', copy, id, 'PX', ARGV[2])
+redis.call('PEXPIRE', base .. 'chg', ARGV[2])
+local size = redis.call('ZCARD', base .. 'expiry') + redis.call('ZCARD', base .. 'tombs')
+return {'copy', id, tonumber(redis.call('GET', base .. 'chgseq') or '0'), size}
+`)
+
+// scriptCopyChanged (caller: Changed) reads the change log of a copy: the
+// tokens logged after a position, in log order, up to a limit, and
+// renews the copy's lifetime. A log that is not the copy's any more (the
+// copy key expired, or another copy replaced it) cannot be trusted to be
+// complete: the reply says so.
+//
+// KEYS: copy. ARGV: base, copy id, after (position), limit, copy ttl ms.
+// Replies: {"lost"}; {"changed", position read up to, token, ...}.
+var scriptCopyChanged = newScript("copy_changed", `
+local copy, base = KEYS[1], ARGV[1]
+if redis.call('GET', copy) ~= ARGV[2] then
+  return {'lost'}
+end
+redis.call('PEXPIRE', copy, ARGV[5])
+redis.call('PEXPIRE', base .. 'chg', ARGV[5])
+local got = redis.call('ZRANGEBYSCORE', base .. 'chg', '(' .. ARGV[3], '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[4]))
+local upto = tonumber(redis.call('GET', base .. 'chgseq') or '0')
+local out = {'changed', 0}
+for i = 1, #got, 2 do
+  out[#out + 1] = got[i]
+end
+if #got / 2 >= tonumber(ARGV[4]) then
+  upto = tonumber(got[#got])
+end
+out[2] = upto
+return out
+`)
+
+// scriptCopyEnd (caller: EndCopy) turns a copy's change log off, if it is
+// still that copy's.
+//
+// KEYS: copy. ARGV: base, copy id.
+// Reply: {"ended" or "other"}.
+var scriptCopyEnd = newScript("copy_end", `
+if redis.call('GET', KEYS[1]) ~= ARGV[2] then
+  return {'other'}
+end
+redis.call('DEL', KEYS[1], ARGV[1] .. 'chg')
+return {'ended'}
 `)

@@ -189,6 +189,12 @@ type Snapshot struct {
 	Fence      Fence
 	Holds      []Hold
 	Tombstones []Tombstone
+	// Tokens, when not nil, makes the snapshot partial: it covers only
+	// these tokens (one of them with neither a hold nor a tombstone here
+	// has none in the store) and says nothing of the shop's others. Nil:
+	// the snapshot is the whole shop. A copy ahead of a handoff moves a
+	// shop across in partial snapshots (docs/ownership.md, section 3).
+	Tokens []string
 }
 
 // EncodeCart is the compact text form of a cart's lines, in their order,
@@ -323,4 +329,67 @@ func triple(p string) ([3]int64, error) {
 		n[i] = v
 	}
 	return n, nil
+}
+
+// HandoffProgress is how far the handoffs a flags version asked for have
+// come in one pod: what the fences say beside what the flags say. The
+// pod's handoff sweeper (package mirror) writes it; status, the dashboard
+// and the admin API show it.
+type HandoffProgress struct {
+	// FlagsVersion is the flags version the sweep worked to.
+	FlagsVersion int64 `json:"flags_version"`
+	// Shops is how many shops that version moved to another decider.
+	Shops int64 `json:"shops"`
+	// Done is how many of them are handed off (both fences agree with
+	// the flags).
+	Done int64 `json:"done"`
+	// Pending is how many are still to hand off.
+	Pending int64 `json:"pending"`
+	// Failed is how many of the pending failed at their last try.
+	Failed int64 `json:"failed"`
+	// OldestPending is since when the oldest pending shop has waited
+	// (zero when none is pending).
+	OldestPending time.Time `json:"oldest_pending,omitzero"`
+	// Started is when the sweep first saw the version; Finished when its
+	// last shop was handed off (zero while some are pending).
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished,omitzero"`
+	// Updated is when the report was written.
+	Updated time.Time `json:"updated"`
+	// Replica ran the sweep.
+	Replica string `json:"replica"`
+	// LastError is the last handoff failure of the sweep ("" when none).
+	LastError string `json:"last_error,omitempty"`
+}
+
+// Summary says it in a few words, as of now: "handed off 1,204/1,204
+// shops in 380ms" or "3 of 1,204 shops pending, oldest 2s".
+func (p HandoffProgress) Summary(now time.Time) string {
+	switch {
+	case p.Pending == 0 && p.Shops == 0:
+		return fmt.Sprintf("no shop to hand off at flags version %d", p.FlagsVersion)
+	case p.Pending == 0:
+		return fmt.Sprintf("handed off %s/%s shops in %s", thousands(p.Done), thousands(p.Shops), p.Finished.Sub(p.Started).Round(time.Millisecond))
+	}
+	s := fmt.Sprintf("%s of %s shops pending, oldest %s", thousands(p.Pending), thousands(max(p.Shops, p.Pending)), now.Sub(p.OldestPending).Round(100*time.Millisecond))
+	if p.Failed > 0 {
+		s += fmt.Sprintf(" (%d failed at the last try: %s)", p.Failed, p.LastError)
+	}
+	return s
+}
+
+// thousands writes n with commas between groups of three digits.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	if n < 0 {
+		return "-" + thousands(-n)
+	}
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }

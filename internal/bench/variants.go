@@ -585,7 +585,7 @@ func (t *facadeTarget) setup(ctx context.Context, shop int64, sc *scenario) erro
 	}
 	as := reservation.AsShadow
 	if t.mysqlDecides() {
-		f, err := t.mr.Handoff(ctx, shop, reservation.AuthorityMySQL, t.modes.Version(), false)
+		f, err := t.mr.HandoffWait(ctx, shop, reservation.AuthorityMySQL, t.modes.Version(), false)
 		if err != nil {
 			return err
 		}

@@ -71,9 +71,14 @@ type Config struct {
 	// MirrorPoll is how long each pod's relay waits when the change feed
 	// is empty (mirror.Config.Poll). Default: the mirror's (20ms).
 	MirrorPoll time.Duration
-	// NoRelay starts no relay: Redis follows MySQL only through handoffs.
-	// For tests that show what the relay protects. Default: false.
+	// NoRelay starts no relay and no handoff sweeper: Redis follows MySQL
+	// only through handoffs, and shops are handed off only by the calls
+	// that find their fences behind the flags. For tests that show what
+	// the relay and the sweeper protect. Default: false.
 	NoRelay bool
+	// Replica names this replica in the pods' handoff reports (who swept).
+	// Default: the host name and process id.
+	Replica string
 	// Heartbeat reports this replica to the control database
 	// (rollout_replicas) with the flags version it applied, so the
 	// controller can tell when the fleet obeys a change. A serving
@@ -236,6 +241,12 @@ func Open(ctx context.Context, cfg Config) (_ *Cell, err error) {
 		c.relays = cancel
 		for _, p := range c.pods {
 			c.relayWG.Go(func() { _ = p.Mirror.Run(rctx) })
+			c.relayWG.Go(func() {
+				err := p.Mirror.RunSweeper(rctx, mirror.SweeperConfig{Wanted: p.Facade.Wanted, Version: c.Flags.AppliedVersion, Replica: cfg.Replica})
+				if err != nil && rctx.Err() == nil {
+					c.log.Error("cell: the handoff sweeper stopped", "pod", p.Name, "err", err)
+				}
+			})
 		}
 	}
 	return c, nil
@@ -451,6 +462,13 @@ func (c *Cell) Close(ctx context.Context) error {
 			c.relayWG.Wait()
 		}
 		for _, p := range c.pods {
+			if p.Mirror != nil {
+				if err := p.Mirror.Close(ctx); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+		for _, p := range c.pods {
 			if err := p.Facade.Close(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("pod %s: %w", p.Name, err))
 			}
@@ -502,6 +520,17 @@ func (c *Cell) Replica() string {
 		return ""
 	}
 	return c.heartbeat.ID()
+}
+
+// Handoffs reports a pod's handoffs (rollout.HandoffReader): how far the
+// handoffs the newest flags version asked for have come, as the pod's
+// sweeper last wrote it; ok is false before any sweep.
+func (c *Cell) Handoffs(ctx context.Context, pod string) (mirror.Progress, bool, error) {
+	p := c.byName[pod]
+	if p == nil {
+		return mirror.Progress{}, false, fmt.Errorf("cell: no pod %q", pod)
+	}
+	return p.Mirror.Progress(ctx)
 }
 
 // Lag reports a pod's relay lag (rollout.LagReader): the changes MySQL

@@ -768,7 +768,7 @@ func (r *Reconciler) repair(ctx context.Context, p Pod, shop int64, lk look) err
 				errs = append(errs, err)
 			}
 		case rf.Epoch > mf.Epoch:
-			if _, err := p.Mirror.Handoff(ctx, shop, reservation.AuthorityMySQL, rf.Epoch, false); err != nil {
+			if _, err := p.Mirror.HandoffWait(ctx, shop, reservation.AuthorityMySQL, rf.Epoch, false); err != nil {
 				errs = append(errs, err)
 			}
 		case mf.Epoch > rf.Epoch && mf.Decider == reservation.AuthorityMySQL:

@@ -1,0 +1,432 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/mysqlstore"
+	"github.com/seed31b0e981/reservoir/redisstore"
+	"github.com/seed31b0e981/reservoir/reservation"
+)
+
+// A handoff to MySQL copies ahead (docs/ownership.md, section 3), the way
+// gh-ost and Vitess cut over: while Redis keeps deciding the shop, its
+// holds and tombstones are copied into MySQL; the tokens that changed
+// meanwhile (Redis logs them while a copy is under way) are copied again,
+// round after round, until few are left; then Redis yields and MySQL takes
+// the shop over with only the last of them. The time no store decides the
+// shop is the cut-over's, whatever the shop's size.
+//
+// A copy runs in the background, one per shop in this process (copyRuns)
+// and one per shop across every replica (MySQL's copy lease). A caller
+// that needs a large shop decided follows Redis, which decides until the
+// cut-over; a small shop's copy is as short as the cut-over, and its
+// caller waits for it (Config.CopyInline).
+
+// copyPart is how many tokens one part of a copy writes in one MySQL
+// transaction.
+const copyPart = 200
+
+// changedPage is how many changed tokens one read of Redis's log returns.
+const changedPage = 1000
+
+// busyFor is how long a copy this process could not run (another replica
+// holds the shop's copy) answers the callers that join it, before the next
+// caller tries again.
+const busyFor = 50 * time.Millisecond
+
+// copyRun is one handoff of a shop to MySQL at an epoch, in the
+// background: the copy ahead and the cut-over.
+type copyRun struct {
+	shop, epoch int64
+	started     time.Time
+	// follow is Redis's fence when the run started, Redis deciding: the
+	// decider callers follow until the cut-over. known is closed once it
+	// is set, and only for a shop large enough to copy in the background
+	// (Config.CopyInline).
+	follow reservation.Fence
+	known  chan struct{}
+	// cutover is closed when Redis is about to yield: from then on the
+	// shop is decided again only when the run ends.
+	cutover chan struct{}
+	done    chan struct{}
+	// Set before done is closed.
+	fence  reservation.Fence
+	result string
+	err    error
+	ended  time.Time
+}
+
+// copyRuns are the copies of this process, by shop.
+type copyRuns struct {
+	mu sync.Mutex
+	m  map[int64]*copyRun
+}
+
+// toMySQL hands shop to MySQL at epoch, copying ahead. It starts the copy
+// (or joins the one under way for the shop) and waits for its end, unless
+// follow is set and the shop is large (Config.CopyInline): then, as soon
+// as the copy has read that Redis decides, it returns Redis's fence (the
+// caller follows it) and the copy goes on. Once the cut-over has begun it
+// waits for its end (Redis no longer decides).
+func (m *Mirror) toMySQL(ctx context.Context, shop, epoch int64, follow bool) (reservation.Fence, string, error) {
+	r := m.startCopy(shop, epoch)
+	known := r.known
+	if !follow {
+		known = nil // never ready: wait for the end
+	}
+	select {
+	case <-r.done:
+		return r.fence, r.result, r.err
+	case <-ctx.Done():
+		return reservation.Fence{}, "", ctx.Err()
+	case <-known:
+	}
+	select {
+	case <-r.cutover:
+	default:
+		return m.following(r), "copying", nil // Redis decides until the cut-over
+	}
+	select {
+	case <-r.done:
+		return r.fence, r.result, r.err
+	case <-ctx.Done():
+		return reservation.Fence{}, "", ctx.Err()
+	}
+}
+
+// following is the fence a caller follows while r copies: Redis's, as the
+// run read it (once r.known is closed).
+func (m *Mirror) following(r *copyRun) reservation.Fence {
+	m.copies.mu.Lock()
+	defer m.copies.mu.Unlock()
+	return r.follow
+}
+
+// startCopy returns the shop's copy run for epoch, starting one unless one
+// is under way (or ended with ErrCopyBusy less than busyFor ago). A run
+// under way for another epoch is joined too: its cut-over moves the fence
+// to the epoch Redis yields at, and the caller compares epochs itself.
+func (m *Mirror) startCopy(shop, epoch int64) *copyRun {
+	m.copies.mu.Lock()
+	defer m.copies.mu.Unlock()
+	if r, ok := m.copies.m[shop]; ok {
+		select {
+		case <-r.done:
+			if r.result == "busy" && time.Since(r.ended) < busyFor {
+				return r
+			}
+		default:
+			if r.epoch >= epoch {
+				return r
+			}
+			// An older epoch's copy: it yields Redis at its own epoch,
+			// which the caller's flags already passed. Join it anyway:
+			// two copiers of one shop would only wait for each other.
+			return r
+		}
+	}
+	if m.copies.m == nil {
+		m.copies.m = map[int64]*copyRun{}
+	}
+	r := &copyRun{shop: shop, epoch: epoch, started: time.Now(),
+		known: make(chan struct{}), cutover: make(chan struct{}), done: make(chan struct{})}
+	m.copies.m[shop] = r
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		start := time.Now()
+		f, result, err := m.copyAhead(m.bgCtx, r)
+		if err != nil {
+			result = "failed"
+			m.log.Warn("mirror: a handoff to MySQL did not finish; the next call or sweep tries again", "shop", shop, "epoch", epoch, "err", err)
+		}
+		m.metrics.handoffs.WithLabelValues(string(reservation.AuthorityMySQL), result).Inc()
+		m.metrics.handoffSeconds.WithLabelValues(string(reservation.AuthorityMySQL)).Observe(time.Since(start).Seconds())
+		m.copies.mu.Lock()
+		r.fence, r.result, r.err, r.ended = f, result, err, time.Now()
+		if result != "busy" {
+			delete(m.copies.m, shop)
+		}
+		m.copies.mu.Unlock()
+		select {
+		case <-r.cutover:
+		default:
+			close(r.cutover)
+		}
+		close(r.done)
+	}()
+	return r
+}
+
+// copyAhead is one run: see the file's comment.
+func (m *Mirror) copyAhead(ctx context.Context, r *copyRun) (reservation.Fence, string, error) {
+	shop, epoch := r.shop, r.epoch
+	rf, err := m.cfg.Redis.Fence(ctx, shop)
+	if err != nil {
+		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
+	}
+	if rf.Decider == reservation.AuthorityMySQL {
+		// Redis yielded already: a cut-over is under way (another
+		// replica's copy) or its copier died before MySQL took over.
+		return m.finishCutover(ctx, shop, max(rf.Epoch, epoch))
+	}
+	if rf.Epoch >= epoch {
+		return rf, "overtaken", nil // a newer handoff gave the shop to Redis
+	}
+	cp, err := m.cfg.Redis.StartCopy(ctx, shop)
+	if errors.Is(err, reservation.ErrNotDecider) {
+		// Yielded between the two reads: take it from the top.
+		return m.finishCutover(ctx, shop, epoch)
+	}
+	if err != nil {
+		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
+	}
+	if cp.Size >= m.cfg.CopyInline {
+		// Redis decides (StartCopy checked it) and the copy is long:
+		// callers follow Redis until the cut-over.
+		m.copies.mu.Lock()
+		r.follow = rf
+		m.copies.mu.Unlock()
+		close(r.known)
+	}
+	copier, mf, err := m.cfg.MySQL.BeginCopy(ctx, shop, cp.ID)
+	if errors.Is(err, mysqlstore.ErrCopyBusy) {
+		// Another replica copies it: Redis decides meanwhile. A small
+		// shop's copy is short: wait for its cut-over, so that which store
+		// answers after a flip does not depend on which replica copies.
+		if cp.Size < m.cfg.CopyInline {
+			if mf, ok, err := m.awaitMySQL(ctx, shop, epoch, time.Now().Add(m.cfg.CutoverWait)); err != nil || ok {
+				return mf, "joined", err
+			}
+		}
+		return rf, "busy", nil
+	}
+	if err != nil {
+		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
+	}
+	if copier == nil {
+		// MySQL decides already, while Redis's fence still says Redis
+		// does (its yield was lost: a flush, a failover): Redis yields
+		// now, so that it never decides beside MySQL.
+		_ = m.cfg.Redis.EndCopy(ctx, shop, cp.ID)
+		if _, err := m.cfg.Redis.Yield(ctx, shop, mf.Epoch); err != nil {
+			return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: raise Redis's fence to MySQL's %s: %w", shop, mf, err)
+		}
+		return mf, "joined", nil
+	}
+	defer copier.Close()
+	pos, err := m.copyAll(ctx, shop, copier, cp)
+	if err != nil {
+		return reservation.Fence{}, "", err
+	}
+	for range m.cfg.CatchUpRounds {
+		n, next, err := m.catchUp(ctx, shop, copier, cp.ID, pos)
+		if err != nil {
+			return reservation.Fence{}, "", err
+		}
+		pos = next
+		if n <= m.cfg.CatchUpBelow {
+			break
+		}
+	}
+	return m.cutOver(ctx, r, copier, cp.ID, pos)
+}
+
+// copyAll copies every token Redis has, and every token MySQL holds that
+// Redis may not (a shadow hold of a cart Redis never held: dropped), and
+// returns the log's position the copy is complete up to.
+func (m *Mirror) copyAll(ctx context.Context, shop int64, copier *mysqlstore.Copier, cp redisstore.Copy) (int64, error) {
+	held, err := copier.Held(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
+	}
+	snap, err := m.cfg.Redis.Snapshot(ctx, shop)
+	if err != nil {
+		return 0, fmt.Errorf("mirror: hand shop %d to mysql: read Redis's state: %w", shop, err)
+	}
+	tokens := map[string]bool{}
+	for _, t := range held {
+		tokens[t] = true
+	}
+	holds := map[string]reservation.Hold{}
+	for _, h := range snap.Holds {
+		tokens[h.Token], holds[h.Token] = true, h
+	}
+	tombs := map[string]reservation.Tombstone{}
+	for _, t := range snap.Tombstones {
+		tokens[t.Token], tombs[t.Token] = true, t
+	}
+	all := slices.Sorted(maps.Keys(tokens))
+	for chunk := range slices.Chunk(all, copyPart) {
+		part := reservation.Snapshot{Shop: shop, Tokens: chunk}
+		for _, t := range chunk {
+			if h, ok := holds[t]; ok {
+				part.Holds = append(part.Holds, h)
+			} else if tb, ok := tombs[t]; ok {
+				part.Tombstones = append(part.Tombstones, tb)
+			}
+		}
+		if err := copier.Copy(ctx, &part); err != nil {
+			return 0, fmt.Errorf("mirror: hand shop %d to mysql: copy: %w", shop, err)
+		}
+		m.metrics.copied.Add(float64(len(chunk)))
+	}
+	return cp.Seq, nil
+}
+
+// catchUp copies again every token logged after pos and returns how many
+// there were and the position it read up to.
+func (m *Mirror) catchUp(ctx context.Context, shop int64, copier *mysqlstore.Copier, id, pos int64) (int, int64, error) {
+	tokens, next, err := m.changed(ctx, shop, id, pos)
+	if err != nil {
+		return 0, 0, err
+	}
+	for chunk := range slices.Chunk(tokens, copyPart) {
+		part, err := m.cfg.Redis.Records(ctx, shop, chunk)
+		if err != nil {
+			return 0, 0, fmt.Errorf("mirror: hand shop %d to mysql: catch up: %w", shop, err)
+		}
+		if err := copier.Copy(ctx, &part); err != nil {
+			return 0, 0, fmt.Errorf("mirror: hand shop %d to mysql: catch up: %w", shop, err)
+		}
+		m.metrics.copied.Add(float64(len(chunk)))
+	}
+	return len(tokens), next, nil
+}
+
+// changed reads every token of the copy's log after pos, deduplicated.
+func (m *Mirror) changed(ctx context.Context, shop, id, pos int64) ([]string, int64, error) {
+	var out []string
+	seen := map[string]bool{}
+	for {
+		page, next, err := m.cfg.Redis.Changed(ctx, shop, id, pos, changedPage)
+		if err != nil {
+			return nil, 0, fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
+		}
+		for _, t := range page {
+			if !seen[t] {
+				seen[t] = true
+				out = append(out, t)
+			}
+		}
+		pos = next
+		if len(page) < changedPage {
+			return out, pos, nil
+		}
+	}
+}
+
+// cutOver is the last step: Redis yields (from then on it decides nothing
+// for the shop), and MySQL takes the shop over with the tokens logged
+// since pos, in one transaction that sets its fence. If the copy was lost
+// meanwhile, MySQL takes the whole shop over instead (as a handoff without
+// a copy does). The time between the two is the shop's undecided window.
+func (m *Mirror) cutOver(ctx context.Context, r *copyRun, copier *mysqlstore.Copier, id, pos int64) (reservation.Fence, string, error) {
+	shop := r.shop
+	close(r.cutover)
+	start := time.Now()
+	rf, err := m.cfg.Redis.Yield(ctx, shop, r.epoch)
+	if err != nil {
+		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
+	}
+	if rf.Decider != reservation.AuthorityMySQL {
+		_ = m.cfg.Redis.EndCopy(ctx, shop, id)
+		return rf, "overtaken", nil // a newer handoff gave the shop back to Redis
+	}
+	tokens, _, err := m.changed(ctx, shop, id, pos)
+	var mf reservation.Fence
+	if err == nil {
+		var last reservation.Snapshot
+		if last, err = m.cfg.Redis.Records(ctx, shop, tokens); err == nil {
+			mf, err = copier.TakeOver(ctx, &last, rf.Epoch)
+		}
+	}
+	if errors.Is(err, redisstore.ErrCopyLost) || errors.Is(err, mysqlstore.ErrCopyLost) {
+		m.log.Warn("mirror: a copy was lost before its cut-over; taking the whole shop over", "shop", shop, "err", err)
+		mf, err = m.takeOverWhole(ctx, shop, rf.Epoch)
+	}
+	if err != nil {
+		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: cut over: %w", shop, err)
+	}
+	m.metrics.cutoverSeconds.Observe(time.Since(start).Seconds())
+	_ = m.cfg.Redis.EndCopy(ctx, shop, id)
+	if mf.Decider != reservation.AuthorityMySQL {
+		return mf, "overtaken", nil // a newer handoff gave it to Redis meanwhile
+	}
+	return mf, "done", nil
+}
+
+// awaitMySQL waits, until deadline, for MySQL to decide the shop (another
+// replica's cut-over) or its fence to reach epoch (a newer handoff), and
+// returns its fence and whether MySQL decides.
+func (m *Mirror) awaitMySQL(ctx context.Context, shop, epoch int64, deadline time.Time) (reservation.Fence, bool, error) {
+	for {
+		mf, err := m.cfg.MySQL.Fence(ctx, shop)
+		if err != nil {
+			return reservation.Fence{}, false, fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
+		}
+		if mf.Decider == reservation.AuthorityMySQL || mf.Epoch >= epoch || time.Now().After(deadline) {
+			return mf, mf.Decider == reservation.AuthorityMySQL, nil
+		}
+		t := time.NewTimer(5 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return reservation.Fence{}, false, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// finishCutover is a handoff to MySQL that finds Redis yielded already:
+// it waits, up to Config.CutoverWait,
+// for the copy under way to cut over, and otherwise takes the whole shop
+// over at epoch itself (its copier may have died between Redis's yield
+// and MySQL's takeover; the snapshot is exact, since Redis decides nothing
+// after yielding).
+func (m *Mirror) finishCutover(ctx context.Context, shop, epoch int64) (reservation.Fence, string, error) {
+	mf, ok, err := m.awaitMySQL(ctx, shop, epoch, time.Now().Add(m.cfg.CutoverWait))
+	switch {
+	case err != nil:
+		return reservation.Fence{}, "", err
+	case ok:
+		// MySQL decides: its state is the truth from now on, whatever the
+		// epochs say; never copy a follower's state over it.
+		return mf, "joined", nil
+	case mf.Epoch >= epoch:
+		return mf, "overtaken", nil
+	}
+	m.log.Warn("mirror: Redis yielded a shop MySQL did not take over in time; taking the whole shop over", "shop", shop, "epoch", epoch, "wait", m.cfg.CutoverWait)
+	mf, err = m.takeOverWhole(ctx, shop, epoch)
+	if err != nil {
+		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
+	}
+	if mf.Decider != reservation.AuthorityMySQL {
+		return mf, "overtaken", nil
+	}
+	return mf, "whole", nil
+}
+
+// takeOverWhole is the handoff without a copy ahead: Redis yields (if it
+// has not), and MySQL takes over a snapshot of the whole shop. Correct at
+// any time, and slow in proportion to the shop: the copy ahead avoids it.
+func (m *Mirror) takeOverWhole(ctx context.Context, shop, epoch int64) (reservation.Fence, error) {
+	rf, err := m.cfg.Redis.Yield(ctx, shop, epoch)
+	if err != nil {
+		return reservation.Fence{}, err
+	}
+	if rf.Decider != reservation.AuthorityMySQL {
+		return rf, nil // a newer handoff gave it back to Redis
+	}
+	snap, err := m.cfg.Redis.Snapshot(ctx, shop)
+	if err != nil {
+		return reservation.Fence{}, fmt.Errorf("read Redis's state: %w", err)
+	}
+	return m.cfg.MySQL.TakeOver(ctx, &snap, rf.Epoch)
+}

@@ -1,0 +1,252 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/seed31b0e981/reservoir/reservation"
+)
+
+// A handoff to MySQL copies ahead (docs/ownership.md, section 3): while
+// Redis keeps deciding the shop, its holds and tombstones are copied into
+// MySQL part by part, the parts that changed meanwhile are copied again,
+// and the cut-over (Copier.TakeOver) moves only the last changes with the
+// fence. This file is MySQL's side.
+//
+// Two rules make the copy exact:
+//   - While a copy is under way (the fence rows' copying column names it)
+//     MySQL keeps no shadow hold of its own for the shop: shadow reserves
+//     and releases are refused (see checkShadowFence). What MySQL holds is
+//     only what was copied, plus what the ledger claimed (a legacy claim's
+//     deduct goes on: it is the decider's).
+//   - One copier per shop, across every replica: the copy runs on the
+//     connection of a named lock, so a copier that lost it (its process
+//     died, its connection broke) cannot write another part. Two copiers
+//     would each be exact only against their own reads.
+
+// ErrCopyBusy is returned by BeginCopy when another copier (this process
+// or another replica) holds the shop's copy: the caller leaves it to that
+// one.
+var ErrCopyBusy = errors.New("mysqlstore: another copier is copying the shop")
+
+// ErrCopyLost is returned by a Copier's Copy and TakeOver when the shop is
+// not marked with its copy any more (it was cleared as abandoned, replaced
+// by another copy, or a handoff moved the fence): what it copied can no
+// longer be trusted to be complete, and nothing was written.
+var ErrCopyLost = errors.New("mysqlstore: the shop's copy is no longer in force")
+
+// Copier is MySQL's side of one copy of a shop's state from Redis: it
+// holds the shop's copy lease and writes the parts Redis gives it. Not
+// safe for concurrent use; Close releases it.
+type Copier struct {
+	s     *Store
+	lease *Lease
+	shop  int64
+	id    int64
+}
+
+func copyLeaseName(shop int64) string { return "copy:" + strconv.FormatInt(shop, 10) }
+
+// BeginCopy takes the shop's copy lease and marks the shop with copy id
+// (Redis's, redisstore.Store.StartCopy): from its return on, MySQL keeps
+// no shadow hold of its own for the shop, and every shadow write in flight
+// has ended (the mark locks the fence rows for update). It returns the
+// fence, and no Copier when MySQL already decides the shop (nothing to
+// copy: a handoff finished first). ErrCopyBusy: another copier holds the
+// shop.
+func (s *Store) BeginCopy(ctx context.Context, shop, id int64) (*Copier, reservation.Fence, error) {
+	if shop <= 0 || id <= 0 {
+		return nil, reservation.Fence{}, &reservation.ValidationError{Field: "shop, copy", Reason: fmt.Sprintf("must be positive, got %d and %d", shop, id)}
+	}
+	lease, err := s.TryLease(ctx, copyLeaseName(shop))
+	if err != nil {
+		return nil, reservation.Fence{}, err
+	}
+	if lease == nil {
+		return nil, reservation.Fence{}, fmt.Errorf("mysqlstore: copy shop %d: %w", shop, ErrCopyBusy)
+	}
+	var f reservation.Fence
+	err = s.txOn(ctx, lease.c, callerCopy, func(tx *sql.Tx) error {
+		cur, copying, err := lockFenceCopying(ctx, tx, shop)
+		if err != nil {
+			return err
+		}
+		f = cur
+		if cur.Decider == reservation.AuthorityMySQL || copying == id {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, sqlCopyMark, id, shop); err != nil {
+			return fmt.Errorf("mysqlstore: copy shop %d: mark it: %w", shop, err)
+		}
+		return nil
+	})
+	if err != nil || f.Decider == reservation.AuthorityMySQL {
+		lease.Release()
+		return nil, f, err
+	}
+	return &Copier{s: s, lease: lease, shop: shop, id: id}, f, nil
+}
+
+// Held lists the shop's held reservations in MySQL: a copy covers them
+// with Redis's snapshot, so that a hold MySQL has and Redis does not (a
+// shadow hold of a cart Redis never held) is dropped.
+func (c *Copier) Held(ctx context.Context) ([]string, error) {
+	rows, err := c.lease.c.QueryContext(ctx, sqlCopyHeld, c.shop)
+	if err != nil {
+		return nil, fmt.Errorf("mysqlstore: copy shop %d: held: %w", c.shop, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// Copy makes MySQL's reservations of part's tokens exactly Redis's (a
+// partial snapshot; see copyIn), in one transaction that first checks, with
+// a shared lock on the fence, that the shop is still marked with this copy
+// and that Redis still decides it (ErrCopyLost otherwise, nothing written).
+func (c *Copier) Copy(ctx context.Context, part *reservation.Snapshot) error {
+	if err := c.checkPart(part); err != nil {
+		return err
+	}
+	return c.s.txOn(ctx, c.lease.c, callerCopy, func(tx *sql.Tx) error {
+		var d string
+		var epoch, copying int64
+		err := tx.QueryRowContext(ctx, sqlCopyFence, c.shop).Scan(&d, &epoch, &copying)
+		if err != nil && !isNoRows(err) {
+			return fmt.Errorf("mysqlstore: copy shop %d: fence: %w", c.shop, err)
+		}
+		if isNoRows(err) || copying != c.id || reservation.Authority(d) == reservation.AuthorityMySQL {
+			return fmt.Errorf("mysqlstore: copy %d of shop %d (fence %s@%d, copy %d): %w", c.id, c.shop, d, epoch, copying, ErrCopyLost)
+		}
+		return c.s.copyIn(ctx, tx, callerCopy, part)
+	})
+}
+
+// TakeOver is the copy's cut-over, after Redis set its fence to
+// mysql@epoch: in one transaction that locks the fence rows for update it
+// copies the last part (every token that changed since the parts before)
+// and sets the fence to mysql@epoch, ending the copy. Unless the fence
+// already has an epoch of at least epoch (a handoff finished first: it
+// returns that fence and writes nothing), it needs the shop still marked
+// with this copy: ErrCopyLost otherwise.
+func (c *Copier) TakeOver(ctx context.Context, last *reservation.Snapshot, epoch int64) (reservation.Fence, error) {
+	if err := c.checkPart(last); err != nil {
+		return reservation.Fence{}, err
+	}
+	if epoch <= 0 {
+		return reservation.Fence{}, &reservation.ValidationError{Field: "epoch", Reason: fmt.Sprintf("must be positive, got %d", epoch)}
+	}
+	var out reservation.Fence
+	changed := false
+	err := c.s.txOn(ctx, c.lease.c, callerHandoff, func(tx *sql.Tx) error {
+		changed = false
+		cur, copying, err := lockFenceCopying(ctx, tx, c.shop)
+		if err != nil {
+			return err
+		}
+		out = cur
+		if cur.Epoch >= epoch || cur.Decider == reservation.AuthorityMySQL {
+			return nil // done already, or MySQL decides (see Store.TakeOver)
+		}
+		if copying != c.id {
+			return fmt.Errorf("mysqlstore: take over shop %d with copy %d (fence %s, copy %d): %w", c.shop, c.id, cur, copying, ErrCopyLost)
+		}
+		if err := c.s.copyIn(ctx, tx, callerHandoff, last); err != nil {
+			return err
+		}
+		out = reservation.Fence{Decider: reservation.AuthorityMySQL, Epoch: epoch}
+		if _, err := tx.ExecContext(ctx, sqlFenceSet, string(out.Decider), out.Epoch, c.shop); err != nil {
+			return fmt.Errorf("mysqlstore: take over shop %d: %w", c.shop, err)
+		}
+		changed = true
+		return nil
+	})
+	if err != nil {
+		return reservation.Fence{}, err
+	}
+	c.s.countHandoff("take_over_copied", changed)
+	return out, nil
+}
+
+func (c *Copier) checkPart(part *reservation.Snapshot) error {
+	if part == nil || part.Shop != c.shop || part.Tokens == nil {
+		return &reservation.ValidationError{Field: "part", Reason: fmt.Sprintf("want a partial snapshot (Tokens set) of shop %d", c.shop)}
+	}
+	return c.s.validSnapshot(part)
+}
+
+// Close gives the copy lease up. The shop stays marked with the copy: a
+// copier that takes it up later (this copy's id, which Redis keeps while
+// its log lives) goes on with it; a handoff, or ClearCopy, ends it.
+func (c *Copier) Close() { c.lease.Release() }
+
+// ClearCopy ends a copy nobody runs any more (its handoff was abandoned:
+// the flags say Redis decides after all), so that MySQL keeps shadow holds
+// for the shop again. It takes the shop's copy lease first and clears
+// nothing while a copier holds it (false). It reports whether a mark was
+// cleared.
+func (s *Store) ClearCopy(ctx context.Context, shop int64) (bool, error) {
+	if shop <= 0 {
+		return false, &reservation.ValidationError{Field: "shop", Reason: fmt.Sprintf("must be a positive id, got %d", shop)}
+	}
+	lease, err := s.TryLease(ctx, copyLeaseName(shop))
+	if err != nil || lease == nil {
+		return false, err
+	}
+	defer lease.Release()
+	cleared := false
+	err = s.txOn(ctx, lease.c, callerCopy, func(tx *sql.Tx) error {
+		cur, copying, err := lockFenceCopying(ctx, tx, shop)
+		if err != nil || copying == 0 || cur.Decider == reservation.AuthorityMySQL {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, sqlCopyMark, 0, shop); err != nil {
+			return fmt.Errorf("mysqlstore: clear the copy of shop %d: %w", shop, err)
+		}
+		cleared = true
+		return nil
+	})
+	return cleared, err
+}
+
+// FenceState is a shop's fence as the handoff sweeper reads it, with the
+// copy under way into the shop (0: none).
+type FenceState struct {
+	Fence   reservation.Fence
+	Copying int64
+}
+
+// Fences returns every shop's fence (shops without one are absent: Redis
+// decides them at epoch 0).
+func (s *Store) Fences(ctx context.Context) (map[int64]FenceState, error) {
+	c, err := s.acquire(ctx, callerHandoff)
+	if err != nil {
+		return nil, err
+	}
+	defer c.release()
+	rows, err := c.QueryContext(ctx, sqlFencesAll)
+	if err != nil {
+		return nil, fmt.Errorf("mysqlstore: fences: %w", err)
+	}
+	defer rows.Close()
+	out := map[int64]FenceState{}
+	for rows.Next() {
+		var shop, epoch, copying int64
+		var d string
+		if err := rows.Scan(&shop, &d, &epoch, &copying); err != nil {
+			return nil, err
+		}
+		out[shop] = FenceState{Fence: reservation.Fence{Decider: reservation.Authority(d), Epoch: epoch}, Copying: copying}
+	}
+	return out, rows.Err()
+}
