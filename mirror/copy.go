@@ -225,6 +225,9 @@ func (m *Mirror) copyAhead(ctx context.Context, r *copyRun) (reservation.Fence, 
 	if err != nil {
 		return reservation.Fence{}, "", err
 	}
+	if m.afterCopy != nil {
+		m.afterCopy(shop)
+	}
 	for range m.cfg.CatchUpRounds {
 		n, next, err := m.catchUp(ctx, shop, copier, cp.ID, pos)
 		if err != nil {
@@ -302,6 +305,9 @@ func (m *Mirror) catchUp(ctx context.Context, shop int64, copier *mysqlstore.Cop
 
 // changed reads every token of the copy's log after pos, deduplicated.
 func (m *Mirror) changed(ctx context.Context, shop, id, pos int64) ([]string, int64, error) {
+	if m.skipDelta {
+		return nil, pos, nil
+	}
 	var out []string
 	seen := map[string]bool{}
 	for {

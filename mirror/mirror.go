@@ -172,6 +172,14 @@ type Mirror struct {
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
 
+	// Test knobs, set only by this package's tests (export_test.go):
+	// afterCopy runs between a copy's first pass and its catch-up (a
+	// change made there must reach MySQL); skipDelta makes the catch-up
+	// and the cut-over copy nothing (the broken copy the tests must
+	// catch).
+	afterCopy func(shop int64)
+	skipDelta bool
+
 	lagMu sync.Mutex
 	lag   Lag
 }
