@@ -75,7 +75,7 @@ type copyRuns struct {
 // caller follows it) and the copy goes on. Once the cut-over has begun it
 // waits for its end (Redis no longer decides).
 func (m *Mirror) toMySQL(ctx context.Context, shop, epoch int64, follow bool) (reservation.Fence, string, error) {
-	r := m.startCopy(shop, epoch)
+	r := m.startCopy(shop, epoch, follow)
 	known := r.known
 	if !follow {
 		known = nil // never ready: wait for the end
@@ -109,16 +109,17 @@ func (m *Mirror) following(r *copyRun) reservation.Fence {
 }
 
 // startCopy returns the shop's copy run for epoch, starting one unless one
-// is under way (or ended with ErrCopyBusy less than busyFor ago). A run
+// is under way (or, for a caller that follows, ended with ErrCopyBusy less
+// than busyFor ago: such a caller follows Redis anyway). A run
 // under way for another epoch is joined too: its cut-over moves the fence
 // to the epoch Redis yields at, and the caller compares epochs itself.
-func (m *Mirror) startCopy(shop, epoch int64) *copyRun {
+func (m *Mirror) startCopy(shop, epoch int64, follow bool) *copyRun {
 	m.copies.mu.Lock()
 	defer m.copies.mu.Unlock()
 	if r, ok := m.copies.m[shop]; ok {
 		select {
 		case <-r.done:
-			if r.result == "busy" && time.Since(r.ended) < busyFor {
+			if follow && r.result == "busy" && time.Since(r.ended) < busyFor {
 				return r
 			}
 		default:
@@ -361,6 +362,9 @@ func (m *Mirror) cutOver(ctx context.Context, r *copyRun, copier *mysqlstore.Cop
 		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: cut over: %w", shop, err)
 	}
 	m.metrics.cutoverSeconds.Observe(time.Since(start).Seconds())
+	if mf.Decider == reservation.AuthorityMySQL {
+		m.cutover(shop, reservation.AuthorityMySQL, start)
+	}
 	_ = m.cfg.Redis.EndCopy(ctx, shop, id)
 	if mf.Decider != reservation.AuthorityMySQL {
 		return mf, "overtaken", nil // a newer handoff gave it to Redis meanwhile

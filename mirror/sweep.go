@@ -170,9 +170,9 @@ func (sw *sweeper) step(ctx context.Context) error {
 		sw.version = v
 		sw.pending = map[int64]time.Time{}
 		sw.progress = Progress{FlagsVersion: v, Started: now}
-		return sw.sweep(ctx, true)
+		return sw.sweep(ctx)
 	case time.Since(sw.lastScan) >= sw.cfg.Rescan:
-		return sw.sweep(ctx, false)
+		return sw.sweep(ctx)
 	case len(sw.pending) > 0:
 		return sw.retry(ctx)
 	}
@@ -187,15 +187,17 @@ type shopState struct {
 }
 
 // sweep compares every shop's fences with the flags and hands off those
-// that differ. first: the version is new, and the shops found now are the
-// ones it moved (the report's Shops).
-func (sw *sweeper) sweep(ctx context.Context, first bool) error {
+// that differ. Every shop found pending counts in the report's Shops: the
+// shops the version in force moved.
+func (sw *sweeper) sweep(ctx context.Context) error {
 	start := time.Now()
+	// A sweep that fails halfway is done again at the next step, not at
+	// the next Rescan: the shops it did not judge may be owed a handoff.
+	sw.lastScan = time.Time{}
 	states, err := sw.read(ctx)
 	if err != nil {
 		return err
 	}
-	sw.lastScan = time.Now()
 	for shop, st := range states {
 		to, epoch, _, err := sw.cfg.Wanted(ctx, shop)
 		if err != nil {
@@ -205,9 +207,7 @@ func (sw *sweeper) sweep(ctx context.Context, first bool) error {
 		case judgedPending:
 			if _, ok := sw.pending[shop]; !ok {
 				sw.pending[shop] = start
-				if !first {
-					sw.progress.Shops++
-				}
+				sw.progress.Shops++
 			}
 		case judgedAhead:
 			delete(sw.pending, shop) // newer flags elsewhere: theirs to hand off
@@ -222,9 +222,7 @@ func (sw *sweeper) sweep(ctx context.Context, first bool) error {
 			}
 		}
 	}
-	if first {
-		sw.progress.Shops = int64(len(sw.pending))
-	}
+	sw.lastScan = start
 	return sw.retry(ctx)
 }
 

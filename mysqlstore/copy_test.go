@@ -1,0 +1,128 @@
+package mysqlstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/mysqlstore"
+	"github.com/seed31b0e981/reservoir/reservation"
+)
+
+// MySQL's side of a copy ahead of a handoff to MySQL (copy.go): while a
+// copy is under way MySQL keeps no shadow write of its own for the shop
+// (reserve and release refused: a hold of its own, or a release Redis did
+// not decide, would not be Redis's state); one copier per shop; a part
+// is copied only while the shop is still marked with its copy; the
+// cut-over takes the last part and the fence together and ends the copy.
+func TestCopyAhead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, 10)
+	b.stock(t, 1, 1, 5)
+	handOff(b.s)(t, shop) // Redis decides (redis@2)
+	shadow := func(token string) error {
+		_, err := b.s.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: token, Lines: one(1, 1), TTL: time.Minute, As: reservation.AsShadow})
+		return err
+	}
+	if err := shadow("before"); err != nil {
+		t.Fatalf("shadow reserve before the copy: %v", err)
+	}
+
+	copier, f, err := b.s.BeginCopy(ctx, shop, 7)
+	if err != nil || copier == nil || f.String() != "redis@2" {
+		t.Fatalf("begin copy: %v %v %v", copier, f, err)
+	}
+	defer copier.Close()
+	if _, _, err := b.s.BeginCopy(ctx, shop, 7); !errors.Is(err, mysqlstore.ErrCopyBusy) {
+		t.Errorf("a second copier: %v, want ErrCopyBusy", err)
+	}
+	if err := shadow("during"); !errors.Is(err, reservation.ErrNotDecider) {
+		t.Errorf("shadow reserve during the copy: %v, want refused", err)
+	}
+	_, err = b.s.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: "before", As: reservation.AsShadow})
+	if !errors.Is(err, reservation.ErrNotDecider) {
+		t.Errorf("shadow release during the copy: %v, want refused", err)
+	}
+	held, err := copier.Held(ctx)
+	if err != nil || len(held) != 1 || held[0] != "before" {
+		t.Errorf("held: %v %v, want [before]", held, err)
+	}
+
+	exp := time.Now().Add(time.Hour).Truncate(time.Millisecond).UTC()
+	redisHold := reservation.Hold{Shop: shop, Token: "r1", Allocations: []reservation.Allocation{{Item: 1, Location: 1, Quantity: 2}}, ExpiresAt: exp, Authority: reservation.AuthorityRedis}
+	bad := &reservation.Snapshot{Shop: shop, Tokens: []string{"x"}, Holds: []reservation.Hold{redisHold}}
+	var ve *reservation.ValidationError
+	if err := copier.Copy(ctx, bad); !errors.As(err, &ve) {
+		t.Errorf("a part with a hold outside its tokens: %v, want a ValidationError", err)
+	}
+	if _, err := b.s.TakeOver(ctx, &reservation.Snapshot{Shop: shop, Tokens: []string{}}, 3); !errors.As(err, &ve) {
+		t.Errorf("a whole-shop takeover of a partial snapshot: %v, want a ValidationError", err)
+	}
+	// The first part: Redis's hold r1, and "before", which Redis does not
+	// have (a shadow hold of a cart Redis never held): dropped.
+	if err := copier.Copy(ctx, &reservation.Snapshot{Shop: shop, Tokens: []string{"before", "r1"}, Holds: []reservation.Hold{redisHold}}); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := b.s.Get(ctx, &reservation.GetParams{Shop: shop, Token: "r1"}); err != nil || h.Quantity() != 2 || !h.ExpiresAt.Equal(exp) {
+		t.Errorf("r1 after the part: %+v %v", h, err)
+	}
+	if _, err := b.s.Get(ctx, &reservation.GetParams{Shop: shop, Token: "before"}); !errors.Is(err, reservation.ErrNotFound) {
+		t.Errorf("MySQL's own shadow hold after the part: %v, want dropped", err)
+	}
+	if d := b.drift(t); len(d) != 0 {
+		t.Errorf("drift after the part (pool + held must stay within the ledger): %v", d)
+	}
+
+	// The cut-over: r1 released in Redis since.
+	last := &reservation.Snapshot{Shop: shop, Tokens: []string{"r1"}, Tombstones: []reservation.Tombstone{{Token: "r1", State: reservation.StateReleased, Allocations: redisHold.Allocations, ExpiresAt: exp}}}
+	f, err = copier.TakeOver(ctx, last, 3)
+	if err != nil || f.String() != "mysql@3" {
+		t.Fatalf("take over: %v %v", f, err)
+	}
+	if _, err := b.s.Get(ctx, &reservation.GetParams{Shop: shop, Token: "r1", AsDecider: true}); !errors.Is(err, reservation.ErrReleased) {
+		t.Errorf("r1 after the cut-over: %v, want released", err)
+	}
+	if f, err := copier.TakeOver(ctx, last, 3); err != nil || f.String() != "mysql@3" {
+		t.Errorf("the cut-over again: %v %v, want mysql@3 unchanged", f, err)
+	}
+	if err := copier.Copy(ctx, last); !errors.Is(err, mysqlstore.ErrCopyLost) {
+		t.Errorf("a part after the cut-over: %v, want ErrCopyLost", err)
+	}
+	if res, err := b.s.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "after", Lines: one(1, 1), TTL: time.Minute}); err != nil || res.Status != reservation.StatusReserved {
+		t.Errorf("MySQL decides after the cut-over: %+v %v", res, err)
+	}
+}
+
+// A copy overtaken by a whole-shop takeover (another replica's fallback
+// after Redis yielded: its copier seemed gone) writes nothing more: a part
+// is refused (ErrCopyLost), and its cut-over leaves MySQL's state alone.
+func TestOvertakenCopyWritesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, 10)
+	b.stock(t, 1, 1, 5)
+	handOff(b.s)(t, shop)
+	copier, _, err := b.s.BeginCopy(ctx, shop, 7)
+	if err != nil || copier == nil {
+		t.Fatalf("begin copy: %v %v", copier, err)
+	}
+	defer copier.Close()
+	if f, err := b.s.TakeOver(ctx, &reservation.Snapshot{Shop: shop}, 3); err != nil || f.String() != "mysql@3" {
+		t.Fatalf("the whole-shop takeover: %v %v", f, err)
+	}
+	if res, err := b.s.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "m1", Lines: one(1, 1), TTL: time.Minute}); err != nil || res.Status != reservation.StatusReserved {
+		t.Fatalf("MySQL decides: %+v %v", res, err)
+	}
+	part := &reservation.Snapshot{Shop: shop, Tokens: []string{"m1"}} // "Redis has no m1"
+	if err := copier.Copy(ctx, part); !errors.Is(err, mysqlstore.ErrCopyLost) {
+		t.Errorf("a part after the takeover: %v, want ErrCopyLost", err)
+	}
+	if f, err := copier.TakeOver(ctx, part, 4); err != nil || f.String() != "mysql@3" {
+		t.Errorf("the overtaken copy's cut-over: %v %v, want mysql@3 unchanged", f, err)
+	}
+	if _, err := b.s.Get(ctx, &reservation.GetParams{Shop: shop, Token: "m1", AsDecider: true}); err != nil {
+		t.Errorf("MySQL's hold after the overtaken copy: %v", err)
+	}
+}
