@@ -237,8 +237,8 @@ func runModel(t *testing.T, m modelRun) runResult {
 			injected += r.faults.injected.Load()
 		}
 	}
-	summary := fmt.Sprintf("traffic %s, %d callers: %s; %d faults injected; %d carts compared by the relays (%d failed); %d flips (final %s): %s; history %s; reads: %s; ledger: %d claims rows held to their acknowledged reserve",
-		m.duration, m.callers, stats, injected, w.evaluated.Load(), w.evalFailed.Load(), len(flips), final, strings.Join(flips, " | "), res, reads, claimRows)
+	summary := fmt.Sprintf("traffic %s, %d callers: %s; %d faults injected; %d carts compared by the relays (%d failed); handoffs: %s; %d flips (final %s): %s; history %s; reads: %s; ledger: %d claims rows held to their acknowledged reserve",
+		m.duration, m.callers, stats, injected, w.evaluated.Load(), w.evalFailed.Load(), w.handoffs(), len(flips), final, strings.Join(flips, " | "), res, reads, claimRows)
 	return runResult{violations: out, summary: summary}
 }
 
