@@ -1,7 +1,6 @@
 package mirror_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -275,42 +274,5 @@ func TestOneCopierPerShop(t *testing.T) {
 	f, err = other.HandoffWait(ctx(t), shop, reservation.AuthorityMySQL, 3, false)
 	if err != nil || f.String() != "mysql@3" {
 		t.Errorf("the second replica's handoff after the cut-over: %v %v, want mysql@3", f, err)
-	}
-}
-
-// A copy whose shop is handed back before its cut-over (the flags went
-// back to Redis) leaves MySQL marked as copied into; ClearCopy ends it,
-// so MySQL keeps shadow holds again, and not while a copier holds it.
-func TestAbandonedCopyIsCleared(t *testing.T) {
-	t.Parallel()
-	b := setup(t, servers[0].new, nil)
-	b.loadShop(t, shop, 4)
-	cp, err := b.rd.StartCopy(ctx(t), shop)
-	if err != nil {
-		t.Fatal(err)
-	}
-	copier, _, err := b.my.BeginCopy(ctx(t), shop, cp.ID)
-	if err != nil || copier == nil {
-		t.Fatalf("begin copy: %v %v", copier, err)
-	}
-	shadow := func(token string) error {
-		_, err := b.my.Reserve(ctx(t), &reservation.ReserveParams{Shop: shop, Token: token, Lines: lines(1), TTL: time.Minute, As: reservation.AsShadow})
-		return err
-	}
-	if err := shadow("s1"); !errors.Is(err, reservation.ErrNotDecider) {
-		t.Errorf("shadow reserve while copying: %v, want refused", err)
-	}
-	if cleared, err := b.my.ClearCopy(ctx(t), shop); err != nil || cleared {
-		t.Errorf("clear while the copier holds the shop: %v %v, want nothing cleared", cleared, err)
-	}
-	copier.Close()
-	if cleared, err := b.my.ClearCopy(ctx(t), shop); err != nil || !cleared {
-		t.Errorf("clear an abandoned copy: %v %v, want cleared", cleared, err)
-	}
-	if err := shadow("s2"); err != nil {
-		t.Errorf("shadow reserve after the copy was cleared: %v", err)
-	}
-	if err := b.rd.EndCopy(context.Background(), shop, cp.ID); err != nil {
-		t.Error(err)
 	}
 }

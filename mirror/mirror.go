@@ -92,6 +92,18 @@ type Config struct {
 	// changing faster than it is copied cuts over with the last round's
 	// changes). Default: 8.
 	CatchUpRounds int
+	// OnCutover, when set, is told of each fence move this mirror makes
+	// for a handoff, with when it began and ended: to MySQL, from Redis's
+	// yield to MySQL's takeover of the last changes (a copy's cut-over);
+	// to Redis, from MySQL's yield to the end of the drain that set
+	// Redis's fence (or Redis's forced fence). Between the two neither
+	// store decides the shop. A handoff to Redis that finds MySQL yielded
+	// already (a repeat) is reported too, its start being its own; one
+	// that finds the move made or overtaken (joined, overtaken), and a
+	// whole-shop takeover after a copier was lost, are not. It runs in
+	// the handoff's goroutine and must not block. An observation hook
+	// for reservoir bench's handoff scenario; production leaves it nil.
+	OnCutover func(shop int64, to reservation.Authority, start, end time.Time)
 	// Disabled stops the change feed from reaching Redis at all: Run
 	// returns at once, Flush delivers nothing, and a handoff to Redis sets
 	// Redis's fence without draining the shop's pending changes. Only
@@ -554,6 +566,9 @@ func (m *Mirror) Handoff(ctx context.Context, shop int64, to reservation.Authori
 		if err != nil {
 			result = "failed"
 		}
+		if result == "done" || result == "forced" {
+			m.cutover(shop, to, start)
+		}
 		m.metrics.handoffs.WithLabelValues(string(to), result).Inc()
 		m.metrics.handoffSeconds.WithLabelValues(string(to)).Observe(time.Since(start).Seconds())
 		return f, err
@@ -647,6 +662,14 @@ func (m *Mirror) Resync(ctx context.Context, shop int64) error {
 		}
 		return err
 	})
+}
+
+// cutover reports a fence move that began at start and ends now to
+// Config.OnCutover.
+func (m *Mirror) cutover(shop int64, to reservation.Authority, start time.Time) {
+	if m.cfg.OnCutover != nil {
+		m.cfg.OnCutover(shop, to, start, time.Now())
+	}
 }
 
 type flightKey struct {

@@ -213,13 +213,6 @@ func (sw *sweeper) sweep(ctx context.Context) error {
 			delete(sw.pending, shop) // newer flags elsewhere: theirs to hand off
 		case judgedDone:
 			delete(sw.pending, shop)
-			if to == reservation.AuthorityRedis && st.copying != 0 {
-				// A copy to MySQL that was abandoned (the flags went
-				// back): MySQL keeps shadow holds for the shop again.
-				if _, err := sw.m.cfg.MySQL.ClearCopy(ctx, shop); err != nil {
-					sw.m.log.Warn("mirror: clear an abandoned copy", "shop", shop, "err", err)
-				}
-			}
 		}
 	}
 	sw.lastScan = start
@@ -237,10 +230,14 @@ const (
 // judge compares a shop's fences with what the flags want. Done: both
 // stores' fences name the wanted store (MySQL's says it decides, Redis's
 // that it yielded; or Redis's says it decides and MySQL's that it does
-// not). A fence newer than the flags is another replica's newer flags:
-// left alone.
+// not), and, where Redis is wanted, no copy into MySQL is under way: a
+// copy the flags abandoned (they went back to Redis before its cut-over)
+// is ended by handing the shop to Redis at the new epoch (MySQL's fence
+// change clears the copy, and overtakes its cut-over), so that MySQL
+// keeps shadow holds again. A fence newer than the flags is another
+// replica's newer flags: left alone.
 func (sw *sweeper) judge(st shopState, to reservation.Authority, epoch int64) judgement {
-	if st.mysql.Decider == to && st.redis.Decider == to {
+	if st.mysql.Decider == to && st.redis.Decider == to && (to == reservation.AuthorityMySQL || st.copying == 0) {
 		return judgedDone
 	}
 	if epoch == 0 || max(st.mysql.Epoch, st.redis.Epoch) >= epoch {

@@ -196,3 +196,48 @@ func TestSweeperWithoutFlagsHandsNothingOff(t *testing.T) {
 		t.Errorf("a report without flags: %v %v", ok, err)
 	}
 }
+
+// A copy the flags abandon (they go back to Redis before its cut-over)
+// is ended by the sweeper: it hands the shop to Redis at the new epoch,
+// which clears MySQL's copy mark (MySQL keeps shadow holds again) and
+// overtakes the copy's cut-over (Redis keeps deciding).
+func TestSweeperEndsAnAbandonedCopy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, servers[0].new, nil)
+	b.loadShop(t, shop, bigShop)
+	copying := make(chan struct{})
+	release := make(chan struct{})
+	mirror.SetAfterCopy(b.m, func(int64) { close(copying); <-release })
+	flags := &flagsSpy{}
+	flags.set(reservation.AuthorityMySQL)
+	if f, err := b.m.Handoff(ctx(t), shop, reservation.AuthorityMySQL, 1, false); err != nil || f.Decider != reservation.AuthorityRedis {
+		t.Fatalf("handoff: %v %v, want Redis's fence (copying in the background)", f, err)
+	}
+	<-copying
+	shadow := func(token string) error {
+		_, err := b.my.Reserve(ctx(t), &reservation.ReserveParams{Shop: shop, Token: token, Lines: lines(1), TTL: time.Minute, As: reservation.AsShadow})
+		return err
+	}
+	if err := shadow("s1"); err == nil {
+		t.Fatal("a shadow reserve was kept while the copy runs")
+	}
+	flags.set(reservation.AuthorityRedis) // version 2: back to Redis
+	other, _, _ := newMirror(t, b.my, newRedis(t, b.r, b.my), nil)
+	sweep(t, other, flags, "replica-b")
+	waitFor(t, "the sweeper to end the copy", func() (bool, error) {
+		fs, err := b.my.Fences(ctx(t))
+		return fs[shop].Copying == 0 && fs[shop].Fence.String() == "redis@2", err
+	})
+	close(release)
+	waitFor(t, "the abandoned copy to give up", func() (bool, error) {
+		return metric(t, b.reg, "reservoir_handoffs_total", "to", "mysql", "result", "overtaken")+
+			metric(t, b.reg, "reservoir_handoffs_total", "to", "mysql", "result", "failed") == 1, nil
+	})
+	if got := b.fences(t, shop); got != "mysql redis@2, redis redis@2" {
+		t.Errorf("fences: %s, want Redis deciding at 2", got)
+	}
+	if err := shadow("s2"); err != nil {
+		t.Errorf("shadow reserve after the copy ended: %v", err)
+	}
+	reserve(t, b.rd, shop, "r2", 1) // Redis decides
+}

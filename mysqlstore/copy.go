@@ -33,9 +33,9 @@ import (
 var ErrCopyBusy = errors.New("mysqlstore: another copier is copying the shop")
 
 // ErrCopyLost is returned by a Copier's Copy and TakeOver when the shop is
-// not marked with its copy any more (it was cleared as abandoned, replaced
-// by another copy, or a handoff moved the fence): what it copied can no
-// longer be trusted to be complete, and nothing was written.
+// not marked with its copy any more (a fence change ended it, or another
+// copy replaced it): what it copied can no longer be trusted to be
+// complete, and nothing was written.
 var ErrCopyLost = errors.New("mysqlstore: the shop's copy is no longer in force")
 
 // Copier is MySQL's side of one copy of a shop's state from Redis: it
@@ -187,37 +187,10 @@ func (c *Copier) checkPart(part *reservation.Snapshot) error {
 
 // Close gives the copy lease up. The shop stays marked with the copy: a
 // copier that takes it up later (this copy's id, which Redis keeps while
-// its log lives) goes on with it; a handoff, or ClearCopy, ends it.
+// its log lives) goes on with it; a fence change (a cut-over, a takeover,
+// or a handoff to Redis at a newer epoch: what the handoff sweeper does
+// with a copy the flags abandoned) ends it.
 func (c *Copier) Close() { c.lease.Release() }
-
-// ClearCopy ends a copy nobody runs any more (its handoff was abandoned:
-// the flags say Redis decides after all), so that MySQL keeps shadow holds
-// for the shop again. It takes the shop's copy lease first and clears
-// nothing while a copier holds it (false). It reports whether a mark was
-// cleared.
-func (s *Store) ClearCopy(ctx context.Context, shop int64) (bool, error) {
-	if shop <= 0 {
-		return false, &reservation.ValidationError{Field: "shop", Reason: fmt.Sprintf("must be a positive id, got %d", shop)}
-	}
-	lease, err := s.TryLease(ctx, copyLeaseName(shop))
-	if err != nil || lease == nil {
-		return false, err
-	}
-	defer lease.Release()
-	cleared := false
-	err = s.txOn(ctx, lease.c, callerCopy, func(tx *sql.Tx) error {
-		cur, copying, err := lockFenceCopying(ctx, tx, shop)
-		if err != nil || copying == 0 || cur.Decider == reservation.AuthorityMySQL {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, sqlCopyMark, 0, shop); err != nil {
-			return fmt.Errorf("mysqlstore: clear the copy of shop %d: %w", shop, err)
-		}
-		cleared = true
-		return nil
-	})
-	return cleared, err
-}
 
 // FenceState is a shop's fence as the handoff sweeper reads it, with the
 // copy under way into the shop (0: none).

@@ -421,6 +421,7 @@ func tokenStatesLockQuery(caller string, tokens int) string {
 // Copies ahead of a handoff to MySQL (copy.go).
 const (
 	// Marks the shop as copied into: shadow writes are refused meanwhile.
+	// A fence change (sqlFenceSet) ends it.
 	sqlCopyMark = `/*caller='copy'*/ UPDATE reservation_fences SET copying = ?, changed_at = NOW(3) WHERE shop_id = ?`
 	// The copy's check at the start of each of its transactions: a handoff
 	// changes the fence rows for update, so a shared lock on one holds it
