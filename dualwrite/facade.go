@@ -218,6 +218,17 @@ func other(a reservation.Authority) reservation.Authority {
 // and must not act as if Redis decided (other replicas may treat the shop
 // as MySQL's).
 func (f *Facade) decide(ctx context.Context, shop int64) (rollout.Decision, rollout.Route, error) {
+	d, rt, err := f.evaluate(ctx, shop)
+	if err != nil {
+		return rollout.Decision{}, rollout.Route{}, err
+	}
+	f.switched.note(shop, rt, time.Now())
+	return d, rt, nil
+}
+
+// evaluate is decide without noting the route for the comparer: what the
+// flags say, and nothing else.
+func (f *Facade) evaluate(ctx context.Context, shop int64) (rollout.Decision, rollout.Route, error) {
 	d, err := f.cfg.Modes.Decide(ctx, f.cfg.Pod, shop)
 	if err == nil && (!d.Mode.Valid() || !d.Kill.Valid()) {
 		err = fmt.Errorf("dualwrite: the flags answered mode %q, kill switch %q", d.Mode, d.Kill)
@@ -228,9 +239,7 @@ func (f *Facade) decide(ctx context.Context, shop int64) (rollout.Decision, roll
 			"pod", f.cfg.Pod, "shop", shop, "err", err)
 		return rollout.Decision{}, rollout.Route{}, fmt.Errorf("%w: %w", ErrFlagsUnavailable, err)
 	}
-	rt := d.Route()
-	f.switched.note(shop, rt, time.Now())
-	return d, rt, nil
+	return d, d.Route(), nil
 }
 
 // Wanted says which store the flags want deciding shop, at which epoch
@@ -240,7 +249,10 @@ func (f *Facade) decide(ctx context.Context, shop int64) (rollout.Decision, roll
 // off when the flags change rather than when a call arrives. An error
 // wraps ErrFlagsUnavailable.
 func (f *Facade) Wanted(ctx context.Context, shop int64) (reservation.Authority, int64, bool, error) {
-	d, rt, err := f.decide(ctx, shop)
+	// evaluate, not decide: the sweeper's look at every shop is not a
+	// call on it, and must not mark its route as switched for the
+	// comparer.
+	d, rt, err := f.evaluate(ctx, shop)
 	if err != nil {
 		return "", 0, false, err
 	}
