@@ -8,7 +8,10 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/seed31b0e981/reservoir/reservation"
 )
 
 // Reconciler checks that Redis holds everything MySQL decided, before a
@@ -26,6 +29,16 @@ type Reconciler interface {
 type LagReader interface {
 	// Lag returns the changes pending for Redis and the age of the oldest.
 	Lag(ctx context.Context, pod string) (changes int64, oldest time.Duration, err error)
+}
+
+// HandoffReader reports how far each pod's handoffs have come: what the
+// fences say beside what the flags say (docs/ownership.md, sections 2 and
+// 3). The pod's handoff sweeper (package mirror) writes the report;
+// internal/cell reads it.
+type HandoffReader interface {
+	// Handoffs returns the pod's last handoff report; ok is false before
+	// any sweep of the pod reported.
+	Handoffs(ctx context.Context, pod string) (p reservation.HandoffProgress, ok bool, err error)
 }
 
 // ControllerConfig configures a Controller.
@@ -51,6 +64,9 @@ type ControllerConfig struct {
 	// Lag reports each pod's relay lag when the kill switch is engaged.
 	// Optional: without it the kill reports no lag.
 	Lag LagReader
+	// Handoffs reports each pod's handoff progress, for Status (the
+	// fences beside the flags). Optional: without it Status reports none.
+	Handoffs HandoffReader
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
 	// Propagation is how long a flags change takes to reach every replica
@@ -141,7 +157,7 @@ type Status struct {
 	Ready bool `json:"ready"`
 }
 
-// PodStatus is one pod's flags.
+// PodStatus is one pod's flags, and what its fences say.
 type PodStatus struct {
 	Pod  string     `json:"pod"`
 	Mode Mode       `json:"mode"`
@@ -149,6 +165,78 @@ type PodStatus struct {
 	Kill KillSwitch `json:"kill"`
 	// Effective is the decision for a shop of the pod outside any ramp.
 	Effective Decision `json:"effective"`
+	// Handoffs is the pod's last handoff report (ControllerConfig.Handoffs):
+	// how far the fences have followed the flags. Nil without a reader,
+	// before the pod's first sweep, or when it could not be read
+	// (HandoffsError). JudgeHandoffs says what it means for a version.
+	Handoffs *reservation.HandoffProgress `json:"handoffs,omitempty"`
+	// HandoffsError says why the report could not be read; the status is
+	// made all the same (the flags' part does not depend on it).
+	HandoffsError string `json:"handoffs_error,omitempty"`
+}
+
+// HandoffState is what a pod's handoff report says of the flags at one
+// version: whether every shop's fences name the store those flags name.
+type HandoffState string
+
+// The handoff states.
+const (
+	// HandoffsDone: the report is of that version and no shop is pending:
+	// the fences say what the flags say.
+	HandoffsDone HandoffState = "done"
+	// HandoffsPending: the report is of that version and some shops are
+	// still to hand off: those are decided by the store their fences name.
+	HandoffsPending HandoffState = "pending"
+	// HandoffsNotReported: there is no report of that version yet (none
+	// at all, or one of an older version): the fences may name the store
+	// older flags named.
+	HandoffsNotReported HandoffState = "not_reported"
+	// HandoffsNewer: the report is of a newer version than the one judged:
+	// the fences follow flags newer than those.
+	HandoffsNewer HandoffState = "newer"
+	// HandoffsUnknown: the report could not be read.
+	HandoffsUnknown HandoffState = "unknown"
+)
+
+// handoffReportStale is how old a report with shops pending may be before
+// JudgeHandoffs says so: an active sweeper rewrites it every few hundred
+// milliseconds while any is pending, so an old one means no sweeper is
+// working on the pod (the lease lost, the replicas down).
+const handoffReportStale = 10 * time.Second
+
+// JudgeHandoffs judges a pod's handoff report p (nil: none yet; readErr
+// non-empty: it could not be read) against the flags at version, as of
+// now, and says it in one line: "handed off 1,204/1,204 shops in 380ms
+// (flags version 12)", "3 of 1,204 shops pending, oldest 2s (flags
+// version 12)", "no report for flags version 12 yet (last: version 11,
+// handed off 3/3 shops in 20ms)". Only HandoffsDone lets a status say
+// that the store the flags name decides.
+func JudgeHandoffs(p *reservation.HandoffProgress, readErr string, version int64, now time.Time) (HandoffState, string) {
+	switch {
+	case readErr != "":
+		return HandoffsUnknown, "unknown: " + readErr
+	case p == nil:
+		return HandoffsNotReported, fmt.Sprintf("no report for flags version %d yet (no sweep of the pod has reported)", version)
+	case p.FlagsVersion < version:
+		return HandoffsNotReported, fmt.Sprintf("no report for flags version %d yet (last: version %d, %s)", version, p.FlagsVersion, handoffWhat(p, now))
+	case p.FlagsVersion > version:
+		return HandoffsNewer, fmt.Sprintf("reported for flags version %d, newer than version %d: %s", p.FlagsVersion, version, handoffWhat(p, now))
+	case p.Pending > 0:
+		line := fmt.Sprintf("%s (flags version %d)", handoffWhat(p, now), version)
+		if age := now.Sub(p.Updated); age > handoffReportStale {
+			line += fmt.Sprintf("; the report is %s old: is the pod's handoff sweeper running?", age.Round(time.Second))
+		}
+		return HandoffsPending, line
+	}
+	return HandoffsDone, fmt.Sprintf("%s (flags version %d)", handoffWhat(p, now), version)
+}
+
+// handoffWhat is p's summary without its version.
+func handoffWhat(p *reservation.HandoffProgress, now time.Time) string {
+	if p.Shops == 0 && p.Pending == 0 {
+		return "no shop to hand off"
+	}
+	return p.Summary(now)
 }
 
 const sqlStateRead = `/*caller='rollout'*/ SELECT stage, since FROM rollout_state WHERE id = 1`
@@ -207,6 +295,7 @@ func (c *Controller) Status(ctx context.Context) (Status, error) {
 		pf := flags.Pods[pod]
 		st.Pods = append(st.Pods, PodStatus{Pod: pod, Mode: pf.Mode, Ramp: pf.Ramp, Kill: flags.KillAt(PodScope(pod)), Effective: flags.Resolve(pod, 0)})
 	}
+	c.handoffs(ctx, st.Pods)
 	if stage+1 < len(c.cfg.Plan.Stages) {
 		next := c.cfg.Plan.Stages[stage+1]
 		st.Next = &next
@@ -225,6 +314,34 @@ func (c *Controller) Status(ctx context.Context) (Status, error) {
 	st.Gates = cur.Gates.Evaluate(st.Evidence, c.cfg.Now().Sub(since))
 	st.Ready = allPass(st.Gates) && st.Next != nil && st.FlagsInvalid == ""
 	return st, nil
+}
+
+// handoffReadTimeout bounds the read of one pod's handoff report: a pod
+// whose MySQL does not answer must not hold the status back.
+const handoffReadTimeout = 2 * time.Second
+
+// handoffs fills each pod's handoff report, reading the pods at once. A
+// report that cannot be read is said in HandoffsError, never an error of
+// the status: the flags' part stands without it.
+func (c *Controller) handoffs(ctx context.Context, pods []PodStatus) {
+	if c.cfg.Handoffs == nil {
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range pods {
+		wg.Go(func() {
+			rctx, cancel := context.WithTimeout(ctx, handoffReadTimeout)
+			defer cancel()
+			p, ok, err := c.cfg.Handoffs.Handoffs(rctx, pods[i].Pod)
+			switch {
+			case err != nil:
+				pods[i].HandoffsError = err.Error()
+			case ok:
+				pods[i].Handoffs = &p
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // AdvanceOptions qualify an advance.

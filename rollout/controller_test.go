@@ -3,6 +3,7 @@ package rollout_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -729,5 +730,102 @@ func TestAdvanceFromVersion(t *testing.T) {
 	}
 	if b.ctl.Plan() != b.plan {
 		t.Error("Plan() is not the controller's plan")
+	}
+}
+
+// fakeHandoffs answers a fixed handoff report per pod (none for a pod
+// without one; an error for pods in fail).
+type fakeHandoffs struct {
+	reports map[string]reservation.HandoffProgress
+	fail    map[string]error
+}
+
+func (f fakeHandoffs) Handoffs(_ context.Context, pod string) (reservation.HandoffProgress, bool, error) {
+	if err := f.fail[pod]; err != nil {
+		return reservation.HandoffProgress{}, false, err
+	}
+	p, ok := f.reports[pod]
+	return p, ok, nil
+}
+
+var _ rollout.HandoffReader = fakeHandoffs{}
+
+// Status reports each pod's handoffs beside its flags (issue 24 point
+// 3): the report as read, none before a sweep, and a report that cannot
+// be read as an error of that pod, not of the status.
+func TestStatusReportsHandoffs(t *testing.T) {
+	ctx := context.Background()
+	b := setupController(t, true)
+	if st, err := b.ctl.Status(ctx); err != nil || st.Pods[0].Handoffs != nil || st.Pods[0].HandoffsError != "" {
+		t.Fatalf("without a reader: %+v %v", st.Pods, err)
+	}
+	now := b.clk.Now()
+	report := reservation.HandoffProgress{FlagsVersion: 1, Shops: 3, Done: 1, Pending: 2, OldestPending: now.Add(-2 * time.Second), Started: now.Add(-3 * time.Second), Updated: now}
+	ctl := b.controller(t, func(c *rollout.ControllerConfig) {
+		c.Handoffs = fakeHandoffs{reports: map[string]reservation.HandoffProgress{"pod-a": report}, fail: map[string]error{"pod-b": errors.New("pod-b's mysql is down")}}
+	})
+	st, err := ctl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, bp := st.Pods[0], st.Pods[1]
+	if a.Pod != "pod-a" || a.Handoffs == nil || *a.Handoffs != report || a.HandoffsError != "" {
+		t.Errorf("pod-a: %+v", a)
+	}
+	if bp.Pod != "pod-b" || bp.Handoffs != nil || bp.HandoffsError != "pod-b's mysql is down" {
+		t.Errorf("pod-b: %+v", bp)
+	}
+	if state, line := rollout.JudgeHandoffs(a.Handoffs, a.HandoffsError, st.FlagsVersion, now); state != rollout.HandoffsPending || line != "2 of 3 shops pending, oldest 2s (flags version 1)" {
+		t.Errorf("pod-a judged: %s %q", state, line)
+	}
+	if state, line := rollout.JudgeHandoffs(bp.Handoffs, bp.HandoffsError, st.FlagsVersion, now); state != rollout.HandoffsUnknown || line != "unknown: pod-b's mysql is down" {
+		t.Errorf("pod-b judged: %s %q", state, line)
+	}
+	// The JSON carries them in snake_case.
+	j, err := json.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{`"handoffs":{"flags_version":1,"shops":3,"done":1,"pending":2,"failed":0,"oldest_pending":`} {
+		if !strings.Contains(string(j), key) {
+			t.Errorf("pod-a's JSON %s lacks %s", j, key)
+		}
+	}
+	if j, _ := json.Marshal(bp); !strings.Contains(string(j), `"handoffs_error":"pod-b's mysql is down"`) || strings.Contains(string(j), `"handoffs":`) {
+		t.Errorf("pod-b's JSON: %s", j)
+	}
+}
+
+// JudgeHandoffs says "done" only for a report of the version judged with
+// no shop pending; it words each case in one line.
+func TestJudgeHandoffs(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	at := func(v, shops, pending int64) *reservation.HandoffProgress {
+		p := &reservation.HandoffProgress{FlagsVersion: v, Shops: shops, Done: shops - pending, Pending: pending, Started: now.Add(-time.Second), Updated: now}
+		if pending > 0 {
+			p.OldestPending = now.Add(-1500 * time.Millisecond)
+		} else {
+			p.Finished = now.Add(-time.Second + 45*time.Millisecond)
+		}
+		return p
+	}
+	for _, c := range []struct {
+		p     *reservation.HandoffProgress
+		err   string
+		state rollout.HandoffState
+		line  string
+	}{
+		{at(12, 1204, 0), "", rollout.HandoffsDone, "handed off 1,204/1,204 shops in 45ms (flags version 12)"},
+		{at(12, 0, 0), "", rollout.HandoffsDone, "no shop to hand off (flags version 12)"},
+		{at(12, 1204, 3), "", rollout.HandoffsPending, "3 of 1,204 shops pending, oldest 1.5s (flags version 12)"},
+		{at(11, 3, 0), "", rollout.HandoffsNotReported, "no report for flags version 12 yet (last: version 11, handed off 3/3 shops in 45ms)"},
+		{at(11, 0, 0), "", rollout.HandoffsNotReported, "no report for flags version 12 yet (last: version 11, no shop to hand off)"},
+		{nil, "", rollout.HandoffsNotReported, "no report for flags version 12 yet (no sweep of the pod has reported)"},
+		{at(13, 2, 1), "", rollout.HandoffsNewer, "reported for flags version 13, newer than version 12: 1 of 2 shops pending, oldest 1.5s"},
+		{nil, "timeout", rollout.HandoffsUnknown, "unknown: timeout"},
+	} {
+		if state, line := rollout.JudgeHandoffs(c.p, c.err, 12, now); state != c.state || line != c.line {
+			t.Errorf("%+v %q: %s %q, want %s %q", c.p, c.err, state, line, c.state, c.line)
+		}
 	}
 }

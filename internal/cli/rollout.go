@@ -350,7 +350,7 @@ func (r *rolloutRun) controller(withPlan bool) (*rollout.Controller, error) {
 		}
 	}
 	return rollout.NewController(rollout.ControllerConfig{DB: r.env.cell.Control, Flags: r.env.cell.FlagStore(), Plan: plan, Pods: r.env.topo.PodNames(),
-		Stats: r.env.cell.Comparer, Reconciler: r.env.cell.Reconciler, Lag: r.env.cell})
+		Stats: r.env.cell.Comparer, Reconciler: r.env.cell.Reconciler, Lag: r.env.cell, Handoffs: r.env.cell})
 }
 
 func rolloutStatus(ctx context.Context, r *rolloutRun) error {
@@ -367,12 +367,12 @@ func rolloutStatus(ctx context.Context, r *rolloutRun) error {
 		return rerr
 	}
 	if r.o.json {
-		return writeJSON(r.out, newStatusView(st, err, replicas))
+		return writeJSON(r.out, newStatusView(st, err, replicas, time.Now()))
 	}
 	if err != nil {
 		fmt.Fprintln(r.out, strings.TrimPrefix(err.Error(), "rollout: "))
 	} else {
-		printStatus(r.out, st)
+		printStatus(r.out, st, time.Now())
 	}
 	printReplicas(r.out, replicas)
 	return nil
@@ -567,7 +567,9 @@ func initFlags(env *operatorEnv, from string, out io.Writer) error {
 	return nil
 }
 
-func printStatus(w io.Writer, st rollout.Status) {
+// printStatus prints st as of now: under each pod's flags, what its
+// fences say (the pod's handoff report judged against the flags' version).
+func printStatus(w io.Writer, st rollout.Status, now time.Time) {
 	name := st.StageName
 	if st.Stage < 0 {
 		name = "(none applied yet)"
@@ -593,6 +595,8 @@ func printStatus(w io.Writer, st rollout.Status) {
 			kill = fmt.Sprintf("  KILL SWITCH %s (%s, by %s)", p.Kill.State, p.Kill.Reason, p.Kill.Actor)
 		}
 		fmt.Fprintf(w, "  pod %-10s mode %-20s effective %s/%s%s\n", p.Pod, mode, p.Effective.Mode, p.Effective.Kill, kill)
+		_, fences := rollout.JudgeHandoffs(p.Handoffs, p.HandoffsError, st.FlagsVersion, now)
+		fmt.Fprintf(w, "    fences: %s\n", fences)
 	}
 	for _, g := range st.Gates {
 		verdict := "pass"

@@ -64,6 +64,62 @@ type podView struct {
 	Ramp      *rampView    `json:"ramp,omitempty"`
 	Kill      killView     `json:"kill"`
 	Effective decisionView `json:"effective"`
+	// Handoffs is what the pod's fences say beside the flags.
+	Handoffs handoffsView `json:"handoffs"`
+}
+
+// handoffsView is a pod's handoff report judged against the flags'
+// version: the fences line of the text output, and the report.
+type handoffsView struct {
+	// State is done, pending, not_reported, newer or unknown
+	// (rollout.HandoffState).
+	State string `json:"state"`
+	// Line is the text output's fences line.
+	Line string `json:"line"`
+	// Report is null before the pod's first sweep, or when it could not
+	// be read (Error).
+	Report *handoffReportView `json:"report"`
+	Error  string             `json:"error,omitempty"`
+}
+
+// handoffReportView is a reservation.HandoffProgress, a duration in
+// nanoseconds and a time not known left out, as every CLI JSON.
+type handoffReportView struct {
+	FlagsVersion  int64      `json:"flags_version"`
+	Shops         int64      `json:"shops"`
+	Done          int64      `json:"done"`
+	Pending       int64      `json:"pending"`
+	Failed        int64      `json:"failed"`
+	OldestPending *time.Time `json:"oldest_pending,omitempty"`
+	// OldestPendingAgeNS is how long the oldest pending shop has waited
+	// (0 when none is pending).
+	OldestPendingAgeNS int64      `json:"oldest_pending_age_ns"`
+	Started            *time.Time `json:"started,omitempty"`
+	Finished           *time.Time `json:"finished,omitempty"`
+	// TookNS is from Started to Finished (0 while shops are pending).
+	TookNS    int64      `json:"took_ns"`
+	Updated   *time.Time `json:"updated,omitempty"`
+	Replica   string     `json:"replica"`
+	LastError string     `json:"last_error,omitempty"`
+}
+
+// newHandoffsView judges p's handoffs against the flags at version, as
+// of now.
+func newHandoffsView(p rollout.PodStatus, version int64, now time.Time) handoffsView {
+	state, line := rollout.JudgeHandoffs(p.Handoffs, p.HandoffsError, version, now)
+	v := handoffsView{State: string(state), Line: line, Error: p.HandoffsError}
+	if r := p.Handoffs; r != nil {
+		v.Report = &handoffReportView{FlagsVersion: r.FlagsVersion, Shops: r.Shops, Done: r.Done, Pending: r.Pending, Failed: r.Failed,
+			OldestPending: timeOrNil(r.OldestPending), Started: timeOrNil(r.Started), Finished: timeOrNil(r.Finished),
+			Updated: timeOrNil(r.Updated), Replica: r.Replica, LastError: r.LastError}
+		if !r.OldestPending.IsZero() {
+			v.Report.OldestPendingAgeNS = int64(now.Sub(r.OldestPending))
+		}
+		if !r.Finished.IsZero() {
+			v.Report.TookNS = int64(r.Finished.Sub(r.Started))
+		}
+	}
+	return v
 }
 
 type rampView struct {
@@ -130,8 +186,8 @@ type auditView struct {
 }
 
 // newStatusView maps a status (and the error that made it partial, and
-// the live replicas) to its JSON.
-func newStatusView(st rollout.Status, err error, replicas []rollout.Replica) statusView {
+// the live replicas) to its JSON, as of now.
+func newStatusView(st rollout.Status, err error, replicas []rollout.Replica, now time.Time) statusView {
 	v := statusView{Stage: st.Stage, StageName: st.StageName, Since: timeOrNil(st.Since), FlagsVersion: st.FlagsVersion,
 		FlagsInvalid: st.FlagsInvalid, Pods: []podView{}, Gates: []gateView{}, Ready: st.Ready, Replicas: []replicaView{},
 		Evidence: evidenceView{Pods: orEmpty(st.Evidence.Pods), Since: timeOrNil(st.Evidence.Since), Observations: st.Evidence.Observations,
@@ -152,7 +208,8 @@ func newStatusView(st rollout.Status, err error, replicas []rollout.Replica) sta
 	for _, p := range st.Pods {
 		pv := podView{Pod: p.Pod, Mode: string(p.Mode),
 			Kill:      killView{State: string(p.Kill.State), Reason: p.Kill.Reason, Actor: p.Kill.Actor, Since: timeOrNil(p.Kill.Since)},
-			Effective: decisionView{Mode: string(p.Effective.Mode), Kill: string(p.Effective.Kill), Version: p.Effective.Version}}
+			Effective: decisionView{Mode: string(p.Effective.Mode), Kill: string(p.Effective.Kill), Version: p.Effective.Version},
+			Handoffs:  newHandoffsView(p, st.FlagsVersion, now)}
 		if p.Ramp != nil {
 			pv.Ramp = &rampView{Mode: string(p.Ramp.Mode), Percent: p.Ramp.Percent}
 		}

@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -112,17 +114,36 @@ func TestAdminAdvanceWithoutPlan(t *testing.T) {
 // One state per pod: after a kill over mysql, the flags say mode mysql,
 // the route authority redis and applied mode shadow; the state says it
 // once: Redis decides because of the kill switch, and what it holds back.
+// It says so once the pod's handoff sweeper reports every shop handed off
+// at the kill's flags version (the fences agree), and the pod shows that
+// report beside it.
 func TestPodStateIsOneThing(t *testing.T) {
 	t.Parallel()
 	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeMySQL}})
 	h.waitDecision("pod-a", rollout.ModeMySQL, rollout.KillOff)
+	// A reserve under mysql hands shop 1001 to MySQL: the kill moves it
+	// back.
+	h.stock(1001, 7, 1, 10)
+	if r := h.reserve(1001, "before-kill", 7, 1); r.status != 201 || str(r.body["authority"]) != "mysql" {
+		t.Fatalf("reserve under mysql: %d %s", r.status, r.raw)
+	}
 	if r := h.admin("POST", "/admin/killswitch", map[string]any{"scope": "pod:pod-a", "reason": "p99 over 2s"}); r.status != 200 {
 		t.Fatalf("kill: %d %s", r.status, r.raw)
 	}
+	version := h.waitHandoffs()
 	st := h.admin("GET", "/admin/rollout/status", nil)
 	states := map[string]map[string]any{}
+	handoffs := map[string]map[string]any{}
 	for _, p := range st.body["pods"].([]any) {
 		states[str(mapOf(p)["pod"])] = mapOf(mapOf(p)["state"])
+		handoffs[str(mapOf(p)["pod"])] = mapOf(mapOf(p)["handoffs"])
+	}
+	if a := handoffs["pod-a"]; str(a["state"]) != "done" || !regexp.MustCompile(fmt.Sprintf(`^handed off 1/1 shops in [0-9.]+m?s \(flags version %d\)$`, version)).MatchString(str(a["line"])) ||
+		num(mapOf(a["report"])["shops"]) != 1 || num(mapOf(a["report"])["flags_version"]) != float64(version) {
+		t.Errorf("pod-a's handoffs after the kill: %v", a)
+	}
+	if b := handoffs["pod-b"]; str(b["state"]) != "done" || str(b["line"]) != fmt.Sprintf("no shop to hand off (flags version %d)", version) {
+		t.Errorf("pod-b's handoffs after the kill: %v", b)
 	}
 	a := states["pod-a"]
 	if str(a["state"]) != "killed" || str(a["decides"]) != "redis" || str(a["headline"]) != "Redis decides: kill switch redis" ||

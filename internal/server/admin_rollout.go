@@ -1,6 +1,8 @@
 package server
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"net/http"
 	"slices"
@@ -20,6 +22,7 @@ func (s *Server) rolloutStatus(w http.ResponseWriter, r *http.Request) {
 		flags = rollout.NewFlags()
 	}
 	v.GlobalMode, v.GlobalKill = flags.Mode, killView(flags.Kill)
+	handoffs := map[string]HandoffView{}
 	for _, tp := range c.Topology.Pods {
 		pf := flags.Pods[tp.Name]
 		pv := PodView{
@@ -29,11 +32,13 @@ func (s *Server) rolloutStatus(w http.ResponseWriter, r *http.Request) {
 			Shops:     append([]int64{}, tp.Shops...),
 			RelayLag:  s.podLag(ctx, c.Pod(tp.Name)),
 		}
+		pv.Handoffs = s.podHandoffs(ctx, tp.Name, cmp.Or(pv.Effective.Version, pv.File.Version))
+		handoffs[tp.Name] = pv.Handoffs
 		k := pv.Kill
 		if !k.Engaged() {
 			k = killView(flags.Kill)
 		}
-		pv.State = stateOf(pv.Effective, fileOr(v.FlagsError, pv.File, pv.Effective), k, pf.Ramp)
+		pv.State = stateOf(pv.Effective, fileOr(v.FlagsError, pv.File, pv.Effective), k, pf.Ramp, pv.Handoffs)
 		v.Pods = append(v.Pods, pv)
 	}
 	// Every shop the topology routes, and every shop with flags of its
@@ -60,7 +65,7 @@ func (s *Server) rolloutStatus(w http.ResponseWriter, r *http.Request) {
 			if !k.Engaged() {
 				k = killView(flags.Kill)
 			}
-			sv.State = stateOf(sv.Effective, fileOr(v.FlagsError, fileDecision(flags, pod.Name, id), sv.Effective), k, nil)
+			sv.State = stateOf(sv.Effective, fileOr(v.FlagsError, fileDecision(flags, pod.Name, id), sv.Effective), k, nil, handoffs[pod.Name])
 		}
 		v.Shops = append(v.Shops, sv)
 	}
@@ -104,7 +109,20 @@ func (s *Server) rolloutHistory(w http.ResponseWriter, r *http.Request) {
 func fileDecision(flags *rollout.Flags, pod string, shop int64) DecisionView {
 	d := flags.Resolve(pod, shop)
 	rt := d.Route()
-	return DecisionView{Mode: d.Mode, Kill: d.Kill, Authority: string(rt.Authority), Effective: rt.Effective}
+	return DecisionView{Mode: d.Mode, Kill: d.Kill, Authority: string(rt.Authority), Effective: rt.Effective, Version: d.Version}
+}
+
+// podHandoffs reads the pod's handoff report (within a second: a pod
+// whose MySQL does not answer must not hold the status back) and judges
+// it against the flags at version.
+func (s *Server) podHandoffs(ctx context.Context, pod string, version int64) HandoffView {
+	hctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	p, ok, err := s.cfg.Cell.Handoffs(hctx, pod)
+	if err != nil {
+		s.log.Warn("server: handoff report not read", "pod", pod, "err", err)
+	}
+	return handoffView(p, ok, err, version, time.Now())
 }
 
 // fileOr is file, or eff when the flags document cannot be read

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout"
 )
 
@@ -44,6 +45,10 @@ type DecisionView struct {
 	Authority string `json:"authority"`
 	// Effective is the mode applied after the kill switch.
 	Effective rollout.Mode `json:"effective"`
+	// Version is the version of the flags the decision was made from:
+	// the version the pod's handoffs are judged against (0 when the flag
+	// source failed).
+	Version int64 `json:"version"`
 	// Error is set when the flag source failed: this replica then serves
 	// no reservation call of the scope (503 flags_unavailable), and Mode,
 	// Kill and Effective mean nothing.
@@ -56,7 +61,7 @@ func (s *Server) decide(ctx context.Context, pod string, shop int64) DecisionVie
 		return DecisionView{Mode: d.Mode, Kill: d.Kill, Authority: "none", Error: err.Error()}
 	}
 	rt := d.Route()
-	return DecisionView{Mode: d.Mode, Kill: d.Kill, Authority: string(rt.Authority), Effective: rt.Effective}
+	return DecisionView{Mode: d.Mode, Kill: d.Kill, Authority: string(rt.Authority), Effective: rt.Effective, Version: d.Version}
 }
 
 // PodView is one pod's flags and what this replica does with them.
@@ -82,6 +87,9 @@ type PodView struct {
 	// RelayLag is how far the pod's Redis is behind MySQL's decisions:
 	// what the kill switch would drain into Redis if engaged now.
 	RelayLag LagView `json:"relay_lag"`
+	// Handoffs is what the pod's fences say beside what the flags say:
+	// how far the handoffs of this replica's flags version have come.
+	Handoffs HandoffView `json:"handoffs"`
 	// State is what this replica does for the pod, in one place: the
 	// dashboard's one cell per pod.
 	State StateView `json:"state"`
@@ -115,10 +123,18 @@ type StateView struct {
 	// "mysql_only"), "killed" when a kill switch holds the mode back, or
 	// "unknown" when this replica cannot read its flags.
 	State string `json:"state"`
-	// Decides is the store that answers the callers: "redis", "mysql", or
-	// "none" (unknown).
+	// Decides is the store the flags route the callers to: "redis",
+	// "mysql", or "none" (unknown). A shop's fences follow (its handoff);
+	// Handoffs says whether they all have.
 	Decides string `json:"decides"`
-	// Headline says it in a few words ("Redis decides: kill switch").
+	// Handoffs is the pod's handoff state against this replica's flags
+	// version (HandoffView.State; "" when the flags cannot be read).
+	// Unless it is "done", some shops' fences may still name the other
+	// store, and Headline says so instead of "... decides".
+	Handoffs rollout.HandoffState `json:"handoffs"`
+	// Headline says it in a few words ("Redis decides: kill switch
+	// redis", "handing off to MySQL (mysql): 3 of 1,204 shops pending,
+	// oldest 2s").
 	Headline string `json:"headline"`
 	// Detail explains it: what the other store does, what the kill switch
 	// holds back and who engaged it, a ramp, a change still propagating.
@@ -133,20 +149,64 @@ var others = map[rollout.Mode]string{
 	rollout.ModeMySQLOnly: "Redis follows through the relay; nothing is compared.",
 }
 
+// HandoffView is a pod's handoffs as the admin API shows them: what its
+// fences say beside what the flags say (docs/ownership.md, sections 2 and
+// 3), from the report the pod's handoff sweeper keeps in its database.
+type HandoffView struct {
+	// State judges the report against this replica's flags version:
+	// "done" (every shop's fences name the store the flags name),
+	// "pending", "not_reported" (no report of that version yet), "newer"
+	// (the report is of flags this replica has not applied yet) or
+	// "unknown" (the report could not be read).
+	State rollout.HandoffState `json:"state"`
+	// Line says it in words: "handed off 1,204/1,204 shops in 380ms
+	// (flags version 12)", "3 of 1,204 shops pending, oldest 2s (flags
+	// version 12)".
+	Line string `json:"line"`
+	// Report is the sweeper's last report: flags_version, shops, done,
+	// pending, failed, oldest_pending, started, finished, updated,
+	// replica, last_error. Null before the pod's first sweep, or when it
+	// could not be read.
+	Report *reservation.HandoffProgress `json:"report"`
+	// Error says why the report could not be read.
+	Error string `json:"error,omitempty"`
+
+	at time.Time // when it was judged: the headline's ages are as of then
+}
+
+// handoffView judges a pod's report (p, ok, err as the cell's Handoffs
+// answered) against the flags at version.
+func handoffView(p reservation.HandoffProgress, ok bool, err error, version int64, now time.Time) HandoffView {
+	v := HandoffView{at: now}
+	switch {
+	case err != nil:
+		v.Error = err.Error()
+	case ok:
+		v.Report = &p
+	}
+	v.State, v.Line = rollout.JudgeHandoffs(v.Report, v.Error, version, now)
+	return v
+}
+
 // stateOf explains eff, this replica's decision for a scope; file is what
 // the flags file says (propagating when they differ), kill the kill switch
-// in force over the scope (for who and why), ramp the pod's ramp.
-func stateOf(eff, file DecisionView, kill KillView, ramp *rollout.Ramp) StateView {
+// in force over the scope (for who and why), ramp the pod's ramp, and
+// handoffs the scope's pod's handoffs judged against eff's version. The
+// headline says a store decides only when the fences say so too: while
+// handoffs are pending, or not reported for eff's version, it says where
+// the pod is going instead.
+func stateOf(eff, file DecisionView, kill KillView, ramp *rollout.Ramp, handoffs HandoffView) StateView {
 	if eff.Error != "" {
 		return StateView{State: "unknown", Decides: "none", Headline: "no decision: flags unreadable",
 			Detail: "This replica cannot read its flags and answers every reservation call here 503 (flags_unavailable): " + eff.Error}
 	}
-	v := StateView{State: string(eff.Effective), Decides: eff.Authority}
+	v := StateView{State: string(eff.Effective), Decides: eff.Authority, Handoffs: handoffs.State}
 	who := map[string]string{"redis": "Redis", "mysql": "MySQL"}[eff.Authority]
+	why := "(" + string(eff.Effective) + ")"
 	var detail []string
 	if eff.Kill != rollout.KillOff && eff.Kill != "" {
 		v.State = "killed"
-		v.Headline = who + " decides: kill switch " + string(eff.Kill)
+		why = "(kill switch " + string(eff.Kill) + ")"
 		k := "The kill switch (" + string(eff.Kill)
 		if kill.Actor != "" {
 			k += ", engaged by " + kill.Actor
@@ -155,8 +215,27 @@ func stateOf(eff, file DecisionView, kill KillView, ramp *rollout.Ramp) StateVie
 			k += ": " + kill.Reason
 		}
 		detail = append(detail, k+") holds back the mode "+string(eff.Mode)+".")
-	} else {
-		v.Headline = who + " decides (" + string(eff.Effective) + ")"
+	}
+	switch handoffs.State {
+	case rollout.HandoffsDone:
+		if v.State == "killed" {
+			v.Headline = who + " decides: kill switch " + string(eff.Kill)
+		} else {
+			v.Headline = who + " decides " + why
+		}
+	case rollout.HandoffsPending:
+		v.Headline = "handing off to " + who + " " + why + ": " + handoffs.Report.Summary(handoffs.at)
+	case rollout.HandoffsNewer:
+		v.Headline = fmt.Sprintf("%s should decide %s: the handoffs reported are of flags version %d, newer than this replica's %d",
+			who, why, handoffs.Report.FlagsVersion, eff.Version)
+	case rollout.HandoffsUnknown:
+		v.Headline = who + " should decide " + why + ": the handoffs are unknown"
+	default:
+		v.Headline = fmt.Sprintf("%s should decide %s: the handoffs of flags version %d are not reported yet", who, why, eff.Version)
+	}
+	if handoffs.State != rollout.HandoffsDone {
+		detail = append(detail, "Fences: "+handoffs.Line+". Until a shop is handed off, the store its fences name decides it; "+
+			"the pod's handoff sweeper, or the shop's next call, hands it off.")
 	}
 	detail = append(detail, others[eff.Effective])
 	if ramp != nil && ramp.Percent > 0 {

@@ -70,8 +70,9 @@ func (h *harness) waitDecision(pod string, mode rollout.Mode, kill rollout.Kill)
 func TestDashboardInChromium(t *testing.T) {
 	t.Parallel()
 	// No relay: what MySQL decides stays in the change feed, so pod-a's
-	// relay lag is not zero when the page shows it.
-	h := setup(t, options{plan: dashboardPlan, noRelay: true})
+	// relay lag is not zero when the page shows it. The handoff sweepers
+	// run: the fences follow the flags, and the page says so.
+	h := setup(t, options{plan: dashboardPlan, noRelay: true, sweep: true})
 	bctx := servertest.Browser(t, 1400, 1800)
 	ctx := context.Background()
 
@@ -96,6 +97,10 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitDecision("pod-a", rollout.ModeMySQL, rollout.KillOff)
+	// The sweeper hands shop 1001 to MySQL (before any call can), and the
+	// states the page shows are settled: a pending pod's headline says
+	// the age of its oldest shop, which grows between two reads.
+	version := h.waitHandoffs()
 	for i := range 6 {
 		if r := h.reserve(1001, fmt.Sprintf("m%d", i), 7, 1); str(r.body["authority"]) != "mysql" {
 			t.Fatalf("reserve in mysql mode: %d %s", r.status, r.raw)
@@ -180,8 +185,8 @@ func TestDashboardInChromium(t *testing.T) {
 	// and why (no separate mode, kill switch and authority columns that
 	// say one thing three ways).
 	st := h.admin("GET", "/admin/rollout/status", nil)
-	if n := eval(`String(document.querySelectorAll('#pods thead th').length)`); n != "9" {
-		t.Errorf("the pods table has %s columns, want 9 (pod, state, relay lag, ops, compared, mismatch, 2 latencies, buttons)", n)
+	if n := eval(`String(document.querySelectorAll('#pods thead th').length)`); n != "10" {
+		t.Errorf("the pods table has %s columns, want 10 (pod, state, relay lag, handoffs, ops, compared, mismatch, 2 latencies, buttons)", n)
 	}
 	for _, p := range st.body["pods"].([]any) {
 		pv := mapOf(p)
@@ -200,6 +205,15 @@ func TestDashboardInChromium(t *testing.T) {
 		if pod == "pod-a" && m != nil && m[1] == "0" {
 			t.Errorf("pod-a shows no relay lag with MySQL's changes undelivered: %q", got)
 		}
+		// And what its fences say: the API's line.
+		hv := mapOf(pv["handoffs"])
+		if got := text(`#pods tr[data-pod="` + pod + `"] [data-field="handoffs"]`); got != "fences: "+str(hv["line"]) || str(hv["state"]) != "done" ||
+			!strings.HasSuffix(got, fmt.Sprintf("(flags version %d)", version)) {
+			t.Errorf("pod %s handoffs: page %q, API %v", pod, got, hv)
+		}
+	}
+	if got := text(`#pods tr[data-pod="pod-a"] [data-field="handoffs"]`); !regexp.MustCompile(`^fences: handed off 1/1 shops in [0-9.]+m?s `).MatchString(got) {
+		t.Errorf("pod-a's handoffs: %q, want shop 1001 handed off to MySQL", got)
 	}
 
 	// Every shop the topology routes is listed, though none has flags of
@@ -367,14 +381,21 @@ func TestDashboardInChromium(t *testing.T) {
 	if k := f.KillAt(rollout.PodScope("pod-a")); k.State != rollout.KillRedis || k.Reason != "mismatch spike seen on the dashboard" || k.Actor != "dashboard" {
 		t.Errorf("flags file kill switch: %+v", k)
 	}
+	// The sweeper hands shop 1001 back to Redis (before any call can).
+	killVersion := h.waitHandoffs()
 	if r := h.reserve(1001, "after-kill", 7, 1); r.status != 201 || str(r.body["authority"]) != "redis" {
 		t.Fatalf("reserve after the dashboard's kill switch: %d %s", r.status, r.raw)
 	}
 	waitRefresh(2)
-	// After a kill over mysql: one state, said once.
+	// After a kill over mysql: one state, said once, once the fences
+	// agree.
 	if got := text(`#pods tr[data-pod="pod-a"] [data-field="state"]`); !strings.HasPrefix(got, "redis Redis decides: kill switch redis") ||
 		!strings.Contains(got, "engaged by dashboard: mismatch spike seen on the dashboard) holds back the mode mysql") {
 		t.Errorf("pod-a's state on the page after the kill: %q", got)
+	}
+	if got := text(`#pods tr[data-pod="pod-a"] [data-field="handoffs"]`); !strings.HasPrefix(got, "fences: handed off 1/1 shops in ") ||
+		!strings.HasSuffix(got, fmt.Sprintf("(flags version %d)", killVersion)) {
+		t.Errorf("pod-a's handoffs on the page after the kill: %q", got)
 	}
 	// The kill is marked on pod-a's charts, and only there.
 	if got := eval(`[...document.querySelectorAll("#class-charts figure, #latency figure")].map(f => f.querySelectorAll('g.mark[data-action="kill"]').length).join(",")`); got != "1,0,1,0" {

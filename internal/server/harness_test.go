@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
 	"github.com/seed31b0e981/reservoir/internal/topology"
+	"github.com/seed31b0e981/reservoir/mirror"
 	"github.com/seed31b0e981/reservoir/rollout"
 )
 
@@ -85,6 +87,10 @@ type options struct {
 	// noRelay starts no relay (cell.Config.NoRelay): MySQL's changes stay
 	// in the feed until a handoff drains them, so the relay lag grows.
 	noRelay bool
+	// sweep, with noRelay, starts each pod's handoff sweeper all the same
+	// (as the cell does beside the relay): the fences follow every flags
+	// change and the status can say a store decides.
+	sweep bool
 }
 
 // syncBuffer is a goroutine-safe log sink.
@@ -172,6 +178,16 @@ func setup(t *testing.T, o options) *harness {
 		}
 	})
 	h := &harness{t: t, cell: c, flags: rollout.FlagsFile{Path: topo.FlagsFile}, topo: topo, pods: pods, logBuf: logBuf}
+	if o.noRelay && o.sweep {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for _, p := range c.Pods() {
+			wg.Go(func() {
+				_ = p.Mirror.RunSweeper(ctx, mirror.SweeperConfig{Wanted: p.Facade.Wanted, Version: c.Flags.AppliedVersion, Replica: "harness"})
+			})
+		}
+		t.Cleanup(func() { cancel(); wg.Wait() }) // before the cell closes (cleanups run last first)
+	}
 	if o.plan != "" {
 		path := filepath.Join(dir, "plan.toml")
 		if err := os.WriteFile(path, []byte(o.plan), 0o644); err != nil {
@@ -182,7 +198,7 @@ func setup(t *testing.T, o options) *harness {
 			t.Fatal(err)
 		}
 		h.ctl, err = rollout.NewController(rollout.ControllerConfig{DB: c.Control, Flags: h.flags, Plan: plan, Stats: c.Comparer,
-			Reconciler: c.Reconciler, Lag: c, InForce: c.Flags.InForce})
+			Reconciler: c.Reconciler, Lag: c, Handoffs: c, InForce: c.Flags.InForce})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,6 +302,33 @@ func (h *harness) reserve(shop int64, token string, item, qty int64) response {
 		"token": token, "ttl_ms": 60000,
 		"lines": []map[string]any{{"item": item, "quantity": qty, "locations": []int64{1}}},
 	}, "")
+}
+
+// waitHandoffs waits until every pod's handoff sweeper has reported the
+// flags version this replica applies with no shop pending: until then
+// the admin status says the handoffs are under way rather than which
+// store decides. It returns that version.
+func (h *harness) waitHandoffs() int64 {
+	h.t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, _ := h.cell.Flags.AppliedVersion(ctx)
+		var behind []string
+		for _, p := range h.cell.Pods() {
+			r, ok, err := h.cell.Handoffs(ctx, p.Name)
+			if err != nil || !ok || r.FlagsVersion != v || r.Pending > 0 {
+				behind = append(behind, fmt.Sprintf("%s: %+v %v %v", p.Name, r, ok, err))
+			}
+		}
+		if len(behind) == 0 {
+			return v
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("the handoffs of flags version %d were not all reported done: %s", v, strings.Join(behind, "; "))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // flush writes this replica's compare stats, so /admin/stats has them.

@@ -147,6 +147,27 @@ function lagText(l) {
   return "relay lag: " + l.changes + (l.changes === 1 ? " change" : " changes") + ", oldest " + ms(l.oldest_ms);
 }
 
+// handoffText says what a pod's fences say beside its flags: the API's
+// line ("fences: handed off 1,204/1,204 shops in 380ms (flags version
+// 12)", "fences: 3 of 1,204 shops pending, oldest 2s (flags version 12)").
+function handoffText(h) {
+  if (!h || !h.line) return "fences: –";
+  return "fences: " + h.line;
+}
+
+// handoffClass colours it: late while shops are pending or the version
+// is not reported yet, bad when unknown or a handoff failed.
+function handoffClass(h) {
+  if (!h || h.state === "unknown" || (h.report && h.report.failed > 0)) return "bad";
+  return h.state === "done" ? "" : "warn";
+}
+
+// handoffTitle says who wrote the report and when.
+function handoffTitle(h) {
+  const r = h && h.report;
+  return r ? "reported by " + r.replica + " at " + time(r.updated) + " for flags version " + r.flags_version : "";
+}
+
 // lagClass colours a lag: late past 1 s, bad past 5 s (the alert's bound).
 function lagClass(l) {
   if (!l || l.error) return "warn";
@@ -170,7 +191,8 @@ function latencyCell(p, store) {
 // few words, and why (the API's state: mode, kill switch and route said
 // once, not three ways).
 function stateCell(stv, attrs) {
-  return el("td", Object.assign({ "data-field": "state", "data-state": stv.state, class: stv.state === "killed" ? "bad" : "" }, attrs || {}),
+  const cls = stv.state === "killed" ? "bad" : stv.handoffs && stv.handoffs !== "done" ? "warn" : "";
+  return el("td", Object.assign({ "data-field": "state", "data-state": stv.state, "data-handoffs": stv.handoffs || "", class: cls }, attrs || {}),
     el("span", { class: "badge " + stv.decides }, stv.decides), " ", el("b", {}, stv.headline),
     el("div", { class: "sub" }, stv.detail));
 }
@@ -186,6 +208,8 @@ function renderPods(st) {
       stateCell(pod.state),
       el("td", { "data-field": "relay-lag", class: lagClass(pod.relay_lag),
         title: pod.relay_lag && pod.relay_lag.at ? "measured " + time(pod.relay_lag.at) : "" }, lagText(pod.relay_lag)),
+      el("td", { "data-field": "handoffs", "data-handoffs": pod.handoffs ? pod.handoffs.state : "", class: handoffClass(pod.handoffs),
+        title: handoffTitle(pod.handoffs) }, handoffText(pod.handoffs)),
       el("td", { "data-field": "ops", class: "num" }, rate(p && p.ops_per_sec)),
       el("td", { "data-field": "compared", class: "num" }, rate(p && p.observations_per_sec)),
       el("td", { "data-field": "mismatch", class: "num" }, pct(mismatchRate(p))),
