@@ -101,12 +101,13 @@ func (m *Mirror) RunSweeper(ctx context.Context, cfg SweeperConfig) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	sw := &sweeper{m: m, cfg: cfg, pending: map[int64]time.Time{}}
+	sw := &sweeper{m: m, cfg: cfg, pending: map[int64]time.Time{}, moved: map[int64]bool{}}
 	var lease *mysqlstore.Lease
 	defer func() {
 		if lease != nil {
 			lease.Release()
 			m.metrics.sweeper.Set(0)
+			m.metrics.pending.Set(0)
 		}
 	}()
 	lastCheck := time.Time{}
@@ -131,6 +132,7 @@ func (m *Mirror) RunSweeper(ctx context.Context, cfg SweeperConfig) error {
 				lease.Release()
 				lease = nil
 				m.metrics.sweeper.Set(0)
+				m.metrics.pending.Set(0) // the active sweeper counts them now
 				m.log.Warn("mirror: lost the handoff sweeper's lease; standing by")
 				continue
 			}
@@ -153,6 +155,10 @@ type sweeper struct {
 	lastScan time.Time
 	// pending are the shops still to hand off, and since when.
 	pending map[int64]time.Time
+	// moved are the shops the version in force moved to another decider:
+	// found pending, or found handed off at the version's epoch already
+	// (a call on the shop beat the sweeper to it). The report's Shops.
+	moved map[int64]bool
 	// progress is the report of the version in force.
 	progress Progress
 }
@@ -168,7 +174,7 @@ func (sw *sweeper) step(ctx context.Context) error {
 	switch {
 	case v != sw.version:
 		sw.version = v
-		sw.pending = map[int64]time.Time{}
+		sw.pending, sw.moved = map[int64]time.Time{}, map[int64]bool{}
 		sw.progress = Progress{FlagsVersion: v, Started: now}
 		return sw.sweep(ctx)
 	case time.Since(sw.lastScan) >= sw.cfg.Rescan:
@@ -187,8 +193,7 @@ type shopState struct {
 }
 
 // sweep compares every shop's fences with the flags and hands off those
-// that differ. Every shop found pending counts in the report's Shops: the
-// shops the version in force moved.
+// that differ.
 func (sw *sweeper) sweep(ctx context.Context) error {
 	start := time.Now()
 	// A sweep that fails halfway is done again at the next step, not at
@@ -207,14 +212,18 @@ func (sw *sweeper) sweep(ctx context.Context) error {
 		case judgedPending:
 			if _, ok := sw.pending[shop]; !ok {
 				sw.pending[shop] = start
-				sw.progress.Shops++
 			}
+			sw.moved[shop] = true
 		case judgedAhead:
 			delete(sw.pending, shop) // newer flags elsewhere: theirs to hand off
 		case judgedDone:
 			delete(sw.pending, shop)
+			if max(st.mysql.Epoch, st.redis.Epoch) == epoch {
+				sw.moved[shop] = true // handed off at this version, by a call
+			}
 		}
 	}
+	sw.progress.Shops = int64(len(sw.moved))
 	sw.lastScan = start
 	return sw.retry(ctx)
 }
