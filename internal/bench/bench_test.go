@@ -275,3 +275,72 @@ func TestScheduleOpenLoop(t *testing.T) {
 		t.Fatal("a stopped window still handed out a call")
 	}
 }
+
+// The handoff scenario's plumbing, on a shop of 300 reservations (above
+// mirror.Config.CopyInline, so each handoff to MySQL copies in the
+// background while the probes follow Redis): three switches, each with
+// its fence move seen, the new decider answering, no probe call failing,
+// and the stores holding what was acknowledged.
+func TestRunHandoff(t *testing.T) {
+	opts := Options{
+		MySQLDSN:  testdb.ServerDSN(t),
+		RedisAddr: testredis.Addr(t),
+		Sweeps: []Sweep{{Scenario: ScenarioHandoff, Variants: []string{VariantFacadeShadow}, Concurrency: []int{2},
+			Latencies: []time.Duration{0}, Sizes: []int{300}}},
+		Duration: 300 * time.Millisecond,
+		Warmup:   100 * time.Millisecond,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	opts.Progress = &progress
+	rep, err := Run(ctx, opts)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, progress.String())
+	}
+	if len(rep.Results) != 3 {
+		t.Fatalf("%d results, want 3 (advance, kill, release)\n%s", len(rep.Results), progress.String())
+	}
+	for i, r := range rep.Results {
+		h := r.Handoff
+		if want := handoffSwitches[i]; r.Op != want.op || h == nil || h.To != string(want.to) {
+			t.Fatalf("result %d: %s %+v, want %s to %s", i, r.Op, h, want.op, want.to)
+		}
+		if r.Error != "" || r.Invariant != "ok" || len(r.Errors) != 0 || r.OK == 0 {
+			t.Errorf("%s: error %q, invariant %q, errors %v, ok %d\n%s", r.Op, r.Error, r.Invariant, r.ErrorSamples, r.OK, progress.String())
+		}
+		// The new decider may answer a probe a moment before the mover
+		// hears its own last round trip back: the undecided window is not
+		// always longer than the move.
+		if h.MoveMs <= 0 || h.UndecidedMs <= 0 || h.CopyMs < 0 || h.ShopSize < 300 || h.FlagsVersion != int64(i+2) || h.Slowest == "" {
+			t.Errorf("%s: figures %+v", r.Op, h)
+		}
+	}
+	var md bytes.Buffer
+	if err := rep.WriteMarkdown(&md); err != nil || !strings.Contains(md.String(), "| facade-shadow | 2 | 0 | 300 | advance (mode shadow -> mysql) | mysql | 2 |") {
+		t.Errorf("markdown (%v):\n%s", err, md.String())
+	}
+	if !slices.ContainsFunc(rep.Targets, func(t Target) bool { return strings.Contains(t.Name, "undecided window") }) {
+		t.Errorf("targets %v: the undecided window is missing", rep.Targets)
+	}
+}
+
+func TestHandoffPlan(t *testing.T) {
+	t.Parallel()
+	sweeps := Narrow(DefaultSweeps(), []string{ScenarioHandoff}, nil, []int{3}, nil)
+	got := Plan(sweeps)
+	if len(got) != len(DefaultHandoffSizes) || got[0] != (Point{Scenario: ScenarioHandoff, Variant: VariantFacadeShadow, Concurrency: 3, Size: 1000}) {
+		t.Errorf("handoff plan = %v", got)
+	}
+	if got := Plan(WithSizes(sweeps, []int{50, 500})); len(got) != 2 || got[1].Size != 500 || got[1].String() != "handoff facade-shadow c=3 +0ms n=500" {
+		t.Errorf("handoff plan with sizes = %v", got)
+	}
+	if full := Plan(DefaultSweeps()); slices.ContainsFunc(full, func(p Point) bool { return p.Scenario == ScenarioHandoff }) {
+		t.Error("the full run has handoff points; it runs only when asked for")
+	}
+	bad := Options{MySQLDSN: "x", RedisAddr: "y", Sweeps: []Sweep{{Scenario: ScenarioHandoff, Variants: []string{VariantPool}, Concurrency: []int{1}, Sizes: []int{1}}}}
+	err := bad.WithDefaults().Validate()
+	if err == nil || !strings.Contains(err.Error(), "its variant is facade-shadow") || !strings.Contains(err.Error(), "between 2 and") {
+		t.Errorf("validate a handoff sweep with the pool and size 1: %v", err)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed31b0e981/reservoir/dualwrite"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
@@ -81,6 +82,9 @@ type runner struct {
 // window(s) and its invariant check. A claim point has two results.
 func (r *runner) point(ctx context.Context, pt Point, shop int64) []Result {
 	sc := scenarios[pt.Scenario]
+	if sc.handoff {
+		return r.handoffPoint(ctx, pt, shop)
+	}
 	p := r.srv.paths[pt.Latency]
 	base := Result{Point: pt, AddedRTTms: pt.Latency.Milliseconds(), Op: "reserve",
 		MySQLRTTms: ms(p.mysqlRTT), RedisRTTms: ms(p.redisRTT), CommitMs: ms(p.commit)}
@@ -434,6 +438,10 @@ func errKind(err error) string {
 	var ne net.Error
 	var re redis.Error
 	switch {
+	case errors.Is(err, dualwrite.ErrDeciderUnreachable):
+		return "503_unreachable"
+	case errors.Is(err, dualwrite.ErrFlagsUnavailable):
+		return "503_flags"
 	case errors.Is(err, reservation.ErrContention):
 		return "contention"
 	case errors.Is(err, context.DeadlineExceeded):

@@ -87,6 +87,34 @@ type Sweep struct {
 	Variants    []string
 	Concurrency []int
 	Latencies   []time.Duration
+	// Sizes are the handoff scenario's shop sizes (reservations loaded
+	// before the switches), one point each; other scenarios have none.
+	Sizes []int
+}
+
+// DefaultHandoffSizes are the handoff scenario's shop sizes.
+var DefaultHandoffSizes = []int{1000, 10_000, 100_000}
+
+// OnDemandSweeps are the sweeps no preset runs, only a run that names
+// their scenario (--scenarios handoff): the handoff scenario loads up to
+// 100,000 reservations per point, minutes the presets do not spend.
+// Its concurrency is the probe callers, its variant the facade it starts
+// as (in shadow mode).
+func OnDemandSweeps() []Sweep {
+	return []Sweep{{Scenario: ScenarioHandoff, Variants: []string{VariantFacadeShadow}, Concurrency: []int{4},
+		Latencies: []time.Duration{0}, Sizes: slices.Clone(DefaultHandoffSizes)}}
+}
+
+// WithSizes returns sweeps with the handoff scenario's sizes replaced by
+// sizes (when given): the command line's --handoff-sizes.
+func WithSizes(sweeps []Sweep, sizes []int) []Sweep {
+	out := slices.Clone(sweeps)
+	for i := range out {
+		if out[i].Scenario == ScenarioHandoff && len(sizes) > 0 {
+			out[i].Sizes = slices.Clone(sizes)
+		}
+	}
+	return out
 }
 
 var bothLatencies = []time.Duration{0, time.Millisecond}
@@ -98,14 +126,14 @@ func DefaultSweeps() []Sweep {
 	stores := []string{VariantRedis, VariantPool, VariantRow, VariantBuckets}
 	twins := []string{VariantPool, VariantPool + Unbatched, VariantRow, VariantRow + Unbatched, VariantBuckets, VariantBuckets + Unbatched}
 	return []Sweep{
-		{ScenarioHot, append([]string{VariantRedis, VariantPoolBefore}, twins...), []int{1, 4, 16, 64, 128}, bothLatencies},
+		{ScenarioHot, append([]string{VariantRedis, VariantPoolBefore}, twins...), []int{1, 4, 16, 64, 128}, bothLatencies, nil},
 		{ScenarioUniform, append(slices.Clone(stores), VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL, VariantFacadeMySQLNoFeed),
-			[]int{16, 64}, bothLatencies},
-		{ScenarioDrain, stores, []int{64}, bothLatencies},
-		{ScenarioCarts, stores, []int{64}, bothLatencies},
+			[]int{16, 64}, bothLatencies, nil},
+		{ScenarioDrain, stores, []int{64}, bothLatencies, nil},
+		{ScenarioCarts, stores, []int{64}, bothLatencies, nil},
 		{ScenarioClaim, []string{VariantPool, VariantPool + Unbatched, VariantRedis, VariantRedis + Alone, VariantRedis + Unbatched,
 			VariantFacadeShadow, VariantFacadeShadow + Alone, VariantFacadeShadow + Unbatched, VariantFacadeMySQL, VariantFacadeMySQL + Unbatched},
-			[]int{64}, bothLatencies},
+			[]int{64}, bothLatencies, nil},
 	}
 }
 
@@ -114,12 +142,12 @@ func DefaultSweeps() []Sweep {
 func QuickSweeps() []Sweep {
 	ms := []time.Duration{time.Millisecond}
 	return []Sweep{
-		{ScenarioHot, []string{VariantRedis, VariantPool, VariantRow, VariantBuckets}, []int{1, 16, 64}, bothLatencies},
+		{ScenarioHot, []string{VariantRedis, VariantPool, VariantRow, VariantBuckets}, []int{1, 16, 64}, bothLatencies, nil},
 		{ScenarioUniform, []string{VariantRedis, VariantPool, VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL, VariantFacadeMySQLNoFeed},
-			[]int{16}, ms},
-		{ScenarioDrain, []string{VariantPool, VariantRow}, []int{64}, ms},
-		{ScenarioCarts, []string{VariantPool, VariantRow}, []int{16}, ms},
-		{ScenarioClaim, []string{VariantPool, VariantRedis, VariantFacadeShadow, VariantFacadeMySQL}, []int{64}, ms},
+			[]int{16}, ms, nil},
+		{ScenarioDrain, []string{VariantPool, VariantRow}, []int{64}, ms, nil},
+		{ScenarioCarts, []string{VariantPool, VariantRow}, []int{16}, ms, nil},
+		{ScenarioClaim, []string{VariantPool, VariantRedis, VariantFacadeShadow, VariantFacadeMySQL}, []int{64}, ms, nil},
 	}
 }
 
@@ -234,6 +262,21 @@ func (o Options) Validate() error {
 			if s.Scenario == ScenarioClaim && isBaseline(v) {
 				errs = append(errs, fmt.Errorf("bench: Options.Sweeps[%d]: the %s baseline has no ledger to claim against", i, v))
 			}
+			if s.Scenario == ScenarioHandoff && !handoffVariant(v) {
+				errs = append(errs, fmt.Errorf("bench: Options.Sweeps[%d]: the handoff scenario starts with the facade in shadow mode: its variant is %s (or %s, %s), got %q",
+					i, VariantFacadeShadow, VariantFacadeShadow+Unbatched, VariantFacadeShadow+Alone, v))
+			}
+		}
+		switch {
+		case s.Scenario == ScenarioHandoff && len(s.Sizes) == 0:
+			errs = append(errs, fmt.Errorf("bench: Options.Sweeps[%d]: the handoff scenario needs at least one shop size", i))
+		case s.Scenario != ScenarioHandoff && len(s.Sizes) > 0:
+			errs = append(errs, fmt.Errorf("bench: Options.Sweeps[%d]: only the handoff scenario takes shop sizes", i))
+		}
+		for _, n := range s.Sizes {
+			if n < 2 || n > maxHandoffSize {
+				errs = append(errs, fmt.Errorf("bench: Options.Sweeps[%d]: a handoff shop size must be between 2 and %d reservations, got %d", i, maxHandoffSize, n))
+			}
 		}
 		for _, c := range s.Concurrency {
 			if c < 1 || c > 1024 {
@@ -255,10 +298,16 @@ type Point struct {
 	Variant     string        `json:"variant"`
 	Concurrency int           `json:"concurrency"`
 	Latency     time.Duration `json:"-"`
+	// Size is a handoff point's shop size (reservations); 0 otherwise.
+	Size int `json:"size,omitempty"`
 }
 
 func (p Point) String() string {
-	return fmt.Sprintf("%s %s c=%d +%s", p.Scenario, p.Variant, p.Concurrency, latencyLabel(p.Latency))
+	s := fmt.Sprintf("%s %s c=%d +%s", p.Scenario, p.Variant, p.Concurrency, latencyLabel(p.Latency))
+	if p.Size > 0 {
+		s += " n=" + strconv.Itoa(p.Size)
+	}
+	return s
 }
 
 func latencyLabel(l time.Duration) string {
@@ -274,7 +323,12 @@ func Plan(sweeps []Sweep) []Point {
 		for _, l := range s.Latencies {
 			for _, c := range s.Concurrency {
 				for _, v := range s.Variants {
-					out = append(out, Point{Scenario: s.Scenario, Variant: v, Concurrency: c, Latency: l})
+					if len(s.Sizes) == 0 {
+						out = append(out, Point{Scenario: s.Scenario, Variant: v, Concurrency: c, Latency: l})
+					}
+					for _, n := range s.Sizes {
+						out = append(out, Point{Scenario: s.Scenario, Variant: v, Concurrency: c, Latency: l, Size: n})
+					}
 				}
 			}
 		}
@@ -307,10 +361,10 @@ func Narrow(sweeps []Sweep, scenarioNames, variants []string, concurrency []int,
 		}
 	}
 	// A scenario asked for that no preset sweep has runs with the defaults
-	// of the full run.
+	// of the full run (or, for one the full run leaves out, its own).
 	for _, name := range scenarioNames {
 		if !slices.ContainsFunc(out, func(s Sweep) bool { return s.Scenario == name }) {
-			for _, d := range DefaultSweeps() {
+			for _, d := range append(DefaultSweeps(), OnDemandSweeps()...) {
 				if d.Scenario == name {
 					out = append(out, Narrow([]Sweep{d}, nil, variants, concurrency, latencies)...)
 				}

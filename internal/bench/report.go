@@ -84,6 +84,12 @@ type Result struct {
 	// LoadAvg is the machine's 1-minute load average as the window closed:
 	// the servers, the load generator and anything else running.
 	LoadAvg float64 `json:"load_avg"`
+	// Handoff is a handoff point's switch (Op names it: advance, kill,
+	// release) and its figures. Its window runs from the flags change to
+	// the end of the watch; the latency percentiles are the waits of
+	// every probe call (reserve or release) that started in it, errors
+	// included.
+	Handoff *HandoffStats `json:"handoff,omitempty"`
 	// Invariant is "ok" or what the check found.
 	Invariant   string `json:"invariant"`
 	Interrupted bool   `json:"interrupted,omitempty"`
@@ -172,6 +178,9 @@ func (r Result) progress() string {
 		return "FAILED: " + r.Error
 	}
 	s := fmt.Sprintf("%s %.0f/s p99 %.1fms", r.Op, r.OpsPerSec, r.P99ms)
+	if h := r.Handoff; h != nil {
+		s = fmt.Sprintf("%s: undecided %.1fms, waits p99 %.1fms max %.1fms", r.Op, h.UndecidedMs, r.P99ms, r.MaxMs)
+	}
 	if n := r.errorCount(); n > 0 {
 		s += fmt.Sprintf(" errors %d", n)
 	}
@@ -391,6 +400,7 @@ func (rep *Report) finish() {
 					Detail: fmt.Sprintf("with the mirror %.2fms, without %.2fms", r.P99ms, bare.P99ms)}, r.P99ms/bare.P99ms, 1.1, false)
 			}
 		}
+		rep.handoffTargets(l, add)
 		// Connection-seconds per reservation at 16 callers <= 1.5x (round
 		// trips x RTT + commit): little idle time inside a transaction.
 		// Judged where the network dominates (+1ms and more).
@@ -473,6 +483,10 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 	}
 	for _, sc := range names {
 		fmt.Fprintf(&b, "#### %s\n\n%s.\n\n", sc, rep.Scenarios[sc])
+		if sc == ScenarioHandoff {
+			rep.handoffTable(&b)
+			continue
+		}
 		b.WriteString("| variant | c | +rtt | op | ops/s | p50 ms | p99 ms | p99.9 ms | errors | deadlocks | retries | refills | fsync/op | mysql rt/op | redis rt/op | conn-ms/op | mysql wait ms/op | lock req/op | cores mysqld/redis/gen | load | invariant |\n")
 		b.WriteString("|---|--:|--:|---|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|---|\n")
 		rs := slices.Clone(rep.Results)

@@ -7,14 +7,15 @@ import (
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
-// Scenario names: the four load shapes of seed 000 section 8.3, plus the
-// claim storm.
+// Scenario names: the four load shapes of seed 000 section 8.3, the
+// claim storm, and the handoffs of a loaded shop (handoff.go).
 const (
 	ScenarioHot     = "hot"
 	ScenarioUniform = "uniform"
 	ScenarioDrain   = "drain"
 	ScenarioCarts   = "carts"
 	ScenarioClaim   = "claim"
+	ScenarioHandoff = "handoff"
 )
 
 // location is the one location every item is stocked at: the scenarios
@@ -42,6 +43,9 @@ type scenario struct {
 	drain bool
 	// claims: after the reserve window, a claim window claims the holds.
 	claims bool
+	// handoff: the point is a shop loaded in shadow mode and handed off
+	// three times under probe callers (handoff.go), not a window.
+	handoff bool
 }
 
 func line(item int64) reservation.Line {
@@ -118,6 +122,23 @@ var scenarios = map[string]*scenario{
 		claims: true,
 		cart: func(r *rand.Rand, lines []reservation.Line) []reservation.Line {
 			return append(lines[:0], line(1))
+		},
+	},
+	ScenarioHandoff: {
+		name: ScenarioHandoff,
+		about: "a shop of n reservations (half live holds with a 10 min TTL, half released), loaded in shadow mode, " +
+			"handed off three times (advance to mysql, kill switch redis, kill switch released) while probe callers reserve and release " +
+			"carts of 1-3 of its 100 items (1M each) through the facade, with the relay and the handoff sweeper running",
+		items:   handoffItems,
+		stock:   func(int) int64 { return handoffStock },
+		prime:   always,
+		handoff: true,
+		cart: func(r *rand.Rand, lines []reservation.Line) []reservation.Line {
+			lines = lines[:0]
+			for _, i := range r.Perm(handoffItems)[:1+r.IntN(3)] {
+				lines = append(lines, line(int64(i+1)))
+			}
+			return lines
 		},
 	},
 }

@@ -500,14 +500,31 @@ type facadeTarget struct {
 	f     *dualwrite.Facade
 	fReg  *prometheus.Registry
 	path  *path
+	// relayMy and relayRd are the stores of the relay and the handoffs
+	// (relayStores).
+	relayMy *mysqlstore.Store
+	relayRd *redisstore.Store
 	// stopRelay ends the relay; relayDone is closed once it returned.
 	stopRelay context.CancelFunc
 	relayDone chan struct{}
 }
 
+// facadeExtras are what the handoff scenario adds to a facade target:
+// the mirror's observation hook (mirror.Config.OnCutover) and a wrapper
+// around each store the facade calls. The zero value adds nothing.
+type facadeExtras struct {
+	onCutover  func(shop int64, to reservation.Authority, start, end time.Time)
+	wrap       func(reservation.Store) reservation.Store
+	wrapMirror func(dualwrite.Mirror) dualwrite.Mirror
+}
+
 // newFacadeTarget builds the facade in mode. noFeed leaves Redis's mirror
 // out (no change feed, no relay) to measure what it costs.
 func newFacadeTarget(env *pointEnv, mode rollout.Mode, cfg mysqlstore.Config) (*facadeTarget, error) {
+	return newFacadeTargetWith(env, mode, cfg, facadeExtras{})
+}
+
+func newFacadeTargetWith(env *pointEnv, mode rollout.Mode, cfg mysqlstore.Config, x facadeExtras) (*facadeTarget, error) {
 	noFeed := cfg.NoFeed
 	my, myReg, err := newMySQLStore(env, cfg)
 	if err != nil {
@@ -529,7 +546,7 @@ func newFacadeTarget(env *pointEnv, mode rollout.Mode, cfg mysqlstore.Config) (*
 	// Without the feed there is no relay to compare reserves: the facade
 	// asks Redis itself, as it must (Evaluates is false).
 	mr, err := mirror.New(mirror.Config{Pod: "bench", MySQL: relayMy, Redis: relayRd, Logger: quiet, Disabled: noFeed,
-		Evaluated: compare.ObserveRelayed("bench", cmp)})
+		Evaluated: compare.ObserveRelayed("bench", cmp), OnCutover: x.onCutover})
 	if err != nil {
 		_ = cmp.Close(context.Background())
 		return nil, err
@@ -538,14 +555,22 @@ func newFacadeTarget(env *pointEnv, mode rollout.Mode, cfg mysqlstore.Config) (*
 	// at first) is handed off to the store the mode names.
 	modes := rollout.NewStatic(mode)
 	fReg := prometheus.NewRegistry()
-	f, err := dualwrite.New(dualwrite.Config{Pod: "bench", Redis: rd, MySQL: my, Modes: modes, Mirror: mr,
+	var fRedis, fMySQL reservation.Store = rd, my
+	if x.wrap != nil {
+		fRedis, fMySQL = x.wrap(rd), x.wrap(my)
+	}
+	var fMirror dualwrite.Mirror = mr
+	if x.wrapMirror != nil {
+		fMirror = x.wrapMirror(mr)
+	}
+	f, err := dualwrite.New(dualwrite.Config{Pod: "bench", Redis: fRedis, MySQL: fMySQL, Modes: modes, Mirror: fMirror,
 		Observer: cmp, Registerer: fReg, Logger: quiet})
 	if err != nil {
 		_ = cmp.Close(context.Background())
 		return nil, err
 	}
 	t := &facadeTarget{mode: mode, modes: modes, my: my, myReg: myReg, rd: rd, mr: mr, cmp: cmp, f: f, fReg: fReg, path: env.path,
-		relayDone: make(chan struct{})}
+		relayMy: relayMy, relayRd: relayRd, relayDone: make(chan struct{})}
 	var rctx context.Context
 	rctx, t.stopRelay = context.WithCancel(context.Background())
 	go func() {

@@ -16,7 +16,7 @@ import (
 )
 
 func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
-	fs := newFlags("bench", "bench [--quick] [--scenarios LIST] [--variants LIST] [--concurrency LIST] [--latency LIST] [--duration D] [--flush 0|1|2|keep] [--split] [--rate N] [--out DIR] [--cpuprofile FILE] [--plan] | bench --render FILE [--out DIR]", out)
+	fs := newFlags("bench", "bench [--quick] [--scenarios LIST] [--variants LIST] [--concurrency LIST] [--latency LIST] [--duration D] [--handoff-sizes LIST] [--flush 0|1|2|keep] [--split] [--rate N] [--out DIR] [--cpuprofile FILE] [--plan] | bench --render FILE [--out DIR]", out)
 	mysqlDSN := envString(fs, "mysql-dsn", "RESERVOIR_MYSQL_DSN",
 		"the MySQL server's `DSN`, without a database; the run creates and drops its own database")
 	redisAddr := envString(fs, "redis-addr", "RESERVOIR_REDIS_ADDR",
@@ -26,7 +26,9 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 	variantList := fs.String("variants", "", "run these variants in every scenario, a comma-separated `LIST`: "+strings.Join(bench.Variants, ","))
 	concurrencyList := fs.String("concurrency", "", "callers per point, a comma-separated `LIST` replacing each scenario's sweep, e.g. 1,4,16,64,128")
 	latencyList := fs.String("latency", "", "round trip added between the load generator and each server, a comma-separated `LIST` of whole ms, e.g. 0,1ms")
-	duration := fs.Duration("duration", 0, "measured window per point (default 3s; 1.5s with --quick)")
+	duration := fs.Duration("duration", 0, "measured window per point (default 3s; 1.5s with --quick); the handoff scenario watches each switch this long after the new decider's first answer")
+	handoffSizes := fs.String("handoff-sizes", "", "the handoff scenario's shop sizes, a comma-separated `LIST` of reservations loaded before its switches (default "+
+		joinInts(bench.DefaultHandoffSizes)+"); the handoff scenario runs only when --scenarios names it")
 	warmup := fs.Duration("warmup", 0, "unmeasured warmup before each window (default 500ms; 300ms with --quick)")
 	flush := fs.String("flush", "1", "innodb_flush_log_at_trx_commit for the run: `MODE` 0, 1 or 2 (restored afterwards), or keep")
 	buckets := fs.Int("buckets", 16, "rows per item of the buckets baseline")
@@ -64,7 +66,11 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if err != nil {
 		return usagef("--latency: %v", err)
 	}
-	opts.Sweeps = bench.Narrow(sweeps, splitList(*scenarioList), splitList(*variantList), cs, ls)
+	sizes, err := parseInts(*handoffSizes)
+	if err != nil {
+		return usagef("--handoff-sizes: %v", err)
+	}
+	opts.Sweeps = bench.WithSizes(bench.Narrow(sweeps, splitList(*scenarioList), splitList(*variantList), cs, ls), sizes)
 	switch *flush {
 	case "keep":
 	case "0", "1", "2":
@@ -172,6 +178,14 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+func joinInts(ns []int) string {
+	parts := make([]string, len(ns))
+	for i, n := range ns {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ",")
 }
 
 func parseInts(s string) ([]int, error) {
