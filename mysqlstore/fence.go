@@ -273,9 +273,9 @@ const copyBatch = 200
 // shadow hold, another allocation, a tombstone of its own), except a token
 // the ledger claimed, which stays claimed; each tombstone is recorded; a
 // MySQL hold snap knows nothing of is dropped (its reserve was never
-// acknowledged by the store that decided); and every pool the new holds
-// touch is trimmed so that pool + held stays within the ledger. The ledger
-// itself is never changed.
+// acknowledged by the store that decided); and the new holds' units are
+// taken out of their pools, so that pool + held stays within the ledger.
+// The ledger itself is never changed.
 //
 // A partial snapshot (snap.Tokens set) does the same for its tokens only:
 // only their rows are locked, only their holds dropped.
@@ -311,7 +311,7 @@ func (s *Store) copyIn(ctx context.Context, tx *sql.Tx, caller string, snap *res
 	var newHolds []reservation.Hold
 	replace := map[string]bool{} // tokens whose hold lines are deleted first
 	known := map[string]bool{}
-	touched := map[key]bool{}
+	take := map[key]int64{} // units the new holds hold, per pool
 	for _, h := range snap.Holds {
 		known[h.Token] = true
 		cur := have[h.Token]
@@ -330,7 +330,7 @@ func (s *Store) copyIn(ctx context.Context, tx *sql.Tx, caller string, snap *res
 		put = append(put, upsert{h.Token, reservation.StateHeld, h.Authority, allocs, nil, h.ExpiresAt})
 		newHolds = append(newHolds, h)
 		for _, a := range h.Allocations {
-			touched[key{shop, a.Item, a.Location}] = true
+			take[key{shop, a.Item, a.Location}] += a.Quantity
 		}
 	}
 	for _, t := range snap.Tombstones {
@@ -404,7 +404,14 @@ func (s *Store) copyIn(ctx context.Context, tx *sql.Tx, caller string, snap *res
 	if err := flush(); err != nil {
 		return err
 	}
-	keys := slices.SortedFunc(maps.Keys(touched), func(a, b key) int {
+	// The new holds' units leave their pools, as a reserve's would: the
+	// pool stays within the ledger. With pool + held <= available before,
+	// taking min(new units, pool) is at least the excess the new holds
+	// make (replaced and dropped holds only lower held), and it costs a
+	// pool's lock and a bounded delete, not a count of the item's holds:
+	// a cut-over's time must not grow with the shop. A pool left short
+	// is refilled by the next reserve that needs it.
+	keys := slices.SortedFunc(maps.Keys(take), func(a, b key) int {
 		return cmp.Or(cmp.Compare(a.item, b.item), cmp.Compare(a.loc, b.loc))
 	})
 	for _, k := range keys {
@@ -414,8 +421,8 @@ func (s *Store) copyIn(ctx context.Context, tx *sql.Tx, caller string, snap *res
 			}
 			continue // the ledger never had the item there: no pool
 		}
-		if err := trim(ctx, tx, caller, k); err != nil {
-			return err
+		if _, err := tx.ExecContext(ctx, tag(caller)+sqlPoolTrim, k.shop, k.item, k.loc, take[k]); err != nil {
+			return fmt.Errorf("mysqlstore: %s: take %d units out of %s: %w", caller, take[k], k, err)
 		}
 	}
 	return nil
