@@ -244,42 +244,41 @@ func (m *Mirror) copyAhead(ctx context.Context, r *copyRun) (reservation.Fence, 
 
 // copyAll copies every token Redis has, and every token MySQL holds that
 // Redis may not (a shadow hold of a cart Redis never held: dropped), and
-// returns the log's position the copy is complete up to.
+// returns the log's position the copy is complete up to. It reads Redis a
+// part at a time, between MySQL's writes and its rests, while Redis keeps
+// deciding: the token list is a walk that misses no token left unchanged
+// during it (Store.Tokens), and every token that changed after StartCopy
+// is in the log the catch-up reads.
 func (m *Mirror) copyAll(ctx context.Context, shop int64, copier *mysqlstore.Copier, cp redisstore.Copy) (int64, error) {
 	held, err := copier.Held(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
 	}
-	snap, err := m.cfg.Redis.Snapshot(ctx, shop)
+	listed, err := m.cfg.Redis.Tokens(ctx, shop)
 	if err != nil {
-		return 0, fmt.Errorf("mirror: hand shop %d to mysql: read Redis's state: %w", shop, err)
+		return 0, fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
 	}
 	tokens := map[string]bool{}
 	for _, t := range held {
 		tokens[t] = true
 	}
-	holds := map[string]reservation.Hold{}
-	for _, h := range snap.Holds {
-		tokens[h.Token], holds[h.Token] = true, h
-	}
-	tombs := map[string]reservation.Tombstone{}
-	for _, t := range snap.Tombstones {
-		tokens[t.Token], tombs[t.Token] = true, t
+	for _, t := range listed {
+		tokens[t] = true
 	}
 	all := slices.Sorted(maps.Keys(tokens))
 	for chunk := range slices.Chunk(all, copyPart) {
-		part := reservation.Snapshot{Shop: shop, Tokens: chunk}
-		for _, t := range chunk {
-			if h, ok := holds[t]; ok {
-				part.Holds = append(part.Holds, h)
-			} else if tb, ok := tombs[t]; ok {
-				part.Tombstones = append(part.Tombstones, tb)
-			}
+		start := time.Now()
+		part, err := m.cfg.Redis.Records(ctx, shop, chunk)
+		if err != nil {
+			return 0, fmt.Errorf("mirror: hand shop %d to mysql: copy: %w", shop, err)
 		}
 		if err := copier.Copy(ctx, &part); err != nil {
 			return 0, fmt.Errorf("mirror: hand shop %d to mysql: copy: %w", shop, err)
 		}
 		m.metrics.copied.Add(float64(len(chunk)))
+		if err := m.rest(ctx, time.Since(start)); err != nil {
+			return 0, err
+		}
 	}
 	return cp.Seq, nil
 }
@@ -292,6 +291,7 @@ func (m *Mirror) catchUp(ctx context.Context, shop int64, copier *mysqlstore.Cop
 		return 0, 0, err
 	}
 	for chunk := range slices.Chunk(tokens, copyPart) {
+		start := time.Now()
 		part, err := m.cfg.Redis.Records(ctx, shop, chunk)
 		if err != nil {
 			return 0, 0, fmt.Errorf("mirror: hand shop %d to mysql: catch up: %w", shop, err)
@@ -300,8 +300,30 @@ func (m *Mirror) catchUp(ctx context.Context, shop int64, copier *mysqlstore.Cop
 			return 0, 0, fmt.Errorf("mirror: hand shop %d to mysql: catch up: %w", shop, err)
 		}
 		m.metrics.copied.Add(float64(len(chunk)))
+		if err := m.rest(ctx, time.Since(start)); err != nil {
+			return 0, 0, err
+		}
 	}
 	return len(tokens), next, nil
+}
+
+// rest paces a copy: after a part that took took, it waits took times
+// Config.CopyRest, so that a copy leaves the servers' time to the pod's
+// calls (gh-ost throttles its row copy for the same reason). The
+// cut-over does not rest: it is the shop's undecided window.
+func (m *Mirror) rest(ctx context.Context, took time.Duration) error {
+	d := time.Duration(float64(took) * m.cfg.CopyRest)
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // changed reads every token of the copy's log after pos, deduplicated.

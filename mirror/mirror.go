@@ -85,6 +85,12 @@ type Config struct {
 	// whole shop over itself (the copier may have died between the two
 	// steps). Default: 2s.
 	CutoverWait time.Duration
+	// CopyRest paces a copy ahead: after each part it waits as long as
+	// the part took, times this, so that the copy of a large shop keeps
+	// to a share of MySQL's and Redis's time and the pod's calls keep
+	// theirs (1: about half of one connection's time). Negative: flat
+	// out. Default: 1.
+	CopyRest float64
 	// CatchUpBelow: a copy cuts over once a catch-up round copied at most
 	// this many tokens that changed meanwhile. Default: 100.
 	CatchUpBelow int
@@ -133,6 +139,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.CopyInline == 0 {
 		c.CopyInline = 200
+	}
+	if c.CopyRest == 0 {
+		c.CopyRest = 1
 	}
 	if c.CutoverWait == 0 {
 		c.CutoverWait = 2 * time.Second

@@ -54,7 +54,7 @@ type SweeperConfig struct {
 	Interval time.Duration
 	// Rescan is how often every shop is compared again without a new
 	// version (a shop whose first stock came since; a handoff a replica
-	// with older flags undid). Default: 10s.
+	// with older flags undid). Default: 30s.
 	Rescan time.Duration
 }
 

@@ -113,6 +113,41 @@ func (s *Store) EndCopy(ctx context.Context, shop, id int64) error {
 	return err
 }
 
+// Tokens lists the tokens of a shop's holds and tombstones, while the shop
+// may change: it walks the shop's two indexes with ZSCAN, which returns
+// every member present for the whole walk (once or more; the list is
+// deduplicated), where pages by rank would skip a member when one before
+// it leaves. A member added or removed during the walk may be missing: a
+// copy reads those again from its change log (every such write logs its
+// token while the copy is on). The list is in no order.
+func (s *Store) Tokens(ctx context.Context, shop int64) ([]string, error) {
+	if err := validShop("shop", shop); err != nil {
+		return nil, err
+	}
+	k := s.shopKeys(shop)
+	seen := map[string]bool{}
+	var out []string
+	for _, index := range []string{k.expiry(), k.tombs()} {
+		var cursor uint64
+		for {
+			page, next, err := s.client.ZScan(ctx, index, cursor, "", snapshotPage).Result()
+			if err != nil {
+				return nil, fmt.Errorf("redisstore: tokens of shop %d: %w", shop, err)
+			}
+			for i := 0; i < len(page); i += 2 { // member, score, ...
+				if t := page[i]; !seen[t] {
+					seen[t] = true
+					out = append(out, t)
+				}
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
 // Records reads the current hold or tombstone of each of a shop's tokens,
 // in pipelined pages: a partial snapshot (Snapshot.Tokens is tokens) that
 // says, for each token, what Redis holds now; a token with neither a hold

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -130,5 +131,53 @@ func TestCopyOfAShopRedisDoesNotDecide(t *testing.T) {
 	var nd *reservation.NotDeciderError
 	if !errors.As(err, &nd) || nd.Fence.String() != "mysql@3" {
 		t.Errorf("start copy of a shop MySQL decides: %v, want a NotDeciderError with mysql@3", err)
+	}
+}
+
+// Tokens lists every token left unchanged while it walks, however many
+// others leave the indexes meanwhile (a walk by rank would skip one for
+// each that left before it): what a copy ahead relies on, since only the
+// tokens that change are in its log.
+func TestTokensMissNoUnchangedTokenWhileOthersLeave(t *testing.T) {
+	t.Parallel()
+	b := setup(t, servers[0].new)
+	c := ctx(t)
+	const n, leaving = 3000, 1500
+	b.stock(t, 1, 1, n)
+	var all []string
+	for i := range n {
+		token := fmt.Sprintf("t%04d", i)
+		b.reserve(t, token, time.Duration(i+1)*time.Minute/100+time.Minute, line(1, 1, 1)) // earlier tokens expire first: lowest ranks
+		all = append(all, token)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for _, token := range all[:leaving] {
+			if _, err := b.s.Release(c, &reservation.ReleaseParams{Shop: shop, Token: token}); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	listed, err := b.s.Tokens(c, shop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, token := range listed {
+		got[token] = true
+	}
+	missing := 0
+	for _, token := range all[leaving:] {
+		if !got[token] {
+			missing++
+		}
+	}
+	if missing > 0 {
+		t.Errorf("%d of the %d tokens left unchanged were not listed", missing, n-leaving)
 	}
 }
