@@ -470,6 +470,8 @@ func (m *mirrorSpy) Push() { m.pushes.Add(1) }
 
 func (m *mirrorSpy) Evaluates() bool { return false }
 
+func (m *mirrorSpy) Following(int64) (reservation.Fence, bool) { return reservation.Fence{}, false }
+
 func (m *mirrorSpy) Flush(context.Context, int64) error {
 	m.flushes.Add(1)
 	return nil

@@ -100,6 +100,39 @@ func (m *Mirror) toMySQL(ctx context.Context, shop, epoch int64, follow bool) (r
 	}
 }
 
+// Following returns Redis's fence while a handoff of shop to MySQL copies
+// ahead in this process (its copy has read that Redis decides, and its
+// cut-over has not begun), or was found copying on another replica less
+// than busyFor ago: the store a call on the shop asks meanwhile
+// (dualwrite.Mirror). A hint: Redis refuses once it has yielded.
+func (m *Mirror) Following(shop int64) (reservation.Fence, bool) {
+	m.copies.mu.Lock()
+	defer m.copies.mu.Unlock()
+	r, ok := m.copies.m[shop]
+	if !ok {
+		return reservation.Fence{}, false
+	}
+	select {
+	case <-r.done:
+		if r.result == "busy" && time.Since(r.ended) < busyFor {
+			return r.fence, true
+		}
+		return reservation.Fence{}, false
+	default:
+	}
+	select {
+	case <-r.known:
+	default:
+		return reservation.Fence{}, false // a small shop's copy: its caller waits for it
+	}
+	select {
+	case <-r.cutover:
+		return reservation.Fence{}, false
+	default:
+		return r.follow, true
+	}
+}
+
 // following is the fence a caller follows while r copies: Redis's, as the
 // run read it (once r.known is closed).
 func (m *Mirror) following(r *copyRun) reservation.Fence {
@@ -229,6 +262,12 @@ func (m *Mirror) copyAhead(ctx context.Context, r *copyRun) (reservation.Fence, 
 	if m.afterCopy != nil {
 		m.afterCopy(shop)
 	}
+	// The copy took the units of the holds it wrote out of the pools:
+	// refill them now, while Redis decides, rather than in the first
+	// reserves MySQL decides after the cut-over.
+	if _, err := copier.Refill(ctx, func(took time.Duration) error { return m.rest(ctx, took) }); err != nil {
+		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
+	}
 	for range m.cfg.CatchUpRounds {
 		n, next, err := m.catchUp(ctx, shop, copier, cp.ID, pos)
 		if err != nil {
@@ -250,11 +289,12 @@ func (m *Mirror) copyAhead(ctx context.Context, r *copyRun) (reservation.Fence, 
 // during it (Store.Tokens), and every token that changed after StartCopy
 // is in the log the catch-up reads.
 func (m *Mirror) copyAll(ctx context.Context, shop int64, copier *mysqlstore.Copier, cp redisstore.Copy) (int64, error) {
-	held, err := copier.Held(ctx)
+	pause := func(took time.Duration) error { return m.rest(ctx, took) }
+	held, err := copier.Held(ctx, pause)
 	if err != nil {
 		return 0, fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
 	}
-	listed, err := m.cfg.Redis.Tokens(ctx, shop)
+	listed, err := m.cfg.Redis.Tokens(ctx, shop, pause)
 	if err != nil {
 		return 0, fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
 	}

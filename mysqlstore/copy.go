@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/seed31b0e981/reservoir/reservation"
 )
@@ -92,9 +93,38 @@ func (s *Store) BeginCopy(ctx context.Context, shop, id int64) (*Copier, reserva
 
 // Held lists the shop's held reservations in MySQL: a copy covers them
 // with Redis's snapshot, so that a hold MySQL has and Redis does not (a
-// shadow hold of a cart Redis never held) is dropped.
-func (c *Copier) Held(ctx context.Context) ([]string, error) {
-	rows, err := c.lease.c.QueryContext(ctx, sqlCopyHeld, c.shop)
+// shadow hold of a cart Redis never held) is dropped. It reads them in
+// pages of heldPage, in token order, calling pause after each with how
+// long it took (a copy paces itself with it). While the copy is under way
+// no hold of MySQL's own appears (the shadow is refused), so the pages
+// miss none.
+func (c *Copier) Held(ctx context.Context, pause func(took time.Duration) error) ([]string, error) {
+	var out []string
+	after := ""
+	for {
+		start := time.Now()
+		page, err := c.heldPage(ctx, after)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < heldPage {
+			return out, nil
+		}
+		after = page[len(page)-1]
+		if pause != nil {
+			if err := pause(time.Since(start)); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// heldPage is how many held tokens one statement of Held reads.
+const heldPage = 1000
+
+func (c *Copier) heldPage(ctx context.Context, after string) ([]string, error) {
+	rows, err := c.lease.c.QueryContext(ctx, sqlCopyHeld, c.shop, after, heldPage)
 	if err != nil {
 		return nil, fmt.Errorf("mysqlstore: copy shop %d: held: %w", c.shop, err)
 	}
@@ -176,6 +206,32 @@ func (c *Copier) TakeOver(ctx context.Context, last *reservation.Snapshot, epoch
 	}
 	c.s.countHandoff("take_over_copied", changed)
 	return out, nil
+}
+
+// Refill tops up every pool of the shop from the ledger, one pool at a
+// time, calling pause after each with how long it took: a copy takes the
+// units its holds hold out of the pools, and a refill ahead of the
+// cut-over keeps the first reserves MySQL decides from each refilling a
+// pool themselves (whose snapshot sums every hold of the item: the larger
+// the shop, the longer). It returns how many units it added.
+func (c *Copier) Refill(ctx context.Context, pause func(took time.Duration) error) (int64, error) {
+	stock, err := c.s.Stock(ctx, &reservation.StockParams{Shop: c.shop})
+	if err != nil {
+		return 0, err
+	}
+	var added int64
+	for _, l := range stock {
+		start := time.Now()
+		_, n, err := c.s.replenish(ctx, key{c.shop, l.Item, l.Location})
+		if err != nil {
+			return added, fmt.Errorf("mysqlstore: copy shop %d: refill: %w", c.shop, err)
+		}
+		added += n
+		if err := pause(time.Since(start)); err != nil {
+			return added, err
+		}
+	}
+	return added, nil
 }
 
 func (c *Copier) checkPart(part *reservation.Snapshot) error {

@@ -428,7 +428,8 @@ const (
 	// off until the copy's part commits.
 	sqlCopyFence = `/*caller='copy'*/ SELECT decider, epoch, copying FROM reservation_fences WHERE shop_id = ? AND slot = 0 LOCK IN SHARE MODE`
 	// The shop's held reservations, for the copy to replace or drop.
-	sqlCopyHeld = `/*caller='copy'*/ SELECT token FROM reservations WHERE shop_id = ? AND state = 'held'`
+	sqlCopyHeld = `/*caller='copy'*/ SELECT token FROM reservations WHERE shop_id = ? AND token > ? AND state = 'held'
+  ORDER BY token LIMIT ?`
 	// Every shop's fence (slot 0; every slot says the same), for the
 	// handoff sweeper.
 	sqlFencesAll = `/*caller='handoff'*/ SELECT shop_id, decider, epoch, copying FROM reservation_fences WHERE slot = 0`

@@ -119,8 +119,10 @@ func (s *Store) EndCopy(ctx context.Context, shop, id int64) error {
 // deduplicated), where pages by rank would skip a member when one before
 // it leaves. A member added or removed during the walk may be missing: a
 // copy reads those again from its change log (every such write logs its
-// token while the copy is on). The list is in no order.
-func (s *Store) Tokens(ctx context.Context, shop int64) ([]string, error) {
+// token while the copy is on). The list is in no order. pause, when set,
+// is called after each step of the walk with how long it took (a copy
+// paces itself with it).
+func (s *Store) Tokens(ctx context.Context, shop int64, pause func(took time.Duration) error) ([]string, error) {
 	if err := validShop("shop", shop); err != nil {
 		return nil, err
 	}
@@ -130,6 +132,7 @@ func (s *Store) Tokens(ctx context.Context, shop int64) ([]string, error) {
 	for _, index := range []string{k.expiry(), k.tombs()} {
 		var cursor uint64
 		for {
+			start := time.Now()
 			page, next, err := s.client.ZScan(ctx, index, cursor, "", snapshotPage).Result()
 			if err != nil {
 				return nil, fmt.Errorf("redisstore: tokens of shop %d: %w", shop, err)
@@ -138,6 +141,11 @@ func (s *Store) Tokens(ctx context.Context, shop int64) ([]string, error) {
 				if t := page[i]; !seen[t] {
 					seen[t] = true
 					out = append(out, t)
+				}
+			}
+			if pause != nil {
+				if err := pause(time.Since(start)); err != nil {
+					return nil, err
 				}
 			}
 			if cursor = next; cursor == 0 {

@@ -160,7 +160,7 @@ func TestTokensMissNoUnchangedTokenWhileOthersLeave(t *testing.T) {
 		}
 		done <- nil
 	}()
-	listed, err := b.s.Tokens(c, shop)
+	listed, err := b.s.Tokens(c, shop, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
