@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -281,44 +280,46 @@ func (m *Mirror) copyAhead(ctx context.Context, r *copyRun) (reservation.Fence, 
 	return m.cutOver(ctx, r, copier, cp.ID, pos)
 }
 
-// copyAll copies every token Redis has, and every token MySQL holds that
-// Redis may not (a shadow hold of a cart Redis never held: dropped), and
-// returns the log's position the copy is complete up to. It reads Redis a
-// part at a time, between MySQL's writes and its rests, while Redis keeps
-// deciding: the token list is a walk that misses no token left unchanged
-// during it (Store.Tokens), and every token that changed after StartCopy
-// is in the log the catch-up reads.
+// copyAll copies every token MySQL holds (a shadow hold of a cart Redis
+// never held is dropped) and every token Redis has, and returns the log's
+// position the copy is complete up to. It streams: each page of MySQL's
+// held tokens, then of Redis's walk, is copied a part at a time, Redis's
+// records read just before each part, with a rest after each, while Redis
+// keeps deciding. Redis's walk misses no token left unchanged during it
+// (Store.Tokens), and every token that changed after StartCopy is in the
+// log the catch-up reads. No step handles the whole shop at once: the
+// copy's work comes in small pieces between the pod's calls.
 func (m *Mirror) copyAll(ctx context.Context, shop int64, copier *mysqlstore.Copier, cp redisstore.Copy) (int64, error) {
-	pause := func(took time.Duration) error { return m.rest(ctx, took) }
-	held, err := copier.Held(ctx, pause)
-	if err != nil {
+	seen := map[string]bool{}
+	copyPage := func(page []string) error {
+		fresh := make([]string, 0, len(page))
+		for _, t := range page {
+			if !seen[t] {
+				seen[t] = true
+				fresh = append(fresh, t)
+			}
+		}
+		for chunk := range slices.Chunk(fresh, copyPart) {
+			start := time.Now()
+			part, err := m.cfg.Redis.Records(ctx, shop, chunk)
+			if err != nil {
+				return fmt.Errorf("mirror: hand shop %d to mysql: copy: %w", shop, err)
+			}
+			if err := copier.Copy(ctx, &part); err != nil {
+				return fmt.Errorf("mirror: hand shop %d to mysql: copy: %w", shop, err)
+			}
+			m.metrics.copied.Add(float64(len(chunk)))
+			if err := m.rest(ctx, time.Since(start)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := copier.Held(ctx, copyPage); err != nil {
 		return 0, fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
 	}
-	listed, err := m.cfg.Redis.Tokens(ctx, shop, pause)
-	if err != nil {
+	if err := m.cfg.Redis.Tokens(ctx, shop, copyPage); err != nil {
 		return 0, fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
-	}
-	tokens := map[string]bool{}
-	for _, t := range held {
-		tokens[t] = true
-	}
-	for _, t := range listed {
-		tokens[t] = true
-	}
-	all := slices.Sorted(maps.Keys(tokens))
-	for chunk := range slices.Chunk(all, copyPart) {
-		start := time.Now()
-		part, err := m.cfg.Redis.Records(ctx, shop, chunk)
-		if err != nil {
-			return 0, fmt.Errorf("mirror: hand shop %d to mysql: copy: %w", shop, err)
-		}
-		if err := copier.Copy(ctx, &part); err != nil {
-			return 0, fmt.Errorf("mirror: hand shop %d to mysql: copy: %w", shop, err)
-		}
-		m.metrics.copied.Add(float64(len(chunk)))
-		if err := m.rest(ctx, time.Since(start)); err != nil {
-			return 0, err
-		}
 	}
 	return cp.Seq, nil
 }

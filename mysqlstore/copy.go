@@ -91,32 +91,29 @@ func (s *Store) BeginCopy(ctx context.Context, shop, id int64) (*Copier, reserva
 	return &Copier{s: s, lease: lease, shop: shop, id: id}, f, nil
 }
 
-// Held lists the shop's held reservations in MySQL: a copy covers them
-// with Redis's snapshot, so that a hold MySQL has and Redis does not (a
-// shadow hold of a cart Redis never held) is dropped. It reads them in
-// pages of heldPage, in token order, calling pause after each with how
-// long it took (a copy paces itself with it). While the copy is under way
-// no hold of MySQL's own appears (the shadow is refused), so the pages
-// miss none.
-func (c *Copier) Held(ctx context.Context, pause func(took time.Duration) error) ([]string, error) {
-	var out []string
+// Held walks the shop's held reservations in MySQL, handing each page
+// (heldPage tokens, in token order) to each: a copy covers them with
+// Redis's state, so that a hold MySQL has and Redis does not (a shadow
+// hold of a cart Redis never held) is dropped. While the copy is under
+// way no hold of MySQL's own appears (the shadow is refused), and the
+// pages, by key, miss none that stays held. An error from each stops the
+// walk.
+func (c *Copier) Held(ctx context.Context, each func(page []string) error) error {
 	after := ""
 	for {
-		start := time.Now()
 		page, err := c.heldPage(ctx, after)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		out = append(out, page...)
-		if len(page) < heldPage {
-			return out, nil
-		}
-		after = page[len(page)-1]
-		if pause != nil {
-			if err := pause(time.Since(start)); err != nil {
-				return nil, err
+		if len(page) > 0 {
+			if err := each(page); err != nil {
+				return err
 			}
 		}
+		if len(page) < heldPage {
+			return nil
+		}
+		after = page[len(page)-1]
 	}
 }
 

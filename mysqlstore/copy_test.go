@@ -45,7 +45,8 @@ func TestCopyAhead(t *testing.T) {
 	if !errors.Is(err, reservation.ErrNotDecider) {
 		t.Errorf("shadow release during the copy: %v, want refused", err)
 	}
-	held, err := copier.Held(ctx, nil)
+	var held []string
+	err = copier.Held(ctx, func(page []string) error { held = append(held, page...); return nil })
 	if err != nil || len(held) != 1 || held[0] != "before" {
 		t.Errorf("held: %v %v, want [before]", held, err)
 	}

@@ -113,47 +113,39 @@ func (s *Store) EndCopy(ctx context.Context, shop, id int64) error {
 	return err
 }
 
-// Tokens lists the tokens of a shop's holds and tombstones, while the shop
-// may change: it walks the shop's two indexes with ZSCAN, which returns
-// every member present for the whole walk (once or more; the list is
-// deduplicated), where pages by rank would skip a member when one before
-// it leaves. A member added or removed during the walk may be missing: a
-// copy reads those again from its change log (every such write logs its
-// token while the copy is on). The list is in no order. pause, when set,
-// is called after each step of the walk with how long it took (a copy
-// paces itself with it).
-func (s *Store) Tokens(ctx context.Context, shop int64, pause func(took time.Duration) error) ([]string, error) {
+// Tokens walks the tokens of a shop's holds and tombstones while the shop
+// may change, handing each page to each: it walks the shop's two indexes
+// with ZSCAN, which returns every member present for the whole walk (once
+// or more: each must not mind a token twice), where pages by rank would
+// skip a member whenever one before it leaves. A member added or removed
+// during the walk may be missing: a copy reads those again from its
+// change log (every such write logs its token while the copy is on).
+// Pages come in no order; an error from each stops the walk.
+func (s *Store) Tokens(ctx context.Context, shop int64, each func(page []string) error) error {
 	if err := validShop("shop", shop); err != nil {
-		return nil, err
+		return err
 	}
 	k := s.shopKeys(shop)
-	seen := map[string]bool{}
-	var out []string
 	for _, index := range []string{k.expiry(), k.tombs()} {
 		var cursor uint64
 		for {
-			start := time.Now()
 			page, next, err := s.client.ZScan(ctx, index, cursor, "", snapshotPage).Result()
 			if err != nil {
-				return nil, fmt.Errorf("redisstore: tokens of shop %d: %w", shop, err)
+				return fmt.Errorf("redisstore: tokens of shop %d: %w", shop, err)
 			}
+			tokens := make([]string, 0, len(page)/2)
 			for i := 0; i < len(page); i += 2 { // member, score, ...
-				if t := page[i]; !seen[t] {
-					seen[t] = true
-					out = append(out, t)
-				}
+				tokens = append(tokens, page[i])
 			}
-			if pause != nil {
-				if err := pause(time.Since(start)); err != nil {
-					return nil, err
-				}
+			if err := each(tokens); err != nil {
+				return err
 			}
 			if cursor = next; cursor == 0 {
 				break
 			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // Records reads the current hold or tombstone of each of a shop's tokens,

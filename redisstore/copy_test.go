@@ -160,8 +160,8 @@ func TestTokensMissNoUnchangedTokenWhileOthersLeave(t *testing.T) {
 		}
 		done <- nil
 	}()
-	listed, err := b.s.Tokens(c, shop, nil)
-	if err != nil {
+	var listed []string
+	if err := b.s.Tokens(c, shop, func(page []string) error { listed = append(listed, page...); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {

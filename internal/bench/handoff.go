@@ -3,6 +3,7 @@ package bench
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"maps"
@@ -579,6 +580,11 @@ func (r *runner) handoffPoint(ctx context.Context, pt Point, shop int64) []Resul
 	}
 	progress(fmt.Sprintf("loaded %d reservations (%d live holds, %d released) in %.1fs, %.0f/s",
 		pt.Size, len(ld.holds), len(ld.released), ld.seconds, float64(pt.Size)/ld.seconds))
+	if settled, undo, err := settle(ctx, h.path.db); err != nil {
+		progress(fmt.Sprintf("could not read InnoDB's history list: %v (measuring at once)", err))
+	} else {
+		progress(fmt.Sprintf("InnoDB purged the load's undo in %.1fs (history list %d)", settled.Seconds(), undo))
+	}
 
 	pr := *r
 	if pr.opts.Rate == 0 {
@@ -1033,3 +1039,30 @@ func (rep *Report) handoffTable(b *strings.Builder) {
 	}
 	b.WriteString("\n")
 }
+
+// settle waits, at most settleMax, for InnoDB to purge what the load left
+// (its history list below settleBelow): a shop loaded in two minutes
+// leaves seconds of purge that would compete with the switches for the
+// server's core, which no production shop about to be handed off has.
+// It returns how long it waited and the list's length at the end.
+func settle(ctx context.Context, db *sql.DB) (time.Duration, int64, error) {
+	start := time.Now()
+	for {
+		var n int64
+		if err := db.QueryRowContext(ctx, sqlHistoryLength).Scan(&n); err != nil {
+			return time.Since(start), 0, err
+		}
+		if n < settleBelow || time.Since(start) > settleMax {
+			return time.Since(start), n, nil
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
+		if ctx.Err() != nil {
+			return time.Since(start), n, ctx.Err()
+		}
+	}
+}
+
+const (
+	settleBelow = 1000
+	settleMax   = time.Minute
+)
