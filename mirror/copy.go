@@ -207,15 +207,16 @@ func (m *Mirror) copyAhead(ctx context.Context, r *copyRun) (reservation.Fence, 
 	if rf.Decider == reservation.AuthorityMySQL {
 		// Redis yielded already: a cut-over is under way (another
 		// replica's copy) or its copier died before MySQL took over.
-		return m.finishCutover(ctx, shop, max(rf.Epoch, epoch))
+		return m.finishCutover(ctx, shop, rf.Epoch, max(rf.Epoch, epoch))
 	}
 	if rf.Epoch >= epoch {
 		return rf, "overtaken", nil // a newer handoff gave the shop to Redis
 	}
 	cp, err := m.cfg.Redis.StartCopy(ctx, shop)
-	if errors.Is(err, reservation.ErrNotDecider) {
-		// Yielded between the two reads: take it from the top.
-		return m.finishCutover(ctx, shop, epoch)
+	var nd *reservation.NotDeciderError
+	if errors.As(err, &nd) {
+		// Yielded between the two reads.
+		return m.finishCutover(ctx, shop, nd.Fence.Epoch, max(nd.Fence.Epoch, epoch))
 	}
 	if err != nil {
 		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
@@ -228,13 +229,13 @@ func (m *Mirror) copyAhead(ctx context.Context, r *copyRun) (reservation.Fence, 
 		m.copies.mu.Unlock()
 		close(r.known)
 	}
-	copier, mf, err := m.cfg.MySQL.BeginCopy(ctx, shop, cp.ID)
+	copier, mf, err := m.cfg.MySQL.BeginCopy(ctx, shop, cp.ID, rf)
 	if errors.Is(err, mysqlstore.ErrCopyBusy) {
 		// Another replica copies it: Redis decides meanwhile. A small
 		// shop's copy is short: wait for its cut-over, so that which store
 		// answers after a flip does not depend on which replica copies.
 		if cp.Size < m.cfg.CopyInline {
-			if mf, ok, err := m.awaitMySQL(ctx, shop, epoch, time.Now().Add(m.cfg.CutoverWait)); err != nil || ok {
+			if mf, ok, err := m.awaitMySQL(ctx, shop, rf.Epoch+1, time.Now().Add(m.cfg.CutoverWait)); err != nil || ok {
 				return mf, "joined", err
 			}
 		}
@@ -435,17 +436,20 @@ func (m *Mirror) cutOver(ctx context.Context, r *copyRun, copier *mysqlstore.Cop
 	return mf, "done", nil
 }
 
-// awaitMySQL waits, until deadline, for MySQL to decide the shop (another
-// replica's cut-over) or its fence to reach epoch (a newer handoff), and
-// returns its fence and whether MySQL decides.
-func (m *Mirror) awaitMySQL(ctx context.Context, shop, epoch int64, deadline time.Time) (reservation.Fence, bool, error) {
+// awaitMySQL waits, until deadline, for MySQL to decide the shop at an
+// epoch of at least min (another replica's cut-over, after Redis decided
+// below min), or for its fence to reach min naming Redis (a newer handoff
+// overtook it), and returns its fence and whether MySQL decides. A fence
+// naming MySQL below min is not enough: it may be one Redis took the shop
+// from by force, and MySQL's state is stale since.
+func (m *Mirror) awaitMySQL(ctx context.Context, shop, min int64, deadline time.Time) (reservation.Fence, bool, error) {
 	for {
 		mf, err := m.cfg.MySQL.Fence(ctx, shop)
 		if err != nil {
 			return reservation.Fence{}, false, fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
 		}
-		if mf.Decider == reservation.AuthorityMySQL || mf.Epoch >= epoch || time.Now().After(deadline) {
-			return mf, mf.Decider == reservation.AuthorityMySQL, nil
+		if mf.Epoch >= min || time.Now().After(deadline) {
+			return mf, mf.Epoch >= min && mf.Decider == reservation.AuthorityMySQL, nil
 		}
 		t := time.NewTimer(5 * time.Millisecond)
 		select {
@@ -457,23 +461,21 @@ func (m *Mirror) awaitMySQL(ctx context.Context, shop, epoch int64, deadline tim
 	}
 }
 
-// finishCutover is a handoff to MySQL that finds Redis yielded already:
-// it waits, up to Config.CutoverWait,
-// for the copy under way to cut over, and otherwise takes the whole shop
-// over at epoch itself (its copier may have died between Redis's yield
-// and MySQL's takeover; the snapshot is exact, since Redis decides nothing
-// after yielding).
-func (m *Mirror) finishCutover(ctx context.Context, shop, epoch int64) (reservation.Fence, string, error) {
-	mf, ok, err := m.awaitMySQL(ctx, shop, epoch, time.Now().Add(m.cfg.CutoverWait))
+// finishCutover is a handoff to MySQL that finds Redis yielded already, at
+// yielded: it waits, up to Config.CutoverWait, for the copy under way to
+// cut over (MySQL deciding at yielded or later), and otherwise takes the
+// whole shop over at epoch itself (its copier may have died between
+// Redis's yield and MySQL's takeover; the snapshot is exact, since Redis
+// decides nothing after yielding).
+func (m *Mirror) finishCutover(ctx context.Context, shop, yielded, epoch int64) (reservation.Fence, string, error) {
+	mf, ok, err := m.awaitMySQL(ctx, shop, yielded, time.Now().Add(m.cfg.CutoverWait))
 	switch {
 	case err != nil:
 		return reservation.Fence{}, "", err
 	case ok:
-		// MySQL decides: its state is the truth from now on, whatever the
-		// epochs say; never copy a follower's state over it.
 		return mf, "joined", nil
-	case mf.Epoch >= epoch:
-		return mf, "overtaken", nil
+	case mf.Epoch >= yielded:
+		return mf, "overtaken", nil // a newer handoff gave the shop to Redis
 	}
 	m.log.Warn("mirror: Redis yielded a shop MySQL did not take over in time; taking the whole shop over", "shop", shop, "epoch", epoch, "wait", m.cfg.CutoverWait)
 	mf, err = m.takeOverWhole(ctx, shop, epoch)

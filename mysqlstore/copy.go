@@ -54,11 +54,15 @@ func copyLeaseName(shop int64) string { return "copy:" + strconv.FormatInt(shop,
 // BeginCopy takes the shop's copy lease and marks the shop with copy id
 // (Redis's, redisstore.Store.StartCopy): from its return on, MySQL keeps
 // no shadow hold of its own for the shop, and every shadow write in flight
-// has ended (the mark locks the fence rows for update). It returns the
-// fence, and no Copier when MySQL already decides the shop (nothing to
-// copy: a handoff finished first). ErrCopyBusy: another copier holds the
-// shop.
-func (s *Store) BeginCopy(ctx context.Context, shop, id int64) (*Copier, reservation.Fence, error) {
+// has ended (the mark locks the fence rows for update). redis is the fence
+// Redis decides the shop by. It returns MySQL's fence, and no Copier when
+// MySQL decides the shop after Redis did (its fence names MySQL at a
+// higher epoch than redis: a handoff finished first, nothing to copy). A
+// fence naming MySQL at a lower epoch is one Redis took over by force
+// (the kill switch redis_only, MySQL not answering): Redis's state is the
+// truth since, and is copied over MySQL's. ErrCopyBusy: another copier
+// holds the shop.
+func (s *Store) BeginCopy(ctx context.Context, shop, id int64, redis reservation.Fence) (*Copier, reservation.Fence, error) {
 	if shop <= 0 || id <= 0 {
 		return nil, reservation.Fence{}, &reservation.ValidationError{Field: "shop, copy", Reason: fmt.Sprintf("must be positive, got %d and %d", shop, id)}
 	}
@@ -76,7 +80,7 @@ func (s *Store) BeginCopy(ctx context.Context, shop, id int64) (*Copier, reserva
 			return err
 		}
 		f = cur
-		if cur.Decider == reservation.AuthorityMySQL || copying == id {
+		if decidesAfter(cur, redis) || copying == id {
 			return nil
 		}
 		if _, err := tx.ExecContext(ctx, sqlCopyMark, id, shop); err != nil {
@@ -84,11 +88,17 @@ func (s *Store) BeginCopy(ctx context.Context, shop, id int64) (*Copier, reserva
 		}
 		return nil
 	})
-	if err != nil || f.Decider == reservation.AuthorityMySQL {
+	if err != nil || decidesAfter(f, redis) {
 		lease.Release()
 		return nil, f, err
 	}
 	return &Copier{s: s, lease: lease, shop: shop, id: id}, f, nil
+}
+
+// decidesAfter reports whether MySQL's fence says it decides the shop
+// since after Redis's fence redis: the newer fence names the decider.
+func decidesAfter(mysql, redis reservation.Fence) bool {
+	return mysql.Decider == reservation.AuthorityMySQL && mysql.Epoch >= redis.Epoch
 }
 
 // Held walks the shop's held reservations in MySQL, handing each page
@@ -182,8 +192,8 @@ func (c *Copier) TakeOver(ctx context.Context, last *reservation.Snapshot, epoch
 			return err
 		}
 		out = cur
-		if cur.Epoch >= epoch || cur.Decider == reservation.AuthorityMySQL {
-			return nil // done already, or MySQL decides (see Store.TakeOver)
+		if cur.Epoch >= epoch {
+			return nil // done already
 		}
 		if copying != c.id {
 			return fmt.Errorf("mysqlstore: take over shop %d with copy %d (fence %s, copy %d): %w", c.shop, c.id, cur, copying, ErrCopyLost)

@@ -30,12 +30,12 @@ func TestCopyAhead(t *testing.T) {
 		t.Fatalf("shadow reserve before the copy: %v", err)
 	}
 
-	copier, f, err := b.s.BeginCopy(ctx, shop, 7)
+	copier, f, err := b.s.BeginCopy(ctx, shop, 7, redis2)
 	if err != nil || copier == nil || f.String() != "redis@2" {
 		t.Fatalf("begin copy: %v %v %v", copier, f, err)
 	}
 	defer copier.Close()
-	if _, _, err := b.s.BeginCopy(ctx, shop, 7); !errors.Is(err, mysqlstore.ErrCopyBusy) {
+	if _, _, err := b.s.BeginCopy(ctx, shop, 7, redis2); !errors.Is(err, mysqlstore.ErrCopyBusy) {
 		t.Errorf("a second copier: %v, want ErrCopyBusy", err)
 	}
 	if err := shadow("during"); !errors.Is(err, reservation.ErrNotDecider) {
@@ -105,7 +105,7 @@ func TestOvertakenCopyWritesNothing(t *testing.T) {
 	b := setup(t, 10)
 	b.stock(t, 1, 1, 5)
 	handOff(b.s)(t, shop)
-	copier, _, err := b.s.BeginCopy(ctx, shop, 7)
+	copier, _, err := b.s.BeginCopy(ctx, shop, 7, redis2)
 	if err != nil || copier == nil {
 		t.Fatalf("begin copy: %v %v", copier, err)
 	}
@@ -120,10 +120,46 @@ func TestOvertakenCopyWritesNothing(t *testing.T) {
 	if err := copier.Copy(ctx, part); !errors.Is(err, mysqlstore.ErrCopyLost) {
 		t.Errorf("a part after the takeover: %v, want ErrCopyLost", err)
 	}
-	if f, err := copier.TakeOver(ctx, part, 4); err != nil || f.String() != "mysql@3" {
-		t.Errorf("the overtaken copy's cut-over: %v %v, want mysql@3 unchanged", f, err)
+	if f, err := copier.TakeOver(ctx, part, 4); !errors.Is(err, mysqlstore.ErrCopyLost) {
+		t.Errorf("the overtaken copy's cut-over: %v %v, want ErrCopyLost", f, err)
+	}
+	if f, err := b.s.Fence(ctx, shop); err != nil || f.String() != "mysql@3" {
+		t.Errorf("fence after the overtaken copy: %v %v, want mysql@3 unchanged", f, err)
 	}
 	if _, err := b.s.Get(ctx, &reservation.GetParams{Shop: shop, Token: "m1", AsDecider: true}); err != nil {
 		t.Errorf("MySQL's hold after the overtaken copy: %v", err)
+	}
+}
+
+// redis2 is Redis's fence after handOff: Redis decides at epoch 2.
+var redis2 = reservation.Fence{Decider: reservation.AuthorityRedis, Epoch: 2}
+
+// A shop Redis took over by force (the kill switch redis_only, MySQL not
+// answering: MySQL's fence still names it, at a lower epoch) is copied
+// into like any shop Redis decides: Redis's state is the truth since, and
+// the cut-over replaces MySQL's stale state with it. A shop MySQL decides
+// after Redis did is not copied into.
+func TestCopyAfterAForcedHandoff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, 10) // MySQL decides at epoch 1
+	b.stock(t, 1, 1, 5)
+	if res, err := b.s.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "stale", Lines: one(1, 1), TTL: time.Minute}); err != nil || res.Status != reservation.StatusReserved {
+		t.Fatalf("reserve: %+v %v", res, err)
+	}
+	if c, f, err := b.s.BeginCopy(ctx, shop, 7, reservation.Fence{Decider: reservation.AuthorityRedis, Epoch: 0}); err != nil || c != nil || f.String() != "mysql@1" {
+		t.Fatalf("a copy into a shop MySQL decides after Redis: %v %v %v, want none", c, f, err)
+	}
+	forced := reservation.Fence{Decider: reservation.AuthorityRedis, Epoch: 2} // Redis's, by force
+	copier, f, err := b.s.BeginCopy(ctx, shop, 7, forced)
+	if err != nil || copier == nil || f.String() != "mysql@1" {
+		t.Fatalf("a copy after a forced handoff: %v %v %v, want a copier", copier, f, err)
+	}
+	defer copier.Close()
+	if f, err := copier.TakeOver(ctx, &reservation.Snapshot{Shop: shop, Tokens: []string{"stale"}}, 3); err != nil || f.String() != "mysql@3" {
+		t.Fatalf("cut-over: %v %v", f, err)
+	}
+	if _, err := b.s.Get(ctx, &reservation.GetParams{Shop: shop, Token: "stale", AsDecider: true}); !errors.Is(err, reservation.ErrNotFound) {
+		t.Errorf("MySQL's hold from before the forced handoff, which Redis does not have: %v, want dropped", err)
 	}
 }

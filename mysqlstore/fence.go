@@ -179,9 +179,7 @@ func (s *Store) TakeOver(ctx context.Context, snap *reservation.Snapshot, epoch 
 			return err
 		}
 		out = cur
-		if cur.Epoch >= epoch || cur.Decider == reservation.AuthorityMySQL {
-			// Done already, or MySQL decides: its state is the truth, and
-			// Redis's (a follower's) is never copied over it.
+		if cur.Epoch >= epoch {
 			return nil
 		}
 		if err := s.copyIn(ctx, tx, callerHandoff, snap); err != nil {

@@ -334,17 +334,17 @@ type pod struct {
 }
 
 type replica struct {
-	name   string
-	pod    *pod
+	name string
+	pod  *pod
 	// mirrorReg holds the mirror's metrics: the run's summary counts the
 	// handoffs by how they went.
 	mirrorReg *prometheus.Registry
-	my     *mysqlstore.Store
-	rd     *redisstore.Store
-	mirror *mirror.Mirror
-	facade *dualwrite.Facade
-	view   *view
-	faults *faults
+	my        *mysqlstore.Store
+	rd        *redisstore.Store
+	mirror    *mirror.Mirror
+	facade    *dualwrite.Facade
+	view      *view
+	faults    *faults
 }
 
 // newWorld builds a world; flags starts every pod in mode redis (version
