@@ -19,7 +19,15 @@ import (
 // empty outcomes that match whatever the stores did.
 func TestClaimComparisonSeesWhatEachStoreAnswered(t *testing.T) {
 	t.Parallel()
-	b := setup(t, options{shadowTimeout: 5 * time.Second})
+	// The shadow's look at MySQL runs beside the decider's claim; the
+	// legacy claim's deduct writes the claim into MySQL, and a look after
+	// it would find the claim (settled) rather than "never held". The
+	// case under test is the look before it: the decider's claim of
+	// "redis-only" waits until MySQL's shadow has answered.
+	looked := make(chan struct{})
+	b := setup(t, options{shadowTimeout: 5 * time.Second,
+		wrapMySQL: func(s reservation.Store) reservation.Store { return afterShadowClaim{s, "redis-only", looked} },
+		wrapRedis: func(s reservation.Store) reservation.Store { return beforeClaim{s, "redis-only", looked} }})
 	b.stock(t, 1, 1, 10)
 	ctx := context.Background()
 
@@ -65,4 +73,37 @@ func TestClaimComparisonSeesWhatEachStoreAnswered(t *testing.T) {
 	if c := compare.Classify(o, compare.DefaultRules); c != compare.ClassShadowMissing {
 		t.Errorf("the claim only Redis held: %s, want shadow_missing", c)
 	}
+}
+
+// afterShadowClaim closes done once the shadow claim of token answered.
+type afterShadowClaim struct {
+	reservation.Store
+	token string
+	done  chan struct{}
+}
+
+func (s afterShadowClaim) Claim(ctx context.Context, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
+	res, err := s.Store.Claim(ctx, p)
+	if p.Token == s.token && p.As == reservation.AsShadow {
+		close(s.done)
+	}
+	return res, err
+}
+
+// beforeClaim holds the claim of token as authority until ready is closed
+// (at most a few seconds: a test that never closes it fails on its own).
+type beforeClaim struct {
+	reservation.Store
+	token string
+	ready chan struct{}
+}
+
+func (s beforeClaim) Claim(ctx context.Context, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
+	if p.Token == s.token && p.As == reservation.AsAuthority {
+		select {
+		case <-s.ready:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	return s.Store.Claim(ctx, p)
 }

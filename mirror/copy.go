@@ -221,7 +221,8 @@ func (m *Mirror) copyAhead(ctx context.Context, r *copyRun) (reservation.Fence, 
 	if err != nil {
 		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
 	}
-	if cp.Size >= m.cfg.CopyInline {
+	large := cp.Size >= m.cfg.CopyInline
+	if large {
 		// Redis decides (StartCopy checked it) and the copy is long:
 		// callers follow Redis until the cut-over.
 		m.copies.mu.Lock()
@@ -255,21 +256,31 @@ func (m *Mirror) copyAhead(ctx context.Context, r *copyRun) (reservation.Fence, 
 		return mf, "joined", nil
 	}
 	defer copier.Close()
-	pos, err := m.copyAll(ctx, shop, copier, cp)
+	// A small shop's caller waits for the whole handoff: it goes flat
+	// out. A large one's copy runs beside the pod's calls: it rests
+	// (Config.CopyRest) and refills the pools it emptied.
+	rest := func(took time.Duration) error { return nil }
+	if large {
+		rest = func(took time.Duration) error { return m.rest(ctx, took) }
+	}
+	pos, err := m.copyAll(ctx, shop, copier, cp, rest)
 	if err != nil {
 		return reservation.Fence{}, "", err
 	}
 	if m.afterCopy != nil {
 		m.afterCopy(shop)
 	}
-	// The copy took the units of the holds it wrote out of the pools:
-	// refill them now, while Redis decides, rather than in the first
-	// reserves MySQL decides after the cut-over.
-	if _, err := copier.Refill(ctx, func(took time.Duration) error { return m.rest(ctx, took) }); err != nil {
-		return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
+	if large {
+		// The copy took the units of the holds it wrote out of the
+		// pools: refill them now, while Redis decides, rather than in the
+		// first reserves MySQL decides after the cut-over (a refill sums
+		// the item's holds: the larger the shop, the longer).
+		if _, err := copier.Refill(ctx, rest); err != nil {
+			return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
+		}
 	}
 	for range m.cfg.CatchUpRounds {
-		n, next, err := m.catchUp(ctx, shop, copier, cp.ID, pos)
+		n, next, err := m.catchUp(ctx, shop, copier, cp.ID, pos, rest)
 		if err != nil {
 			return reservation.Fence{}, "", err
 		}
@@ -290,7 +301,7 @@ func (m *Mirror) copyAhead(ctx context.Context, r *copyRun) (reservation.Fence, 
 // (Store.Tokens), and every token that changed after StartCopy is in the
 // log the catch-up reads. No step handles the whole shop at once: the
 // copy's work comes in small pieces between the pod's calls.
-func (m *Mirror) copyAll(ctx context.Context, shop int64, copier *mysqlstore.Copier, cp redisstore.Copy) (int64, error) {
+func (m *Mirror) copyAll(ctx context.Context, shop int64, copier *mysqlstore.Copier, cp redisstore.Copy, rest func(time.Duration) error) (int64, error) {
 	seen := map[string]bool{}
 	copyPage := func(page []string) error {
 		fresh := make([]string, 0, len(page))
@@ -310,7 +321,7 @@ func (m *Mirror) copyAll(ctx context.Context, shop int64, copier *mysqlstore.Cop
 				return fmt.Errorf("mirror: hand shop %d to mysql: copy: %w", shop, err)
 			}
 			m.metrics.copied.Add(float64(len(chunk)))
-			if err := m.rest(ctx, time.Since(start)); err != nil {
+			if err := rest(time.Since(start)); err != nil {
 				return err
 			}
 		}
@@ -327,7 +338,7 @@ func (m *Mirror) copyAll(ctx context.Context, shop int64, copier *mysqlstore.Cop
 
 // catchUp copies again every token logged after pos and returns how many
 // there were and the position it read up to.
-func (m *Mirror) catchUp(ctx context.Context, shop int64, copier *mysqlstore.Copier, id, pos int64) (int, int64, error) {
+func (m *Mirror) catchUp(ctx context.Context, shop int64, copier *mysqlstore.Copier, id, pos int64, rest func(time.Duration) error) (int, int64, error) {
 	tokens, next, err := m.changed(ctx, shop, id, pos)
 	if err != nil {
 		return 0, 0, err
@@ -342,7 +353,7 @@ func (m *Mirror) catchUp(ctx context.Context, shop int64, copier *mysqlstore.Cop
 			return 0, 0, fmt.Errorf("mirror: hand shop %d to mysql: catch up: %w", shop, err)
 		}
 		m.metrics.copied.Add(float64(len(chunk)))
-		if err := m.rest(ctx, time.Since(start)); err != nil {
+		if err := rest(time.Since(start)); err != nil {
 			return 0, 0, err
 		}
 	}

@@ -572,13 +572,21 @@ func (w *world) settle() {
 // waitFor polls cond until it holds or the time is up (a failure).
 func (w *world) waitFor(what string, within time.Duration, cond func() bool) {
 	w.t.Helper()
+	if !w.waitUntil(within, cond) {
+		w.t.Fatalf("waited %s for %s", within, what)
+	}
+}
+
+// waitUntil polls cond until it holds (true) or within passes (false).
+func (w *world) waitUntil(within time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			w.t.Fatalf("waited %s for %s", within, what)
+			return false
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return true
 }
 
 // stockUp stocks the next batch of items (cfg.items of them) in every
