@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -177,26 +176,7 @@ func reserveParams(shop int64, token string, lines []reservation.Line) *reservat
 // forEach runs fn for 0..n-1 on up to 16 goroutines and returns the first
 // error.
 func forEach(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(n, 16) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				if err := fn(ctx, i); err != nil {
-					cancel(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return context.Cause(ctx)
+	return forEachN(ctx, n, 16, fn)
 }
 
 // ---------------------------------------------------------------- unit pool
