@@ -359,41 +359,35 @@ func (f *Facade) Adjust(ctx context.Context, p *reservation.AdjustParams) (reser
 // decider by the relay) or MySQL's shadow hold (its own allocation, made
 // only to be compared) as if it were the reservation.
 func (f *Facade) Get(ctx context.Context, p *reservation.GetParams) (reservation.Hold, error) {
-	d, plan, err := f.decide(ctx, p.Shop)
-	if err != nil {
-		return reservation.Hold{}, err
-	}
 	q := *p
 	q.AsDecider = true
-	var h reservation.Hold
-	_, err = f.decided(ctx, p.Shop, d, plan, func(s reservation.Store) error {
-		var e error
-		h, e = s.Get(ctx, &q)
-		return e
-	})
-	if err != nil {
-		return reservation.Hold{}, err
-	}
-	return h, nil
+	return readDecided(ctx, f, p.Shop, func(s reservation.Store) (reservation.Hold, error) { return s.Get(ctx, &q) })
 }
 
 // Availability reads what a buyer could reserve now from the shop's
 // decider, through the fences as Get does.
 func (f *Facade) Availability(ctx context.Context, p *reservation.AvailabilityParams) (reservation.AvailabilityResult, error) {
-	d, plan, err := f.decide(ctx, p.Shop)
-	if err != nil {
-		return reservation.AvailabilityResult{}, err
-	}
 	q := *p
 	q.AsDecider = true
-	var res reservation.AvailabilityResult
-	_, err = f.decided(ctx, p.Shop, d, plan, func(s reservation.Store) error {
+	return readDecided(ctx, f, p.Shop, func(s reservation.Store) (reservation.AvailabilityResult, error) { return s.Availability(ctx, &q) })
+}
+
+// readDecided has the shop's decider answer a read (asked AsDecider, so a
+// store that does not decide refuses and the fences route it on).
+func readDecided[R any](ctx context.Context, f *Facade, shop int64, read func(reservation.Store) (R, error)) (R, error) {
+	var res R
+	d, plan, err := f.decide(ctx, shop)
+	if err != nil {
+		return res, err
+	}
+	_, err = f.decided(ctx, shop, d, plan, func(s reservation.Store) error {
 		var e error
-		res, e = s.Availability(ctx, &q)
+		res, e = read(s)
 		return e
 	})
 	if err != nil {
-		return reservation.AvailabilityResult{}, err
+		var zero R
+		return zero, err
 	}
 	return res, nil
 }

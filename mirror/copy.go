@@ -43,7 +43,6 @@ const busyFor = 50 * time.Millisecond
 // background: the copy ahead and the cut-over.
 type copyRun struct {
 	shop, epoch int64
-	started     time.Time
 	// follow is Redis's fence when the run started, Redis deciding: the
 	// decider callers follow until the cut-over. known is closed once it
 	// is set, and only for a shop large enough to copy in the background
@@ -140,11 +139,9 @@ func (m *Mirror) following(r *copyRun) reservation.Fence {
 	return r.follow
 }
 
-// startCopy returns the shop's copy run for epoch, starting one unless one
+// startCopy returns the shop's copy run, starting one at epoch unless one
 // is under way (or, for a caller that follows, ended with ErrCopyBusy less
-// than busyFor ago: such a caller follows Redis anyway). A run
-// under way for another epoch is joined too: its cut-over moves the fence
-// to the epoch Redis yields at, and the caller compares epochs itself.
+// than busyFor ago: such a caller follows Redis anyway).
 func (m *Mirror) startCopy(shop, epoch int64, follow bool) *copyRun {
 	m.copies.mu.Lock()
 	defer m.copies.mu.Unlock()
@@ -155,20 +152,17 @@ func (m *Mirror) startCopy(shop, epoch int64, follow bool) *copyRun {
 				return r
 			}
 		default:
-			if r.epoch >= epoch {
-				return r
-			}
-			// An older epoch's copy: it yields Redis at its own epoch,
-			// which the caller's flags already passed. Join it anyway:
-			// two copiers of one shop would only wait for each other.
+			// Under way, for this epoch or another: an older epoch's copy
+			// yields Redis at its own epoch, and the caller compares
+			// epochs itself. Two copiers of one shop would only wait for
+			// each other.
 			return r
 		}
 	}
 	if m.copies.m == nil {
 		m.copies.m = map[int64]*copyRun{}
 	}
-	r := &copyRun{shop: shop, epoch: epoch, started: time.Now(),
-		known: make(chan struct{}), cutover: make(chan struct{}), done: make(chan struct{})}
+	r := &copyRun{shop: shop, epoch: epoch, known: make(chan struct{}), cutover: make(chan struct{}), done: make(chan struct{})}
 	m.copies.m[shop] = r
 	m.bg.Add(1)
 	go func() {
@@ -263,10 +257,10 @@ func (m *Mirror) copyAhead(ctx context.Context, r *copyRun) (reservation.Fence, 
 	if large {
 		rest = func(took time.Duration) error { return m.rest(ctx, took) }
 	}
-	pos, err := m.copyAll(ctx, shop, copier, cp, rest)
-	if err != nil {
+	if err := m.copyAll(ctx, shop, copier, rest); err != nil {
 		return reservation.Fence{}, "", err
 	}
+	pos := cp.Seq // the copy is complete up to the log's position at its start
 	if m.afterCopy != nil {
 		m.afterCopy(shop)
 	}
@@ -293,15 +287,14 @@ func (m *Mirror) copyAhead(ctx context.Context, r *copyRun) (reservation.Fence, 
 }
 
 // copyAll copies every token MySQL holds (a shadow hold of a cart Redis
-// never held is dropped) and every token Redis has, and returns the log's
-// position the copy is complete up to. It streams: each page of MySQL's
-// held tokens, then of Redis's walk, is copied a part at a time, Redis's
-// records read just before each part, with a rest after each, while Redis
-// keeps deciding. Redis's walk misses no token left unchanged during it
-// (Store.Tokens), and every token that changed after StartCopy is in the
-// log the catch-up reads. No step handles the whole shop at once: the
-// copy's work comes in small pieces between the pod's calls.
-func (m *Mirror) copyAll(ctx context.Context, shop int64, copier *mysqlstore.Copier, cp redisstore.Copy, rest func(time.Duration) error) (int64, error) {
+// never held is dropped) and every token Redis has. It streams: each page
+// of MySQL's held tokens, then of Redis's walk, is copied as it comes
+// (copyTokens), while Redis keeps deciding. Redis's walk misses no token
+// left unchanged during it (Store.Tokens), and every token that changed
+// after StartCopy is in the log the catch-up reads. No step handles the
+// whole shop at once: the copy's work comes in small pieces between the
+// pod's calls.
+func (m *Mirror) copyAll(ctx context.Context, shop int64, copier *mysqlstore.Copier, rest func(time.Duration) error) error {
 	seen := map[string]bool{}
 	copyPage := func(page []string) error {
 		fresh := make([]string, 0, len(page))
@@ -311,29 +304,15 @@ func (m *Mirror) copyAll(ctx context.Context, shop int64, copier *mysqlstore.Cop
 				fresh = append(fresh, t)
 			}
 		}
-		for chunk := range slices.Chunk(fresh, copyPart) {
-			start := time.Now()
-			part, err := m.cfg.Redis.Records(ctx, shop, chunk)
-			if err != nil {
-				return fmt.Errorf("mirror: hand shop %d to mysql: copy: %w", shop, err)
-			}
-			if err := copier.Copy(ctx, &part); err != nil {
-				return fmt.Errorf("mirror: hand shop %d to mysql: copy: %w", shop, err)
-			}
-			m.metrics.copied.Add(float64(len(chunk)))
-			if err := rest(time.Since(start)); err != nil {
-				return err
-			}
-		}
-		return nil
+		return m.copyTokens(ctx, shop, copier, fresh, rest)
 	}
 	if err := copier.Held(ctx, copyPage); err != nil {
-		return 0, fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
+		return fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
 	}
 	if err := m.cfg.Redis.Tokens(ctx, shop, copyPage); err != nil {
-		return 0, fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
+		return fmt.Errorf("mirror: hand shop %d to mysql: %w", shop, err)
 	}
-	return cp.Seq, nil
+	return nil
 }
 
 // catchUp copies again every token logged after pos and returns how many
@@ -343,21 +322,30 @@ func (m *Mirror) catchUp(ctx context.Context, shop int64, copier *mysqlstore.Cop
 	if err != nil {
 		return 0, 0, err
 	}
+	if err := m.copyTokens(ctx, shop, copier, tokens, rest); err != nil {
+		return 0, 0, err
+	}
+	return len(tokens), next, nil
+}
+
+// copyTokens copies tokens a part at a time: Redis's records of a part,
+// read just before MySQL writes them, then a rest.
+func (m *Mirror) copyTokens(ctx context.Context, shop int64, copier *mysqlstore.Copier, tokens []string, rest func(time.Duration) error) error {
 	for chunk := range slices.Chunk(tokens, copyPart) {
 		start := time.Now()
 		part, err := m.cfg.Redis.Records(ctx, shop, chunk)
 		if err != nil {
-			return 0, 0, fmt.Errorf("mirror: hand shop %d to mysql: catch up: %w", shop, err)
+			return fmt.Errorf("mirror: hand shop %d to mysql: copy: %w", shop, err)
 		}
 		if err := copier.Copy(ctx, &part); err != nil {
-			return 0, 0, fmt.Errorf("mirror: hand shop %d to mysql: catch up: %w", shop, err)
+			return fmt.Errorf("mirror: hand shop %d to mysql: copy: %w", shop, err)
 		}
 		m.metrics.copied.Add(float64(len(chunk)))
 		if err := rest(time.Since(start)); err != nil {
-			return 0, 0, err
+			return err
 		}
 	}
-	return len(tokens), next, nil
+	return nil
 }
 
 // rest paces a copy: after a part that took took, it waits took times
@@ -365,18 +353,10 @@ func (m *Mirror) catchUp(ctx context.Context, shop int64, copier *mysqlstore.Cop
 // calls (gh-ost throttles its row copy for the same reason). The
 // cut-over does not rest: it is the shop's undecided window.
 func (m *Mirror) rest(ctx context.Context, took time.Duration) error {
-	d := time.Duration(float64(took) * m.cfg.CopyRest)
-	if d <= 0 {
-		return nil
+	if d := time.Duration(float64(took) * m.cfg.CopyRest); d > 0 {
+		sleep(ctx, d, nil)
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return ctx.Err()
 }
 
 // changed reads every token of the copy's log after pos, deduplicated.

@@ -183,11 +183,7 @@ func (s *Store) Records(ctx context.Context, shop int64, tokens []string) (reser
 				return reservation.Snapshot{}, fmt.Errorf("redisstore: records of shop %d: hold %q: %w", shop, t, err)
 			}
 			if len(m) > 0 {
-				flat := make([]any, 0, 2*len(m))
-				for f, v := range m {
-					flat = append(flat, f, v)
-				}
-				h, err := parseHold(flat)
+				h, err := parseHoldMap(m)
 				if err != nil {
 					return reservation.Snapshot{}, fmt.Errorf("redisstore: records of shop %d: token %q: %w", shop, t, err)
 				}

@@ -151,6 +151,15 @@ func parseHold(v any) (holdRecord, error) {
 	return h, nil
 }
 
+// parseHoldMap reads an HGETALL reply as go-redis's map gives it.
+func parseHoldMap(m map[string]string) (holdRecord, error) {
+	flat := make([]any, 0, 2*len(m))
+	for f, v := range m {
+		flat = append(flat, f, v)
+	}
+	return parseHold(flat)
+}
+
 // hold turns a record into the reservation.Hold it stands for.
 func (h holdRecord) hold(shop int64, token string) reservation.Hold {
 	return reservation.Hold{Shop: shop, Token: token, Allocations: h.allocs, ExpiresAt: msTime(h.expiresMS), Authority: h.authority}

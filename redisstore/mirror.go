@@ -110,11 +110,7 @@ func (s *Store) Snapshot(ctx context.Context, shop int64) (reservation.Snapshot,
 			if err != nil || len(m) == 0 {
 				return err // an index entry without a hold holds nothing
 			}
-			flat := make([]any, 0, 2*len(m))
-			for f, v := range m {
-				flat = append(flat, f, v)
-			}
-			h, err := parseHold(flat)
+			h, err := parseHoldMap(m)
 			if err != nil {
 				return fmt.Errorf("token %q: %w", token, err)
 			}
