@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"path"
@@ -104,8 +105,9 @@ type jobSpec struct {
 }
 
 type serviceSpec struct {
-	Selector map[string]string `yaml:"selector"`
-	Ports    []struct {
+	Selector                 map[string]string `yaml:"selector"`
+	PublishNotReadyAddresses *bool             `yaml:"publishNotReadyAddresses"`
+	Ports                    []struct {
 		Name       string    `yaml:"name"`
 		Port       int       `yaml:"port"`
 		TargetPort yaml.Node `yaml:"targetPort"`
@@ -116,6 +118,69 @@ type pdbSpec struct {
 	Selector       labelSelector `yaml:"selector"`
 	MaxUnavailable *int          `yaml:"maxUnavailable"`
 	MinAvailable   *int          `yaml:"minAvailable"`
+}
+
+// networkPolicySpec is the whole of a NetworkPolicy's spec, decoded
+// strictly (see strictly): a field misspelt here could open the admin
+// port to everyone while the check read it as closed.
+type networkPolicySpec struct {
+	PodSelector labelSelector `yaml:"podSelector"`
+	PolicyTypes []string      `yaml:"policyTypes"`
+	Ingress     []struct {
+		Ports []policyPort `yaml:"ports"`
+		From  []policyPeer `yaml:"from"`
+	} `yaml:"ingress"`
+	Egress []struct {
+		Ports []policyPort `yaml:"ports"`
+		To    []policyPeer `yaml:"to"`
+	} `yaml:"egress"`
+}
+
+type policyPort struct {
+	Protocol string    `yaml:"protocol"`
+	Port     yaml.Node `yaml:"port"`
+	EndPort  *int      `yaml:"endPort"`
+}
+
+type policyPeer struct {
+	PodSelector       *labelSelector `yaml:"podSelector"`
+	NamespaceSelector *labelSelector `yaml:"namespaceSelector"`
+	IPBlock           *struct {
+		CIDR   string   `yaml:"cidr"`
+		Except []string `yaml:"except"`
+	} `yaml:"ipBlock"`
+}
+
+func (p policyPeer) String() string {
+	var parts []string
+	if p.NamespaceSelector != nil {
+		parts = append(parts, fmt.Sprintf("namespaceSelector %v", p.NamespaceSelector.MatchLabels))
+	}
+	if p.PodSelector != nil {
+		parts = append(parts, fmt.Sprintf("podSelector %v", p.PodSelector.MatchLabels))
+	}
+	if p.IPBlock != nil {
+		parts = append(parts, "ipBlock "+p.IPBlock.CIDR)
+	}
+	if len(parts) == 0 {
+		return "an empty peer"
+	}
+	return strings.Join(parts, " and ")
+}
+
+// strictly decodes into v and fails on any field v does not have. The
+// other specs are partial on purpose; a spec whose misspelt field would
+// fail open (the NetworkPolicy) is modelled whole and decoded strictly.
+type strictly struct{ v any }
+
+func (s strictly) UnmarshalYAML(n *yaml.Node) error {
+	b, err := yaml.Marshal(n)
+	if err != nil {
+		return err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	return dec.Decode(s.v)
 }
 
 type podTemplate struct {
@@ -672,8 +737,10 @@ func checkServices(t tb, r *repo) {
 		if !subset(spec.Selector, s.spec.Template.Metadata.Labels) {
 			t.Errorf("%s: selector %v does not select the Deployment's pods %v", o, spec.Selector, s.spec.Template.Metadata.Labels)
 		}
+		reaches := map[int]bool{}
 		for _, p := range spec.Ports {
 			target := s.resolvePort(p.TargetPort)
+			reaches[target] = true
 			switch {
 			case target == 0:
 				t.Errorf("%s: port %s targets %q, which is no container port", o, p.Name, p.TargetPort.Value)
@@ -681,6 +748,15 @@ func checkServices(t tb, r *repo) {
 				t.Errorf("%s: port %s is %d but targets container port %d: keep them equal", o, p.Name, p.Port, target)
 			}
 			exposed[target] = true
+		}
+		// Readiness says whether a replica takes checkout traffic, not
+		// whether operators can reach it.
+		publish := spec.PublishNotReadyAddresses != nil && *spec.PublishNotReadyAddresses
+		switch {
+		case reaches[s.ports["checkout"]] && publish:
+			t.Errorf("%s: publishNotReadyAddresses sends checkout traffic to replicas that are not ready (draining, no valid flags, schema behind)", o)
+		case reaches[s.ports["admin"]] && !publish:
+			t.Errorf("%s: publishNotReadyAddresses is not true: a replica that turns unready leaves this Service, and an unready fleet takes the operators' route to the kill switch with it, in the incident that needs it", o)
 		}
 	}
 	for name, port := range s.ports {
@@ -690,6 +766,78 @@ func checkServices(t tb, r *repo) {
 	}
 	if n := len(svcs); n < 2 {
 		t.Errorf("%d Service(s): the checkout API and the admin listener should be exposed apart", n)
+	}
+}
+
+// adminAccess is the namespace label the NetworkPolicy lets reach the
+// admin port (docs/deploy.md, "The admin plane during an incident").
+const adminAccess = "reservoir/admin-access"
+
+// The NetworkPolicy selects exactly the server pods, governs their
+// ingress only, leaves the checkout port open to every checkout client,
+// and lets only namespaces labelled reservoir/admin-access=true reach the
+// admin port (the admin API and its kill switch, the dashboard, /metrics).
+func TestNetworkPolicy(t *testing.T) { checkNetworkPolicy(t, thisRepo) }
+
+func checkNetworkPolicy(t tb, r *repo) {
+	s := loadServed(t, r)
+	var spec networkPolicySpec
+	o := s.m.one(t, "NetworkPolicy", &strictly{&spec})
+	if !maps.Equal(spec.PodSelector.MatchLabels, s.spec.Selector.MatchLabels) {
+		t.Errorf("%s: podSelector %v, want exactly the server pods' labels %v (the Deployment's selector)", o, spec.PodSelector.MatchLabels, s.spec.Selector.MatchLabels)
+	}
+	if !slices.Equal(spec.PolicyTypes, []string{"Ingress"}) || len(spec.Egress) > 0 {
+		t.Errorf("%s: policyTypes %v with %d egress rule(s), want [Ingress] alone: the replicas' connections to MySQL and Redis are not this policy's to cut", o, spec.PolicyTypes, len(spec.Egress))
+	}
+	// covers reports whether a rule's ports reach the container port
+	// named name: no ports (every port), an entry without a port (every
+	// port of its protocol), the name, its number, or a range holding it.
+	covers := func(ports []policyPort, name string) bool {
+		if len(ports) == 0 {
+			return true
+		}
+		for _, p := range ports {
+			n, err := strconv.Atoi(p.Port.Value)
+			switch {
+			case p.Port.Value == "" || p.Port.Value == name:
+				return true
+			case err == nil && (n == s.ports[name] || (p.EndPort != nil && n <= s.ports[name] && s.ports[name] <= *p.EndPort)):
+				return true
+			}
+		}
+		return false
+	}
+	openCheckout, adminReached := false, false
+	for i, rule := range spec.Ingress {
+		for _, p := range rule.Ports {
+			if _, err := strconv.Atoi(p.Port.Value); err != nil && p.Port.Value != "" && s.ports[p.Port.Value] == 0 {
+				t.Errorf("%s: ingress rule %d names port %q, which the container does not have: the rule matches nothing", o, i, p.Port.Value)
+			}
+		}
+		if covers(rule.Ports, "checkout") && len(rule.From) == 0 {
+			openCheckout = true
+		}
+		if !covers(rule.Ports, "admin") {
+			continue
+		}
+		if len(rule.From) == 0 {
+			t.Errorf("%s: ingress rule %d opens the admin port to every source: the admin API and its kill switch would be one token away from anything that reaches the pods", o, i)
+			continue
+		}
+		for _, peer := range rule.From {
+			ns := peer.NamespaceSelector
+			if ns != nil && peer.PodSelector == nil && peer.IPBlock == nil && maps.Equal(ns.MatchLabels, map[string]string{adminAccess: "true"}) {
+				adminReached = true
+				continue
+			}
+			t.Errorf("%s: ingress rule %d lets %s reach the admin port; only namespaces labelled %s=true may", o, i, peer, adminAccess)
+		}
+	}
+	if !openCheckout {
+		t.Errorf("%s: no ingress rule opens the checkout port (%d) to every source: checkout clients outside the labelled namespaces would be refused", o, s.ports["checkout"])
+	}
+	if !adminReached {
+		t.Errorf("%s: no ingress rule lets namespaces labelled %s=true reach the admin port (%d): operators and Prometheus would be refused", o, adminAccess, s.ports["admin"])
 	}
 }
 
@@ -1241,6 +1389,7 @@ func TestChecksCatchBreakage(t *testing.T) {
 		cm      = "deploy/kubernetes/configmap.yaml"
 		job     = "deploy/kubernetes/migrate-job.yaml"
 		secrets = "deploy/kubernetes/secrets.example.yaml"
+		np      = "deploy/kubernetes/networkpolicy.yaml"
 	)
 	// The Job's init containers (the control database's migration) and
 	// containers (each pod's, then `rollout init`), to plant a move of
@@ -1279,6 +1428,24 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{"service port apart", svc, "port: 8081", "port: 9091", checkServices, "keep them equal"},
 		{"service selects nothing", svc, "app.kubernetes.io/component: server\n  ports:\n    - name: admin", "app.kubernetes.io/component: worker\n  ports:\n    - name: admin",
 			checkServices, "does not select"},
+		{"admin Service drops unready replicas", svc, "  publishNotReadyAddresses: true\n", "", checkServices, "publishNotReadyAddresses is not true"},
+		{"checkout Service keeps unready replicas", svc, "  # Checkout traffic follows readiness: no publishNotReadyAddresses here.\n",
+			"  # Checkout traffic follows readiness: no publishNotReadyAddresses here.\n  publishNotReadyAddresses: true\n",
+			checkServices, "sends checkout traffic to replicas that are not ready"},
+		{"admin port open to all", np, "      from:\n        - namespaceSelector:\n            matchLabels:\n              reservoir/admin-access: \"true\"\n", "",
+			checkNetworkPolicy, "opens the admin port to every source"},
+		{"checkout rule on every port", np, "    - ports:\n        - port: checkout\n          protocol: TCP\n", "    - {}\n",
+			checkNetworkPolicy, "ingress rule 0 opens the admin port to every source"},
+		{"admin-access label changed", np, `reservoir/admin-access: "true"`, `reservoir/admin: "true"`,
+			checkNetworkPolicy, "lets namespaceSelector map[reservoir/admin:true] reach the admin port; only namespaces labelled reservoir/admin-access=true may"},
+		{"admin open to the namespace's pods", np, "        - namespaceSelector:\n", "        - podSelector: {}\n          namespaceSelector:\n",
+			checkNetworkPolicy, "lets namespaceSelector map[reservoir/admin-access:true] and podSelector map[] reach the admin port"},
+		{"checkout restricted", np, "        - port: checkout\n          protocol: TCP\n", "        - port: checkout\n          protocol: TCP\n      from:\n        - podSelector: {}\n",
+			checkNetworkPolicy, "no ingress rule opens the checkout port"},
+		{"policy selects other pods", np, "      app.kubernetes.io/component: server\n  policyTypes:", "      app.kubernetes.io/component: worker\n  policyTypes:",
+			checkNetworkPolicy, "want exactly the server pods' labels"},
+		{"egress denied", np, "    - Ingress\n", "    - Ingress\n    - Egress\n", checkNetworkPolicy, "want [Ingress] alone"},
+		{"a misspelt field in the policy", np, "      from:\n", "      form:\n", checkNetworkPolicy, "field form not found"},
 		{"PDB selects other pods", pdb, "app.kubernetes.io/component: server", "app.kubernetes.io/component: worker", checkPodDisruptionBudget, "does not select"},
 		{"PDB blocks drains", pdb, "maxUnavailable: 1", "maxUnavailable: 0", checkPodDisruptionBudget, "blocks every node drain"},
 		{"a DSN inline", cm, `mysql_dsn = "${RESERVOIR_POD_A_DSN}"`, `mysql_dsn = "reservoir:hunter2@tcp(mysql-a:3306)/reservoir"`,
