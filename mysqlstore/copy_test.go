@@ -163,3 +163,54 @@ func TestCopyAfterAForcedHandoff(t *testing.T) {
 		t.Errorf("MySQL's hold from before the forced handoff, which Redis does not have: %v, want dropped", err)
 	}
 }
+
+// A hold copied ahead of a cut-over is Redis's until the cut-over: MySQL's
+// reaper leaves it alone while the copy is under way, even past its
+// expiry (Redis expires it, or MySQL does once it decides), and expires it
+// with a change for Redis after the cut-over. Were it expired quietly
+// during the copy as a shadow hold, and the cut-over had nothing newer to
+// copy, MySQL would decide a shop whose Redis still holds that hold (and
+// offers its units to nobody): nothing would ever tell Redis.
+func TestCopiedHoldsExpireOnlyOnceMySQLDecides(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, 10)
+	b.stock(t, 1, 1, 5)
+	handOff(b.s)(t, shop) // Redis decides (redis@2)
+	copier, _, err := b.s.BeginCopy(ctx, shop, 7, redis2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer copier.Close()
+	due := reservation.Hold{Shop: shop, Token: "due", Allocations: []reservation.Allocation{{Item: 1, Location: 1, Quantity: 2}},
+		ExpiresAt: time.Now().Add(-time.Second).Truncate(time.Millisecond).UTC(), Authority: reservation.AuthorityRedis}
+	if err := copier.Copy(ctx, &reservation.Snapshot{Shop: shop, Tokens: []string{"due"}, Holds: []reservation.Hold{due}}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := b.s.Reap(ctx, &reservation.ReapParams{}); err != nil || res.Holds != 0 {
+		t.Fatalf("reap during the copy: %+v %v, want nothing expired", res, err)
+	}
+	if h, err := b.s.Get(ctx, &reservation.GetParams{Shop: shop, Token: "due"}); err != nil || h.Quantity() != 2 {
+		t.Fatalf("the copied hold after a reap during the copy: %+v %v, want still held", h, err)
+	}
+	if _, err := copier.TakeOver(ctx, &reservation.Snapshot{Shop: shop, Tokens: []string{}}, 3); err != nil {
+		t.Fatal(err)
+	}
+	var before int
+	if err := b.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM reservation_outbox WHERE shop_id = ? AND kind = 'state' AND token = 'due'`, shop).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := b.s.Reap(ctx, &reservation.ReapParams{}); err != nil || res.Holds != 1 {
+		t.Fatalf("reap after the cut-over: %+v %v, want the hold expired", res, err)
+	}
+	if _, err := b.s.Get(ctx, &reservation.GetParams{Shop: shop, Token: "due", AsDecider: true}); !errors.Is(err, reservation.ErrExpired) {
+		t.Errorf("the hold after the reap: %v, want expired", err)
+	}
+	var after int
+	if err := b.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM reservation_outbox WHERE shop_id = ? AND kind = 'state' AND token = 'due'`, shop).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if after != before+1 {
+		t.Errorf("changes for Redis about the expiry: %d, want %d: Redis would keep the hold", after, before+1)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 
 	"github.com/seed31b0e981/reservoir/reservation"
 )
@@ -18,9 +19,10 @@ import (
 // part of a cart. Several reapers share the work and each hold is expired
 // once. A shop MySQL decides gets expired tombstones and changes for Redis
 // to follow; in a shop Redis decides, MySQL's own shadow holds expire
-// quietly (Redis expires the real ones). Like Release, it deletes the hold
-// lines; the replenisher brings the units back into the pool when a
-// reserve needs them.
+// quietly (Redis expires the real ones), and in a shop being copied into
+// MySQL nothing expires: the copied holds are Redis's until the cut-over.
+// Like Release, it deletes the hold lines; the replenisher brings the units
+// back into the pool when a reserve needs them.
 func (s *Store) Reap(ctx context.Context, p *reservation.ReapParams) (reservation.ReapResult, error) {
 	if err := s.cfg.Limits.ValidateReap(p); err != nil {
 		return reservation.ReapResult{}, err
@@ -39,9 +41,13 @@ func (s *Store) Reap(ctx context.Context, p *reservation.ReapParams) (reservatio
 		if err != nil || len(due) == 0 {
 			return err
 		}
-		deciding, err := s.decidingShops(ctx, tx, due)
+		deciding, copying, err := s.decidingShops(ctx, tx, due)
 		if err != nil {
 			return err
+		}
+		due = slices.DeleteFunc(due, func(d dueReservation) bool { return copying[d.shop] })
+		if len(due) == 0 {
+			return nil
 		}
 		args := make([]any, 0, 2*len(due))
 		for _, d := range due {
@@ -109,10 +115,12 @@ func (s *Store) dueReservations(ctx context.Context, tx *sql.Tx, limit int) ([]d
 	return due, rows.Err()
 }
 
-// decidingShops returns which shops of due MySQL decides, holding a shared
-// lock on their fence rows until the reap commits, so that a handoff to
-// Redis drains these changes before Redis decides.
-func (s *Store) decidingShops(ctx context.Context, tx *sql.Tx, due []dueReservation) (map[int64]bool, error) {
+// decidingShops returns which shops of due MySQL decides, and which a copy
+// into MySQL is under way in, holding a shared lock on their fence rows
+// until the reap commits: a handoff to Redis drains these changes before
+// Redis decides, and a copy that began since the select waits for the
+// reap instead of being overtaken by it.
+func (s *Store) decidingShops(ctx context.Context, tx *sql.Tx, due []dueReservation) (deciding, copying map[int64]bool, err error) {
 	seen := map[int64]bool{}
 	var args []any
 	for _, d := range due {
@@ -123,18 +131,20 @@ func (s *Store) decidingShops(ctx context.Context, tx *sql.Tx, due []dueReservat
 	}
 	rows, err := tx.QueryContext(ctx, reapFencesQuery(len(args)), args...)
 	if err != nil {
-		return nil, fmt.Errorf("mysqlstore: reap: fences: %w", err)
+		return nil, nil, fmt.Errorf("mysqlstore: reap: fences: %w", err)
 	}
 	defer rows.Close()
-	out := map[int64]bool{}
+	deciding, copying = map[int64]bool{}, map[int64]bool{}
 	for rows.Next() {
-		var shop int64
-		if err := rows.Scan(&shop); err != nil {
-			return nil, err
+		var shop, copy int64
+		var decider string
+		if err := rows.Scan(&shop, &decider, &copy); err != nil {
+			return nil, nil, err
 		}
-		out[shop] = true
+		deciding[shop] = decider == string(reservation.AuthorityMySQL)
+		copying[shop] = copy != 0
 	}
-	return out, rows.Err()
+	return deciding, copying, rows.Err()
 }
 
 // forget deletes up to limit tombstones past their time (their hold's

@@ -268,11 +268,19 @@ func poolInsertQuery(caller string, units int) string {
 const (
 	// Held reservations past their expiry, oldest first, whole (the state
 	// row stands for every line of the cart, so a claim holding it is never
-	// split by the reaper).
+	// split by the reaper), except in shops being copied into MySQL: their
+	// holds are Redis's, copied ahead of a cut-over, and only the decider
+	// expires them (Redis before the cut-over; MySQL after it, telling
+	// Redis). Skipping them here, not after the select, keeps a long copy's
+	// due holds from filling every batch.
 	sqlReapSelect = `/*caller='reap'*/ SELECT shop_id, token, allocations FROM reservations
   WHERE state = 'held' AND expires_at <= NOW(3)
+    AND NOT EXISTS (SELECT 1 FROM reservation_fences f WHERE f.shop_id = reservations.shop_id AND f.slot = 0 AND f.copying <> 0)
   ORDER BY state, expires_at LIMIT ? FOR UPDATE SKIP LOCKED`
-	sqlReapFencesPrefix = `/*caller='reap'*/ SELECT shop_id FROM reservation_fences WHERE decider = 'mysql' AND slot = 0 AND shop_id IN (`
+	// The due shops' fences, locked until the reap commits: which MySQL
+	// decides, and which a copy began on since the select (their holds are
+	// left alone, as the select would have).
+	sqlReapFencesPrefix = `/*caller='reap'*/ SELECT shop_id, decider, copying FROM reservation_fences WHERE slot = 0 AND shop_id IN (`
 	sqlReapExpirePrefix = `/*caller='reap'*/ UPDATE reservations SET state = 'expired', changed_at = NOW(3)
   WHERE state = 'held' AND (`
 	sqlReapDeletePrefix = `/*caller='reap'*/ DELETE FROM reserved_quantities WHERE `

@@ -408,6 +408,9 @@ func TestSoak(t *testing.T) {
 					pause(ctx, 500*time.Millisecond)
 					continue
 				}
+				if code == 409 && errorCode(body) == "refused" {
+					logDrift(ctx, t, rc, pods, g.rec)
+				}
 				t.Fatalf("kill %s %s (attempt %d): %d %s", scope, k, attempt, code, body)
 			}
 			answered := time.Now()
@@ -859,4 +862,40 @@ func tail(s string, n int) string {
 		return s
 	}
 	return "..." + s[len(s)-n:]
+}
+
+// logDrift logs what the reconciler finds on each pod, finding by finding,
+// and for each token found, its calls, its Redis hash and its MySQL row:
+// what a refused kill switch saw.
+func logDrift(ctx context.Context, t *testing.T, rc *reconcile.Reconciler, pods []*pod, rec *history.Recorder) {
+	t.Helper()
+	calls := rec.Calls()
+	for _, p := range pods {
+		rep, err := rc.Run(ctx, p.name, reconcile.Options{})
+		if err != nil {
+			t.Logf("reconcile %s: %v", p.name, err)
+			continue
+		}
+		for _, f := range rep.Findings {
+			t.Logf("reconcile %s: %s", p.name, f)
+			token, ok := strings.CutPrefix(f.Where, "token ")
+			if !ok {
+				continue
+			}
+			token = strings.Trim(token, `"`)
+			for _, c := range calls {
+				if c.Shop == f.Shop && c.Token == token {
+					t.Logf("  call %s %s..%s: %s %v exp %s unknown=%v via=%s err=%s", c.Op, c.CallAt.Format("15:04:05.000"), c.ReturnAt.Format("15:04:05.000"),
+						c.Result, c.Allocations, c.ExpiresAt.Format("15:04:05.000"), c.Unknown, c.Via, c.Err)
+				}
+			}
+			h, err := p.redis.Client.HGetAll(ctx, fmt.Sprintf("%s{shop:%d}:hold:%s", p.redis.Prefix, f.Shop, token)).Result()
+			t.Logf("  redis hold: %v (%v)", h, err)
+			var state, by, allocs string
+			var exp, changed time.Time
+			err = p.db.QueryRowContext(ctx, "SELECT state, decided_by, allocations, expires_at, changed_at FROM reservations WHERE shop_id = ? AND token = ?",
+				f.Shop, token).Scan(&state, &by, &allocs, &exp, &changed)
+			t.Logf("  mysql row: %s by %s %s exp %s changed %s (%v)", state, by, allocs, exp.Format("15:04:05.000"), changed.Format("15:04:05.000"), err)
+		}
+	}
 }
