@@ -41,6 +41,14 @@ type HandoffReader interface {
 	Handoffs(ctx context.Context, pod string) (p reservation.HandoffProgress, ok bool, err error)
 }
 
+// StoreChecker says whether a pod's store answers now (a ping). The cell
+// implements it.
+type StoreChecker interface {
+	// Reachable returns nil when pod's store answers, else why not, in
+	// words that name no host or user.
+	Reachable(ctx context.Context, pod string, store reservation.Authority) error
+}
+
 // ControllerConfig configures a Controller.
 type ControllerConfig struct {
 	// DB is the control database (migrated): rollout state and audit.
@@ -67,6 +75,12 @@ type ControllerConfig struct {
 	// Handoffs reports each pod's handoff progress, for Status (the
 	// fences beside the flags). Optional: without it Status reports none.
 	Handoffs HandoffReader
+	// Stores checks that a pod's store answers before a kill or release
+	// moves the pod's shops to it: a switch to a store that is down would
+	// turn the pod's calls into 503s instead of serving them, so it is
+	// refused while the other store keeps deciding. Optional: without it
+	// no store is checked.
+	Stores StoreChecker
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
 	// Propagation is how long a flags change takes to reach every replica
@@ -686,19 +700,52 @@ func (c *Controller) Kill(ctx context.Context, scope Scope, k Kill, o KillOption
 			}
 		}
 	}
+	attribution := Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()}
+	edit := func(f *Flags) error { return f.EngageKill(scope, k, attribution) }
+	if err := c.checkTarget(ctx, cur, scope, "kill", edit); err != nil {
+		return err
+	}
 	lag := c.lag(ctx, cur, scope)
 	if lag != "" && !o.DryRun {
 		fmt.Fprintf(o.Out, "relay lag at the switch: %s\n", lag)
 	}
-	attribution := Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()}
 	if lag != "" {
 		o.Reason += " [relay lag at the switch: " + lag + "]" // the audit's reason; the flags keep the operator's
 	}
-	edit := func(f *Flags) error { return f.EngageKill(scope, k, attribution) }
 	if over != nil {
 		return c.killOverInvalid(ctx, scope, "kill", cur, over, o, edit)
 	}
 	return c.kill(ctx, scope, "kill", cur.Version, o, edit)
+}
+
+// checkTarget refuses a kill or release (action) that would move a pod's
+// shops within scope to a store that does not answer (ControllerConfig.
+// Stores): the edit is tried on a copy of the flags, and each pod whose
+// deciding store it changes has the new one pinged. A shop scope is
+// judged by its pods' own shops' decisions.
+func (c *Controller) checkTarget(ctx context.Context, cur *Flags, scope Scope, action string, edit func(*Flags) error) error {
+	if c.cfg.Stores == nil {
+		return nil
+	}
+	after := cur.Clone()
+	if err := edit(after); err != nil {
+		return nil // the edit's own error is reported by the change itself
+	}
+	for _, pod := range c.cfg.Pods {
+		if scope.Kind == ScopePod && scope.Pod != pod {
+			continue
+		}
+		from, to := cur.Resolve(pod, scope.Shop).Route().Authority, after.Resolve(pod, scope.Shop).Route().Authority
+		if from == to {
+			continue
+		}
+		if err := c.cfg.Stores.Reachable(ctx, pod, to); err != nil {
+			return fmt.Errorf("%w: %s over %s: pod %s's %s does not answer (%v), so its shops would answer 503 instead of being served; "+
+				"%s keeps deciding them meanwhile. Wait until %s answers (GET /readyz lists the pod as degraded until then), then %s again",
+				ErrKillRefused, action, scope, pod, to, err, from, to, action)
+		}
+	}
+	return nil
 }
 
 // lag describes the relay lag of the plan's pods within scope.
@@ -739,6 +786,9 @@ func (c *Controller) Release(ctx context.Context, scope Scope, o KillOptions) er
 	}
 	edit := func(f *Flags) error {
 		return f.ReleaseKill(scope, Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()})
+	}
+	if err := c.checkTarget(ctx, cur, scope, "release", edit); err != nil {
+		return err
 	}
 	if over != nil {
 		err = c.killOverInvalid(ctx, scope, "release", cur, over, o, edit)

@@ -829,3 +829,62 @@ func TestJudgeHandoffs(t *testing.T) {
 		}
 	}
 }
+
+// fakeStores answers Reachable from a set of down (pod, store) pairs, and
+// records what it was asked.
+type fakeStores struct {
+	down  map[string]bool // "pod-a redis"
+	asked []string
+}
+
+func (f *fakeStores) Reachable(_ context.Context, pod string, store reservation.Authority) error {
+	k := pod + " " + string(store)
+	f.asked = append(f.asked, k)
+	if f.down[k] {
+		return errors.New("no answer to a ping within 1s")
+	}
+	return nil
+}
+
+// A kill or release that would move a pod's shops to a store that does
+// not answer is refused, saying which store and what to do, and the flags
+// stay; the store a switch leaves is never asked about, nor are pods it
+// does not move.
+func TestSwitchToAStoreThatDoesNotAnswerIsRefused(t *testing.T) {
+	ctx := context.Background()
+	b := setupController(t, true)
+	b.setMode(t, "pod-a", rollout.ModeMySQL)
+	stores := &fakeStores{down: map[string]bool{"pod-a redis": true}}
+	ctl := b.controller(t, func(c *rollout.ControllerConfig) { c.Reconciler, c.Stores = b.rc, stores })
+	o := rollout.KillOptions{Actor: "ana", Reason: "drill"}
+
+	err := ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, o)
+	if !errors.Is(err, rollout.ErrKillRefused) || !strings.Contains(err.Error(), "pod pod-a's redis does not answer (no answer to a ping within 1s)") ||
+		!strings.Contains(err.Error(), "mysql keeps deciding") {
+		t.Fatalf("kill to a Redis that does not answer: %v, want refused, naming the store and who keeps deciding", err)
+	}
+	if d := b.decision(t, "pod-a"); d.Kill != rollout.KillOff {
+		t.Fatalf("the flags changed after a refused kill: %+v", d)
+	}
+	if got := strings.Join(stores.asked, ","); got != "pod-a redis" {
+		t.Errorf("asked %q, want pod-a's redis only (pod-b is not moved: it is in redis mode)", got)
+	}
+
+	// Redis answers: the kill goes through. MySQL goes down: the release
+	// (back to MySQL) is refused, the kill stays engaged.
+	stores.down = map[string]bool{"pod-a mysql": true}
+	if err := ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, o); err != nil {
+		t.Fatal(err)
+	}
+	err = ctl.Release(ctx, rollout.PodScope("pod-a"), rollout.KillOptions{Actor: "ana", Reason: "over"})
+	if !errors.Is(err, rollout.ErrKillRefused) || !strings.Contains(err.Error(), "release over pod:pod-a: pod pod-a's mysql does not answer") {
+		t.Fatalf("release to a MySQL that does not answer: %v, want refused", err)
+	}
+	if d := b.decision(t, "pod-a"); d.Kill != rollout.KillRedis {
+		t.Fatalf("the kill switch after a refused release: %+v, want still engaged", d)
+	}
+	stores.down = nil
+	if err := ctl.Release(ctx, rollout.PodScope("pod-a"), rollout.KillOptions{Actor: "ana", Reason: "over"}); err != nil {
+		t.Fatal(err)
+	}
+}

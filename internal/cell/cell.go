@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -79,6 +78,18 @@ type Config struct {
 	// Replica names this replica in the pods' handoff reports (who swept).
 	// Default: the host name and process id.
 	Replica string
+	// HealthInterval is how often the cell pings every pod's MySQL and
+	// Redis (and the control database), within the interval: a store that
+	// does not answer opens its breaker at once, one that answers again
+	// lets it probe, and Health reports the last round. Negative: no
+	// health loop (breakers move on calls only). Default: 1s.
+	HealthInterval time.Duration
+	// BreakerFailures is how many consecutive failed calls open a store's
+	// breaker (package breaker). Default: 5.
+	BreakerFailures int
+	// BreakerOpenFor is how long an open breaker refuses calls before it
+	// lets one probe through. Default: 1s.
+	BreakerOpenFor time.Duration
 	// Heartbeat reports this replica to the control database
 	// (rollout_replicas) with the flags version it applied, so the
 	// controller can tell when the fleet obeys a change. A serving
@@ -100,6 +111,15 @@ func (c Config) WithDefaults() Config {
 	if c.ReapInterval == 0 {
 		c.ReapInterval = time.Second
 	}
+	if c.HealthInterval == 0 {
+		c.HealthInterval = time.Second
+	}
+	if c.BreakerFailures == 0 {
+		c.BreakerFailures = 5
+	}
+	if c.BreakerOpenFor == 0 {
+		c.BreakerOpenFor = time.Second
+	}
 	return c
 }
 
@@ -114,6 +134,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("cell: Config.RedisPoolSize must not be negative, got %d", c.RedisPoolSize)
 	case c.ShadowTimeout < 0:
 		return fmt.Errorf("cell: Config.ShadowTimeout must not be negative, got %s", c.ShadowTimeout)
+	case c.BreakerFailures < 1:
+		return fmt.Errorf("cell: Config.BreakerFailures must be >= 1, got %d", c.BreakerFailures)
+	case c.BreakerOpenFor <= 0:
+		return fmt.Errorf("cell: Config.BreakerOpenFor must be positive, got %s", c.BreakerOpenFor)
 	}
 	return c.Topology.Validate()
 }
@@ -128,9 +152,13 @@ type Pod struct {
 	MySQL *mysqlstore.Store
 	// Redis is the legacy store.
 	Redis *redisstore.Store
-	// RedisClient is the pod's Redis connection (possibly shared with
-	// other pods on the same server).
+	// RedisClient is the pod's Redis connection, its own even when
+	// another pod uses the same server: one pod's stuck calls cannot take
+	// another's connections.
 	RedisClient redis.UniversalClient
+	// Breakers guard the pod's two stores (guard.go): the facade's calls
+	// and the legacy claim's ledger calls go through them.
+	Breakers Breakers
 	// Mirror relays MySQL's change feed into Redis and hands shops off.
 	Mirror *mirror.Mirror
 	// Facade is what checkout calls go through.
@@ -170,6 +198,13 @@ type Cell struct {
 	heartbeat *rollout.Heartbeat
 	relays    context.CancelFunc
 	relayWG   sync.WaitGroup
+
+	health        context.CancelFunc
+	healthWG      sync.WaitGroup
+	degradedGauge *prometheus.GaugeVec
+	healthMu      sync.Mutex
+	lastHealth    []Health
+	lastHealthAt  time.Time
 
 	closeOnce sync.Once
 	closeErr  error
@@ -218,9 +253,20 @@ func Open(ctx context.Context, cfg Config) (_ *Cell, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("cell: register metrics: %w", err)
 	}
-	clients := map[string]redis.UniversalClient{}
+	bm, err := newBreakerMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("cell: register metrics: %w", err)
+	}
+	c.degradedGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: DegradedMetric,
+		Help: "1 while a pod is degraded: one of its stores failed the cell's last health check (each second) " +
+			"or its circuit breaker refuses calls; its calls that need that store answer 503, other pods are untouched. By pod.",
+	}, []string{"pod"})
+	if err := cfg.Registerer.Register(c.degradedGauge); err != nil {
+		return nil, fmt.Errorf("cell: register metrics: %w", err)
+	}
 	for _, tp := range cfg.Topology.Pods {
-		p, err := c.openPod(tp, clients, timer)
+		p, err := c.openPod(tp, timer, bm)
 		if err != nil {
 			return nil, err
 		}
@@ -235,6 +281,11 @@ func Open(ctx context.Context, cfg Config) (_ *Cell, err error) {
 	c.Reconciler.Modes = c.Flags // a shop in redis mode: MySQL is not written, not compared
 	if cfg.ReapInterval > 0 {
 		c.reaper = startReaper(c, cfg.ReapInterval)
+	}
+	if cfg.HealthInterval > 0 {
+		hctx, cancel := context.WithCancel(context.Background())
+		c.health = cancel
+		c.healthWG.Go(func() { c.healthLoop(hctx, cfg.HealthInterval) })
 	}
 	if !cfg.NoRelay {
 		rctx, cancel := context.WithCancel(context.Background())
@@ -271,22 +322,6 @@ func (c *Cell) openDB(what, dsn, caField, ca string) (*sql.DB, error) {
 	return db, nil
 }
 
-// redisKey identifies a Redis deployment and how it is reached, so pods on
-// the same server with the same credentials and TLS settings (the demo's,
-// told apart by key prefix) share one client, and pods that log in as
-// different users do not. It holds the password: it is a map key, never
-// printed.
-func redisKey(p topology.Pod) string {
-	conn := fmt.Sprintf("|user=%q|password=%q|tls=%t|ca=%q|name=%q",
-		p.RedisUsername, p.RedisPassword, p.RedisTLS, p.RedisTLSCA, p.RedisTLSServerName)
-	if p.RedisAddr != "" {
-		return "addr:" + p.RedisAddr + conn
-	}
-	addrs := slices.Clone(p.RedisCluster)
-	slices.Sort(addrs)
-	return "cluster:" + strings.Join(addrs, ",") + conn
-}
-
 // redisOptions are the options of tp's Redis client: its address or
 // cluster seeds, its credentials and TLS. Errors name the topology field.
 func (c *Cell) redisOptions(tp topology.Pod) (*redis.UniversalOptions, error) {
@@ -308,7 +343,7 @@ func (c *Cell) redisOptions(tp topology.Pod) (*redis.UniversalOptions, error) {
 	return opts, nil
 }
 
-func (c *Cell) openPod(tp topology.Pod, clients map[string]redis.UniversalClient, timer *storeTimer) (*Pod, error) {
+func (c *Cell) openPod(tp topology.Pod, timer *storeTimer, bm *breakerMetrics) (*Pod, error) {
 	db, err := c.openDB("pod "+tp.Name+" database", tp.MySQLDSN, "mysql_tls_ca", tp.MySQLTLSCA)
 	if err != nil {
 		return nil, err
@@ -321,19 +356,18 @@ func (c *Cell) openPod(tp topology.Pod, clients map[string]redis.UniversalClient
 	if err != nil {
 		return nil, fmt.Errorf("cell: pod %s: %w", tp.Name, err)
 	}
-	key := redisKey(tp)
-	client := clients[key]
-	if client == nil {
-		opts, err := c.redisOptions(tp)
-		if err != nil {
-			return nil, err
-		}
-		client = redisstore.NewClient(opts)
-		clients[key] = client
-		c.clients = append(c.clients, client)
+	opts, err := c.redisOptions(tp)
+	if err != nil {
+		return nil, err
+	}
+	client := redisstore.NewClient(opts)
+	c.clients = append(c.clients, client)
+	bs, err := c.newBreakers(tp.Name, bm)
+	if err != nil {
+		return nil, fmt.Errorf("cell: pod %s: %w", tp.Name, err)
 	}
 	rd, err := redisstore.New(redisstore.Config{
-		Client: client, Prefix: tp.RedisPrefix, Ledger: my, Source: my, Limits: limits, Registerer: reg,
+		Client: client, Prefix: tp.RedisPrefix, Ledger: &guardedLedger{l: my, b: bs.MySQL}, Source: my, Limits: limits, Registerer: reg,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cell: pod %s: %w", tp.Name, err)
@@ -345,8 +379,8 @@ func (c *Cell) openPod(tp topology.Pod, clients map[string]redis.UniversalClient
 	}
 	f, err := dualwrite.New(dualwrite.Config{
 		Pod:           tp.Name,
-		Redis:         timer.wrap(tp.Name, rd),
-		MySQL:         timer.wrap(tp.Name, my),
+		Redis:         &guardedStore{Store: timer.wrap(tp.Name, rd), b: bs.Redis},
+		MySQL:         &guardedStore{Store: timer.wrap(tp.Name, my), b: bs.MySQL},
 		Modes:         c.Flags,
 		Mirror:        mr,
 		Observer:      c.Comparer,
@@ -359,7 +393,7 @@ func (c *Cell) openPod(tp topology.Pod, clients map[string]redis.UniversalClient
 	if err != nil {
 		return nil, fmt.Errorf("cell: pod %s: %w", tp.Name, err)
 	}
-	return &Pod{Name: tp.Name, DB: db, MySQL: my, Redis: rd, RedisClient: client, Mirror: mr, Facade: f, Limits: limits}, nil
+	return &Pod{Name: tp.Name, DB: db, MySQL: my, Redis: rd, RedisClient: client, Breakers: bs, Mirror: mr, Facade: f, Limits: limits}, nil
 }
 
 // Pods returns the pods in topology order.
@@ -415,6 +449,15 @@ func (c *Cell) Ping(ctx context.Context) []Health {
 	return out
 }
 
+// Health returns the health loop's last round (Ping's answer, one Health
+// per store, the control database first) and when it ended; nil before
+// the first round ends, or without a health loop.
+func (c *Cell) Health() ([]Health, time.Time) {
+	c.healthMu.Lock()
+	defer c.healthMu.Unlock()
+	return slices.Clone(c.lastHealth), c.lastHealthAt
+}
+
 func pingRedis(ctx context.Context, c redis.UniversalClient) error {
 	if cc, ok := c.(*redis.ClusterClient); ok {
 		return cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return n.Ping(ctx).Err() })
@@ -453,6 +496,10 @@ func (c *Cell) Close(ctx context.Context) error {
 		var errs []error
 		if c.heartbeat != nil {
 			c.heartbeat.Stop()
+		}
+		if c.health != nil {
+			c.health()
+			c.healthWG.Wait()
 		}
 		if c.reaper != nil {
 			c.reaper.stop()

@@ -52,7 +52,8 @@ func setup(t *testing.T) (*cell.Cell, *prometheus.Registry, map[string]*testredi
 	return c, reg, prefixes
 }
 
-// A cell routes shops to pods, shares one Redis client per server, keeps
+// A cell routes shops to pods, gives each pod its own Redis client (one
+// pod's stuck calls cannot take another's connections), keeps
 // every pod's store metrics apart by a pod label on one registry, limits
 // input to the pod's pool cap, and reaps expired holds in both stores.
 func TestCell(t *testing.T) {
@@ -63,8 +64,8 @@ func TestCell(t *testing.T) {
 	if p, err := c.PodOf(2); err != nil || p != b {
 		t.Fatalf("PodOf(2) = %v, %v", p, err)
 	}
-	if a.RedisClient != b.RedisClient {
-		t.Error("two pods on one Redis server have two clients")
+	if a.RedisClient == b.RedisClient {
+		t.Error("two pods on one Redis server share a client: one pod's stuck calls could take the other's connections")
 	}
 	if b.Limits.MaxQuantity != 50 || a.Limits.MaxQuantity != 1000 {
 		t.Errorf("limits follow the pool cap: pod-a %d, pod-b %d", a.Limits.MaxQuantity, b.Limits.MaxQuantity)

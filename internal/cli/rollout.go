@@ -350,7 +350,7 @@ func (r *rolloutRun) controller(withPlan bool) (*rollout.Controller, error) {
 		}
 	}
 	return rollout.NewController(rollout.ControllerConfig{DB: r.env.cell.Control, Flags: r.env.cell.FlagStore(), Plan: plan, Pods: r.env.topo.PodNames(),
-		Stats: r.env.cell.Comparer, Reconciler: r.env.cell.Reconciler, Lag: r.env.cell, Handoffs: r.env.cell})
+		Stats: r.env.cell.Comparer, Reconciler: r.env.cell.Reconciler, Lag: r.env.cell, Handoffs: r.env.cell, Stores: r.env.cell})
 }
 
 func rolloutStatus(ctx context.Context, r *rolloutRun) error {

@@ -131,7 +131,7 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 		plan, err := rollout.LoadPlan(topo.PlanFile)
 		if err == nil {
 			ctl, err = rollout.NewController(rollout.ControllerConfig{DB: c.Control, Flags: c.FlagStore(), Plan: plan, Pods: topo.PodNames(),
-				Stats: c.Comparer, Reconciler: c.Reconciler, Lag: c, Handoffs: c, InForce: c.Flags.InForce})
+				Stats: c.Comparer, Reconciler: c.Reconciler, Lag: c, Handoffs: c, Stores: c, InForce: c.Flags.InForce})
 		}
 		if err != nil {
 			return errors.Join(err, closeCell())

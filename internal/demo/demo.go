@@ -316,7 +316,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	ctl, err := rollout.NewController(rollout.ControllerConfig{
-		DB: c.Control, Flags: c.FlagStore(), Plan: plan, Pods: env.topo.PodNames(), Stats: c.Comparer, Reconciler: c.Reconciler, Lag: c, Handoffs: c,
+		DB: c.Control, Flags: c.FlagStore(), Plan: plan, Pods: env.topo.PodNames(), Stats: c.Comparer, Reconciler: c.Reconciler, Lag: c, Handoffs: c, Stores: c,
 	})
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/seed31b0e981/reservoir/dualwrite"
+	"github.com/seed31b0e981/reservoir/internal/breaker"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
@@ -283,6 +284,14 @@ func (s *Server) storeProblem(r *http.Request, pod string, err error) *problem {
 		return &problem{Status: http.StatusServiceUnavailable, Code: "flags_unavailable", RetryAfter: time.Second,
 			Message: "this replica cannot read its flags, so it does not know which store decides the shop; nothing was done; " +
 				"retry the same call (another replica may answer)"}
+	case errors.Is(err, breaker.ErrOpen):
+		// The cell logged the breaker's opening; a line per refused call
+		// would flood the log while a store is down.
+		var open *breaker.OpenError
+		errors.As(err, &open)
+		return &problem{Status: http.StatusServiceUnavailable, Code: "store_unavailable", RetryAfter: time.Second,
+			Message: open.Name + " is failing (" + open.Why + "), so the call was not sent to it; other pods are served as usual; " +
+				"retry the same call with the same token shortly (an operator may move the pod to the other store with the kill switch)"}
 	case errors.Is(err, reservation.ErrClaimInProgress):
 		return &problem{Status: http.StatusServiceUnavailable, Code: "claim_in_progress", RetryAfter: time.Second,
 			Message: "a claim of this token is in progress and its outcome is not known yet; nothing was released; retry the same call"}

@@ -27,14 +27,23 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 
 // ReadyView is the answer of /readyz.
 type ReadyView struct {
-	// Ready is true when this replica has loaded its flags, the control
-	// database and every pod's MySQL and Redis answered, no database's
-	// schema is behind this binary's migrations, and the server is not
-	// shutting down.
+	// Ready is true when this replica can serve: it has valid flags in
+	// force, no database it reaches has a schema behind this binary's
+	// migrations, and the server is not shutting down. A failing store
+	// does not make it unready: its pod is listed in Degraded, that pod's
+	// calls that need the store answer 503 store_unavailable at once, and
+	// every other pod is served as before. The control database down
+	// leaves the replica serving on the flags it has (listed too).
 	Ready bool `json:"ready"`
 	// NotReady says why Ready is false, one reason per entry, in words an
 	// operator can act on (none when ready).
 	NotReady []string `json:"not_ready,omitempty"`
+	// Degraded lists what fails while the replica serves, one entry per
+	// pod (or "control"), with why: "pod-b: mysql failed its ping", "pod-b:
+	// mysql breaker open (5 consecutive failures)", "control: the control
+	// database failed its ping (the flags in force stay; they cannot be
+	// changed)". None when every store answers.
+	Degraded []string `json:"degraded,omitempty"`
 	// Draining is true once shutdown began.
 	Draining bool `json:"draining,omitempty"`
 	// Stores is each pod's (and the control database's) reachability.
@@ -122,6 +131,12 @@ type StoreHealth struct {
 	Redis string `json:"redis,omitempty"`
 	// OK is true when every store answered.
 	OK bool `json:"ok"`
+	// MySQLBreaker and RedisBreaker are the stores' circuit breakers:
+	// "closed" (calls go through), "open" (calls answer 503 at once) or
+	// "half_open" (one probe call is in flight). Empty for the control
+	// database.
+	MySQLBreaker string `json:"mysql_breaker,omitempty"`
+	RedisBreaker string `json:"redis_breaker,omitempty"`
 	// MySQLError and RedisError are the drivers' own errors. They can
 	// name database users, hosts and addresses, so only a caller with the
 	// admin token sees them; the server logs them for everyone else.
@@ -153,21 +168,24 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	// queries only when its cache is stale (see schemaCheck).
 	schema := make(chan []cell.SchemaState, 1)
 	go func() { schema <- s.schema().states(ctx, false) }()
-	v := ReadyView{Draining: s.draining.Load(), Stores: s.pingStores(ctx, r, detail), FlagsLoaded: s.cfg.Cell.Flags.Loaded()}
+	hs := s.cfg.Cell.Ping(ctx)
+	v := ReadyView{Draining: s.draining.Load(), Stores: s.storeHealth(r, hs, detail), FlagsLoaded: s.cfg.Cell.Flags.Loaded()}
 	states := <-schema
 	if !v.FlagsLoaded {
 		v.NotReady = append(v.NotReady, "flags_not_loaded: this replica has no valid flags file in force (missing, unreadable or invalid since it started); "+
 			"it answers every reservation call 503 flags_unavailable until a valid file is in place (it watches the file)")
 	}
-	for _, h := range v.Stores {
-		if h.OK {
+	for i, h := range hs {
+		if i == 0 {
+			if !h.OK {
+				v.Degraded = append(v.Degraded, "control: the control database failed its ping ("+v.Stores[0].MySQL+
+					"): this replica serves on the flags it has; they cannot be changed until it answers")
+			}
 			continue
 		}
-		why := "store_failed: " + h.Pod + " mysql " + h.MySQL
-		if h.Redis != "" {
-			why += ", redis " + h.Redis
+		for _, why := range s.cfg.Cell.Degraded(h) {
+			v.Degraded = append(v.Degraded, h.Pod+": "+why)
 		}
-		v.NotReady = append(v.NotReady, why)
 	}
 	pingFailed := map[string]bool{}
 	for _, h := range v.Stores {
@@ -179,10 +197,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case st.Err != nil && !pingFailed[st.Pod]:
 			// A database that does not answer its ping is already a
-			// store_failed reason; one that answers but whose version
-			// cannot be read is a problem of its own.
-			v.NotReady = append(v.NotReady, "schema_unknown: "+schemaSubject(st.Pod)+"'s schema version could not be read ("+h.State+
-				"); the log has the driver's error")
+			// degraded already; one that answers but whose version
+			// cannot be read is a problem of its own, and of its pod
+			// only.
+			v.Degraded = append(v.Degraded, st.Pod+": the schema version could not be read ("+h.State+"); the log has the driver's error")
 		case st.Err == nil && st.State.Behind():
 			v.NotReady = append(v.NotReady, schemaBehindReason(st))
 		}
@@ -198,18 +216,23 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, v)
 }
 
-// pingStores checks that the control database and every pod's MySQL and
-// Redis answer (cell.Ping, within ctx), and logs each failure with the
-// driver's error (which /readyz shows only when detail is set). The class
-// of a failure comes from the error's type (a *mysql.MySQLError's number,
-// a net.Error), not from matching words in a message.
-func (s *Server) pingStores(ctx context.Context, r *http.Request, detail bool) []StoreHealth {
-	hs := s.cfg.Cell.Ping(ctx)
+// storeHealth is a ping of the control database and of every pod's MySQL
+// and Redis (cell.Ping) as /readyz shows it, with each pod's breakers; it
+// logs each failure with the driver's error (which /readyz shows only when
+// detail is set). The class of a failure comes from the error's type (a
+// *mysql.MySQLError's number, a net.Error), not from matching words in a
+// message.
+func (s *Server) storeHealth(r *http.Request, hs []cell.Health, detail bool) []StoreHealth {
 	out := make([]StoreHealth, len(hs))
 	for i, h := range hs {
 		out[i] = StoreHealth{Pod: h.Pod, MySQL: s.storeState(r, h.Pod, "mysql", h.MySQLErr), OK: h.OK}
-		if i > 0 { // index 0 is the control database: no Redis
+		if i > 0 { // index 0 is the control database: no Redis, no breaker
 			out[i].Redis = s.storeState(r, h.Pod, "redis", h.RedisErr)
+			if p := s.cfg.Cell.Pod(h.Pod); p != nil {
+				my, _ := p.Breakers.MySQL.State()
+				rd, _ := p.Breakers.Redis.State()
+				out[i].MySQLBreaker, out[i].RedisBreaker = my.String(), rd.String()
+			}
 		}
 		if detail && h.MySQLErr != nil {
 			out[i].MySQLError = h.MySQLErr.Error()
