@@ -85,6 +85,9 @@ func (r *runner) point(ctx context.Context, pt Point, shop int64) []Result {
 	if sc.handoff {
 		return r.handoffPoint(ctx, pt, shop)
 	}
+	if sc.killflood {
+		return r.killFloodPoint(ctx, pt, shop)
+	}
 	p := r.srv.paths[pt.Latency]
 	base := Result{Point: pt, AddedRTTms: pt.Latency.Milliseconds(), Op: "reserve",
 		MySQLRTTms: ms(p.mysqlRTT), RedisRTTms: ms(p.redisRTT), CommitMs: ms(p.commit)}

@@ -100,9 +100,16 @@ var DefaultHandoffSizes = []int{1000, 10_000, 100_000}
 // 100,000 reservations per point, minutes the presets do not spend.
 // Its concurrency is the probe callers, its variant the facade it starts
 // as (in shadow mode).
+//
+// The killflood scenario starts `reservoir serve` processes and floods
+// them: its variant is the serve binary's label (VariantServe, this
+// executable, or one of Options.ServeBinaries), its concurrency the
+// attacking connections.
 func OnDemandSweeps() []Sweep {
 	return []Sweep{{Scenario: ScenarioHandoff, Variants: []string{VariantFacadeShadow}, Concurrency: []int{4},
-		Latencies: []time.Duration{0}, Sizes: slices.Clone(DefaultHandoffSizes)}}
+		Latencies: []time.Duration{0}, Sizes: slices.Clone(DefaultHandoffSizes)},
+		{Scenario: ScenarioKillFlood, Variants: []string{VariantServe}, Concurrency: []int{DefaultKillFloodConns},
+			Latencies: []time.Duration{0}}}
 }
 
 // WithSizes returns sweeps with the handoff scenario's sizes replaced by
@@ -196,6 +203,23 @@ type Options struct {
 	// (the default, 0) measures latency at saturation, where any extra
 	// CPU is queueing; open-loop measures it at a given traffic.
 	Rate float64
+	// KillFloodSwitches is the kill switch engage+release pairs of each
+	// killflood point (each pair is two measured changes). Default: 20.
+	KillFloodSwitches int
+	// KillFloodTarget is which replicas' checkout listeners a killflood
+	// point floods: KillFloodFirst (the first replica's, the one whose
+	// admin API the changes go through; the other is the unflooded
+	// reference) or KillFloodBoth (the connections spread over both).
+	// Default: KillFloodFirst.
+	KillFloodTarget string
+	// ServeBinaries are reservoir binaries for the killflood scenario's
+	// replicas, by variant label: two builds side by side in one run
+	// (--serve before=/tmp/reservoir-old,after=/tmp/reservoir). The
+	// variant VariantServe is this executable unless given here.
+	ServeBinaries map[string]string
+	// FloodBinary is the binary the killflood attackers run as
+	// (`FloodBinary bench` with FloodEnv set). Default: this executable.
+	FloodBinary string
 }
 
 // WithDefaults returns o with zero fields set to their defaults.
@@ -217,6 +241,12 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
+	}
+	if o.KillFloodSwitches == 0 {
+		o.KillFloodSwitches = DefaultKillFloodSwitches
+	}
+	if o.KillFloodTarget == "" {
+		o.KillFloodTarget = KillFloodFirst
 	}
 	return o
 }
@@ -251,11 +281,29 @@ func (o Options) Validate() error {
 	if len(o.Sweeps) == 0 {
 		errs = append(errs, errors.New("bench: Options.Sweeps is empty: nothing to run"))
 	}
+	if o.KillFloodSwitches < 1 || o.KillFloodSwitches > 1000 {
+		errs = append(errs, fmt.Errorf("bench: Options.KillFloodSwitches must be between 1 and 1000, got %d", o.KillFloodSwitches))
+	}
+	if o.KillFloodTarget != KillFloodFirst && o.KillFloodTarget != KillFloodBoth {
+		errs = append(errs, fmt.Errorf("bench: Options.KillFloodTarget must be %q or %q, got %q", KillFloodFirst, KillFloodBoth, o.KillFloodTarget))
+	}
+	for label, path := range o.ServeBinaries {
+		if label == "" || path == "" {
+			errs = append(errs, fmt.Errorf("bench: Options.ServeBinaries: a label and a path are required, got %q=%q", label, path))
+		}
+	}
 	for i, s := range o.Sweeps {
 		if _, ok := scenarios[s.Scenario]; !ok {
 			errs = append(errs, fmt.Errorf("bench: Options.Sweeps[%d]: unknown scenario %q (known: %s)", i, s.Scenario, strings.Join(ScenarioNames(), ", ")))
 		}
 		for _, v := range s.Variants {
+			if s.Scenario == ScenarioKillFlood {
+				if !o.killFloodVariant(v) {
+					errs = append(errs, fmt.Errorf("bench: Options.Sweeps[%d]: the killflood scenario's variant is a serve binary's label: %s (this executable) or one given with --serve LABEL=PATH, got %q",
+						i, VariantServe, v))
+				}
+				continue
+			}
 			if !slices.Contains(Variants, v) {
 				errs = append(errs, fmt.Errorf("bench: Options.Sweeps[%d]: unknown variant %q (known: %s)", i, v, strings.Join(Variants, ", ")))
 			}
@@ -279,11 +327,20 @@ func (o Options) Validate() error {
 			}
 		}
 		for _, c := range s.Concurrency {
+			if s.Scenario == ScenarioKillFlood {
+				if c < 1 || c > 20000 {
+					errs = append(errs, fmt.Errorf("bench: Options.Sweeps[%d]: the killflood scenario's connections must be between 1 and 20000, got %d", i, c))
+				}
+				continue
+			}
 			if c < 1 || c > 1024 {
 				errs = append(errs, fmt.Errorf("bench: Options.Sweeps[%d]: concurrency must be between 1 and 1024, got %d", i, c))
 			}
 		}
 		for _, l := range s.Latencies {
+			if s.Scenario == ScenarioKillFlood && l != 0 {
+				errs = append(errs, fmt.Errorf("bench: Options.Sweeps[%d]: %w, got %s", i, errKillFloodLatency, l))
+			}
 			if l < 0 || l%time.Millisecond != 0 || l > time.Second {
 				errs = append(errs, fmt.Errorf("bench: Options.Sweeps[%d]: added latency must be whole milliseconds up to 1s (toxiproxy's unit), got %s", i, l))
 			}

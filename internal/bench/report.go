@@ -90,6 +90,10 @@ type Result struct {
 	// every probe call (reserve or release) that started in it, errors
 	// included.
 	Handoff *HandoffStats `json:"handoff,omitempty"`
+	// KillFlood is a killflood point's changes and flood (Op is
+	// "killswitch"). OK counts the changes answered 200; the latency
+	// percentiles are the admin calls' answer times.
+	KillFlood *KillFloodStats `json:"killflood,omitempty"`
 	// Invariant is "ok" or what the check found.
 	Invariant   string `json:"invariant"`
 	Interrupted bool   `json:"interrupted,omitempty"`
@@ -180,6 +184,9 @@ func (r Result) progress() string {
 	s := fmt.Sprintf("%s %.0f/s p99 %.1fms", r.Op, r.OpsPerSec, r.P99ms)
 	if h := r.Handoff; h != nil {
 		s = fmt.Sprintf("%s: undecided %.1fms, waits p99 %.1fms max %.1fms", r.Op, h.UndecidedMs, r.P99ms, r.MaxMs)
+	}
+	if kf := r.KillFlood; kf != nil {
+		s = fmt.Sprintf("%d changes: obey p50/p99/max %s ms, answer %s ms; flood %d opened, %.0f%% shed", kf.Changes, kf.Obey, kf.Answer, kf.Flood.Opened, 100*kf.ShedRate)
 	}
 	if n := r.errorCount(); n > 0 {
 		s += fmt.Sprintf(" errors %d", n)
@@ -401,6 +408,7 @@ func (rep *Report) finish() {
 			}
 		}
 		rep.handoffTargets(l, add)
+		rep.killFloodTargets(l, add)
 		// Connection-seconds per reservation at 16 callers <= 1.5x (round
 		// trips x RTT + commit): little idle time inside a transaction.
 		// Judged where the network dominates (+1ms and more).
@@ -485,6 +493,10 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 		fmt.Fprintf(&b, "#### %s\n\n%s.\n\n", sc, rep.Scenarios[sc])
 		if sc == ScenarioHandoff {
 			rep.handoffTable(&b)
+			continue
+		}
+		if sc == ScenarioKillFlood {
+			rep.killFloodTable(&b)
 			continue
 		}
 		b.WriteString("| variant | c | +rtt | op | ops/s | p50 ms | p99 ms | p99.9 ms | errors | deadlocks | retries | refills | fsync/op | mysql rt/op | redis rt/op | conn-ms/op | mysql wait ms/op | lock req/op | cores mysqld/redis/gen | load | invariant |\n")

@@ -8,7 +8,8 @@ import (
 )
 
 // Scenario names: the four load shapes of seed 000 section 8.3, the
-// claim storm, and the handoffs of a loaded shop (handoff.go).
+// claim storm, and the handoffs of a loaded shop (handoff.go). The kill
+// switch under a flood is ScenarioKillFlood (killflood.go).
 const (
 	ScenarioHot     = "hot"
 	ScenarioUniform = "uniform"
@@ -46,6 +47,10 @@ type scenario struct {
 	// handoff: the point is a shop loaded in shadow mode and handed off
 	// three times under probe callers (handoff.go), not a window.
 	handoff bool
+	// killflood: the point is `reservoir serve` replicas whose checkout
+	// listener is flooded while the kill switch is flipped (killflood.go),
+	// not a window; its concurrency is the attacking connections.
+	killflood bool
 }
 
 func line(item int64) reservation.Line {
@@ -140,6 +145,13 @@ var scenarios = map[string]*scenario{
 			}
 			return lines
 		},
+	},
+	ScenarioKillFlood: {
+		name: ScenarioKillFlood,
+		about: "two `reservoir serve` replicas sharing their flags through the control database (pod-a in shadow mode); " +
+			"c connections flood the first replica's checkout listener (or both replicas', --killflood-target both) with reserves, " +
+			"each 100 ms after its last answer, while the kill switch of pod-a is engaged and released through the first replica's admin API",
+		killflood: true,
 	},
 }
 

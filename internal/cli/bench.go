@@ -16,7 +16,12 @@ import (
 )
 
 func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
-	fs := newFlags("bench", "bench [--quick] [--scenarios LIST] [--variants LIST] [--concurrency LIST] [--latency LIST] [--duration D] [--handoff-sizes LIST] [--flush 0|1|2|keep] [--split] [--rate N] [--out DIR] [--cpuprofile FILE] [--plan] | bench --render FILE [--out DIR]", out)
+	if spec := os.Getenv(bench.FloodEnv); spec != "" {
+		// The attackers of a killflood point: the bench runs this binary
+		// again, in a process of its own.
+		return bench.RunFlood(ctx, spec, os.Stdin, out)
+	}
+	fs := newFlags("bench", "bench [--quick] [--scenarios LIST] [--variants LIST] [--concurrency LIST] [--latency LIST] [--duration D] [--handoff-sizes LIST] [--killflood-switches N] [--killflood-target first|both] [--serve LABEL=PATH,...] [--flush 0|1|2|keep] [--split] [--rate N] [--out DIR] [--cpuprofile FILE] [--plan] | bench --render FILE [--out DIR]", out)
 	mysqlDSN := envString(fs, "mysql-dsn", "RESERVOIR_MYSQL_DSN",
 		"the MySQL server's `DSN`, without a database; the run creates and drops its own database")
 	redisAddr := envString(fs, "redis-addr", "RESERVOIR_REDIS_ADDR",
@@ -29,6 +34,10 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 	duration := fs.Duration("duration", 0, "measured window per point (default 3s; 1.5s with --quick); the handoff scenario watches each switch this long after the new decider's first answer")
 	handoffSizes := fs.String("handoff-sizes", "", "the handoff scenario's shop sizes, a comma-separated `LIST` of reservations loaded before its switches (default "+
 		joinInts(bench.DefaultHandoffSizes)+"); the handoff scenario runs only when --scenarios names it")
+	killSwitches := fs.Int("killflood-switches", bench.DefaultKillFloodSwitches, "the killflood scenario's kill switch engage+release `N` pairs per point (2N measured changes)")
+	killTarget := fs.String("killflood-target", bench.KillFloodFirst, "the killflood scenario floods the `first` replica's checkout listener (the one the kill switch goes through) or `both` replicas'")
+	serveList := fs.String("serve", "", "the killflood scenario's serve binaries, a comma-separated `LIST` of LABEL=PATH; each LABEL is a variant (--variants), e.g. before=/tmp/reservoir-old,after=bin/reservoir; "+
+		"the variant "+bench.VariantServe+" is this binary")
 	warmup := fs.Duration("warmup", 0, "unmeasured warmup before each window (default 500ms; 300ms with --quick)")
 	flush := fs.String("flush", "1", "innodb_flush_log_at_trx_commit for the run: `MODE` 0, 1 or 2 (restored afterwards), or keep")
 	buckets := fs.Int("buckets", 16, "rows per item of the buckets baseline")
@@ -47,7 +56,18 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return renderBench(*render, *outDir, out, errOut)
 	}
 	opts := bench.Options{MySQLDSN: *mysqlDSN, RedisAddr: *redisAddr, Buckets: *buckets, PoolCap: *poolCap,
-		Keep: *keep, Split: *split, Rate: *rate, Progress: errOut, Duration: *duration, Warmup: *warmup}
+		Keep: *keep, Split: *split, Rate: *rate, Progress: errOut, Duration: *duration, Warmup: *warmup,
+		KillFloodSwitches: *killSwitches, KillFloodTarget: *killTarget}
+	if *serveList != "" {
+		opts.ServeBinaries = map[string]string{}
+		for _, f := range splitList(*serveList) {
+			label, path, ok := strings.Cut(f, "=")
+			if !ok || label == "" || path == "" {
+				return usagef("--serve: want LABEL=PATH, got %q", f)
+			}
+			opts.ServeBinaries[label] = path
+		}
+	}
 	sweeps := bench.DefaultSweeps()
 	if *quick {
 		sweeps = bench.QuickSweeps()
