@@ -607,6 +607,12 @@ func (m *Mirror) toRedis(ctx context.Context, shop, epoch int64, force bool) (re
 		if !force || ctx.Err() != nil {
 			return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to redis: %w", shop, err)
 		}
+		// MySQL's fence keeps naming MySQL: noted first, so that it is
+		// moved off once MySQL answers (fenceOff), before MySQL may decide
+		// the shop again with what it had.
+		if nerr := m.cfg.Redis.NoteForced(ctx, shop); nerr != nil {
+			return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to redis by force after MySQL failed (%v): %w", shop, err, nerr)
+		}
 		rf, ferr := m.cfg.Redis.Force(ctx, shop, epoch)
 		if ferr != nil {
 			return reservation.Fence{}, "", fmt.Errorf("mirror: hand shop %d to redis by force after MySQL failed (%v): %w", shop, err, ferr)

@@ -163,9 +163,13 @@ type sweeper struct {
 	progress Progress
 }
 
-// step sweeps when the version changed or a rescan is due, and otherwise
+// step moves MySQL's fence off the shops Redis took by force (fenceOff),
+// then sweeps when the version changed or a rescan is due, and otherwise
 // retries the pending shops.
 func (sw *sweeper) step(ctx context.Context) error {
+	if err := sw.m.fenceOff(ctx); err != nil {
+		return err
+	}
 	v, ok := sw.cfg.Version(ctx)
 	if !ok {
 		return nil // no flags: nothing to hand off to

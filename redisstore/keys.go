@@ -46,6 +46,10 @@ import (
 //	                                        its last change in the copy's log
 //	<prefix>{shop:<shop>}:chgseq            STRING the log's last position
 //	<prefix>{shop:<shop>}:copygen           STRING the last copy id given
+//	<prefix>forced                          SET of shop ids Redis took by force
+//	                                        while MySQL did not answer, until
+//	                                        MySQL's fence is moved off them
+//	                                        (mirror: the sweeper's fence-off)
 //	<prefix>shops                           SET of shop ids, so the reaper finds
 //	                                        every expiry index. On a cluster it
 //	                                        lives in another slot, so no script
@@ -72,6 +76,8 @@ func (k keys) op(change int64) string   { return k.base + "op:" + strconv.Format
 func (k keys) copy() string             { return k.base + "copy" }
 
 func (s *Store) shopsKey() string { return s.cfg.Prefix + "shops" }
+
+func (s *Store) forcedKey() string { return s.cfg.Prefix + "forced" }
 
 // A tombstone is stored as one string of four fields separated by ';':
 //

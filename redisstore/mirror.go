@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -56,6 +57,52 @@ func (s *Store) Yield(ctx context.Context, shop, epoch int64) (reservation.Fence
 // fence after the call, as Yield does.
 func (s *Store) Force(ctx context.Context, shop, epoch int64) (reservation.Fence, error) {
 	return s.raiseFence(ctx, "force", shop, reservation.Fence{Decider: reservation.AuthorityRedis, Epoch: epoch})
+}
+
+// NoteForced records that the mirror is about to take shop for Redis by
+// force without MySQL's yield (Force after MySQL did not answer): MySQL's
+// fence still names MySQL, and MySQL would decide the shop again with its
+// stale state as soon as it answers. Until FencedOff clears it, the shop
+// is listed by Forced. It is recorded before the fence moves, so a crash
+// between the two leaves a note too many (cleared harmlessly), never one
+// too few.
+func (s *Store) NoteForced(ctx context.Context, shop int64) error {
+	if err := validShop("shop", shop); err != nil {
+		return err
+	}
+	if err := s.client.SAdd(ctx, s.forcedKey(), shop).Err(); err != nil {
+		return fmt.Errorf("redisstore: note shop %d taken by force: %w", shop, err)
+	}
+	return nil
+}
+
+// Forced lists the shops NoteForced recorded and FencedOff has not
+// cleared: shops whose MySQL fence may still name MySQL although Redis
+// took them.
+func (s *Store) Forced(ctx context.Context) ([]int64, error) {
+	vs, err := s.client.SMembers(ctx, s.forcedKey()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: shops taken by force: %w", err)
+	}
+	out := make([]int64, 0, len(vs))
+	for _, v := range vs {
+		shop, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: shops taken by force: %q is not a shop id", v)
+		}
+		out = append(out, shop)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// FencedOff clears shop's note: MySQL's fence no longer names MySQL at an
+// epoch below Redis's.
+func (s *Store) FencedOff(ctx context.Context, shop int64) error {
+	if err := s.client.SRem(ctx, s.forcedKey(), shop).Err(); err != nil {
+		return fmt.Errorf("redisstore: clear shop %d taken by force: %w", shop, err)
+	}
+	return nil
 }
 
 func (s *Store) raiseFence(ctx context.Context, caller string, shop int64, to reservation.Fence) (reservation.Fence, error) {

@@ -740,9 +740,13 @@ func (c *Controller) checkTarget(ctx context.Context, cur *Flags, scope Scope, a
 			continue
 		}
 		if err := c.cfg.Stores.Reachable(ctx, pod, to); err != nil {
-			return fmt.Errorf("%w: %s over %s: pod %s's %s does not answer (%v), so its shops would answer 503 instead of being served; "+
-				"%s keeps deciding them meanwhile. Wait until %s answers (GET /readyz lists the pod as degraded until then), then %s again",
-				ErrKillRefused, action, scope, pod, to, err, from, to, action)
+			what := "%w over %s" // "rollout: kill refused over pod:pod-a"
+			if action != "kill" {
+				what = "%w: " + action + " over %s"
+			}
+			return fmt.Errorf(what+": pod %s's %s cannot take its shops now (%v): they would answer 503 instead of being served; "+
+				"%s keeps deciding them meanwhile. Wait until %s can (GET /readyz lists the pod as degraded while a store does not answer), then %s again",
+				ErrKillRefused, scope, pod, to, err, from, to, action)
 		}
 	}
 	return nil

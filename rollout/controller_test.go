@@ -859,7 +859,7 @@ func TestSwitchToAStoreThatDoesNotAnswerIsRefused(t *testing.T) {
 	o := rollout.KillOptions{Actor: "ana", Reason: "drill"}
 
 	err := ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, o)
-	if !errors.Is(err, rollout.ErrKillRefused) || !strings.Contains(err.Error(), "pod pod-a's redis does not answer (no answer to a ping within 1s)") ||
+	if !errors.Is(err, rollout.ErrKillRefused) || !strings.Contains(err.Error(), "pod pod-a's redis cannot take its shops now (no answer to a ping within 1s)") ||
 		!strings.Contains(err.Error(), "mysql keeps deciding") {
 		t.Fatalf("kill to a Redis that does not answer: %v, want refused, naming the store and who keeps deciding", err)
 	}
@@ -877,7 +877,7 @@ func TestSwitchToAStoreThatDoesNotAnswerIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = ctl.Release(ctx, rollout.PodScope("pod-a"), rollout.KillOptions{Actor: "ana", Reason: "over"})
-	if !errors.Is(err, rollout.ErrKillRefused) || !strings.Contains(err.Error(), "release over pod:pod-a: pod pod-a's mysql does not answer") {
+	if !errors.Is(err, rollout.ErrKillRefused) || !strings.Contains(err.Error(), "release over pod:pod-a: pod pod-a's mysql cannot take its shops now") {
 		t.Fatalf("release to a MySQL that does not answer: %v, want refused", err)
 	}
 	if d := b.decision(t, "pod-a"); d.Kill != rollout.KillRedis {

@@ -17,7 +17,7 @@
 //	          probe's success closes the breaker, its failure opens it again
 //
 // A health check (Healthy, Unhealthy) moves it too: a failed ping opens it
-// at once, a ping answered while open lets the next call probe.
+// at once, a ping answered closes it.
 package breaker
 
 import (
@@ -218,16 +218,23 @@ func (b *Breaker) Unhealthy(why string) {
 	}
 }
 
-// Healthy records a health check the store answered: an open breaker lets
-// the next call through as a probe at once, instead of waiting out
-// OpenFor. A closed one is left alone (calls decide), and so is a probe in
-// flight.
+// Healthy records a health check the store answered: an open breaker
+// closes, whatever opened it. A pod whose calls no longer reach the store
+// (its shops moved to the other store by a kill switch) sends no probe, and
+// its breaker must not stay open, and the pod degraded, after the store is
+// back. A store that answers pings and still fails calls opens it again
+// after Config.Failures of them. A probe in flight is left to decide.
 func (b *Breaker) Healthy() {
 	b.mu.Lock()
+	var from State
 	if b.state == Open {
-		b.until = b.cfg.Now()
+		b.failures = 0
+		from = b.set(Closed)
 	}
 	b.mu.Unlock()
+	if from == Open {
+		b.changed(Open, Closed, "it answered a health check")
+	}
 }
 
 // State returns the current state, and what opened the breaker when it is

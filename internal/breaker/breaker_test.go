@@ -90,7 +90,7 @@ func TestOpensAfterConsecutiveFailuresAndProbesToClose(t *testing.T) {
 	}
 }
 
-func TestHealthCheckOpensAtOnceAndLetsAProbeThrough(t *testing.T) {
+func TestHealthCheckOpensAtOnceAndClosesOnAnswer(t *testing.T) {
 	c := &clock{now: time.Unix(1000, 0)}
 	b, _ := newBreaker(t, c)
 	b.Unhealthy("ping: connection refused")
@@ -101,12 +101,24 @@ func TestHealthCheckOpensAtOnceAndLetsAProbeThrough(t *testing.T) {
 	}
 	b.Unhealthy("ping: timeout") // still down: stays open, OpenFor from now
 	c.add(500 * time.Millisecond)
-	b.Healthy() // it answers again: the next call probes at once
-	if err := call(t, b, false); err != nil {
-		t.Fatalf("after a ping answered: %v, want a probe", err)
-	}
+	b.Healthy() // it answers again: closed, without waiting for a call
 	if s, _ := b.State(); s != breaker.Closed {
-		t.Fatalf("after the probe: %s, want closed", s)
+		t.Fatalf("after a ping answered: %s, want closed", s)
+	}
+	if err := call(t, b, false); err != nil {
+		t.Fatalf("after a ping answered: %v, want the call through", err)
+	}
+	// Opened by failed calls, it closes on an answered ping too (a pod
+	// whose calls went to the other store sends no probe).
+	for range 3 {
+		_ = call(t, b, true)
+	}
+	if s, _ := b.State(); s != breaker.Open {
+		t.Fatalf("after 3 failures: %s, want open", s)
+	}
+	b.Healthy()
+	if s, _ := b.State(); s != breaker.Closed {
+		t.Fatalf("open by failures, then a ping answered: %s, want closed", s)
 	}
 	b.Healthy() // closed: no change
 	if s, _ := b.State(); s != breaker.Closed {

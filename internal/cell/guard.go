@@ -301,7 +301,9 @@ func (c *Cell) Degraded(h Health) []string {
 
 // Reachable pings a pod's store now, within a second (rollout.StoreChecker:
 // the controller refuses to move a pod's shops to a store that does not
-// answer). Its error names no host or user; the driver's is logged.
+// answer). MySQL is not ready to decide either while shops Redis took by
+// force still carry its old fence (mirror.ForcedPending). Its error names
+// no host or user; the driver's is logged.
 func (c *Cell) Reachable(ctx context.Context, pod string, store reservation.Authority) error {
 	p := c.byName[pod]
 	if p == nil {
@@ -317,6 +319,18 @@ func (c *Cell) Reachable(ctx context.Context, pod string, store reservation.Auth
 		err = pingRedis(ctx, p.RedisClient)
 	default:
 		return fmt.Errorf("no store %q", store)
+	}
+	if err == nil && store == reservation.AuthorityMySQL {
+		// MySQL answers; it may still hold a fence Redis overrode.
+		n, ferr := p.Mirror.ForcedPending(ctx)
+		switch {
+		case ferr != nil:
+			c.log.Warn("cell: the shops Redis took by force could not be read", "pod", pod, "err", ferr)
+			return errors.New("MySQL answers, but the shops Redis took over without it could not be read from Redis; the replica's log has the error")
+		case n > 0:
+			return fmt.Errorf("MySQL answers, but %d shop(s) Redis took over while MySQL was down still have MySQL's old fence; "+
+				"the handoff sweeper moves it off them within seconds of MySQL's return", n)
+		}
 	}
 	if err == nil {
 		return nil

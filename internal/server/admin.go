@@ -75,6 +75,19 @@ func (s *Server) internal(w http.ResponseWriter, r *http.Request, what string, e
 			Message: what + " did not finish in time; retry, or see the server's log for the request id"})
 		return
 	}
+	// The control database is where the flags, the audit and the
+	// rollout's state live: when it is what failed, say so, and what it
+	// means for the fleet.
+	pctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	perr := s.cfg.Cell.Control.PingContext(pctx)
+	cancel()
+	if perr != nil {
+		writeProblem(w, r, problem{Status: http.StatusServiceUnavailable, Code: "unavailable", RetryAfter: time.Second,
+			Message: what + " failed: the control database does not answer (" + failureClass(perr) + "), so the flags cannot be changed (the kill switch included) " +
+				"and nothing was; every replica keeps serving on the flags it has. Retry once it answers (GET /readyz lists it as degraded until then); " +
+				"the server's log has the error under the request id"})
+		return
+	}
 	writeProblem(w, r, problem{Status: http.StatusServiceUnavailable, Code: "unavailable", RetryAfter: time.Second,
 		Message: what + " failed: a store it needs did not answer as expected (" + failureClass(err) + "); the server's log has the error under the request id"})
 }
