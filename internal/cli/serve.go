@@ -146,9 +146,14 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	defer srv.Close()
 	// A schema behind the binary does not stop the start: the replica is
 	// not ready (/readyz names `reservoir migrate`) until it is migrated.
-	if err := srv.CheckSchema(ctx); err != nil {
-		log.Error("serve: not ready until the schema is migrated", "err", err)
+	// Nor does a database that does not answer: its pod is degraded
+	// (/readyz) and the others are served. The check is bounded, so a
+	// database that hangs cannot keep the replica from listening.
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if err := srv.CheckSchema(sctx); err != nil {
+		log.Error("serve: the schema check at start found a database behind this binary or one that did not answer; /readyz says what it means for this replica", "err", err)
 	}
+	cancel()
 	if token == "" {
 		log.Warn("serve: no admin token ($RESERVOIR_ADMIN_TOKEN or --admin-token-file): the admin API and the dashboard's data are disabled")
 	}
