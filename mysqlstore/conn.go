@@ -91,7 +91,22 @@ func (s *Store) inTx(ctx context.Context, caller string, fn func(tx *sql.Tx) err
 			_ = tx.Rollback()
 			return err
 		}
-		return tx.Commit()
+		// Commit takes no context: a server that stops answering (a
+		// paused process, a dead host) would hold the caller past its
+		// deadline. The caller gets the deadline instead, with an
+		// unknown outcome; the connection goes back to the pool once the
+		// commit answers.
+		done := make(chan error, 1)
+		go func() { done <- tx.Commit() }()
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			held := c
+			c = nil
+			go func() { <-done; held.release() }()
+			return fmt.Errorf("mysqlstore: %s: the commit did not answer within the call's deadline; its outcome is unknown: %w", caller, ctx.Err())
+		}
 	})
 }
 
