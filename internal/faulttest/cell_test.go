@@ -17,7 +17,9 @@ import (
 	"github.com/seed31b0e981/reservoir/dualwrite"
 	"github.com/seed31b0e981/reservoir/internal/faults"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
+	"github.com/seed31b0e981/reservoir/internal/testproc"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
+	"github.com/seed31b0e981/reservoir/migrations"
 	"github.com/seed31b0e981/reservoir/mirror"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
@@ -97,7 +99,8 @@ var modes = []mode{
 	{"kill", rollout.ModeMySQL, rollout.KillRedis},
 }
 
-// server is which proxy the fault is injected on.
+// server is which server the fault is injected on: on its proxy, or on
+// its process.
 type server string
 
 const (
@@ -106,13 +109,17 @@ const (
 )
 
 // cell is one pod wired for a matrix cell: both stores reach their servers
-// through proxies; direct stores (no proxy) read the truth for the checks.
+// through proxies, but for a private server (a process cell's), which they
+// reach directly; direct stores (no proxy) read the truth for the checks.
 type cell struct {
 	t     timings
 	mode  mode
 	db    *testdb.DB
 	r     *testredis.Redis
 	proxy map[server]*faults.Proxy
+	// proc holds the cell's private server, whose process a process fault
+	// kills or pauses.
+	proc map[server]*testproc.Server
 
 	my, myDirect *mysqlstore.Store
 	rd, rdDirect *redisstore.Store
@@ -140,6 +147,10 @@ type cellOptions struct {
 	// stocked in redis mode, Redis's quantities are set at once rather
 	// than by the feed.
 	stockIn rollout.Mode
+	// private, when set, runs that server as the cell's own process
+	// (package testproc), reached without a proxy, for a process fault;
+	// the other server stays the shared one, behind its proxy.
+	private server
 }
 
 // quietLogger drops the logs of the pod's mirror and facade: under a
@@ -148,11 +159,27 @@ type cellOptions struct {
 var quietLogger = slog.New(slog.DiscardHandler)
 
 // setup builds a cell: a fresh database and Redis prefix, a proxy in front
-// of each server, the stores and the mirror (its relay running) on the
-// proxies, the facade in mode m, and the stock set through the facade.
+// of each server (but a private one), the stores and the mirror (its relay
+// running) on the proxies, the facade in mode m, and the stock set through
+// the facade.
 func setup(t *testing.T, m mode, tm timings, o cellOptions) *cell {
 	t.Helper()
-	c := &cell{t: tm, mode: m, db: testdb.New(t), r: testredis.New(t), obs: &observations{}, proxy: map[server]*faults.Proxy{}, noFeed: o.noFeed}
+	c := &cell{t: tm, mode: m, obs: &observations{}, proxy: map[server]*faults.Proxy{}, proc: map[server]*testproc.Server{}, noFeed: o.noFeed}
+	redisAddr := ""
+	if o.private == serverMySQL {
+		c.proc[serverMySQL] = testproc.MySQL(t)
+		c.db = privateDB(t, c.proc[serverMySQL].DSN)
+	} else {
+		c.db = testdb.New(t)
+	}
+	if o.private == serverRedis {
+		c.proc[serverRedis] = testproc.Redis(t)
+		redisAddr = c.proc[serverRedis].Addr
+		c.r = &testredis.Redis{Client: redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: -1, PoolSize: 64}), Prefix: "rsvtest:proc:"}
+		t.Cleanup(func() { c.r.Client.Close() })
+	} else {
+		c.r, redisAddr = testredis.New(t), testredis.Addr(t)
+	}
 	cfg, err := mysql.ParseDSN(c.db.DSN)
 	if err != nil {
 		t.Fatal(err)
@@ -160,14 +187,20 @@ func setup(t *testing.T, m mode, tm timings, o cellOptions) *cell {
 	if cfg.Net != "tcp" {
 		t.Fatalf("%s uses %s: the fault matrix needs MySQL over TCP, or the proxy is bypassed", testdb.EnvDSN, cfg.Net)
 	}
-	c.proxy[serverMySQL] = faults.Start(t, "mysql", cfg.Addr)
-	c.proxy[serverRedis] = faults.Start(t, "redis", testredis.Addr(t))
+	if o.private != serverMySQL {
+		c.proxy[serverMySQL] = faults.Start(t, "mysql", cfg.Addr)
+		cfg.Addr = c.proxy[serverMySQL].Addr()
+	}
+	if o.private != serverRedis {
+		c.proxy[serverRedis] = faults.Start(t, "redis", redisAddr)
+		redisAddr = c.proxy[serverRedis].Addr()
+	}
 
-	// The proxied pool: a short dial timeout, so a "down" server fails a
+	// The pod's pool: a short dial timeout, so a "down" server fails a
 	// call fast instead of eating its whole deadline; the calls' contexts
 	// bound everything else (the driver closes a connection whose call is
-	// cancelled).
-	cfg.Addr = c.proxy[serverMySQL].Addr()
+	// cancelled, and bounds the handshake by it too, which a paused
+	// server, whose kernel still accepts, never sends).
 	cfg.Timeout = 300 * time.Millisecond
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
@@ -186,7 +219,7 @@ func setup(t *testing.T, m mode, tm timings, o cellOptions) *cell {
 
 	// A client that never resends (NewClient), honours the call's
 	// deadline instead of its own 3s read timeout, and dials once.
-	client := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{c.proxy[serverRedis].Addr()},
+	client := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{redisAddr},
 		ContextTimeoutEnabled: true, DialTimeout: 300 * time.Millisecond, DialerRetries: 1, PoolSize: 64})
 	t.Cleanup(func() { client.Close() })
 	limits := reservation.Limits{MaxQuantity: poolCap}
@@ -235,6 +268,71 @@ func setup(t *testing.T, m mode, tm timings, o cellOptions) *cell {
 	c.drain(t)
 	c.obs.reset() // the stock's observations are setup, not traffic
 	return c
+}
+
+// privateDB creates the cell's database on its private MariaDB and
+// migrates it, with the settings testdb gives a database on the shared
+// server (mysqlstore.DSN); it goes with the server when the test ends.
+func privateDB(t *testing.T, server string) *testdb.DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	admin, err := sql.Open("mysql", server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	const name = "reservoir"
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil { //sqlcheck:ok a database name cannot be a parameter; this one is a constant
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	cfg, err := mysql.ParseDSN(server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DBName = name
+	dsn, err := mysqlstore.DSN(cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := mysqlstore.Open(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(200)
+	if _, err := migrations.Up(ctx, db); err != nil {
+		t.Fatalf("migrate %s: %v", name, err)
+	}
+	return &testdb.DB{Name: name, DSN: dsn, DB: db}
+}
+
+// awaitHandoff waits, in the mysql column, until both stores' fences name
+// MySQL. Its first call hands the shop to MySQL, and the handoff needs
+// Redis (Redis yields, its holds are copied): on a loaded machine it can
+// outlast timings.faultAt, and a fault on Redis meeting it makes Redis
+// take part in answers that the checks expect it only to follow
+// (authorityUses). The kill column's checks expect either server in every
+// answer: its fault does not wait.
+func (c *cell) awaitHandoff(deadline time.Time) error {
+	if c.mode.mode != rollout.ModeMySQL || c.mode.kill != rollout.KillOff {
+		return nil
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	for {
+		mf, err := c.myDirect.Fence(ctx, shop)
+		if err == nil && mf.Decider == reservation.AuthorityMySQL {
+			var rf reservation.Fence
+			if rf, err = c.rdDirect.Fence(ctx, shop); err == nil && rf.Decider == reservation.AuthorityMySQL {
+				return nil
+			}
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("the first call's handoff to MySQL had not finished when the traffic ended (last read: %v)", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // engageKill engages the cell's kill switch (the kill column does it in

@@ -7,12 +7,39 @@
 // docs/ownership.md are checked. A control cell per mode runs the same
 // traffic without a fault.
 //
+// Process cells do to a real server process what a proxy can only imitate.
+// The faulted server is the cell's own (package testproc: a private
+// MariaDB or Redis started by scripts/services, the Redis with its
+// append-only file), reached directly, without a proxy; the other server
+// is the shared one, behind its proxy. Same traffic, same checks:
+//   - kill: SIGKILL at the window's start; at its end the server is
+//     started again on the same port and data, and the window closes once
+//     it answers (MariaDB's crash recovery, Redis's append-only file
+//     loaded; about a second later than the other faults' heal). Every
+//     connection is gone and nothing the server acknowledged may be.
+//   - pause: SIGSTOP, then SIGCONT at the window's end. The kernel still
+//     accepts connections (a MySQL dial connects and waits for a
+//     handshake), so only the callers' deadlines end their calls; what
+//     they sent runs when the server runs again, those they gave up on
+//     included. With the CI phases the pause (1.1s) is shorter than a
+//     call's deadline (2s): callers see a stall (the relay's calls may
+//     time out, or wait it out too); with -long they time out and retry.
+//     A pause is not a total fault (see fault.total): the comparer need
+//     not see a shadow fault where the relay waited it out.
+//
+// They run in the redis and mysql columns, each process fault on each
+// server: cells named column/server/fault, e.g. mysql/mysql/kill (the
+// decider killed) and mysql/redis/kill (the follower killed).
+//
 // The columns (modes):
 //   - redis, shadow: Redis decides the shop throughout (shadow also asks
 //     MySQL, for comparison); MySQL's ledger takes the claims.
 //   - mysql: the first call hands the shop to MySQL, which decides from
 //     then on; Redis follows through MySQL's change feed (the relay) and
-//     is asked for comparison.
+//     is asked for comparison. The fault starts once that handoff is
+//     done (both fences name MySQL), later than planned only where a
+//     loaded machine made the handoff outlast it; the window keeps its
+//     length.
 //   - kill: as mysql, then the kill switch is engaged inside the fault
 //     window: the next call hands the shop back to Redis, MySQL's feed
 //     drained into it first, under the fault.
@@ -61,9 +88,12 @@
 //   - The servers come from scripts/services, as for every integration
 //     test; MySQL must be reached over TCP so the proxy is not bypassed.
 //   - Cells run 8 at a time unless -parallel is given: they mostly wait.
+//   - A process cell needs mariadbd or redis-server installed (testproc
+//     skips it otherwise, saying so; scripts/services installs them), and
+//     makes one MariaDB data directory per test binary, copied per cell.
 //   - -long, or RESERVOIR_FAULT_LONG=1, gives each cell a 30s traffic
 //     phase with a 15s fault (about 12 minutes for the matrix) instead of
-//     the CI phases (2s, 1.1s; about 1.5 minutes for the package).
+//     the CI phases (2s, 1.1s; under 2 minutes for the package).
 //   - A cell logs one report: carts and calls, errors by operation and
 //     kind, the comparer's classes, the late claims, the history check,
 //     the drift found before and after repair and the fences; the matrix

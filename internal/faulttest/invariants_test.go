@@ -15,7 +15,6 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/seed31b0e981/reservoir/compare"
-	"github.com/seed31b0e981/reservoir/internal/faults"
 	"github.com/seed31b0e981/reservoir/internal/history"
 	"github.com/seed31b0e981/reservoir/internal/reconcile"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
@@ -58,7 +57,7 @@ type report struct {
 // check settles the cell after the fault was healed and checks every
 // invariant, reporting each broken one as a test error. kind is the fault
 // that was injected on s ("" for none).
-func (r *run) check(t testing.TB, s server, kind faults.Kind) report {
+func (r *run) check(t testing.TB, s server, kind fault) report {
 	t.Helper()
 	c := r.c
 	ctx := context.Background()
@@ -111,13 +110,11 @@ func (r *run) check(t testing.TB, s server, kind faults.Kind) report {
 	}
 	// A fault on a shadow is seen by the comparer: it is classified, not
 	// silently absorbed. Checked where every shadow call in the window
-	// fails (the other faults let some through: a latency spike may stay
-	// under the shadow deadline, a lost-reply blip or a restart's downtime
-	// may miss a call) and a reserve the faulted server only shadows ran in
-	// it (reserves are compared in every mode that compares; claims and
+	// fails (fault.total) and a reserve the faulted server only shadows ran
+	// in it (reserves are compared in every mode that compares; claims and
 	// releases only where Redis decides).
 	route := rollout.Decision{Mode: c.mode.mode, Kill: c.mode.kill}.Route()
-	total := kind == faults.Down || kind == faults.Timeout || kind == faults.ResetPeer
+	total := kind.total()
 	shadowCalls := 0
 	if !authorityUses(c.mode, s, "reserve") {
 		shadowCalls = r.faultCalls["reserve"]

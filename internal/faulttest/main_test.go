@@ -10,6 +10,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seed31b0e981/reservoir/internal/testproc"
 )
 
 // EnvLong, when "1", runs the matrix with long phases (as -long does).
@@ -36,7 +38,9 @@ func TestMain(m *testing.M) {
 	// hundreds of lines saying what the cell report already counts.
 	redis.SetLogger(quiet{})
 	_ = mysql.SetLogger(quiet{})
-	os.Exit(m.Run())
+	code := m.Run()
+	testproc.RemoveTemplate()
+	os.Exit(code)
 }
 
 func longRun() bool { return *long || os.Getenv(EnvLong) == "1" }

@@ -2,6 +2,7 @@ package faulttest
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -11,15 +12,88 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/faults"
 )
 
+// fault is what a cell does to one server inside its window: a network
+// fault on the server's proxy (a faults.Kind), or a process fault on the
+// server's own process (a private server, package testproc).
+type fault string
+
+// The process faults, in the order the matrix runs them.
+const (
+	// faultKill sends SIGKILL to the server at the window's start; at its
+	// end the server is started again, on the same port and data, and the
+	// fault ends once it answers (after MariaDB's crash recovery, or
+	// Redis's loading its append-only file): what a crash and a supervisor's
+	// restart look like, where what the server acknowledged survives.
+	faultKill fault = "kill"
+	// faultPause sends SIGSTOP at the window's start and SIGCONT at its
+	// end: a server frozen (a stall, a VM paused) whose kernel still
+	// accepts connections, and which runs every request it was sent, those
+	// whose callers gave up included, once it runs again.
+	faultPause fault = "pause"
+)
+
+// processFaults lists the process faults.
+var processFaults = []fault{faultKill, faultPause}
+
+// process reports whether f is done to a process rather than a proxy.
+func (f fault) process() bool { return slices.Contains(processFaults, f) }
+
+// total reports whether f fails every call the server gets inside the
+// window (where the others let some through: a latency spike may stay
+// under a deadline, a lost-reply blip or a restart's downtime may miss a
+// call). A pause is no total fault: the server answers late, not never,
+// and a call that waits it out (the relay's comparison of a reserve, in
+// the mysql column) is answered, and compared, as after a latency spike.
+func (f fault) total() bool {
+	switch f {
+	case fault(faults.Down), fault(faults.Timeout), fault(faults.ResetPeer), faultKill:
+		return true
+	}
+	return false
+}
+
+// inject starts f on s and returns what ends it.
+func (c *cell) inject(s server, f fault) (heal func() error, err error) {
+	if !f.process() {
+		in, err := c.proxy[s].Inject(faults.Fault{Kind: faults.Kind(f)})
+		if err != nil {
+			return nil, err
+		}
+		return in.Heal, nil
+	}
+	p := c.proc[s]
+	if p == nil {
+		return nil, fmt.Errorf("%s is no private server in this cell", s)
+	}
+	if f == faultKill {
+		return p.Start, p.Kill()
+	}
+	return p.Resume, p.Pause()
+}
+
+// processColumns are the modes the process cells run in: the two where one
+// store decides throughout, so that with each server faulted in each, every
+// process fault meets both a server that decides and one that only
+// follows (Redis where MySQL decides; MySQL, but for the claims' ledger,
+// where Redis decides). The shadow and kill columns are left out for the
+// matrix's wall time (a process cell also starts a private server, and
+// stops it: about 2s, a MariaDB's first of the binary a few more): shadow
+// differs from redis by the comparison only, and the kill column's
+// handback under a fault is what its network cells exercise.
+var processColumns = []string{"redis", "mysql"}
+
 // TestFaultMatrix runs every cell: each mode with no fault (the control),
-// then with each fault on each server. Each cell:
+// then with each network fault on each server, then the process cells:
+// each process fault on each server, in the processColumns. Each cell:
 //
 //  1. wires a pod whose stores and mirror (its relay running) reach MySQL
-//     and Redis through proxies, sets the stock through the facade;
+//     and Redis through proxies (or, for the faulted server of a process
+//     cell, directly: a private server, its own process), sets the stock
+//     through the facade;
 //  2. runs concurrent carts (reserve, then claim, release or nothing)
 //     through the facade, recording every call, with the fault injected
-//     on one proxy for the middle of the traffic and then healed (the kill
-//     column engages its kill switch inside the window);
+//     on one proxy or process for the middle of the traffic and then
+//     healed (the kill column engages its kill switch inside the window);
 //  3. lets every caller finish its cart, waits for every hold to expire,
 //     runs both reapers and lets the relay deliver;
 //  4. checks (see the package doc): the callers (only retryable errors,
@@ -35,14 +109,24 @@ func TestFaultMatrix(t *testing.T) {
 	type cellSpec struct {
 		mode   mode
 		server server
-		fault  faults.Kind
+		fault  fault
 	}
 	var specs []cellSpec
 	for _, m := range modes {
 		specs = append(specs, cellSpec{mode: m})
 		for _, s := range []server{serverMySQL, serverRedis} {
 			for _, k := range faults.Kinds {
-				specs = append(specs, cellSpec{m, s, k})
+				specs = append(specs, cellSpec{m, s, fault(k)})
+			}
+		}
+	}
+	for _, m := range modes {
+		if !slices.Contains(processColumns, m.name) {
+			continue
+		}
+		for _, s := range []server{serverMySQL, serverRedis} {
+			for _, f := range processFaults {
+				specs = append(specs, cellSpec{m, s, f})
 			}
 		}
 	}
@@ -72,9 +156,12 @@ func TestFaultMatrix(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			began := time.Now()
-			c := setup(t, spec.mode, tm, cellOptions{})
+			o := cellOptions{}
+			if spec.fault.process() {
+				o.private = spec.server
+			}
+			c := setup(t, spec.mode, tm, o)
 			r := newRun(c)
-			var injection *faults.Injection
 			var injectErr error
 			done := make(chan struct{})
 			if spec.fault != "" {
@@ -82,11 +169,19 @@ func TestFaultMatrix(t *testing.T) {
 				go func() {
 					defer close(done)
 					time.Sleep(time.Until(r.start.Add(tm.faultAt)))
-					if injection, injectErr = c.proxy[spec.server].Inject(faults.Fault{Kind: spec.fault}); injectErr != nil {
+					if injectErr = c.awaitHandoff(r.start.Add(tm.traffic)); injectErr != nil {
 						return
 					}
-					time.Sleep(time.Until(r.start.Add(tm.healAt)))
-					injectErr = injection.Heal()
+					// A window delayed by the handoff keeps its length.
+					healAt := r.start.Add(tm.healAt).Add(time.Since(r.start.Add(tm.faultAt)))
+					heal, err := c.inject(spec.server, spec.fault)
+					if injectErr = err; err != nil {
+						return
+					}
+					r.faultInjected()
+					time.Sleep(time.Until(healAt))
+					injectErr = heal()
+					r.faultHealed()
 				}()
 			} else {
 				close(done)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"sort"
@@ -112,6 +113,12 @@ type run struct {
 	// faultCalls counts calls per op started inside the window.
 	faultErrs, healedErrs int
 	faultCalls            map[string]int
+	// faultFrom and faultTo are when the fault was in force and when
+	// healing returned, from the traffic's start (0: not yet). They may
+	// fall later than timings.faultAt and healAt: the mysql column's fault
+	// waits for the first handoff, and a killed server's restart takes
+	// time.
+	faultFrom, faultTo time.Duration
 	// applied counts calls repeated after an error whose answer showed the
 	// failed attempt had taken effect (a replayed reserve or claim): lost
 	// replies that idempotency absorbed.
@@ -413,13 +420,40 @@ func (r *run) release(c caller, token string, f *fate, deadline time.Time) {
 	}
 }
 
+// faultInjected and faultHealed mark the fault's real bounds.
+func (r *run) faultInjected() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.faultFrom = time.Since(r.start)
+}
+
+func (r *run) faultHealed() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.faultTo = time.Since(r.start)
+}
+
+// faultWindowLocked is the fault's window so far, from the traffic's
+// start: none (ok false) before the fault is in force, open-ended while it
+// is being healed.
+func (r *run) faultWindowLocked() (from, to time.Duration, ok bool) {
+	if r.faultFrom == 0 {
+		return 0, 0, false
+	}
+	to = r.faultTo
+	if to == 0 {
+		to = time.Duration(math.MaxInt64)
+	}
+	return r.faultFrom, to, true
+}
+
 func (r *run) note(op, token, kind string, err error, start time.Time, took time.Duration) {
-	tm := r.c.t
 	since := start.Sub(r.start)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	from, to, faulted := r.faultWindowLocked()
 	r.calls[op]++
-	if since >= tm.faultAt && since < tm.healAt {
+	if faulted && since >= from && since < to {
 		r.faultCalls[op]++
 	}
 	if err == nil || strings.HasPrefix(kind, "answer:") {
@@ -436,7 +470,7 @@ func (r *run) note(op, token, kind string, err error, start time.Time, took time
 	if strings.HasPrefix(kind, "answer:") {
 		return
 	}
-	if since+took >= tm.faultAt && since <= tm.healAt {
+	if faulted && since+took >= from && since <= to {
 		r.faultErrs++
 	} else {
 		r.healedErrs++
@@ -473,8 +507,13 @@ func (r *run) summary() string {
 			abandoned++
 		}
 	}
-	return fmt.Sprintf("carts %d (acked %d, claimed %d (%d across the fault), released %d, abandoned %d); calls reserve %d claim %d release %d; errors during fault %d, after heal %d: [%s]; failed calls found applied on retry %d; slowest answer: reserve %s, claim %s, release %s",
-		len(r.fates), acked, claimed, slow, released, abandoned, r.calls["reserve"], r.calls["claim"], r.calls["release"], r.faultErrs, r.healedErrs, strings.Join(errs, ", "), r.applied,
+	// The window, where it was not the planned one.
+	healed := ""
+	if late := 50 * time.Millisecond; r.faultFrom > r.c.t.faultAt+late || r.faultTo > r.c.t.healAt+late {
+		healed = fmt.Sprintf(" (%s-%s)", r.faultFrom.Round(10*time.Millisecond), r.faultTo.Round(10*time.Millisecond))
+	}
+	return fmt.Sprintf("carts %d (acked %d, claimed %d (%d across the fault), released %d, abandoned %d); calls reserve %d claim %d release %d; errors during fault%s %d, after heal %d: [%s]; failed calls found applied on retry %d; slowest answer: reserve %s, claim %s, release %s",
+		len(r.fates), acked, claimed, slow, released, abandoned, r.calls["reserve"], r.calls["claim"], r.calls["release"], healed, r.faultErrs, r.healedErrs, strings.Join(errs, ", "), r.applied,
 		r.maxLatency["reserve"].Round(time.Millisecond), r.maxLatency["claim"].Round(time.Millisecond), r.maxLatency["release"].Round(time.Millisecond))
 }
 
