@@ -358,6 +358,7 @@ func status(ctx context.Context, client *http.Client, base, token string) (rollo
 type readiness struct {
 	Ready       bool     `json:"ready"`
 	NotReady    []string `json:"not_ready"`
+	Degraded    []string `json:"degraded"`
 	FlagsLoaded bool     `json:"flags_loaded"`
 	Stores      []struct {
 		Pod   string `json:"pod"`
