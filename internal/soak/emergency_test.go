@@ -464,7 +464,10 @@ func TestEmergencyMySQLKilled(t *testing.T) {
 		t.Errorf("claim with the ledger down: %d %s after %s, want 503 at once", code, body, took)
 	}
 
-	// mariadbd back; the release hands pod-a to MySQL again.
+	// mariadbd back after an outage of a few seconds; the release hands
+	// pod-a to MySQL again.
+	time.Sleep(time.Until(crashed.Add(3 * time.Second)))
+	restarting := time.Now()
 	if err := e.myA.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -517,7 +520,8 @@ func TestEmergencyMySQLKilled(t *testing.T) {
 		t.Errorf("pod-b failed %d calls while pod-a's MySQL was down", n)
 	}
 	t.Logf("pod-b before the crash: %s", e.probe.window(before, crashed))
-	t.Logf("pod-b while pod-a's MySQL was down or handed back: %s", e.probe.window(crashed, after))
+	t.Logf("pod-b while pod-a's MySQL was down: %s", e.probe.window(crashed, restarting))
+	t.Logf("pod-b while pod-a's mariadbd restarted and pod-a was handed back: %s", e.probe.window(restarting, after))
 	_ = engaged
 
 	// The ledgers: pod-a lost pre-1, pre-2 (2 each) and during-1 (3);
@@ -550,7 +554,7 @@ func TestEmergencyRedisKilled(t *testing.T) {
 	e := newEmergency(t, emergencyOptions{modeA: rollout.ModeMySQL, modeB: rollout.ModeMySQL})
 	e.startProbe()
 	before := time.Now()
-	time.Sleep(time.Second)
+	time.Sleep(2 * time.Second) // pod-b's baseline
 	if code, by, _ := e.reserve(emergencyShopA, "pre-1", 2); code != 201 || by != "mysql" {
 		t.Fatalf("reserve pre-1: %d %s", code, by)
 	}
@@ -582,6 +586,8 @@ func TestEmergencyRedisKilled(t *testing.T) {
 	}
 	t.Logf("kill switch meanwhile: %d %s", code, body)
 
+	time.Sleep(time.Until(crashed.Add(3 * time.Second))) // an outage of a few seconds
+	restarting := time.Now()
 	if err := e.rdA.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -618,7 +624,9 @@ func TestEmergencyRedisKilled(t *testing.T) {
 	if n := e.probe.failures(crashed, after); n > 0 {
 		t.Errorf("pod-b failed %d calls while pod-a's Redis was down", n)
 	}
-	t.Logf("pod-b before: %s; while pod-a's Redis was down and after: %s", e.probe.window(before, crashed), e.probe.window(crashed, after))
+	t.Logf("pod-b before the crash: %s", e.probe.window(before, crashed))
+	t.Logf("pod-b while pod-a's Redis was down: %s", e.probe.window(crashed, restarting))
+	t.Logf("pod-b while pod-a's redis-server restarted and its backlog drained: %s", e.probe.window(restarting, after))
 	if got, want := e.ledger(e.dbA, emergencyShopA), int64(stockA-2-3); got != want {
 		t.Errorf("pod-a's ledger: %d, want %d", got, want)
 	}
@@ -760,7 +768,9 @@ func TestEmergencyMySQLPaused(t *testing.T) {
 	}
 	t.Logf("pod-a: %d carts claimed, slowest call %s, %d answered 503 within 100ms (the breaker); resumed %s after the pause",
 		total, slowest.Round(time.Millisecond), fast503, resumed.Sub(paused).Round(time.Millisecond))
-	t.Logf("pod-b before: %s; while pod-a's MySQL was paused and after: %s", e.probe.window(paused.Add(-2*time.Second), paused), e.probe.window(paused, after))
+	t.Logf("pod-b before the pause: %s", e.probe.window(paused.Add(-2*time.Second), paused))
+	t.Logf("pod-b while pod-a's MySQL was paused: %s", e.probe.window(paused, resumed))
+	t.Logf("pod-b after the resume: %s", e.probe.window(resumed, after))
 }
 
 // TestEmergencyControlDatabaseDown: the control database (flags, audit,
