@@ -72,11 +72,9 @@ type FlagsTable struct {
 const (
 	sqlFlagsRead = `/*caller='flags'*/ SELECT version, document FROM rollout_flags WHERE id = 1`
 	// sqlFlagsLock reads the document for a change, locking the row.
-	sqlFlagsLock = `/*caller='flags'*/ SELECT version, document FROM rollout_flags WHERE id = 1 FOR UPDATE`
-	// sqlFlagsVersion is what each replica polls.
-	sqlFlagsVersion = `/*caller='flags'*/ SELECT version FROM rollout_flags WHERE id = 1`
-	sqlFlagsInsert  = `/*caller='flags'*/ INSERT INTO rollout_flags (id, version, document, updated_at) VALUES (1, ?, ?, ?)`
-	sqlFlagsUpdate  = `/*caller='flags'*/ UPDATE rollout_flags SET version = ?, document = ?, updated_at = ? WHERE id = 1`
+	sqlFlagsLock   = `/*caller='flags'*/ SELECT version, document FROM rollout_flags WHERE id = 1 FOR UPDATE`
+	sqlFlagsInsert = `/*caller='flags'*/ INSERT INTO rollout_flags (id, version, document, updated_at) VALUES (1, ?, ?, ?)`
+	sqlFlagsUpdate = `/*caller='flags'*/ UPDATE rollout_flags SET version = ?, document = ?, updated_at = ? WHERE id = 1`
 )
 
 func (t FlagsTable) ctx() (context.Context, context.CancelFunc) {
