@@ -93,6 +93,9 @@ type Obedience struct {
 	// Took is how long after the write the last live replica applied it
 	// (or how long the wait lasted, when some lag).
 	Took time.Duration `json:"took_ns"`
+	// Since is when the wait began, right after the write (and its
+	// audit): what Took counts from.
+	Since time.Time `json:"-"`
 	// Lagging are the live replicas that had not applied it by then.
 	Lagging []Replica `json:"lagging,omitempty"`
 	// Summary is String's line.
@@ -127,7 +130,7 @@ func WaitObeyed(ctx context.Context, db *sql.DB, version int64, within time.Dura
 		if err != nil {
 			return Obedience{}, err
 		}
-		ob := Obedience{Version: version, Live: len(rs), Took: time.Since(start)}
+		ob := Obedience{Version: version, Live: len(rs), Took: time.Since(start), Since: start}
 		for _, r := range rs {
 			if r.AppliedVersion >= version {
 				ob.Obeyed++

@@ -58,8 +58,9 @@ type KillResponse struct {
 	// controller and its audit. (Kept for clients of the earlier API, where
 	// a server without a plan wrote the flags unaudited.)
 	Audited bool `json:"audited"`
-	// ObeyedAfterMs is how long after the file was written this replica's
-	// flag source answered accordingly; null if not within KillWait.
+	// ObeyedAfterMs is how long after the flags were written (and the
+	// change audited: when the fleet's wait began) this replica's flag
+	// source answered with the new version; null if not within KillWait.
 	ObeyedAfterMs *float64 `json:"obeyed_after_ms"`
 	// Effective is this replica's decision for the scope now.
 	Effective DecisionView `json:"effective"`
@@ -153,29 +154,62 @@ func (s *Server) representative(scope rollout.Scope) (string, int64) {
 	return s.cfg.Cell.Topology.Pods[0].Name, scope.Shop
 }
 
-// waitObeyed polls this replica's flag source until it answers what the
-// flags file now says for scope, up to KillWait, and returns how long
-// that took after start (nil if it did not).
-func (s *Server) waitObeyed(ctx context.Context, scope rollout.Scope, start time.Time) (*float64, DecisionView) {
+// waitObeyed polls this replica's flag source, up to KillWait, until it
+// answers for scope with the flags version the change wrote (the fleet's
+// Version), and returns how long after the write that was (nil if not
+// within KillWait), its decision, and the flags it answers from. The
+// flags come from the source itself, not the store: under a flood of the
+// checkout listener every round trip to the control database waits
+// behind it, and the fleet's wait has already read the heartbeats.
+// Without a version from the fleet (a controller that does not wait for
+// it) the flags store says what to wait for, and the time counts from
+// start.
+func (s *Server) waitObeyed(ctx context.Context, scope rollout.Scope, start time.Time, fleet rollout.Obedience) (*float64, DecisionView, *rollout.Flags) {
 	pod, shop := s.representative(scope)
-	flags, err := s.cfg.Cell.FlagStore().Read()
-	if err != nil {
-		return nil, s.decide(ctx, pod, shop)
+	obeys := func(rollout.Decision) bool { return false }
+	var flags *rollout.Flags
+	if fleet.Version > 0 {
+		obeys = func(d rollout.Decision) bool { return d.Version >= fleet.Version }
+		if !fleet.Since.IsZero() {
+			start = fleet.Since
+		}
+	} else if f, err := s.cfg.Cell.FlagStore().Read(); err == nil {
+		flags = f
+		want := f.Resolve(pod, shop)
+		obeys = func(d rollout.Decision) bool { return d == want }
+	} else {
+		return nil, s.decide(ctx, pod, shop), nil
 	}
-	want := flags.Resolve(pod, shop)
 	deadline := time.Now().Add(s.cfg.KillWait)
 	for {
 		d, err := s.cfg.Cell.Flags.Decide(ctx, pod, shop)
-		if err == nil && d == want {
+		if err == nil && obeys(d) {
 			ms := float64(time.Since(start).Microseconds()) / 1000
 			s.metrics.killObeyed.Observe(ms / 1000)
-			return &ms, s.decide(ctx, pod, shop)
+			if flags == nil {
+				flags = s.flagsInForce(d.Version)
+			}
+			return &ms, s.decide(ctx, pod, shop), flags
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, s.decide(ctx, pod, shop)
+			return nil, s.decide(ctx, pod, shop), flags
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// flagsInForce returns the flags this replica's source answers from, when
+// they are at version or later; else it reads the flags store.
+func (s *Server) flagsInForce(version int64) *rollout.Flags {
+	if doc, ok := s.cfg.Cell.Flags.InForce(); ok {
+		if f, err := rollout.ParseFlags(doc); err == nil && f.Version >= version {
+			return f
+		}
+	}
+	if f, err := s.cfg.Cell.FlagStore().Read(); err == nil {
+		return f
+	}
+	return nil
 }
 
 func (s *Server) engageKill(w http.ResponseWriter, r *http.Request) {
@@ -264,10 +298,10 @@ func (s *Server) releaseKill(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) killAnswer(w http.ResponseWriter, r *http.Request, scope rollout.Scope, who string, start time.Time, lag string, fleet rollout.Obedience) {
-	obeyed, eff := s.waitObeyed(r.Context(), scope, start)
+	obeyed, eff, flags := s.waitObeyed(r.Context(), scope, start, fleet)
 	resp := KillResponse{Scope: scope.String(), Actor: who, Audited: true, ObeyedAfterMs: obeyed, Effective: eff, RelayLag: lag, Fleet: fleet}
-	if f, err := s.cfg.Cell.FlagStore().Read(); err == nil {
-		resp.Kill = killView(f.KillAt(scope))
+	if flags != nil {
+		resp.Kill = killView(flags.KillAt(scope))
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
