@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +20,17 @@ import (
 // check is cheaper than the next and costs the server less than what it
 // protects:
 //
+//  0. A place on the checkout listener (placeListener): at most
+//     MaxConns connections are open at once, and the next ones wait in
+//     the kernel's accept queue, unread: a flood costs the replica the
+//     work of MaxConns connections at a time, however many it opens.
+//     While every place is taken, a connection serves one call and
+//     closes (its answer says Connection: close) and a keep-alive
+//     connection idle for a second is closed, so the places go round the
+//     waiting connections in turn. The admin listener has no such cap, and what
+//     it serves (the kill switch) and what the flags need (the flag feed,
+//     the heartbeat) run beside the flood's MaxConns connections instead
+//     of behind all of them in the Go scheduler's run queue.
 //  1. The client's bearer token and its rights (401, 403): headers only.
 //  2. The Content-Type (415): a browser's cross-site form or text/plain
 //     POST never reaches a handler.
@@ -33,6 +46,161 @@ import (
 //     RequestTimeout for a connection.
 //
 // Only then does the handler run, with RequestTimeout.
+
+// placeListener is the checkout listener with its places (step 0): Accept
+// takes a place, waiting while there is none (the connections waiting
+// stay in the kernel's accept queue), and the connection gives it back
+// when it closes. While Accept waits, the connections idle for at least
+// placeIdle are closed: a keep-alive connection holds its place while it
+// waits for its client's next call. One idle for less is likely to carry
+// that call at once (closing it then would cut the call), and gives its
+// place up with its next answer instead (Connection: close, apiOp).
+type placeListener struct {
+	net.Listener
+	places    chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+
+	// open counts the connections open: places holds one more while
+	// Accept waits in the kernel for the next connection.
+	open atomic.Int64
+
+	mu   sync.Mutex
+	idle map[*placeConn]time.Time // idle connections, since when
+	// closedIdle counts the idle connections closed for a place.
+	closedIdle atomic.Int64
+}
+
+// placeIdle is how long a connection is idle before it gives its place up
+// to a connection waiting.
+const placeIdle = time.Second
+
+func newPlaceListener(ln net.Listener, n int) *placeListener {
+	return &placeListener{Listener: ln, places: make(chan struct{}, n), done: make(chan struct{}), idle: map[*placeConn]time.Time{}}
+}
+
+// Accept implements net.Listener.
+func (l *placeListener) Accept() (net.Conn, error) {
+	select {
+	case l.places <- struct{}{}:
+	default:
+		if !l.waitPlace() {
+			return nil, net.ErrClosed
+		}
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.places
+		return nil, err
+	}
+	l.open.Add(1)
+	return &placeConn{Conn: c, l: l}, nil
+}
+
+// waitPlace waits for a place, closing the connections idle for
+// placeIdle meanwhile; false when the listener closed first.
+func (l *placeListener) waitPlace() bool {
+	tick := time.NewTicker(placeIdle / 4)
+	defer tick.Stop()
+	for {
+		l.closeIdle(placeIdle)
+		select {
+		case l.places <- struct{}{}:
+			return true
+		case <-l.done:
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+// Close implements net.Listener: it ends an Accept waiting for a place.
+func (l *placeListener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// full reports whether every place is taken by an open connection.
+func (l *placeListener) full() bool { return l.open.Load() >= int64(cap(l.places)) }
+
+// rotate makes the answer w close its connection while every place is
+// taken: the connection serves this call and gives its place to the next
+// one waiting.
+func (l *placeListener) rotate(w http.ResponseWriter) {
+	if l.full() {
+		w.Header().Set("Connection", "close")
+	}
+}
+
+// connState is the http.Server's ConnState: it keeps the idle
+// connections and since when.
+func (l *placeListener) connState(c net.Conn, st http.ConnState) {
+	pc, ok := c.(*placeConn)
+	if !ok {
+		return
+	}
+	if st != http.StateIdle {
+		l.forget(pc)
+		return
+	}
+	l.mu.Lock()
+	l.idle[pc] = time.Now()
+	l.mu.Unlock()
+}
+
+func (l *placeListener) forget(pc *placeConn) {
+	l.mu.Lock()
+	delete(l.idle, pc)
+	l.mu.Unlock()
+}
+
+// closeIdle closes the connections idle for at least min, as the idle
+// timeout would: a client that sends its next call on one at that moment
+// finds it closed, and retries (the checkout API's calls are idempotent
+// on their token).
+func (l *placeListener) closeIdle(min time.Duration) {
+	now := time.Now()
+	var idle []*placeConn
+	l.mu.Lock()
+	for pc, since := range l.idle {
+		if now.Sub(since) >= min {
+			idle = append(idle, pc)
+			delete(l.idle, pc)
+		}
+	}
+	l.mu.Unlock()
+	for _, pc := range idle {
+		l.closedIdle.Add(1)
+		_ = pc.Close()
+	}
+}
+
+// placeConn is a checkout connection holding a place.
+type placeConn struct {
+	net.Conn
+	l    *placeListener
+	once sync.Once
+}
+
+// Close implements net.Conn: the place goes to the next connection.
+func (c *placeConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.l.forget(c)
+		c.l.open.Add(-1)
+		<-c.l.places
+	})
+	return err
+}
+
+// CloseWrite lets net/http half-close the connection after an answer
+// that left a request body unread, as it does a TCP connection.
+func (c *placeConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
 
 // podGate limits the calls served at once for one pod.
 type podGate struct {
@@ -81,6 +249,9 @@ func podSlots(p *cell.Pod) int {
 // client's roles must allow; withBody says the route takes a JSON body.
 func (s *Server) apiOp(mux *http.ServeMux, pattern, op string, withBody bool, h http.HandlerFunc) {
 	s.route(mux, pattern, false, func(w http.ResponseWriter, r *http.Request) {
+		if l := s.places.Load(); l != nil {
+			l.rotate(w)
+		}
 		r, p := s.admit(w, r, op, withBody)
 		if p != nil {
 			if p.Status == http.StatusUnauthorized {

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -112,6 +113,21 @@ type Config struct {
 	// a call answers 503 "overloaded" at once. Health, metrics, the
 	// dashboard and the kill switch are not counted. Default: 64.
 	AdminMaxInFlight int
+	// MaxConns caps the checkout listener's open connections (admission
+	// step 0): the next ones wait in the kernel's accept queue, unread,
+	// and while every place is taken each connection serves one call and
+	// one idle for a second is closed, so the places go round. It bounds
+	// what a flood of the checkout listener costs the process at once,
+	// so that the flag feed, the heartbeat and the admin listener (never
+	// capped) are served promptly beside it (BENCHMARKS.md, "The kill
+	// switch under a flood": 64 places against 128 and 256, and none).
+	// Calls waiting on a pod's store hold their connections' places: with
+	// fewer places than a pod has slots, a pod whose store stalls would
+	// hold them all, and the other pods' calls would wait. Applies only
+	// with an admin listener of its own (Serve). Negative: no cap.
+	// Default: 32 per CPU the process runs on (GOMAXPROCS), and at least
+	// the pods' slots together: 64 for one pod on two CPUs.
+	MaxConns int
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -147,6 +163,16 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.AdminMaxInFlight == 0 {
 		c.AdminMaxInFlight = 64
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = 32 * runtime.GOMAXPROCS(0)
+		if c.Cell != nil {
+			slots := 0
+			for _, p := range c.Cell.Pods() {
+				slots += podSlots(p)
+			}
+			c.MaxConns = max(c.MaxConns, slots)
+		}
 	}
 	return c
 }
@@ -202,7 +228,10 @@ type Server struct {
 	draining   atomic.Bool
 	adminSlots chan struct{}       // one per admin read being served
 	gates      map[string]*podGate // per pod: its checkout calls in flight
-	bodyBytes  atomic.Int64        // checkout body bytes held now
+	// places is the checkout listener's cap (admission step 0) while
+	// Serve runs with an admin listener of its own; nil otherwise.
+	places    atomic.Pointer[placeListener]
+	bodyBytes atomic.Int64 // checkout body bytes held now
 
 	schemaCheck *schemaCheck // each database's migrations, cached for /readyz
 
@@ -242,6 +271,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: register metrics: %w", err)
 	}
 	s.metrics = m
+	if err := s.registerPlaceMetrics(cfg.Registry); err != nil {
+		return nil, fmt.Errorf("server: register metrics: %w", err)
+	}
 	s.api, s.adminH, s.both = s.routes()
 	s.sampler = startSampler(cfg.Registry, cfg.SampleInterval, cfg.SeriesWindow, s.log)
 	return s, nil
@@ -278,6 +310,14 @@ func (s *Server) Serve(ctx context.Context, api, admin net.Listener) error {
 		servers[0].hs.Handler = s.both
 	} else {
 		servers = append(servers, served{s.httpServer(s.adminH), admin})
+		if s.cfg.MaxConns > 0 {
+			// The checkout listener's places (admission.go, step 0);
+			// the admin listener has none.
+			pl := newPlaceListener(api, s.cfg.MaxConns)
+			servers[0].ln, servers[0].hs.ConnState = pl, pl.connState
+			s.places.Store(pl)
+			defer s.places.Store(nil)
+		}
 	}
 	errc := make(chan error, len(servers))
 	for _, sv := range servers {
