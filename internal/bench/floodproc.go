@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -208,13 +209,18 @@ type floodProc struct {
 }
 
 // startFlood starts the attackers' process: binary (the bench's own) run
-// as `binary bench` with FloodEnv set to spec, on one core.
-func startFlood(binary string, spec FloodSpec) (*floodProc, error) {
+// as `binary bench` with FloodEnv set to spec, on one core, at CPU
+// priority nice (through nice(1); 0: as this process).
+func startFlood(binary string, spec FloodSpec, nice int) (*floodProc, error) {
 	js, err := json.Marshal(spec)
 	if err != nil {
 		return nil, err
 	}
-	f := &floodProc{cmd: exec.Command(binary, "bench"), done: make(chan struct{})}
+	cmd := exec.Command(binary, "bench")
+	if nice != 0 {
+		cmd = exec.Command("nice", "-n", strconv.Itoa(nice), binary, "bench")
+	}
+	f := &floodProc{cmd: cmd, done: make(chan struct{})}
 	f.cmd.Env = append(os.Environ(), FloodEnv+"="+string(js), "GOMAXPROCS=1")
 	f.cmd.Stdout, f.cmd.Stderr = &f.out, &f.out
 	stdin, err := f.cmd.StdinPipe()

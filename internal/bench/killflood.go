@@ -123,11 +123,16 @@ type KillFloodStats struct {
 	Flood    FloodStats `json:"flood"`
 	ShedRate float64    `json:"shed_rate"`
 	// Goroutines is each replica's go_goroutines, read once the flood
-	// had settled; ReplicaCores each replica's CPU (cores) and
-	// AttackerCores the attackers' during the changes.
+	// had settled, and Places its checkout connections and the most its
+	// listener keeps open ("64/64"; "-" for a build without the cap);
+	// ReplicaCores each replica's CPU (cores) and AttackerCores the
+	// attackers' during the changes.
 	Goroutines    []float64 `json:"goroutines"`
+	Places        []string  `json:"places"`
 	ReplicaCores  []float64 `json:"replica_cores"`
 	AttackerCores float64   `json:"attacker_cores"`
+	// AttackerNice is the attackers' CPU priority (Options.KillFloodNice).
+	AttackerNice int `json:"attacker_nice"`
 	// Binary is the reservoir binary the replicas ran.
 	Binary string `json:"binary"`
 	// Each is every change, in order.
@@ -532,19 +537,33 @@ func (k *killFloodRig) change(ctx context.Context, i int) KillFloodChange {
 // writer stamped it.
 const sqlKillFloodWritten = `/*caller='bench'*/ SELECT version, updated_at FROM rollout_flags WHERE id = 1`
 
-// goroutines reads a replica's go_goroutines from its /metrics.
-func (k *killFloodRig) goroutines(ctx context.Context, p *replicaProc) float64 {
+// scrape reads a replica's go_goroutines and its checkout listener's
+// places (connections open / places; "-" when it has none) from its
+// /metrics, and whether every place is taken.
+func (k *killFloodRig) scrape(ctx context.Context, p *replicaProc) (goroutines float64, places string, full bool) {
 	_, body, err := k.call(ctx, p.admin, "GET", "/metrics", "", nil, nil)
 	if err != nil {
-		return -1
+		return -1, "-", false
 	}
-	for line := range strings.SplitSeq(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
-			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f
+	value := func(name string) (float64, bool) {
+		for line := range strings.SplitSeq(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				return f, err == nil
+			}
 		}
+		return 0, false
 	}
-	return -1
+	goroutines, ok := value("go_goroutines")
+	if !ok {
+		goroutines = -1
+	}
+	open, ok1 := value("reservoir_checkout_connections")
+	most, ok2 := value("reservoir_checkout_connection_places")
+	if !ok1 || !ok2 || most == 0 {
+		return goroutines, "-", false
+	}
+	return goroutines, fmt.Sprintf("%.0f/%.0f", open, most), open >= most
 }
 
 // killFloodPoint runs a killflood point: the replicas, the flood, the
@@ -569,7 +588,7 @@ func (r *runner) killFloodPoint(ctx context.Context, pt Point, shop int64) []Res
 		return fail(err)
 	}
 	defer k.close()
-	kf := &KillFloodStats{Replicas: len(k.replicas), Target: r.opts.KillFloodTarget, Binary: binary}
+	kf := &KillFloodStats{Replicas: len(k.replicas), Target: r.opts.KillFloodTarget, Binary: binary, AttackerNice: r.opts.KillFloodNice}
 	res.KillFlood = kf
 	bases := []string{k.replicas[0].base}
 	if r.opts.KillFloodTarget == KillFloodBoth {
@@ -579,7 +598,7 @@ func (r *runner) killFloodPoint(ctx context.Context, pt Point, shop int64) []Res
 		}
 	}
 	fp, err := startFlood(attackers, FloodSpec{Bases: bases, Conns: pt.Concurrency, Shop: shop, Item: killFloodItem, Location: location,
-		Token: k.apiToken, Pause: killFloodPause})
+		Token: k.apiToken, Pause: killFloodPause}, r.opts.KillFloodNice)
 	if err != nil {
 		return fail(err)
 	}
@@ -590,8 +609,11 @@ func (r *runner) killFloodPoint(ctx context.Context, pt Point, shop int64) []Res
 		}
 	}()
 	sleepCtx(ctx, killFloodSettle)
-	for _, p := range k.replicas {
-		kf.Goroutines = append(kf.Goroutines, k.goroutines(ctx, p))
+	filled := false
+	for i, p := range k.replicas {
+		g, places, full := k.scrape(ctx, p)
+		kf.Goroutines, kf.Places = append(kf.Goroutines, g), append(kf.Places, places)
+		filled = filled || full && (i == 0 || r.opts.KillFloodTarget == KillFloodBoth)
 	}
 	cpu0 := make([]time.Duration, len(k.replicas))
 	for i, p := range k.replicas {
@@ -621,8 +643,8 @@ func (r *runner) killFloodPoint(ctx context.Context, pt Point, shop int64) []Res
 	if ferr != nil {
 		res.Error = ferr.Error()
 	}
-	if kf.Flood.Statuses[http.StatusServiceUnavailable] == 0 && ferr == nil {
-		res.Invariant = "no 503 from the flood: it never filled the checkout listener"
+	if kf.Flood.Statuses[http.StatusServiceUnavailable] == 0 && !filled && ferr == nil {
+		res.Invariant = "the flood never filled the checkout listener: no 503, and its places were not all taken"
 	}
 	return []Result{res}
 }
@@ -717,9 +739,9 @@ func (rep *Report) killFloodTable(b *strings.Builder) {
 		"Answer: the admin call as the operator saw it (it waits for the fleet). Obey: the flags write (rollout_flags.updated_at) to the last replica's heartbeat " +
 		"with the new version (applied_at); per replica, the first (flooded, answering) first. Fleet: the answer's own fleet line. " +
 		"Self: the answering replica's obeyed_after_ms. Flood: requests opened, answers, the share shed (503), cut without an answer. " +
-		"Goroutines: each replica's once the flood settled.\n\n")
-	b.WriteString("| variant | conns | flooded | changes | answer | obey | obey per replica | fleet | self | not obeyed | opened | answered | shed | cuts | goroutines | cores replicas/attackers | load | result |\n")
-	b.WriteString("|---|--:|---|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|---|---|--:|---|\n")
+		"Goroutines, places: each replica's once the flood settled (places: checkout connections open / the most its listener keeps open; - without a cap).\n\n")
+	b.WriteString("| variant | conns | flooded | changes | answer | obey | obey per replica | fleet | self | not obeyed | opened | answered | shed | cuts | goroutines | places | cores replicas/attackers | load | result |\n")
+	b.WriteString("|---|--:|---|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|---|---|---|--:|---|\n")
 	for _, r := range rep.Results {
 		if r.Scenario != ScenarioKillFlood {
 			continue
@@ -749,9 +771,9 @@ func (rep *Report) killFloodTable(b *strings.Builder) {
 		if r.Interrupted {
 			inv += " (interrupted)"
 		}
-		fmt.Fprintf(b, "| %s | %d | %s | %d | %s | %s | %s | %s | %s | %d | %d | %d | %.0f%% | %d | %s | %s/%.2f | %.1f | %s |\n",
+		fmt.Fprintf(b, "| %s | %d | %s | %d | %s | %s | %s | %s | %s | %d | %d | %d | %.0f%% | %d | %s | %s | %s/%.2f | %.1f | %s |\n",
 			r.Variant, r.Concurrency, kf.Target, kf.Changes, kf.Answer, kf.Obey, strings.Join(per, "; "), kf.Fleet, kf.Self, kf.NotObeyed,
-			kf.Flood.Opened, kf.Flood.Answered, 100*kf.ShedRate, kf.Flood.Cuts, strings.Join(gs, ", "), strings.Join(cs, ", "), kf.AttackerCores, r.LoadAvg, inv)
+			kf.Flood.Opened, kf.Flood.Answered, 100*kf.ShedRate, kf.Flood.Cuts, strings.Join(gs, ", "), strings.Join(kf.Places, ", "), strings.Join(cs, ", "), kf.AttackerCores, r.LoadAvg, inv)
 	}
 	b.WriteString("\n")
 }

@@ -217,6 +217,11 @@ type Options struct {
 	// (--serve before=/tmp/reservoir-old,after=/tmp/reservoir). The
 	// variant VariantServe is this executable unless given here.
 	ServeBinaries map[string]string
+	// KillFloodNice is the killflood attackers' CPU priority (nice(1)):
+	// on a machine they share with the replicas they flood, a positive
+	// value stands in for machines of their own, where the CPU they use
+	// is not the replicas'. 0: the bench's own priority. Default: 0.
+	KillFloodNice int
 	// FloodBinary is the binary the killflood attackers run as
 	// (`FloodBinary bench` with FloodEnv set). Default: this executable.
 	FloodBinary string
@@ -283,6 +288,9 @@ func (o Options) Validate() error {
 	}
 	if o.KillFloodSwitches < 1 || o.KillFloodSwitches > 1000 {
 		errs = append(errs, fmt.Errorf("bench: Options.KillFloodSwitches must be between 1 and 1000, got %d", o.KillFloodSwitches))
+	}
+	if o.KillFloodNice < -20 || o.KillFloodNice > 19 {
+		errs = append(errs, fmt.Errorf("bench: Options.KillFloodNice must be between -20 and 19 (nice(1)), got %d", o.KillFloodNice))
 	}
 	if o.KillFloodTarget != KillFloodFirst && o.KillFloodTarget != KillFloodBoth {
 		errs = append(errs, fmt.Errorf("bench: Options.KillFloodTarget must be %q or %q, got %q", KillFloodFirst, KillFloodBoth, o.KillFloodTarget))
