@@ -123,8 +123,9 @@ type KillFloodStats struct {
 	Flood    FloodStats `json:"flood"`
 	ShedRate float64    `json:"shed_rate"`
 	// Goroutines is each replica's go_goroutines, read once the flood
-	// had settled, and Places its checkout connections and the most its
-	// listener keeps open ("64/64"; "-" for a build without the cap);
+	// had settled, and Places the most checkout connections it had open
+	// and the most its listener keeps open ("64/64"; "-" for a build
+	// without the cap), read then and after every fifth change;
 	// ReplicaCores each replica's CPU (cores) and AttackerCores the
 	// attackers' during the changes.
 	Goroutines    []float64 `json:"goroutines"`
@@ -538,12 +539,11 @@ func (k *killFloodRig) change(ctx context.Context, i int) KillFloodChange {
 const sqlKillFloodWritten = `/*caller='bench'*/ SELECT version, updated_at FROM rollout_flags WHERE id = 1`
 
 // scrape reads a replica's go_goroutines and its checkout listener's
-// places (connections open / places; "-" when it has none) from its
-// /metrics, and whether every place is taken.
-func (k *killFloodRig) scrape(ctx context.Context, p *replicaProc) (goroutines float64, places string, full bool) {
+// connections open and places (0, 0 when it has none) from its /metrics.
+func (k *killFloodRig) scrape(ctx context.Context, p *replicaProc) (goroutines, open, places float64) {
 	_, body, err := k.call(ctx, p.admin, "GET", "/metrics", "", nil, nil)
 	if err != nil {
-		return -1, "-", false
+		return -1, 0, 0
 	}
 	value := func(name string) (float64, bool) {
 		for line := range strings.SplitSeq(string(body), "\n") {
@@ -558,12 +558,9 @@ func (k *killFloodRig) scrape(ctx context.Context, p *replicaProc) (goroutines f
 	if !ok {
 		goroutines = -1
 	}
-	open, ok1 := value("reservoir_checkout_connections")
-	most, ok2 := value("reservoir_checkout_connection_places")
-	if !ok1 || !ok2 || most == 0 {
-		return goroutines, "-", false
-	}
-	return goroutines, fmt.Sprintf("%.0f/%.0f", open, most), open >= most
+	open, _ = value("reservoir_checkout_connections")
+	places, _ = value("reservoir_checkout_connection_places")
+	return goroutines, open, places
 }
 
 // killFloodPoint runs a killflood point: the replicas, the flood, the
@@ -609,12 +606,17 @@ func (r *runner) killFloodPoint(ctx context.Context, pt Point, shop int64) []Res
 		}
 	}()
 	sleepCtx(ctx, killFloodSettle)
-	filled := false
-	for i, p := range k.replicas {
-		g, places, full := k.scrape(ctx, p)
-		kf.Goroutines, kf.Places = append(kf.Goroutines, g), append(kf.Places, places)
-		filled = filled || full && (i == 0 || r.opts.KillFloodTarget == KillFloodBoth)
+	open, places := make([]float64, len(k.replicas)), make([]float64, len(k.replicas))
+	look := func(goroutines bool) {
+		for i, p := range k.replicas {
+			g, o, n := k.scrape(ctx, p)
+			open[i], places[i] = max(open[i], o), n
+			if goroutines {
+				kf.Goroutines = append(kf.Goroutines, g)
+			}
+		}
 	}
+	look(true)
 	cpu0 := make([]time.Duration, len(k.replicas))
 	for i, p := range k.replicas {
 		cpu0[i] = procCPU(p.cmd.Process.Pid)
@@ -627,7 +629,18 @@ func (r *runner) killFloodPoint(ctx context.Context, pt Point, shop int64) []Res
 		}
 		c := k.change(ctx, i)
 		kf.Each = append(kf.Each, c)
+		if i%5 == 4 {
+			look(false)
+		}
 		sleepCtx(ctx, killFloodGap)
+	}
+	filled := false
+	for i := range k.replicas {
+		kf.Places = append(kf.Places, "-")
+		if places[i] > 0 {
+			kf.Places[i] = fmt.Sprintf("%.0f/%.0f", open[i], places[i])
+			filled = filled || open[i] >= places[i] && (i == 0 || r.opts.KillFloodTarget == KillFloodBoth)
+		}
 	}
 	res.Seconds = time.Since(start).Seconds()
 	for i, p := range k.replicas {
@@ -739,7 +752,7 @@ func (rep *Report) killFloodTable(b *strings.Builder) {
 		"Answer: the admin call as the operator saw it (it waits for the fleet). Obey: the flags write (rollout_flags.updated_at) to the last replica's heartbeat " +
 		"with the new version (applied_at); per replica, the first (flooded, answering) first. Fleet: the answer's own fleet line. " +
 		"Self: the answering replica's obeyed_after_ms. Flood: requests opened, answers, the share shed (503), cut without an answer. " +
-		"Goroutines, places: each replica's once the flood settled (places: checkout connections open / the most its listener keeps open; - without a cap).\n\n")
+		"Goroutines: each replica's once the flood settled. Places: the most checkout connections each had open (read then and after every fifth change) / the most its listener keeps open; - without a cap.\n\n")
 	b.WriteString("| variant | conns | flooded | changes | answer | obey | obey per replica | fleet | self | not obeyed | opened | answered | shed | cuts | goroutines | places | cores replicas/attackers | load | result |\n")
 	b.WriteString("|---|--:|---|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|---|---|---|--:|---|\n")
 	for _, r := range rep.Results {
