@@ -37,8 +37,11 @@ func setup(t *testing.T) (*cell.Cell, *prometheus.Registry, map[string]*testredi
 	}}
 	*topo = topo.WithDefaults()
 	reg := prometheus.NewRegistry()
+	// A shadow deadline of seconds: the test reads MySQL's shadow hold,
+	// which the default 250ms can miss on a loaded machine (CI under the
+	// race detector saw it: shadow_timeout, then not_found).
 	c, err := cell.Open(context.Background(), cell.Config{Topology: topo, Registerer: reg, ReapInterval: 100 * time.Millisecond,
-		FlagPollInterval: 50 * time.Millisecond, MirrorPoll: 5 * time.Millisecond})
+		FlagPollInterval: 50 * time.Millisecond, MirrorPoll: 5 * time.Millisecond, ShadowTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
