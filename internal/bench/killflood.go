@@ -134,6 +134,13 @@ type KillFloodStats struct {
 	AttackerCores float64   `json:"attacker_cores"`
 	// AttackerNice is the attackers' CPU priority (Options.KillFloodNice).
 	AttackerNice int `json:"attacker_nice"`
+	// DBRoundTrip and DBCommit are a no-op statement's round trip and a
+	// one-row update's commit on the control database (the run's
+	// database), timed every 20 ms by the bench itself (not flooded)
+	// during the changes: what the server alone costs a control-plane
+	// round trip and a commit in the same window.
+	DBRoundTrip Dist `json:"db_round_trip_ms"`
+	DBCommit    Dist `json:"db_commit_ms"`
 	// Binary is the reservoir binary the replicas ran.
 	Binary string `json:"binary"`
 	// Each is every change, in order.
@@ -177,6 +184,9 @@ func distOf(vs []float64) Dist {
 func (d Dist) String() string {
 	if d.N == 0 {
 		return "-"
+	}
+	if d.Max < 10 {
+		return fmt.Sprintf("%.1f / %.1f / %.1f", d.P50, d.P99, d.Max)
 	}
 	return fmt.Sprintf("%.0f / %.0f / %.0f", d.P50, d.P99, d.Max)
 }
@@ -622,6 +632,9 @@ func (r *runner) killFloodPoint(ctx context.Context, pt Point, shop int64) []Res
 		cpu0[i] = procCPU(p.cmd.Process.Pid)
 	}
 	acpu0 := procCPU(fp.cmd.Process.Pid)
+	pctx, stopProbe := context.WithCancel(ctx)
+	probed := make(chan [2][]float64, 1)
+	go func() { probed <- probeDB(pctx, r.srv.direct) }()
 	start := time.Now()
 	for i := 0; i < 2*r.opts.KillFloodSwitches && ctx.Err() == nil; i++ {
 		if !fp.alive() {
@@ -643,6 +656,9 @@ func (r *runner) killFloodPoint(ctx context.Context, pt Point, shop int64) []Res
 		}
 	}
 	res.Seconds = time.Since(start).Seconds()
+	stopProbe()
+	pr := <-probed
+	kf.DBRoundTrip, kf.DBCommit = distOf(pr[0]), distOf(pr[1])
 	for i, p := range k.replicas {
 		kf.ReplicaCores = append(kf.ReplicaCores, cores(cpu0[i], procCPU(p.cmd.Process.Pid), res.Seconds))
 	}
@@ -660,6 +676,29 @@ func (r *runner) killFloodPoint(ctx context.Context, pt Point, shop int64) []Res
 		res.Invariant = "the flood never filled the checkout listener: no 503, and its places were not all taken"
 	}
 	return []Result{res}
+}
+
+// probeDB times a no-op statement and a one-row update's commit on db
+// every 20 ms until ctx ends, in ms.
+func probeDB(ctx context.Context, db *sql.DB) [2][]float64 {
+	var out [2][]float64
+	_, _ = db.ExecContext(ctx, sqlProbeEnsure)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return out
+		case <-tick.C:
+		}
+		for i, stmt := range []string{sqlNoop, sqlProbeTouch} {
+			t0 := time.Now()
+			if _, err := db.ExecContext(ctx, stmt); err != nil {
+				return out
+			}
+			out[i] = append(out[i], ms(time.Since(t0)))
+		}
+	}
 }
 
 // cores is the CPU used between two procCPU readings, in cores.
@@ -752,9 +791,10 @@ func (rep *Report) killFloodTable(b *strings.Builder) {
 		"Answer: the admin call as the operator saw it (it waits for the fleet). Obey: the flags write (rollout_flags.updated_at) to the last replica's heartbeat " +
 		"with the new version (applied_at); per replica, the first (flooded, answering) first. Fleet: the answer's own fleet line. " +
 		"Self: the answering replica's obeyed_after_ms. Flood: requests opened, answers, the share shed (503), cut without an answer. " +
+		"DB rt / commit: a no-op statement and a one-row commit on the control database, timed by the bench itself every 20 ms meanwhile (p50 / p99 / max). " +
 		"Goroutines: each replica's once the flood settled. Places: the most checkout connections each had open (read then and after every fifth change) / the most its listener keeps open; - without a cap.\n\n")
-	b.WriteString("| variant | conns | flooded | changes | answer | obey | obey per replica | fleet | self | not obeyed | opened | answered | shed | cuts | goroutines | places | cores replicas/attackers | load | result |\n")
-	b.WriteString("|---|--:|---|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|---|---|---|--:|---|\n")
+	b.WriteString("| variant | conns | flooded | changes | answer | obey | obey per replica | fleet | self | not obeyed | opened | answered | shed | cuts | db rt | db commit | goroutines | places | cores replicas/attackers | load | result |\n")
+	b.WriteString("|---|--:|---|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|---|--:|---|\n")
 	for _, r := range rep.Results {
 		if r.Scenario != ScenarioKillFlood {
 			continue
@@ -784,9 +824,10 @@ func (rep *Report) killFloodTable(b *strings.Builder) {
 		if r.Interrupted {
 			inv += " (interrupted)"
 		}
-		fmt.Fprintf(b, "| %s | %d | %s | %d | %s | %s | %s | %s | %s | %d | %d | %d | %.0f%% | %d | %s | %s | %s/%.2f | %.1f | %s |\n",
+		fmt.Fprintf(b, "| %s | %d | %s | %d | %s | %s | %s | %s | %s | %d | %d | %d | %.0f%% | %d | %s | %s | %s | %s | %s/%.2f | %.1f | %s |\n",
 			r.Variant, r.Concurrency, kf.Target, kf.Changes, kf.Answer, kf.Obey, strings.Join(per, "; "), kf.Fleet, kf.Self, kf.NotObeyed,
-			kf.Flood.Opened, kf.Flood.Answered, 100*kf.ShedRate, kf.Flood.Cuts, strings.Join(gs, ", "), strings.Join(kf.Places, ", "), strings.Join(cs, ", "), kf.AttackerCores, r.LoadAvg, inv)
+			kf.Flood.Opened, kf.Flood.Answered, 100*kf.ShedRate, kf.Flood.Cuts, kf.DBRoundTrip, kf.DBCommit,
+			strings.Join(gs, ", "), strings.Join(kf.Places, ", "), strings.Join(cs, ", "), kf.AttackerCores, r.LoadAvg, inv)
 	}
 	b.WriteString("\n")
 }

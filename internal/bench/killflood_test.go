@@ -70,8 +70,8 @@ func TestRunKillFlood(t *testing.T) {
 			t.Errorf("change %d is a %s", i, c.Op)
 		}
 	}
-	if kf.Flood.Opened == 0 || kf.Flood.Answered == 0 || kf.Replicas != 2 || len(kf.ObeyByReplica) != 2 {
-		t.Errorf("flood %+v, replicas %d, obey by replica %v", kf.Flood, kf.Replicas, kf.ObeyByReplica)
+	if kf.Flood.Opened == 0 || kf.Flood.Answered == 0 || kf.Replicas != 2 || len(kf.ObeyByReplica) != 2 || kf.DBCommit.N == 0 || kf.DBRoundTrip.N == 0 {
+		t.Errorf("flood %+v, replicas %d, obey by replica %v, database probe %+v %+v", kf.Flood, kf.Replicas, kf.ObeyByReplica, kf.DBRoundTrip, kf.DBCommit)
 	}
 	if !containsTarget(rep, "kill switch obeyed by every replica") || !containsTarget(rep, "admin API (kill switch) answer") {
 		t.Errorf("targets %v: the killflood targets are missing", rep.Targets)
