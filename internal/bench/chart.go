@@ -14,7 +14,7 @@ func (rep *Report) ChartScenarios() []string {
 	cs := map[string][]int{}
 	var order []string
 	for _, r := range rep.Results {
-		if r.Error != "" || r.Scenario == ScenarioHandoff { // a handoff point is no throughput curve
+		if r.Error != "" || r.Scenario == ScenarioHandoff || r.Scenario == ScenarioKillFlood { // neither point is a throughput curve
 			continue
 		}
 		if _, ok := cs[r.Scenario]; !ok {
