@@ -717,11 +717,9 @@ func (kf *KillFloodStats) summarise(res *Result) {
 	byReplica := make([][]float64, kf.Replicas)
 	res.Errors = map[string]int64{}
 	res.ErrorSamples = map[string]string{}
-	var lat []time.Duration
 	for _, c := range kf.Each {
 		kf.Changes++
 		answer = append(answer, c.Answer)
-		lat = append(lat, time.Duration(c.Answer*float64(time.Millisecond)))
 		if c.Status == http.StatusOK {
 			res.OK++
 			fleet = append(fleet, c.Fleet)

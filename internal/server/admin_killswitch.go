@@ -166,8 +166,10 @@ func (s *Server) representative(scope rollout.Scope) (string, int64) {
 // start.
 func (s *Server) waitObeyed(ctx context.Context, scope rollout.Scope, start time.Time, fleet rollout.Obedience) (*float64, DecisionView, *rollout.Flags) {
 	pod, shop := s.representative(scope)
-	obeys := func(rollout.Decision) bool { return false }
-	var flags *rollout.Flags
+	var (
+		obeys func(rollout.Decision) bool
+		flags *rollout.Flags
+	)
 	if fleet.Version > 0 {
 		obeys = func(d rollout.Decision) bool { return d.Version >= fleet.Version }
 		if !fleet.Since.IsZero() {
