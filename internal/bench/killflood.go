@@ -125,7 +125,9 @@ type KillFloodStats struct {
 	// Goroutines is each replica's go_goroutines, read once the flood
 	// had settled, and Places the most checkout connections it had open
 	// and the most its listener keeps open ("64/64"; "-" for a build
-	// without the cap), read then and after every fifth change;
+	// without the cap), read then, after every fifth change and at the
+	// end (a listener that made a connection wait for a place was full,
+	// whatever the readings caught between two turns);
 	// ReplicaCores each replica's CPU (cores) and AttackerCores the
 	// attackers' during the changes.
 	Goroutines    []float64 `json:"goroutines"`
@@ -549,11 +551,12 @@ func (k *killFloodRig) change(ctx context.Context, i int) KillFloodChange {
 const sqlKillFloodWritten = `/*caller='bench'*/ SELECT version, updated_at FROM rollout_flags WHERE id = 1`
 
 // scrape reads a replica's go_goroutines and its checkout listener's
-// connections open and places (0, 0 when it has none) from its /metrics.
-func (k *killFloodRig) scrape(ctx context.Context, p *replicaProc) (goroutines, open, places float64) {
+// connections open, places (0, 0 when it has none) and waits for a place
+// from its /metrics.
+func (k *killFloodRig) scrape(ctx context.Context, p *replicaProc) (goroutines, open, places, waits float64) {
 	_, body, err := k.call(ctx, p.admin, "GET", "/metrics", "", nil, nil)
 	if err != nil {
-		return -1, 0, 0
+		return -1, 0, 0, 0
 	}
 	value := func(name string) (float64, bool) {
 		for line := range strings.SplitSeq(string(body), "\n") {
@@ -570,7 +573,8 @@ func (k *killFloodRig) scrape(ctx context.Context, p *replicaProc) (goroutines, 
 	}
 	open, _ = value("reservoir_checkout_connections")
 	places, _ = value("reservoir_checkout_connection_places")
-	return goroutines, open, places
+	waits, _ = value("reservoir_checkout_connection_waits_total")
+	return goroutines, open, places, waits
 }
 
 // killFloodPoint runs a killflood point: the replicas, the flood, the
@@ -616,11 +620,11 @@ func (r *runner) killFloodPoint(ctx context.Context, pt Point, shop int64) []Res
 		}
 	}()
 	sleepCtx(ctx, killFloodSettle)
-	open, places := make([]float64, len(k.replicas)), make([]float64, len(k.replicas))
+	open, places, waits := make([]float64, len(k.replicas)), make([]float64, len(k.replicas)), make([]float64, len(k.replicas))
 	look := func(goroutines bool) {
 		for i, p := range k.replicas {
-			g, o, n := k.scrape(ctx, p)
-			open[i], places[i] = max(open[i], o), n
+			g, o, n, w := k.scrape(ctx, p)
+			open[i], places[i], waits[i] = max(open[i], o), n, max(waits[i], w)
 			if goroutines {
 				kf.Goroutines = append(kf.Goroutines, g)
 			}
@@ -647,12 +651,14 @@ func (r *runner) killFloodPoint(ctx context.Context, pt Point, shop int64) []Res
 		}
 		sleepCtx(ctx, killFloodGap)
 	}
+	look(false)
 	filled := false
 	for i := range k.replicas {
 		kf.Places = append(kf.Places, "-")
 		if places[i] > 0 {
 			kf.Places[i] = fmt.Sprintf("%.0f/%.0f", open[i], places[i])
-			filled = filled || open[i] >= places[i] && (i == 0 || r.opts.KillFloodTarget == KillFloodBoth)
+			full := open[i] >= places[i] || waits[i] > 0
+			filled = filled || full && (i == 0 || r.opts.KillFloodTarget == KillFloodBoth)
 		}
 	}
 	res.Seconds = time.Since(start).Seconds()
@@ -791,7 +797,7 @@ func (rep *Report) killFloodTable(b *strings.Builder) {
 		"with the new version (applied_at); per replica, the first (flooded, answering) first. Fleet: the answer's own fleet line. " +
 		"Self: the answering replica's obeyed_after_ms. Flood: requests opened, answers, the share shed (503), cut without an answer. " +
 		"DB rt / commit: a no-op statement and a one-row commit on the control database, timed by the bench itself every 20 ms meanwhile (p50 / p99 / max). " +
-		"Goroutines: each replica's once the flood settled. Places: the most checkout connections each had open (read then and after every fifth change) / the most its listener keeps open; - without a cap.\n\n")
+		"Goroutines: each replica's once the flood settled. Places: the most checkout connections each had open (read then, after every fifth change and at the end) / the most its listener keeps open; - without a cap.\n\n")
 	b.WriteString("| variant | conns | flooded | changes | answer | obey | obey per replica | fleet | self | not obeyed | opened | answered | shed | cuts | db rt | db commit | goroutines | places | cores replicas/attackers | load | result |\n")
 	b.WriteString("|---|--:|---|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|---|--:|---|\n")
 	for _, r := range rep.Results {

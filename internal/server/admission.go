@@ -67,8 +67,9 @@ type placeListener struct {
 
 	mu   sync.Mutex
 	idle map[*placeConn]time.Time // idle connections, since when
-	// closedIdle counts the idle connections closed for a place.
-	closedIdle atomic.Int64
+	// closedIdle counts the idle connections closed for a place, and
+	// waited the times Accept found every place taken.
+	closedIdle, waited atomic.Int64
 }
 
 // placeIdle is how long a connection is idle before it gives its place up
@@ -84,6 +85,7 @@ func (l *placeListener) Accept() (net.Conn, error) {
 	select {
 	case l.places <- struct{}{}:
 	default:
+		l.waited.Add(1)
 		if !l.waitPlace() {
 			return nil, net.ErrClosed
 		}

@@ -112,8 +112,8 @@ func TestPlacesBoundTheConnectionsServed(t *testing.T) {
 		t.Fatalf("%s started while both places were taken", p)
 	case <-time.After(300 * time.Millisecond):
 	}
-	if !pl.full() {
-		t.Fatal("both places held, and the listener does not say full")
+	if !pl.full() || pl.waited.Load() == 0 {
+		t.Fatalf("both places held, and the listener says full %t, waited %d times", pl.full(), pl.waited.Load())
 	}
 	release <- struct{}{} // one of a and b answers
 	if p := <-entered; p != "/c" {
