@@ -85,6 +85,7 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	tokenFile := fs.String("admin-token-file", "", "`FILE` holding the admin API's bearer token (default $RESERVOIR_ADMIN_TOKEN; none: admin API disabled)")
 	shutdown := fs.Duration("shutdown-timeout", 15*time.Second, "on SIGTERM/Ctrl-C, how long requests in flight may take to finish")
 	drain := fs.Duration("drain-timeout", 10*time.Second, "then, how long shadow calls and the comparer's last flush may take")
+	maxConns := fs.Int("max-conns", 0, "checkout connections kept open at most; more wait unread (0: 32 per CPU, and at least the pods' slots; -1: no cap)")
 	logFormat := fs.String("log-format", "json", "log `FORMAT`: json or text")
 	logLevel := fs.String("log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	verbose := verboseFlag(fs)
@@ -93,6 +94,9 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	if err := requireTopology(*topoPath); err != nil {
 		return err
+	}
+	if *maxConns < -1 {
+		return usagef("--max-conns must be -1 (no cap), 0 (the default) or a number of connections, got %d", *maxConns)
 	}
 	log, err := newLogger(errOut, *logFormat, *logLevel)
 	if err != nil {
@@ -139,7 +143,7 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	srv, err := server.New(server.Config{Cell: c, Controller: ctl, Reconciler: server.ReportFunc(func(ctx context.Context, pod string) (any, error) {
 		return c.Reconcile(ctx, pod)
-	}), Clients: clients, InsecureNoAuth: *noAuth, AdminToken: token, Registry: reg, Logger: log, ShutdownTimeout: *shutdown})
+	}), Clients: clients, InsecureNoAuth: *noAuth, AdminToken: token, Registry: reg, Logger: log, ShutdownTimeout: *shutdown, MaxConns: *maxConns})
 	if err != nil {
 		return errors.Join(err, closeCell())
 	}
