@@ -25,7 +25,8 @@ import (
 
 	"github.com/seed31b0e981/reservoir/internal/server"
 	"github.com/seed31b0e981/reservoir/internal/topology"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // tb is what the checks need of a *testing.T; TestChecksCatchBreakage
@@ -942,10 +943,10 @@ func checkTopologyFlagsAndMigrate(t tb, r *repo) {
 	}
 	// What `rollout init` writes there first: every shop in redis mode
 	// (docs/deploy.md: Redis decides until the rollout moves a pod).
-	first := rollout.NewFlags()
+	first := flagdoc.NewFlags()
 	for _, p := range topo.Pods {
 		for _, shop := range append([]int64{999999}, p.Shops...) {
-			if d := first.Resolve(p.Name, shop); d.Mode != rollout.ModeRedis || d.Kill != rollout.KillOff {
+			if d := first.Resolve(p.Name, shop); d.Mode != authority.ModeRedis || d.Kill != authority.KillOff {
 				t.Errorf("the first flags (rollout init) give pod %s shop %d %+v, want mode redis and the kill switch off", p.Name, shop, d)
 			}
 		}

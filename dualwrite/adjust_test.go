@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // A merchant's adjust answers what the ledger did, whichever store the
@@ -18,7 +18,7 @@ import (
 // answered as a success would tell the merchant stock moved that did not.
 func TestAdjustAnswersWhatTheLedgerDid(t *testing.T) {
 	t.Parallel()
-	b := setup(t, options{mode: rollout.ModeRedis})
+	b := setup(t, options{mode: authority.ModeRedis})
 	ctx := context.Background()
 	adjust := func(p reservation.AdjustParams) (reservation.AdjustResult, error) {
 		p.Shop, p.Item, p.Location = shop, 1, 1
@@ -26,15 +26,15 @@ func TestAdjustAnswersWhatTheLedgerDid(t *testing.T) {
 	}
 	seven := int64(7)
 	for _, step := range []struct {
-		mode rollout.Mode
+		mode authority.Mode
 		what string
 		p    reservation.AdjustParams
 		// want is the ledger's quantity after the step.
 		want, delta int64
 	}{
-		{rollout.ModeRedis, "set to 7", reservation.AdjustParams{Available: &seven}, 7, 7},
-		{rollout.ModeRedis, "+2", reservation.AdjustParams{Delta: 2}, 9, 2},
-		{rollout.ModeMySQL, "-4", reservation.AdjustParams{Delta: -4}, 5, -4},
+		{authority.ModeRedis, "set to 7", reservation.AdjustParams{Available: &seven}, 7, 7},
+		{authority.ModeRedis, "+2", reservation.AdjustParams{Delta: 2}, 9, 2},
+		{authority.ModeMySQL, "-4", reservation.AdjustParams{Delta: -4}, 5, -4},
 	} {
 		if err := b.modes.SetMode(step.mode); err != nil {
 			t.Fatal(err)
@@ -65,9 +65,9 @@ func TestAdjustWhileMySQLDecidesReachesRedisAtOnce(t *testing.T) {
 	t.Parallel()
 	// The adjust's delivery is bounded by the shadow deadline: a generous
 	// one, for a loaded machine.
-	b := setup(t, options{mode: rollout.ModeRedis, noRelay: true, shadowTimeout: 5 * time.Second})
+	b := setup(t, options{mode: authority.ModeRedis, noRelay: true, shadowTimeout: 5 * time.Second})
 	b.stock(t, 1, 1, 5) // Redis decides: its quantity moves at once
-	_ = b.modes.SetMode(rollout.ModeMySQL)
+	_ = b.modes.SetMode(authority.ModeMySQL)
 	if res := b.mustReserve(t, "held", line(1, 2)); res.Authority != reservation.AuthorityMySQL {
 		t.Fatalf("reserve in mysql mode decided by %s", res.Authority)
 	}

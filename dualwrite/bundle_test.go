@@ -21,7 +21,7 @@ import (
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 const (
@@ -91,14 +91,14 @@ func (r *recorder) count() int {
 
 // bundle is one pod wired as production wires it: a fresh MySQL database
 // and Redis prefix, the two stores (the MySQL store is Redis's ledger and
-// source), a mirror for them, a rollout.Static mode source and the facade.
+// source), a mirror for them, a authority.Static mode source and the facade.
 type bundle struct {
 	db    *testdb.DB
 	r     *testredis.Redis
 	my    *mysqlstore.Store
 	rd    *redisstore.Store
 	m     *mirror.Mirror
-	modes *rollout.Static
+	modes *authority.Static
 	rec   *recorder
 	reg   *prometheus.Registry
 	f     *dualwrite.Facade
@@ -107,7 +107,7 @@ type bundle struct {
 // options change the bundle setup builds.
 type options struct {
 	// mode is the starting mode. Default: shadow.
-	mode          rollout.Mode
+	mode          authority.Mode
 	shadowTimeout time.Duration
 	slots         int
 	// wrapMySQL / wrapRedis, when set, replace the store the facade calls
@@ -152,9 +152,9 @@ func setup(t *testing.T, o options) *bundle {
 		t.Cleanup(func() { cancel(); <-stopped })
 	}
 	if o.mode == "" {
-		o.mode = rollout.ModeShadow
+		o.mode = authority.ModeShadow
 	}
-	b.modes = rollout.NewStatic(o.mode)
+	b.modes = authority.NewStatic(o.mode)
 	var my, rd reservation.Store = b.my, b.rd
 	if o.wrapMySQL != nil {
 		my = o.wrapMySQL(my)
@@ -177,7 +177,7 @@ func setup(t *testing.T, o options) *bundle {
 
 // replica is another facade of the bundle's pod (another replica of the
 // service) on the same stores and mirror, with its own flags and metrics.
-func (b *bundle) replica(t *testing.T, modes rollout.ModeSource) (*dualwrite.Facade, *prometheus.Registry) {
+func (b *bundle) replica(t *testing.T, modes authority.ModeSource) (*dualwrite.Facade, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	f, err := dualwrite.New(dualwrite.Config{Pod: pod, Redis: b.rd, MySQL: b.my, Modes: modes, Mirror: b.m, Registerer: reg, Logger: testLogger(t)})
@@ -393,16 +393,16 @@ func tok(prefix string, i ...any) string { return prefix + fmt.Sprint(i...) }
 
 // failingSource cannot read its flags; it answers d (RedisSafe by
 // default) beside the error, as a ModeSource does.
-type failingSource struct{ d rollout.Decision }
+type failingSource struct{ d authority.Decision }
 
-func (s failingSource) Decide(context.Context, string, int64) (rollout.Decision, error) {
+func (s failingSource) Decide(context.Context, string, int64) (authority.Decision, error) {
 	return s.d, errors.New("flag provider down")
 }
 
 // fixedSource answers d, without an error.
-type fixedSource struct{ d rollout.Decision }
+type fixedSource struct{ d authority.Decision }
 
-func (s fixedSource) Decide(context.Context, string, int64) (rollout.Decision, error) {
+func (s fixedSource) Decide(context.Context, string, int64) (authority.Decision, error) {
 	return s.d, nil
 }
 

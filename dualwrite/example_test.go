@@ -14,7 +14,7 @@ import (
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // printer is an Observer that prints each observation's class.
@@ -57,7 +57,7 @@ func Example() {
 	go func() { defer close(relayDone); _ = m.Run(relayCtx) }()
 	defer func() { stopRelay(); <-relayDone }()
 
-	modes := rollout.NewStatic(rollout.ModeShadow)
+	modes := authority.NewStatic(authority.ModeShadow)
 	f, err := dualwrite.New(dualwrite.Config{Pod: "pod-a", Redis: rd, MySQL: my, Modes: modes, Mirror: m,
 		Observer: printer{}, ShadowTimeout: time.Second})
 	if err != nil {
@@ -77,7 +77,7 @@ func Example() {
 	}
 	fmt.Println("reserve:", res.Status, "decided by", res.Authority)
 
-	_ = modes.SetMode(rollout.ModeMySQL) // the flip
+	_ = modes.SetMode(authority.ModeMySQL) // the flip
 	claim, err := f.Claim(ctx, &reservation.ClaimParams{Shop: 1, Token: "cart-1"})
 	if err != nil {
 		panic(err)
@@ -107,16 +107,16 @@ func Example() {
 // examples that follow.
 type examplePod struct {
 	f     *dualwrite.Facade
-	modes *rollout.Static
+	modes *authority.Static
 	my    *mysqlstore.Store
 	rd    *redisstore.Store
 	close func()
 }
 
-func openExamplePod(mode rollout.Mode, obs dualwrite.Observer) *examplePod {
+func openExamplePod(mode authority.Mode, obs dualwrite.Observer) *examplePod {
 	db, dropDB := testdb.ForExample()
 	r, dropKeys := testredis.ForExample()
-	p := &examplePod{modes: rollout.NewStatic(mode)}
+	p := &examplePod{modes: authority.NewStatic(mode)}
 	var err error
 	if p.my, err = mysqlstore.New(mysqlstore.Config{DB: db.DB}); err != nil {
 		panic(err)
@@ -153,7 +153,7 @@ func openExamplePod(mode rollout.Mode, obs dualwrite.Observer) *examplePod {
 // nothing. The token is the idempotency key: a repeat answers the first
 // answer, and a cart that cannot be served holds nothing.
 func ExampleFacade_Reserve() {
-	p := openExamplePod(rollout.ModeRedis, nil)
+	p := openExamplePod(authority.ModeRedis, nil)
 	defer p.close()
 	ctx := context.Background()
 
@@ -181,7 +181,7 @@ func ExampleFacade_Reserve() {
 // is deducted exactly once, however often the claim is repeated, and a
 // claimed reservation cannot be released.
 func ExampleFacade_Claim() {
-	p := openExamplePod(rollout.ModeMySQL, nil)
+	p := openExamplePod(authority.ModeMySQL, nil)
 	defer p.close()
 	ctx := context.Background()
 
@@ -212,7 +212,7 @@ func ExampleFacade_Claim() {
 // shadow hold of its own). The caller never waits for MySQL; each pair of
 // outcomes goes to the Observer (the comparer, in production).
 func Example_dualWrite() {
-	p := openExamplePod(rollout.ModeShadow, printer{})
+	p := openExamplePod(authority.ModeShadow, printer{})
 	defer p.close()
 	ctx := context.Background()
 	wait := func() { _ = p.f.Close(ctx) } // let the shadow finish, for a stable print order
@@ -244,7 +244,7 @@ func Example_dualWrite() {
 // MySQL made is claimed through Redis and the ledger deducted once.
 // Releasing the kill switch hands the shop to MySQL again.
 func Example_killSwitch() {
-	p := openExamplePod(rollout.ModeMySQL, nil)
+	p := openExamplePod(authority.ModeMySQL, nil)
 	defer p.close()
 	ctx := context.Background()
 
@@ -255,7 +255,7 @@ func Example_killSwitch() {
 	}
 	fmt.Println("reserve:", res.Status, "decided by", res.Authority)
 
-	_ = p.modes.SetKill(rollout.KillRedis) // what `reservoir rollout kill` does to the flags
+	_ = p.modes.SetKill(authority.KillRedis) // what `reservoir rollout kill` does to the flags
 	claim, err := p.f.Claim(ctx, &reservation.ClaimParams{Shop: 1, Token: "cart-1"})
 	if err != nil {
 		panic(err) // 503: the handoff did not finish; retry
@@ -265,7 +265,7 @@ func Example_killSwitch() {
 	offer, _ := p.rd.Availability(ctx, &reservation.AvailabilityParams{Shop: 1, Item: 1001})
 	fmt.Println("claim:", claim.Outcome, "fence", fence, "ledger", stock[0].Available, "redis offers", offer.At(1))
 
-	_ = p.modes.SetKill(rollout.KillOff)
+	_ = p.modes.SetKill(authority.KillOff)
 	res, err = p.f.Reserve(ctx, &reservation.ReserveParams{Shop: 1, Token: "cart-2", TTL: time.Minute,
 		Lines: []reservation.Line{{Item: 1001, Quantity: 1, Locations: []int64{1}}}})
 	if err != nil {

@@ -40,7 +40,7 @@ import (
 
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // Observer receives one observation per dual-written call. *compare.Comparer
@@ -106,7 +106,7 @@ type Config struct {
 	// MySQL is the unit-pool store. Required.
 	MySQL reservation.Store
 	// Modes answers the mode and kill switch per call. Required.
-	Modes rollout.ModeSource
+	Modes authority.ModeSource
 	// Mirror hands shops off between the stores and wakes the relay.
 	// Required.
 	Mirror Mirror
@@ -224,10 +224,10 @@ func other(a reservation.Authority) reservation.Authority {
 // read (or answer something unknown) are an error: the replica is in doubt
 // and must not act as if Redis decided (other replicas may treat the shop
 // as MySQL's).
-func (f *Facade) decide(ctx context.Context, shop int64) (rollout.Decision, rollout.Route, error) {
+func (f *Facade) decide(ctx context.Context, shop int64) (authority.Decision, authority.Route, error) {
 	d, rt, err := f.evaluate(ctx, shop)
 	if err != nil {
-		return rollout.Decision{}, rollout.Route{}, err
+		return authority.Decision{}, authority.Route{}, err
 	}
 	f.switched.note(shop, rt, time.Now())
 	return d, rt, nil
@@ -235,7 +235,7 @@ func (f *Facade) decide(ctx context.Context, shop int64) (rollout.Decision, roll
 
 // evaluate is decide without noting the route for the comparer: what the
 // flags say, and nothing else.
-func (f *Facade) evaluate(ctx context.Context, shop int64) (rollout.Decision, rollout.Route, error) {
+func (f *Facade) evaluate(ctx context.Context, shop int64) (authority.Decision, authority.Route, error) {
 	d, err := f.cfg.Modes.Decide(ctx, f.cfg.Pod, shop)
 	if err == nil && (!d.Mode.Valid() || !d.Kill.Valid()) {
 		err = fmt.Errorf("dualwrite: the flags answered mode %q, kill switch %q", d.Mode, d.Kill)
@@ -244,7 +244,7 @@ func (f *Facade) evaluate(ctx context.Context, shop int64) (rollout.Decision, ro
 		f.metrics.flagsUnavailable.Inc()
 		f.warn("dualwrite: flags unavailable; answering 503 (logged at most once a second; see reservoir_dualwrite_flags_unavailable_total)",
 			"pod", f.cfg.Pod, "shop", shop, "err", err)
-		return rollout.Decision{}, rollout.Route{}, fmt.Errorf("%w: %w", ErrFlagsUnavailable, err)
+		return authority.Decision{}, authority.Route{}, fmt.Errorf("%w: %w", ErrFlagsUnavailable, err)
 	}
 	return d, d.Route(), nil
 }
@@ -263,11 +263,11 @@ func (f *Facade) Wanted(ctx context.Context, shop int64) (reservation.Authority,
 	if err != nil {
 		return "", 0, false, err
 	}
-	return rt.Authority, d.Version, d.Kill == rollout.KillRedisOnly, nil
+	return rt.Authority, d.Version, d.Kill == authority.KillRedisOnly, nil
 }
 
 // served counts a call the facade took, with its effective mode.
-func (f *Facade) served(plan rollout.Route, op compare.Op) {
+func (f *Facade) served(plan authority.Route, op compare.Op) {
 	if f.cfg.Traffic != nil {
 		f.cfg.Traffic.Served(f.cfg.Pod, f.modeLabel(plan), op)
 	}
@@ -295,9 +295,9 @@ const maxHops = 6
 // otherwise the flags are stale and the fence's store is asked. It returns
 // the store that answered. An error wrapping ErrDeciderUnreachable means
 // no store decided.
-func (f *Facade) decided(ctx context.Context, shop int64, d rollout.Decision, plan rollout.Route, op func(reservation.Store) error) (reservation.Authority, error) {
+func (f *Facade) decided(ctx context.Context, shop int64, d authority.Decision, plan authority.Route, op func(reservation.Store) error) (reservation.Authority, error) {
 	want, epoch := plan.Authority, d.Version
-	force := d.Kill == rollout.KillRedisOnly
+	force := d.Kill == authority.KillRedisOnly
 	if want == reservation.AuthorityMySQL {
 		if fence, ok := f.cfg.Mirror.Following(shop); ok && fence.Decider != want {
 			// A copy ahead of the shop's handoff to MySQL runs: Redis

@@ -18,7 +18,7 @@ import (
 	"github.com/seed31b0e981/reservoir/dualwrite"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // traffic runs workers that reserve 1-2 units of a random item and then
@@ -168,13 +168,13 @@ func TestLateShadowIsNotAMismatch(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		mode rollout.Mode
+		mode authority.Mode
 		// then is the caller's call that overtakes the shadow reserve.
 		then string
 	}{
-		{"claim overtakes mysql's shadow", rollout.ModeShadow, "claim"},
-		{"claim overtakes redis's shadow", rollout.ModeMySQL, "claim"},
-		{"release overtakes redis's shadow", rollout.ModeMySQL, "release"},
+		{"claim overtakes mysql's shadow", authority.ModeShadow, "claim"},
+		{"claim overtakes redis's shadow", authority.ModeMySQL, "claim"},
+		{"release overtakes redis's shadow", authority.ModeMySQL, "release"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -191,7 +191,7 @@ func TestLateShadowIsNotAMismatch(t *testing.T) {
 				return nil
 			}
 			o := options{mode: tc.mode, shadowTimeout: 10 * time.Second}
-			if tc.mode == rollout.ModeShadow {
+			if tc.mode == authority.ModeShadow {
 				o.wrapMySQL = func(s reservation.Store) reservation.Store { return faulty{s, fault} }
 			} else {
 				o.wrapRedis = func(s reservation.Store) reservation.Store { return faulty{s, fault} }
@@ -212,7 +212,7 @@ func TestLateShadowIsNotAMismatch(t *testing.T) {
 				}
 			}
 			var shadow reservation.Store = b.my
-			if tc.mode == rollout.ModeMySQL {
+			if tc.mode == authority.ModeMySQL {
 				shadow = b.rd
 			}
 			waitFor(t, "the shadow store has the later tombstone", func() (bool, string) {
@@ -256,11 +256,11 @@ func TestShadowNeverChangesTheAnswer(t *testing.T) {
 	const nap = 5 * deadline
 	cases := []struct {
 		name  string
-		mode  rollout.Mode
+		mode  authority.Mode
 		wrap  func(b *bundle) options
 		class compare.Class
 	}{
-		{"redis decides, mysql shadow has the wrong pool cap", rollout.ModeShadow, func(b *bundle) options {
+		{"redis decides, mysql shadow has the wrong pool cap", authority.ModeShadow, func(b *bundle) options {
 			return options{wrapMySQL: func(reservation.Store) reservation.Store {
 				// A MySQL store with a pool cap of 1 refuses 2-unit lines.
 				s, err := mysqlstore.New(mysqlstore.Config{DB: b.db.DB, PoolCap: 1})
@@ -270,16 +270,16 @@ func TestShadowNeverChangesTheAnswer(t *testing.T) {
 				return s
 			}}
 		}, compare.ClassOutcomeMismatch},
-		{"redis decides, mysql shadow sleeps", rollout.ModeShadow, func(*bundle) options {
+		{"redis decides, mysql shadow sleeps", authority.ModeShadow, func(*bundle) options {
 			return options{wrapMySQL: func(s reservation.Store) reservation.Store { return faulty{s, onShadow(sleeper(nap))} }}
 		}, compare.ClassShadowTimeout},
-		{"redis decides, mysql shadow panics", rollout.ModeShadow, func(*bundle) options {
+		{"redis decides, mysql shadow panics", authority.ModeShadow, func(*bundle) options {
 			return options{wrapMySQL: func(s reservation.Store) reservation.Store { return faulty{s, onShadow(panicker)} }}
 		}, compare.ClassShadowPanic},
-		{"mysql decides, redis shadow sleeps", rollout.ModeMySQL, func(*bundle) options {
+		{"mysql decides, redis shadow sleeps", authority.ModeMySQL, func(*bundle) options {
 			return options{wrapRedis: func(s reservation.Store) reservation.Store { return faulty{s, onShadow(sleeper(nap))} }}
 		}, compare.ClassShadowTimeout},
-		{"mysql decides, redis shadow panics", rollout.ModeMySQL, func(*bundle) options {
+		{"mysql decides, redis shadow panics", authority.ModeMySQL, func(*bundle) options {
 			return options{wrapRedis: func(s reservation.Store) reservation.Store { return faulty{s, onShadow(panicker)} }}
 		}, compare.ClassShadowPanic},
 	}
@@ -433,12 +433,12 @@ func TestShadowSlotsAreBounded(t *testing.T) {
 // store and no handoff: it never guesses that Redis decides.
 func TestFlagsInDoubtTouchNoStore(t *testing.T) {
 	t.Parallel()
-	sources := map[string]rollout.ModeSource{
+	sources := map[string]authority.ModeSource{
 		"flags cannot be read":   failingSource{},
-		"flags name no mode":     fixedSource{rollout.Decision{Mode: "turbo", Kill: rollout.KillOff, Version: 3}},
-		"flags name no kill":     fixedSource{rollout.Decision{Mode: rollout.ModeMySQL, Kill: "maybe", Version: 3}},
-		"error beside a mode":    failingSource{rollout.Decision{Mode: rollout.ModeRedis, Kill: rollout.KillOff, Version: 9}},
-		"error beside redisSafe": failingSource{rollout.RedisSafe},
+		"flags name no mode":     fixedSource{authority.Decision{Mode: "turbo", Kill: authority.KillOff, Version: 3}},
+		"flags name no kill":     fixedSource{authority.Decision{Mode: authority.ModeMySQL, Kill: "maybe", Version: 3}},
+		"error beside a mode":    failingSource{authority.Decision{Mode: authority.ModeRedis, Kill: authority.KillOff, Version: 9}},
+		"error beside redisSafe": failingSource{authority.RedisSafe},
 	}
 	for name, src := range sources {
 		t.Run(name, func(t *testing.T) {
@@ -562,7 +562,7 @@ func TestDiffsPersistedThroughTheFacade(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int64
-	full := dualwrite.Config{Pod: pod, Modes: rollout.NewStatic(rollout.ModeRedis), Mirror: &mirrorSpy{},
+	full := dualwrite.Config{Pod: pod, Modes: authority.NewStatic(authority.ModeRedis), Mirror: &mirrorSpy{},
 		Redis: untouchable{reservation.AuthorityRedis, &calls}, MySQL: untouchable{reservation.AuthorityMySQL, &calls}}
 	if _, err := dualwrite.New(full); err != nil {
 		t.Fatalf("a complete config: %v", err)
@@ -596,7 +596,7 @@ func TestConfigValidate(t *testing.T) {
 func TestPanickingDeciderReleasesTheShadowSlot(t *testing.T) {
 	t.Parallel()
 	var boom atomic.Bool
-	b := setup(t, options{mode: rollout.ModeShadow, slots: 1, wrapRedis: func(s reservation.Store) reservation.Store {
+	b := setup(t, options{mode: authority.ModeShadow, slots: 1, wrapRedis: func(s reservation.Store) reservation.Store {
 		return faulty{s, func(_ context.Context, op string, as reservation.Role) error {
 			if as == reservation.AsAuthority && boom.Load() {
 				panic("decider bug")

@@ -17,7 +17,7 @@ import (
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // The tests of routing by fences: handoffs (docs/ownership.md, section 3),
@@ -30,20 +30,20 @@ import (
 // follows MySQL from then on.
 func TestFlipHandsTheShopToMySQLOnTheFirstCall(t *testing.T) {
 	t.Parallel()
-	b := setup(t, options{mode: rollout.ModeRedis})
+	b := setup(t, options{mode: authority.ModeRedis})
 	b.stock(t, 1, 1, 10)
 	b.mustReserve(t, "redis-only", line(1, 3))
 	if _, err := b.my.Get(context.Background(), &reservation.GetParams{Shop: shop, Token: "redis-only"}); !errors.Is(err, reservation.ErrNotFound) {
 		t.Fatalf("precondition: MySQL must not know a reservation made in redis mode: %v", err)
 	}
-	_ = b.modes.SetMode(rollout.ModeShadow)
+	_ = b.modes.SetMode(authority.ModeShadow)
 	b.mustReserve(t, "shadowed", line(1, 2))
 	b.drain(t)
 	if my, rd := b.fences(t); my != reservation.NoFence || rd != reservation.NoFence {
 		t.Fatalf("fences before the flip to mysql: MySQL %s, Redis %s; want %s (Redis decides, nothing handed off)", my, rd, reservation.NoFence)
 	}
 
-	_ = b.modes.SetMode(rollout.ModeMySQL)
+	_ = b.modes.SetMode(authority.ModeMySQL)
 	epoch := b.modes.Version()
 	c, err := b.claim(context.Background(), "redis-only")
 	if err != nil || c.Outcome != reservation.OutcomeClaimed || c.Replayed || fmt.Sprint(c.Allocations) != "[{1 1 3}]" {
@@ -92,10 +92,10 @@ func TestFlipHandsTheShopToMySQLOnTheFirstCall(t *testing.T) {
 // counts it.
 func TestStaleReplicaFollowsTheNewerFence(t *testing.T) {
 	t.Parallel()
-	b := setup(t, options{mode: rollout.ModeRedis}) // b.f is the stale replica: redis, version 1
+	b := setup(t, options{mode: authority.ModeRedis}) // b.f is the stale replica: redis, version 1
 	b.stock(t, 1, 1, 100)
-	newer := rollout.NewStatic(rollout.ModeRedis)
-	_ = newer.SetMode(rollout.ModeMySQL) // version 2
+	newer := authority.NewStatic(authority.ModeRedis)
+	_ = newer.SetMode(authority.ModeMySQL) // version 2
 	fresh, freshReg := b.replica(t, newer)
 	ctx := context.Background()
 	if res, err := fresh.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "fresh", Lines: line(1, 1), TTL: time.Minute}); err != nil || res.Authority != reservation.AuthorityMySQL {
@@ -122,15 +122,15 @@ func TestStaleReplicaFollowsTheNewerFence(t *testing.T) {
 
 	// The other way: the newer flags engage the kill switch (version 3);
 	// a replica still at version 2 (mysql) follows Redis.
-	_ = newer.SetKill(rollout.KillRedis)
+	_ = newer.SetKill(authority.KillRedis)
 	if res, err := fresh.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "killed", Lines: line(1, 1), TTL: time.Minute}); err != nil || res.Authority != reservation.AuthorityRedis {
 		t.Fatalf("reserve on the replica that saw the kill switch: %+v %v", res, err)
 	}
 	if n := counter(t, freshReg, "reservoir_dualwrite_rerouted_total", map[string]string{"action": "handed_off"}); n != 2 {
 		t.Errorf("the fresh replica handed off %v times, want 2 (to MySQL, back to Redis)", n)
 	}
-	behind := rollout.NewStatic(rollout.ModeRedis)
-	_ = behind.SetMode(rollout.ModeMySQL) // version 2: mysql, no kill switch
+	behind := authority.NewStatic(authority.ModeRedis)
+	_ = behind.SetMode(authority.ModeMySQL) // version 2: mysql, no kill switch
 	stale, staleReg := b.replica(t, behind)
 	res, err := stale.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "behind", Lines: line(1, 1), TTL: time.Minute})
 	if err != nil || res.Authority != reservation.AuthorityRedis {
@@ -152,13 +152,13 @@ func TestStaleReplicaFollowsTheNewerFence(t *testing.T) {
 // acknowledged reservation is claimed once.
 func TestReplicasThatDisagreeMoveTheShopOncePerEpoch(t *testing.T) {
 	t.Parallel()
-	b := setup(t, options{mode: rollout.ModeRedis})
+	b := setup(t, options{mode: authority.ModeRedis})
 	b.stock(t, 1, 1, 10_000)
-	atMySQL := rollout.NewStatic(rollout.ModeRedis)
-	_ = atMySQL.SetMode(rollout.ModeMySQL)
-	killed := rollout.NewStatic(rollout.ModeRedis)
-	_ = killed.SetMode(rollout.ModeMySQL)
-	_ = killed.SetKill(rollout.KillRedis)
+	atMySQL := authority.NewStatic(authority.ModeRedis)
+	_ = atMySQL.SetMode(authority.ModeMySQL)
+	killed := authority.NewStatic(authority.ModeRedis)
+	_ = killed.SetMode(authority.ModeMySQL)
+	_ = killed.SetKill(authority.KillRedis)
 	a, _ := b.replica(t, atMySQL)
 	k, _ := b.replica(t, killed)
 	var deducted atomic.Int64
@@ -227,7 +227,7 @@ func TestStoresNamingEachOtherAreNotFollowedForever(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	m := &mirrorSpy{}
-	f, err := dualwrite.New(dualwrite.Config{Pod: pod, Modes: rollout.NewStatic(rollout.ModeMySQLOnly), Mirror: m, Registerer: reg, Logger: testLogger(t),
+	f, err := dualwrite.New(dualwrite.Config{Pod: pod, Modes: authority.NewStatic(authority.ModeMySQLOnly), Mirror: m, Registerer: reg, Logger: testLogger(t),
 		Redis: pingPong{reservation.AuthorityRedis, refuse}, MySQL: pingPong{reservation.AuthorityMySQL, refuse}})
 	if err != nil {
 		t.Fatal(err)
@@ -286,7 +286,7 @@ func TestFailedHandoffChangesNothing(t *testing.T) {
 	for _, how := range []string{"closed client", "dead address"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, options{mode: rollout.ModeMySQL, noRelay: true, mirror: func(c *mirror.Config) {
+			b := setup(t, options{mode: authority.ModeMySQL, noRelay: true, mirror: func(c *mirror.Config) {
 				c.Redis = unreachableRedis(t, how, c.MySQL)
 			}})
 			b.stock(t, 1, 1, 10)
@@ -343,7 +343,7 @@ func unreachableRedis(t *testing.T, how string, ledger *mysqlstore.Store) *redis
 // its release and a claim, with Redis's quantities following the ledger.
 func TestMySQLDecisionsAreRelayedIntoRedis(t *testing.T) {
 	t.Parallel()
-	b := setup(t, options{mode: rollout.ModeMySQL})
+	b := setup(t, options{mode: authority.ModeMySQL})
 	b.stock(t, 1, 1, 10)
 	ctx := context.Background()
 	get := func(token string) (reservation.Hold, error) {
@@ -388,7 +388,7 @@ func TestMySQLDecisionsAreRelayedIntoRedis(t *testing.T) {
 // agree), and after expiry no hold is left in either store.
 func TestFlipUnderLoadHonoursEveryReservation(t *testing.T) {
 	t.Parallel()
-	b := setup(t, options{mode: rollout.ModeShadow, shadowTimeout: 2 * time.Second})
+	b := setup(t, options{mode: authority.ModeShadow, shadowTimeout: 2 * time.Second})
 	const items, stock = 4, 10_000
 	for item := int64(1); item <= items; item++ {
 		b.stock(t, item, 1, stock)
@@ -459,9 +459,9 @@ func TestFlipUnderLoadHonoursEveryReservation(t *testing.T) {
 		wg.Wait()
 		b.drain(t)
 	}
-	phase("shadow-to-mysql", func() { _ = b.modes.SetMode(rollout.ModeMySQL) })
-	phase("mysql-to-kill", func() { _ = b.modes.SetKill(rollout.KillRedis) })
-	phase("kill-released", func() { _ = b.modes.SetKill(rollout.KillOff) })
+	phase("shadow-to-mysql", func() { _ = b.modes.SetMode(authority.ModeMySQL) })
+	phase("mysql-to-kill", func() { _ = b.modes.SetKill(authority.KillRedis) })
+	phase("kill-released", func() { _ = b.modes.SetKill(authority.KillOff) })
 
 	for item := int64(1); item <= items; item++ {
 		if l := b.ledger(t, item, 1); l != stock-deducted[item].Load() {
@@ -538,7 +538,7 @@ func TestFailedHandoffIsNeverADomainAnswer(t *testing.T) {
 			stale := func(self reservation.Authority) *reservation.NotDeciderError {
 				return &reservation.NotDeciderError{Shop: shop, Store: self, Fence: reservation.NoFence}
 			}
-			f, err := dualwrite.New(dualwrite.Config{Pod: pod, Modes: rollout.NewStatic(rollout.ModeMySQLOnly), Mirror: m,
+			f, err := dualwrite.New(dualwrite.Config{Pod: pod, Modes: authority.NewStatic(authority.ModeMySQLOnly), Mirror: m,
 				Registerer: prometheus.NewRegistry(), Logger: testLogger(t),
 				Redis: pingPong{reservation.AuthorityRedis, stale}, MySQL: pingPong{reservation.AuthorityMySQL, stale}})
 			if err != nil {
@@ -562,7 +562,7 @@ func TestFailedHandoffIsNeverADomainAnswer(t *testing.T) {
 // and neither does a decision Redis made: Redis holds it already.
 func TestMySQLDecisionsWakeTheRelay(t *testing.T) {
 	t.Parallel()
-	b := setup(t, options{mode: rollout.ModeMySQL})
+	b := setup(t, options{mode: authority.ModeMySQL})
 	b.stock(t, 1, 1, 10)
 	m := &pushCounter{Mirror: b.m}
 	f, err := dualwrite.New(dualwrite.Config{Pod: pod, Redis: b.rd, MySQL: b.my, Modes: b.modes, Mirror: m,
@@ -597,7 +597,7 @@ func TestMySQLDecisionsWakeTheRelay(t *testing.T) {
 		{"mysql releases it", func() error { return release("b") }, 1},
 		{"the release repeated (nothing released)", func() error { return release("b") }, 0},
 		{"mysql refuses a cart", func() error { return reserve("big", 50) }, 1},
-		{"the kill switch: redis reserves", func() error { _ = b.modes.SetKill(rollout.KillRedis); return reserve("c", 1) }, 0},
+		{"the kill switch: redis reserves", func() error { _ = b.modes.SetKill(authority.KillRedis); return reserve("c", 1) }, 0},
 		{"redis claims", func() error { return claim("c") }, 0},
 		{"redis reserves another", func() error { return reserve("d", 1) }, 0},
 		{"redis releases it", func() error { return release("d") }, 0},
@@ -637,23 +637,23 @@ func TestFlagsNoNewerThanTheFenceFollowIt(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// flags are the replica's: they name the store that does not decide.
-		flags rollout.Decision
+		flags authority.Decision
 		// toMySQL first hands the shop to MySQL at version 2.
 		toMySQL bool
 		fence   reservation.Fence
 	}{
 		{"no version, naming mysql over a shop nobody handed off",
-			rollout.Decision{Mode: rollout.ModeMySQLOnly, Kill: rollout.KillOff}, false, reservation.NoFence},
+			authority.Decision{Mode: authority.ModeMySQLOnly, Kill: authority.KillOff}, false, reservation.NoFence},
 		{"the fence's version, naming redis over a shop mysql took at it",
-			rollout.Decision{Mode: rollout.ModeRedis, Kill: rollout.KillOff, Version: 2}, true,
+			authority.Decision{Mode: authority.ModeRedis, Kill: authority.KillOff, Version: 2}, true,
 			reservation.Fence{Decider: reservation.AuthorityMySQL, Epoch: 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, options{mode: rollout.ModeRedis})
+			b := setup(t, options{mode: authority.ModeRedis})
 			b.stock(t, 1, 1, 10)
 			if tc.toMySQL {
-				_ = b.modes.SetMode(rollout.ModeMySQL) // version 2
+				_ = b.modes.SetMode(authority.ModeMySQL) // version 2
 				b.mustReserve(t, "first", line(1, 1))
 			}
 			if my, rd := b.fences(t); my != tc.fence || rd != tc.fence {

@@ -19,7 +19,9 @@ import (
 	"github.com/seed31b0e981/reservoir/mirror"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
+	"github.com/seed31b0e981/reservoir/rollout/flagsource"
 )
 
 // killAfterMySQL is the kill switch engaged over a shop MySQL decided,
@@ -30,11 +32,11 @@ import (
 // MySQL sold must not be sold again by Redis.
 func killAfterMySQL(t *testing.T, o options) (problems []string) {
 	t.Helper()
-	o.mode, o.noRelay = rollout.ModeRedis, true
+	o.mode, o.noRelay = authority.ModeRedis, true
 	b := setup(t, o)
 	ctx := context.Background()
 	b.stock(t, 1, 1, 5) // Redis decides: its quantity moves at once
-	_ = b.modes.SetMode(rollout.ModeMySQL)
+	_ = b.modes.SetMode(authority.ModeMySQL)
 	if res := b.mustReserve(t, "held", line(1, 2)); res.Authority != reservation.AuthorityMySQL {
 		t.Fatalf("reserve in mysql mode decided by %s", res.Authority)
 	}
@@ -47,7 +49,7 @@ func killAfterMySQL(t *testing.T, o options) (problems []string) {
 		t.Fatalf("precondition: with the relay stopped Redis must not have MySQL's hold yet: %v", err)
 	}
 
-	_ = b.modes.SetKill(rollout.KillRedis)
+	_ = b.modes.SetKill(authority.KillRedis)
 	epoch := b.modes.Version()
 	c, err := b.claim(ctx, "held")
 	if err != nil || c.Outcome != reservation.OutcomeClaimed || fmt.Sprint(c.Allocations) != "[{1 1 2}]" {
@@ -101,10 +103,10 @@ func TestKillSwitchHandsTheShopBackWithTheFeedDrained(t *testing.T) {
 // is forced and nothing is lost.
 func TestKillSwitchRedisOnlyHandsOffNormallyWhenMySQLAnswers(t *testing.T) {
 	t.Parallel()
-	b := setup(t, options{mode: rollout.ModeMySQL, noRelay: true})
+	b := setup(t, options{mode: authority.ModeMySQL, noRelay: true})
 	b.stock(t, 1, 1, 10)
 	b.mustReserve(t, "held", line(1, 2))
-	_ = b.modes.SetKill(rollout.KillRedisOnly)
+	_ = b.modes.SetKill(authority.KillRedisOnly)
 	c, err := b.claim(context.Background(), "held")
 	if err != nil || c.Outcome != reservation.OutcomeClaimed {
 		t.Fatalf("claim under redis_only: %+v %v", c, err)
@@ -126,12 +128,12 @@ func TestKillSwitchRedisOnlyHandsOffNormallyWhenMySQLAnswers(t *testing.T) {
 // risk what the relay had not delivered.
 func TestKillSwitchWithMySQLDown(t *testing.T) {
 	t.Parallel()
-	for _, kill := range []rollout.Kill{rollout.KillRedisOnly, rollout.KillRedis} {
+	for _, kill := range []authority.Kill{authority.KillRedisOnly, authority.KillRedis} {
 		t.Run(string(kill), func(t *testing.T) {
 			t.Parallel()
 			// The facade's mirror reaches a MySQL that is gone; the stores
 			// (and a second mirror, for the setup) reach the real one.
-			b := setup(t, options{mode: rollout.ModeRedis, noRelay: true, mirror: func(c *mirror.Config) {
+			b := setup(t, options{mode: authority.ModeRedis, noRelay: true, mirror: func(c *mirror.Config) {
 				c.MySQL = unreachableMySQL(t)
 			}})
 			b.stock(t, 1, 1, 10)
@@ -156,7 +158,7 @@ func TestKillSwitchWithMySQLDown(t *testing.T) {
 			my, rd := b.fences(t)
 			t.Logf("reserve: %+v %v; fences MySQL %s, Redis %s", res, err, my, rd)
 			forced := b.counter(t, "reservoir_handoffs_total", map[string]string{"to": "redis", "result": "forced"})
-			if kill == rollout.KillRedisOnly {
+			if kill == authority.KillRedisOnly {
 				if err != nil || res.Authority != reservation.AuthorityRedis {
 					t.Errorf("reserve under redis_only with MySQL down: %+v %v, want decided by Redis", res, err)
 				}
@@ -204,12 +206,12 @@ func unreachableMySQL(t *testing.T) *mysqlstore.Store {
 // replica and store claims it, and the ledger is deducted once per claim.
 func TestKillSwitchUnderLoadAcrossReplicas(t *testing.T) {
 	t.Parallel()
-	b := setup(t, options{mode: rollout.ModeMySQL})
+	b := setup(t, options{mode: authority.ModeMySQL})
 	b.stock(t, 1, 1, 1_000_000)
-	flags := rollout.FlagsFile{Path: filepath.Join(t.TempDir(), "flags.json")}
-	start := rollout.NewFlags()
+	flags := flagdoc.FlagsFile{Path: filepath.Join(t.TempDir(), "flags.json")}
+	start := flagdoc.NewFlags()
 	start.Version = 1 // a version: the flags can hand the shop off
-	if err := start.SetMode(rollout.PodScope(pod), rollout.ModeMySQL); err != nil {
+	if err := start.SetMode(flagdoc.PodScope(pod), authority.ModeMySQL); err != nil {
 		t.Fatal(err)
 	}
 	if err := flags.Write(start); err != nil {
@@ -217,9 +219,9 @@ func TestKillSwitchUnderLoadAcrossReplicas(t *testing.T) {
 	}
 	const replicas = 4
 	var facades []*dualwrite.Facade
-	var sources []*rollout.FlagSource
+	var sources []*flagsource.Source
 	for range replicas {
-		src, err := rollout.NewFlagSource(context.Background(), rollout.FlagSourceConfig{Path: flags.Path, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		src, err := flagsource.New(context.Background(), flagsource.Config{Path: flags.Path, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -279,8 +281,8 @@ func TestKillSwitchUnderLoadAcrossReplicas(t *testing.T) {
 		return n >= 200, fmt.Sprintf("%d reserves decided by MySQL", n)
 	})
 	engaged := time.Now()
-	if _, _, err := flags.Update(func(f *rollout.Flags) error {
-		return f.EngageKill(rollout.PodScope(pod), rollout.KillRedis, rollout.Attribution{Actor: "test", Reason: "drill under load"})
+	if _, _, err := flags.Update(func(f *flagdoc.Flags) error {
+		return f.EngageKill(flagdoc.PodScope(pod), authority.KillRedis, flagdoc.Attribution{Actor: "test", Reason: "drill under load"})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +291,7 @@ func TestKillSwitchUnderLoadAcrossReplicas(t *testing.T) {
 	for i, src := range sources {
 		for {
 			d, _ := src.Decide(context.Background(), pod, shop)
-			if d.Kill == rollout.KillRedis {
+			if d.Kill == authority.KillRedis {
 				obeyed[i] = time.Since(engaged)
 				break
 			}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // call is one compared operation: the decider runs in the caller's
@@ -16,7 +16,7 @@ import (
 // outcomes to the observer.
 type call struct {
 	f        *Facade
-	plan     rollout.Route
+	plan     authority.Route
 	obs      compare.Observation
 	authDone chan compare.Outcome
 	shadow   shadowCall
@@ -32,7 +32,7 @@ type call struct {
 // compares (plan.Shadow): shadowFn asks the store that does not decide
 // what it would do. cleanup, when non-nil, runs in the shadow's slot once
 // both sides are known. It returns nil when nothing is compared.
-func (f *Facade) compared(ctx context.Context, plan rollout.Route, op compare.Op, shop int64, token string,
+func (f *Facade) compared(ctx context.Context, plan authority.Route, op compare.Op, shop int64, token string,
 	shadowFn func(ctx context.Context, shadow reservation.Store) compare.Outcome, cleanup func(a, s compare.Outcome)) *call {
 	if !plan.Shadow {
 		return nil
@@ -74,7 +74,7 @@ func (f *Facade) compared(ctx context.Context, plan rollout.Route, op compare.Op
 
 // failuresOnly is the comparison of a call whose answers the relay
 // compares (see call.failuresOnly).
-func (f *Facade) failuresOnly(plan rollout.Route, op compare.Op, shop int64, token string) *call {
+func (f *Facade) failuresOnly(plan authority.Route, op compare.Op, shop int64, token string) *call {
 	return &call{f: f, plan: plan, failuresOnly: true,
 		obs: compare.Observation{Op: op, Pod: f.cfg.Pod, Shop: shop, Token: token, Mode: f.modeLabel(plan), At: time.Now()}}
 }
@@ -130,7 +130,7 @@ func (c *call) observe(a, s compare.Outcome) {
 }
 
 // modeLabel is the mode an observation carries.
-func (f *Facade) modeLabel(plan rollout.Route) string {
+func (f *Facade) modeLabel(plan authority.Route) string {
 	if f.cfg.Calibration {
 		return compare.ModeCalibration + "_" + string(plan.Effective)
 	}
@@ -184,14 +184,14 @@ func (f *Facade) Reserve(ctx context.Context, p *reservation.ReserveParams) (res
 // cannot and does not ask); and the comparison costs Redis one script in
 // a pipeline the relay sends anyway, instead of a call of its own. A
 // calibration facade's stores are not the pair.
-func (f *Facade) relayCompares(plan rollout.Route) bool {
+func (f *Facade) relayCompares(plan authority.Route) bool {
 	return plan.Shadow && plan.Authority == reservation.AuthorityMySQL && !f.cfg.Calibration && f.cfg.Mirror.Evaluates()
 }
 
 // decideOne has the shop's decider make one call, gives its answer (and
 // how long it took) to the comparison c, and wakes the relay when MySQL
 // decided something new (changed), so Redis follows within milliseconds.
-func decideOne[R any](ctx context.Context, f *Facade, shop int64, d rollout.Decision, plan rollout.Route, c *call,
+func decideOne[R any](ctx context.Context, f *Facade, shop int64, d authority.Decision, plan authority.Route, c *call,
 	op func(reservation.Store) (R, error), outcome func(R, error) compare.Outcome, changed func(R) bool) (R, error) {
 	start := time.Now()
 	var res R
@@ -218,7 +218,7 @@ func decideOne[R any](ctx context.Context, f *Facade, shop int64, d rollout.Deci
 // copy of a reservation arrives through the relay, and asking it at once
 // would mostly measure the relay's lag (a claim right after its reserve
 // would find nothing yet); reserves are still compared there.
-func followsOnly(plan rollout.Route) rollout.Route {
+func followsOnly(plan authority.Route) authority.Route {
 	if plan.Authority == reservation.AuthorityMySQL {
 		plan.Shadow = false
 	}

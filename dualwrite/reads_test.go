@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // The tests of issue 24: reads follow the decider, and an acknowledged
@@ -73,13 +73,13 @@ func arrangeReadStock(t *testing.T, b *bundle, releaseFiller bool) reservation.R
 // nothing has handed the shop off yet: that happens on the next call.
 func quietAfterRedisToMySQL(t *testing.T) (*bundle, reservation.ReserveResult) {
 	t.Helper()
-	b := setup(t, options{mode: rollout.ModeRedis})
+	b := setup(t, options{mode: authority.ModeRedis})
 	ack := arrangeReadStock(t, b, true)
 	if _, err := b.my.Get(context.Background(), &reservation.GetParams{Shop: shop, Token: readToken}); !errors.Is(err, reservation.ErrNotFound) {
 		t.Fatalf("precondition: MySQL must not know a reservation made in redis mode: %v", err)
 	}
-	_ = b.modes.SetMode(rollout.ModeShadow)
-	_ = b.modes.SetMode(rollout.ModeMySQL)
+	_ = b.modes.SetMode(authority.ModeShadow)
+	_ = b.modes.SetMode(authority.ModeMySQL)
 	return b, ack
 }
 
@@ -96,7 +96,7 @@ func quietAfterRedisToMySQL(t *testing.T) (*bundle, reservation.ReserveResult) {
 // production.
 func quietAfterMySQLToRedis(t *testing.T) (*bundle, reservation.ReserveResult) {
 	t.Helper()
-	b := setup(t, options{mode: rollout.ModeMySQL, noRelay: true})
+	b := setup(t, options{mode: authority.ModeMySQL, noRelay: true})
 	ack := arrangeReadStock(t, b, true)
 	if ack.Authority != reservation.AuthorityMySQL {
 		t.Fatalf("precondition: the reserve was decided by %s, want mysql", ack.Authority)
@@ -104,7 +104,7 @@ func quietAfterMySQLToRedis(t *testing.T) (*bundle, reservation.ReserveResult) {
 	if _, err := b.rd.Get(context.Background(), &reservation.GetParams{Shop: shop, Token: readToken}); !errors.Is(err, reservation.ErrNotFound) {
 		t.Fatalf("precondition: with the relay lagging Redis must not have MySQL's hold yet: %v", err)
 	}
-	_ = b.modes.SetKill(rollout.KillRedis)
+	_ = b.modes.SetKill(authority.KillRedis)
 	return b, ack
 }
 
@@ -300,7 +300,7 @@ func await(t *testing.T, what string, ch <-chan struct{}) {
 func TestGetAndClaimRacingKillSwitchReleaseAnswerTheAcknowledgedHold(t *testing.T) {
 	t.Parallel()
 	shadowGate, claimGate := newGate(), newGate()
-	b := setup(t, options{mode: rollout.ModeRedis, shadowTimeout: 15 * time.Second,
+	b := setup(t, options{mode: authority.ModeRedis, shadowTimeout: 15 * time.Second,
 		wrapMySQL: func(s reservation.Store) reservation.Store {
 			return gatedMySQL{Store: s, token: readToken, shadow: shadowGate, claim: claimGate}
 		}})
@@ -311,8 +311,8 @@ func TestGetAndClaimRacingKillSwitchReleaseAnswerTheAcknowledgedHold(t *testing.
 	b.stock(t, readItem, 1, 2)
 	b.stock(t, readItem, 2, 10)
 	b.mustReserve(t, "filler", []reservation.Line{{Item: readItem, Quantity: 1, Locations: []int64{1}}})
-	_ = b.modes.SetKill(rollout.KillRedis)
-	_ = b.modes.SetMode(rollout.ModeMySQL)
+	_ = b.modes.SetKill(authority.KillRedis)
+	_ = b.modes.SetMode(authority.ModeMySQL)
 
 	ack := b.mustReserve(t, readToken, readCart())
 	if ack.Authority != reservation.AuthorityRedis || !slices.Equal(ack.Allocations, readAllocation) {
@@ -320,7 +320,7 @@ func TestGetAndClaimRacingKillSwitchReleaseAnswerTheAcknowledgedHold(t *testing.
 	}
 	await(t, "the shadow reserve reaches MySQL", shadowGate.entered)
 
-	_ = b.modes.SetKill(rollout.KillOff) // a new version: mysql decides, from the next call on
+	_ = b.modes.SetKill(authority.KillOff) // a new version: mysql decides, from the next call on
 	type claimed struct {
 		res reservation.ClaimResult
 		err error

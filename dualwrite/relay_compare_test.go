@@ -11,7 +11,7 @@ import (
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/mirror"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // reserveCounter is a store that counts the reserves the facade sends it.
@@ -33,7 +33,7 @@ func (c *reserveCounter) Reserve(ctx context.Context, p *reservation.ReservePara
 func TestRelayComparesReservesInMySQLMode(t *testing.T) {
 	t.Parallel()
 	rd, ref := &reserveCounter{}, &recorderRef{}
-	b := setup(t, options{mode: rollout.ModeMySQL,
+	b := setup(t, options{mode: authority.ModeMySQL,
 		wrapRedis: func(s reservation.Store) reservation.Store { rd.Store = s; return rd },
 		mirror:    func(c *mirror.Config) { c.Evaluated = compare.ObserveRelayed(pod, ref) }})
 	ref.rec.Store(b.rec)
@@ -84,7 +84,7 @@ func TestRelayComparesReservesInMySQLMode(t *testing.T) {
 			t.Errorf("%s: not observed", tc.token)
 			continue
 		}
-		if !o.Relayed || o.Mode != string(rollout.ModeMySQL) || o.Op != compare.OpReserve || o.Pod != pod {
+		if !o.Relayed || o.Mode != string(authority.ModeMySQL) || o.Op != compare.OpReserve || o.Pod != pod {
 			t.Errorf("%s: %+v, want a relayed reserve of pod %s in mode mysql", tc.token, o, pod)
 		}
 		if o.Authority.Store != reservation.AuthorityMySQL || o.Shadow.Store != reservation.AuthorityRedis {
@@ -121,7 +121,7 @@ func TestFacadeComparesReservesWithoutAnEvaluatingRelay(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			rd := &reserveCounter{}
-			b := setup(t, options{mode: rollout.ModeMySQL, mirror: cfg,
+			b := setup(t, options{mode: authority.ModeMySQL, mirror: cfg,
 				wrapRedis: func(s reservation.Store) reservation.Store { rd.Store = s; return rd }})
 			if b.m.Evaluates() {
 				t.Fatal("Evaluates() is true")
@@ -162,7 +162,7 @@ func TestRelayedModeObservesAuthorityFailures(t *testing.T) {
 	var failing atomic.Bool
 	boom := errors.New("connection lost")
 	ref := &recorderRef{}
-	b := setup(t, options{mode: rollout.ModeMySQL,
+	b := setup(t, options{mode: authority.ModeMySQL,
 		wrapMySQL: func(s reservation.Store) reservation.Store {
 			return faulty{Store: s, fault: func(_ context.Context, op string, as reservation.Role) error {
 				if op == "reserve" && as == reservation.AsAuthority && failing.Load() {
@@ -197,7 +197,7 @@ func TestRelayedModeObservesAuthorityFailures(t *testing.T) {
 				t.Errorf("ok: relayed %v, class %s; want the relay's match", o.Relayed, class)
 			}
 		case "failed":
-			if o.Relayed || class != compare.ClassAuthorityError || !errors.Is(o.Authority.Err, boom) || o.Mode != string(rollout.ModeMySQL) {
+			if o.Relayed || class != compare.ClassAuthorityError || !errors.Is(o.Authority.Err, boom) || o.Mode != string(authority.ModeMySQL) {
 				t.Errorf("failed: %+v, class %s; want the facade's authority_error in mode mysql", o, class)
 			}
 		default:

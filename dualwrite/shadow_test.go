@@ -8,7 +8,7 @@ import (
 
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // In shadow mode MySQL keeps a shadow hold of every cart it could serve.
@@ -59,7 +59,7 @@ func TestShadowHoldOfACartRedisRefusedIsReleased(t *testing.T) {
 // reads, and does not compare an answer that came too late to count.
 func TestShadowAnsweringAfterItsDeadlineIsATimeout(t *testing.T) {
 	t.Parallel()
-	b := setup(t, options{mode: rollout.ModeShadow, shadowTimeout: 50 * time.Millisecond,
+	b := setup(t, options{mode: authority.ModeShadow, shadowTimeout: 50 * time.Millisecond,
 		wrapMySQL: func(s reservation.Store) reservation.Store { return lateShadow{s} }})
 	b.stock(t, 1, 1, 10)
 	b.mustReserve(t, "late", line(1, 2))

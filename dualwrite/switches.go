@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/compare"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // switchWindow is how long a shop's switch matters: after one hold
@@ -33,7 +33,7 @@ type switches struct {
 }
 
 type switchMark struct {
-	route rollout.Route
+	route authority.Route
 	// since is when the route last changed; zero when it has not changed
 	// since the facade first saw the shop.
 	since time.Time
@@ -44,7 +44,7 @@ type switchMark struct {
 // shop is not tracked). Every call of the facade notes its route, in
 // every mode: the route before a switch is seen only by the calls that
 // were not compared.
-func (s *switches) note(shop int64, r rollout.Route, now time.Time) time.Time {
+func (s *switches) note(shop int64, r authority.Route, now time.Time) time.Time {
 	s.mu.RLock()
 	m, ok := s.m[shop]
 	s.mu.RUnlock()

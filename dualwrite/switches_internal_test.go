@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // switches: a shop's first route has no switch time, a change has one,
@@ -13,8 +13,8 @@ import (
 // stricter) until a sweep forgets the shops whose switch no longer
 // matters.
 func TestSwitchesNoteAndBound(t *testing.T) {
-	redis := rollout.Route{Authority: reservation.AuthorityRedis, Effective: rollout.ModeRedis}
-	shadow := rollout.Route{Authority: reservation.AuthorityRedis, Shadow: true, Effective: rollout.ModeShadow}
+	redis := authority.Route{Authority: reservation.AuthorityRedis, Effective: authority.ModeRedis}
+	shadow := authority.Route{Authority: reservation.AuthorityRedis, Shadow: true, Effective: authority.ModeShadow}
 	t0 := time.Date(2025, 3, 4, 5, 0, 0, 0, time.UTC)
 	var s switches
 	if got := s.note(1, redis, t0); !got.IsZero() {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // A reservation made while the shop was not compared (redis mode), then
@@ -40,12 +40,12 @@ func TestPreSwitchReservationsAreMarked(t *testing.T) {
 	release("behind")
 
 	// redis mode: a cart reserved and nothing compared.
-	if err := b.modes.SetMode(rollout.ModeRedis); err != nil {
+	if err := b.modes.SetMode(authority.ModeRedis); err != nil {
 		t.Fatal(err)
 	}
 	b.mustReserve(t, "before", line(1, 2))
 	switched := time.Now()
-	if err := b.modes.SetMode(rollout.ModeShadow); err != nil {
+	if err := b.modes.SetMode(authority.ModeShadow); err != nil {
 		t.Fatal(err)
 	}
 	release("before")

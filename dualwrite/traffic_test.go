@@ -14,7 +14,7 @@ import (
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/dualwrite"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // trafficCounter records Served calls as "pod mode op" -> n.
@@ -35,9 +35,9 @@ func (c *trafficCounter) Served(pod, mode string, op compare.Op) {
 // counted.
 func TestTrafficCountedInEveryMode(t *testing.T) {
 	t.Parallel()
-	b := setup(t, options{mode: rollout.ModeRedis})
+	b := setup(t, options{mode: authority.ModeRedis})
 	counter := &trafficCounter{n: map[string]int{}}
-	modes := rollout.NewStatic(rollout.ModeRedis)
+	modes := authority.NewStatic(authority.ModeRedis)
 	f, err := dualwrite.New(dualwrite.Config{Pod: pod, Redis: b.rd, MySQL: b.my, Modes: modes, Mirror: b.m,
 		Traffic: counter, Registerer: prometheus.NewRegistry(), Logger: testLogger(t)})
 	if err != nil {
@@ -46,7 +46,7 @@ func TestTrafficCountedInEveryMode(t *testing.T) {
 	t.Cleanup(func() { drain(t, f) })
 	ctx := context.Background()
 	want := map[string]int{}
-	for _, m := range rollout.Modes {
+	for _, m := range authority.Modes {
 		if err := modes.SetMode(m); err != nil {
 			t.Fatal(err)
 		}

@@ -4,7 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // The mode decision is made once per facade call. Static is the in-memory
@@ -14,11 +15,11 @@ import (
 // the OpenFeature/flagd evaluation itself.) Run with
 // `go test -run '^$' -bench . -benchmem ./rollout/`.
 func BenchmarkStaticDecide(b *testing.B) {
-	s := rollout.NewStatic(rollout.ModeShadow)
-	if err := s.SetPodMode("pod-b", rollout.ModeMySQL); err != nil {
+	s := authority.NewStatic(authority.ModeShadow)
+	if err := s.SetPodMode("pod-b", authority.ModeMySQL); err != nil {
 		b.Fatal(err)
 	}
-	if err := s.SetShopMode(1001, rollout.ModeRedis); err != nil {
+	if err := s.SetShopMode(1001, authority.ModeRedis); err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
@@ -48,13 +49,13 @@ func BenchmarkStaticDecide(b *testing.B) {
 }
 
 func BenchmarkFlagsResolve(b *testing.B) {
-	f := rollout.NewFlags()
+	f := flagdoc.NewFlags()
 	for _, step := range []error{
-		f.SetMode(rollout.Global(), rollout.ModeShadow),
-		f.SetMode(rollout.PodScope("pod-a"), rollout.ModeMySQL),
-		f.SetRamp("pod-b", rollout.ModeMySQL, 25),
-		f.SetMode(rollout.ShopScope(1001), rollout.ModeRedis),
-		f.EngageKill(rollout.ShopScope(1002), rollout.KillRedis, rollout.Attribution{Actor: "bench", Reason: "bench"}),
+		f.SetMode(flagdoc.Global(), authority.ModeShadow),
+		f.SetMode(flagdoc.PodScope("pod-a"), authority.ModeMySQL),
+		f.SetRamp("pod-b", authority.ModeMySQL, 25),
+		f.SetMode(flagdoc.ShopScope(1001), authority.ModeRedis),
+		f.EngageKill(flagdoc.ShopScope(1002), authority.KillRedis, flagdoc.Attribution{Actor: "bench", Reason: "bench"}),
 	} {
 		if step != nil {
 			b.Fatal(step)
@@ -69,10 +70,10 @@ func BenchmarkFlagsResolve(b *testing.B) {
 }
 
 func BenchmarkDecisionRoute(b *testing.B) {
-	ds := []rollout.Decision{
-		{Mode: rollout.ModeShadow, Kill: rollout.KillOff},
-		{Mode: rollout.ModeMySQL, Kill: rollout.KillOff},
-		{Mode: rollout.ModeMySQL, Kill: rollout.KillRedis},
+	ds := []authority.Decision{
+		{Mode: authority.ModeShadow, Kill: authority.KillOff},
+		{Mode: authority.ModeMySQL, Kill: authority.KillOff},
+		{Mode: authority.ModeMySQL, Kill: authority.KillRedis},
 	}
 	b.ReportAllocs()
 	i := 0

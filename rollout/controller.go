@@ -11,6 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
+
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
@@ -56,7 +59,7 @@ type ControllerConfig struct {
 	DB *sql.DB
 	// Flags is where the flags every replica follows live: a FlagsFile or
 	// the control database's FlagsTable. Required.
-	Flags FlagStore
+	Flags flagdoc.FlagStore
 	// Plan is the rollout plan. Optional: without one, Status, Advance and
 	// AutoStep answer ErrNoPlan, and the kill switch still works (every
 	// change of the flags goes through a controller, plan or not).
@@ -173,12 +176,12 @@ type Status struct {
 
 // PodStatus is one pod's flags, and what its fences say.
 type PodStatus struct {
-	Pod  string     `json:"pod"`
-	Mode Mode       `json:"mode"`
-	Ramp *Ramp      `json:"ramp,omitempty"`
-	Kill KillSwitch `json:"kill"`
+	Pod  string             `json:"pod"`
+	Mode authority.Mode     `json:"mode"`
+	Ramp *flagdoc.Ramp      `json:"ramp,omitempty"`
+	Kill flagdoc.KillSwitch `json:"kill"`
 	// Effective is the decision for a shop of the pod outside any ramp.
-	Effective Decision `json:"effective"`
+	Effective authority.Decision `json:"effective"`
 	// Handoffs is the pod's last handoff report (ControllerConfig.Handoffs):
 	// how far the fences have followed the flags. Nil without a reader,
 	// before the pod's first sweep, or when it could not be read
@@ -307,7 +310,7 @@ func (c *Controller) Status(ctx context.Context) (Status, error) {
 	}
 	for _, pod := range c.cfg.Pods {
 		pf := flags.Pods[pod]
-		st.Pods = append(st.Pods, PodStatus{Pod: pod, Mode: pf.Mode, Ramp: pf.Ramp, Kill: flags.KillAt(PodScope(pod)), Effective: flags.Resolve(pod, 0)})
+		st.Pods = append(st.Pods, PodStatus{Pod: pod, Mode: pf.Mode, Ramp: pf.Ramp, Kill: flags.KillAt(flagdoc.PodScope(pod)), Effective: flags.Resolve(pod, 0)})
 	}
 	c.handoffs(ctx, st.Pods)
 	if stage+1 < len(c.cfg.Plan.Stages) {
@@ -432,7 +435,7 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 	}
 	if o.FromVersion != nil && *o.FromVersion != st.FlagsVersion {
 		return Stage{}, fmt.Errorf("%w: advance: decided at flags version %d, the flags are at version %d now: look at the status again",
-			ErrFlagsChanged, *o.FromVersion, st.FlagsVersion)
+			flagdoc.ErrFlagsChanged, *o.FromVersion, st.FlagsVersion)
 	}
 	if st.Next == nil {
 		return Stage{}, fmt.Errorf("rollout: advance: the plan is complete (stage %q is the last)", st.StageName)
@@ -457,7 +460,7 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 	if err := c.checkLeavingMySQLOnly(ctx, st, next, o.Resynced); err != nil {
 		return Stage{}, err
 	}
-	if next.Mode == ModeMySQLOnly && !o.ConfirmMySQLOnly {
+	if next.Mode == authority.ModeMySQLOnly && !o.ConfirmMySQLOnly {
 		return Stage{}, fmt.Errorf("rollout: advance: stage %q is mysql_only: Redis leaves the request path and follows MySQL only through the relay (a kill switch back to Redis is then checked by reconcile first); confirm explicitly", next.Name)
 	}
 	action := "advance"
@@ -465,7 +468,7 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 		action = "override"
 	}
 	before, after, err := c.change(ctx, o.DryRun, o.Out, st.FlagsVersion, o.Actor, action, strings.Join(next.Pods, ","), st.Stage,
-		func(f *Flags) error { return next.Apply(f) })
+		func(f *flagdoc.Flags) error { return next.Apply(f) })
 	if err != nil || o.DryRun {
 		return next, err
 	}
@@ -491,7 +494,7 @@ var ErrRedisNotCurrent = errors.New("rollout: Redis is not known to hold what My
 func killedPods(st Status, pods []string) []string {
 	var out []string
 	for _, p := range st.Pods {
-		if slices.Contains(pods, p.Pod) && p.Effective.Kill != KillOff {
+		if slices.Contains(pods, p.Pod) && p.Effective.Kill != authority.KillOff {
 			out = append(out, p.Pod)
 		}
 	}
@@ -513,11 +516,11 @@ const relayBehind = 500 * time.Millisecond
 // relay; a Redis that lost its data (a flush, a failover) would decide
 // from a hole.
 func (c *Controller) checkLeavingMySQLOnly(ctx context.Context, st Status, next Stage, resynced bool) error {
-	if next.Mode == ModeMySQLOnly || resynced {
+	if next.Mode == authority.ModeMySQLOnly || resynced {
 		return nil
 	}
 	for _, p := range st.Pods {
-		if !slices.Contains(next.Pods, p.Pod) || p.Effective.Mode != ModeMySQLOnly {
+		if !slices.Contains(next.Pods, p.Pod) || p.Effective.Mode != authority.ModeMySQLOnly {
 			continue
 		}
 		if c.cfg.Lag == nil || c.cfg.Reconciler == nil {
@@ -570,13 +573,13 @@ func reasonOr(reason, fallback string) string {
 // version as the epoch of the handoffs it causes; the dry run shows that
 // version too. It returns the rendered flags before and after.
 func (c *Controller) change(ctx context.Context, dryRun bool, out io.Writer, version int64, actor, action, scope string, stage int,
-	edit func(*Flags) error) (before, after []byte, err error) {
+	edit func(*flagdoc.Flags) error) (before, after []byte, err error) {
 	if dryRun {
 		cur, err := c.cfg.Flags.Read()
 		if err != nil {
 			return nil, nil, err
 		}
-		next, err := nextFlags(cur, edit)
+		next, err := flagdoc.NextFlags(cur, edit)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -591,7 +594,7 @@ func (c *Controller) change(ctx context.Context, dryRun bool, out io.Writer, ver
 		return before, after, err
 	}
 	b, a, err := c.cfg.Flags.UpdateAt(version, edit)
-	if errors.Is(err, ErrFlagsChanged) {
+	if errors.Is(err, flagdoc.ErrFlagsChanged) {
 		if aerr := c.audit(ctx, c.cfg.Now().UTC(), actor, action+"_conflict", scope, err.Error(), stage, nil, nil); aerr != nil {
 			err = errors.Join(err, aerr)
 		}
@@ -610,7 +613,7 @@ func (c *Controller) change(ctx context.Context, dryRun bool, out io.Writer, ver
 // renderBefore renders the flags a change started from, for its diff and
 // audit: none (nil) when there was no document yet (noDocument, version
 // 0, which Render refuses: no document carries it).
-func renderBefore(f *Flags) ([]byte, error) {
+func renderBefore(f *flagdoc.Flags) ([]byte, error) {
 	if f.Version == 0 {
 		return nil, nil
 	}
@@ -667,9 +670,9 @@ var ErrKillRefused = errors.New("rollout: kill refused")
 // kill, at a version above every one seen, and audits
 // it as "kill_over_invalid" with the invalid document as before_flags
 // (killover.go). Out says what it was built from.
-func (c *Controller) Kill(ctx context.Context, scope Scope, k Kill, o KillOptions) error {
-	if k != KillRedis && k != KillRedisOnly {
-		return fmt.Errorf("rollout: kill: state must be %q or %q, got %q", KillRedis, KillRedisOnly, k)
+func (c *Controller) Kill(ctx context.Context, scope flagdoc.Scope, k authority.Kill, o KillOptions) error {
+	if k != authority.KillRedis && k != authority.KillRedisOnly {
+		return fmt.Errorf("rollout: kill: state must be %q or %q, got %q", authority.KillRedis, authority.KillRedisOnly, k)
 	}
 	if o.Actor == "" || strings.TrimSpace(o.Reason) == "" {
 		return errors.New("rollout: kill: an actor and a reason are required")
@@ -700,8 +703,8 @@ func (c *Controller) Kill(ctx context.Context, scope Scope, k Kill, o KillOption
 			}
 		}
 	}
-	attribution := Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()}
-	edit := func(f *Flags) error { return f.EngageKill(scope, k, attribution) }
+	attribution := flagdoc.Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()}
+	edit := func(f *flagdoc.Flags) error { return f.EngageKill(scope, k, attribution) }
 	if err := c.checkTarget(ctx, cur, scope, "kill", edit); err != nil {
 		return err
 	}
@@ -723,7 +726,7 @@ func (c *Controller) Kill(ctx context.Context, scope Scope, k Kill, o KillOption
 // Stores): the edit is tried on a copy of the flags, and each pod whose
 // deciding store it changes has the new one pinged. A shop scope is
 // judged by its pods' own shops' decisions.
-func (c *Controller) checkTarget(ctx context.Context, cur *Flags, scope Scope, action string, edit func(*Flags) error) error {
+func (c *Controller) checkTarget(ctx context.Context, cur *flagdoc.Flags, scope flagdoc.Scope, action string, edit func(*flagdoc.Flags) error) error {
 	if c.cfg.Stores == nil {
 		return nil
 	}
@@ -732,7 +735,7 @@ func (c *Controller) checkTarget(ctx context.Context, cur *Flags, scope Scope, a
 		return nil // the edit's own error is reported by the change itself
 	}
 	for _, pod := range c.cfg.Pods {
-		if scope.Kind == ScopePod && scope.Pod != pod {
+		if scope.Kind == flagdoc.ScopePod && scope.Pod != pod {
 			continue
 		}
 		from, to := cur.Resolve(pod, scope.Shop).Route().Authority, after.Resolve(pod, scope.Shop).Route().Authority
@@ -753,12 +756,12 @@ func (c *Controller) checkTarget(ctx context.Context, cur *Flags, scope Scope, a
 }
 
 // lag describes the relay lag of the plan's pods within scope.
-func (c *Controller) lag(ctx context.Context, f *Flags, scope Scope) string {
+func (c *Controller) lag(ctx context.Context, f *flagdoc.Flags, scope flagdoc.Scope) string {
 	if c.cfg.Lag == nil {
 		return ""
 	}
 	var parts []string
-	for _, pod := range c.podsUnder(f, scope, func(Decision) bool { return true }) {
+	for _, pod := range c.podsUnder(f, scope, func(authority.Decision) bool { return true }) {
 		n, oldest, err := c.cfg.Lag.Lag(ctx, pod)
 		if err != nil {
 			parts = append(parts, fmt.Sprintf("%s unknown (%v)", pod, err))
@@ -777,7 +780,7 @@ func (c *Controller) lag(ctx context.Context, f *Flags, scope Scope) string {
 //
 // Like Kill, Release works over an invalid flags document
 // ("release_over_invalid").
-func (c *Controller) Release(ctx context.Context, scope Scope, o KillOptions) error {
+func (c *Controller) Release(ctx context.Context, scope flagdoc.Scope, o KillOptions) error {
 	if o.Actor == "" || strings.TrimSpace(o.Reason) == "" {
 		return errors.New("rollout: release: an actor and a reason are required")
 	}
@@ -788,8 +791,8 @@ func (c *Controller) Release(ctx context.Context, scope Scope, o KillOptions) er
 	if err != nil {
 		return err
 	}
-	edit := func(f *Flags) error {
-		return f.ReleaseKill(scope, Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()})
+	edit := func(f *flagdoc.Flags) error {
+		return f.ReleaseKill(scope, flagdoc.Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()})
 	}
 	if err := c.checkTarget(ctx, cur, scope, "release", edit); err != nil {
 		return err
@@ -811,15 +814,15 @@ func (c *Controller) Release(ctx context.Context, scope Scope, o KillOptions) er
 // it the stage would stay failing (and the automatic controller would
 // engage the switch again at once) however well the stores now agree.
 // The stage's min_duration runs again too.
-func (c *Controller) restartWindow(ctx context.Context, scope Scope) error {
-	if c.cfg.Plan == nil || scope.Kind == ScopeShop {
+func (c *Controller) restartWindow(ctx context.Context, scope flagdoc.Scope) error {
+	if c.cfg.Plan == nil || scope.Kind == flagdoc.ScopeShop {
 		return nil
 	}
 	stage, _, err := c.state(ctx)
 	if err != nil || stage < 0 || stage >= len(c.cfg.Plan.Stages) {
 		return err
 	}
-	if cur := c.cfg.Plan.Stages[stage]; scope.Kind == ScopePod && !slices.Contains(cur.Pods, scope.Pod) {
+	if cur := c.cfg.Plan.Stages[stage]; scope.Kind == flagdoc.ScopePod && !slices.Contains(cur.Pods, scope.Pod) {
 		return nil
 	}
 	// A stats reader that counts in windows counts the window holding
@@ -835,11 +838,11 @@ func (c *Controller) restartWindow(ctx context.Context, scope Scope) error {
 }
 
 // knownScope refuses a scope naming a pod the controller does not know.
-func (c *Controller) knownScope(scope Scope) error {
+func (c *Controller) knownScope(scope flagdoc.Scope) error {
 	if err := scope.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnknownScope, err)
 	}
-	if scope.Kind == ScopePod && !slices.Contains(c.cfg.Pods, scope.Pod) {
+	if scope.Kind == flagdoc.ScopePod && !slices.Contains(c.cfg.Pods, scope.Pod) {
 		return fmt.Errorf("%w: no pod %q (pods: %s)", ErrUnknownScope, scope.Pod, strings.Join(c.cfg.Pods, ", "))
 	}
 	return nil
@@ -847,7 +850,7 @@ func (c *Controller) knownScope(scope Scope) error {
 
 // kill writes edit (a kill switch change, decided from the flags at
 // version), audits it as action and waits for the fleet to obey.
-func (c *Controller) kill(ctx context.Context, scope Scope, action string, version int64, o KillOptions, edit func(*Flags) error) error {
+func (c *Controller) kill(ctx context.Context, scope flagdoc.Scope, action string, version int64, o KillOptions, edit func(*flagdoc.Flags) error) error {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
@@ -872,7 +875,7 @@ func (c *Controller) obey(ctx context.Context, after []byte, out io.Writer, into
 	if c.cfg.ObeyWait < 0 {
 		return
 	}
-	f, err := ParseFlags(after)
+	f, err := flagdoc.ParseFlags(after)
 	if err != nil {
 		return
 	}
@@ -891,10 +894,10 @@ func (c *Controller) obey(ctx context.Context, after []byte, out io.Writer, into
 
 // podsUnder lists the plan's pods within scope whose decision (for the
 // scope's shop, if any) satisfies match.
-func (c *Controller) podsUnder(f *Flags, scope Scope, match func(Decision) bool) []string {
+func (c *Controller) podsUnder(f *flagdoc.Flags, scope flagdoc.Scope, match func(authority.Decision) bool) []string {
 	var out []string
 	for _, pod := range c.cfg.Pods {
-		if scope.Kind == ScopePod && scope.Pod != pod {
+		if scope.Kind == flagdoc.ScopePod && scope.Pod != pod {
 			continue
 		}
 		if match(f.Resolve(pod, scope.Shop)) {
@@ -906,8 +909,8 @@ func (c *Controller) podsUnder(f *Flags, scope Scope, match func(Decision) bool)
 
 // mysqlOnlyUnder lists the plan's pods within scope whose mode is
 // mysql_only.
-func (c *Controller) mysqlOnlyUnder(f *Flags, scope Scope) []string {
-	return c.podsUnder(f, scope, func(d Decision) bool { return d.Mode == ModeMySQLOnly })
+func (c *Controller) mysqlOnlyUnder(f *flagdoc.Flags, scope flagdoc.Scope) []string {
+	return c.podsUnder(f, scope, func(d authority.Decision) bool { return d.Mode == authority.ModeMySQLOnly })
 }
 
 // AuditEntry is one recorded change.
@@ -975,7 +978,7 @@ func (c *Controller) AutoStep(ctx context.Context, actor string) (AutoAction, er
 					continue
 				}
 				why := fmt.Sprintf("auto: gate %s broke in stage %q: %s", g.Gate, cur.Name, g.Why)
-				if cur.Mode == ModeMySQLOnly {
+				if cur.Mode == authority.ModeMySQLOnly {
 					return AutoAction{Did: "none", Why: why + "; stage is mysql_only: a person engages the kill switch there (it is checked by reconcile first)"}, nil
 				}
 				// A pod the kill switch already holds (this step's earlier
@@ -984,7 +987,7 @@ func (c *Controller) AutoStep(ctx context.Context, actor string) (AutoAction, er
 				// entry.
 				var killed []string
 				for _, ps := range st.Pods {
-					if slices.Contains(cur.Pods, ps.Pod) && ps.Effective.Kill.strength() > 0 {
+					if slices.Contains(cur.Pods, ps.Pod) && ps.Effective.Kill.Strength() > 0 {
 						killed = append(killed, ps.Pod)
 					}
 				}
@@ -993,7 +996,7 @@ func (c *Controller) AutoStep(ctx context.Context, actor string) (AutoAction, er
 					if slices.Contains(killed, pod) {
 						continue
 					}
-					if err := c.Kill(ctx, PodScope(pod), KillRedis, KillOptions{Actor: actor, Reason: why}); err != nil {
+					if err := c.Kill(ctx, flagdoc.PodScope(pod), authority.KillRedis, KillOptions{Actor: actor, Reason: why}); err != nil {
 						return AutoAction{}, err
 					}
 					did = append(did, pod)
@@ -1008,7 +1011,7 @@ func (c *Controller) AutoStep(ctx context.Context, actor string) (AutoAction, er
 	if !st.Ready {
 		return AutoAction{Did: "none", Why: "waiting: " + failingOrDone(st)}, nil
 	}
-	if st.Next.Mode == ModeMySQLOnly {
+	if st.Next.Mode == authority.ModeMySQLOnly {
 		return AutoAction{Did: "none", Why: fmt.Sprintf("gates pass; stage %q is mysql_only and needs a person's confirmation", st.Next.Name)}, nil
 	}
 	next, err := c.Advance(ctx, AdvanceOptions{Actor: actor, Reason: "auto: gates pass"})

@@ -20,6 +20,8 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 const planText = `
@@ -116,7 +118,7 @@ type ctlBundle struct {
 	cmp   *compare.Comparer
 	db    *testdb.DB
 	plan  *rollout.Plan
-	flags rollout.FlagsFile
+	flags flagdoc.FlagsFile
 	clk   *clock
 	rc    *fakeReconciler
 }
@@ -128,8 +130,8 @@ func setupController(t *testing.T, clean bool) *ctlBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ff := rollout.FlagsFile{Path: filepath.Join(t.TempDir(), "flags.json")}
-	if err := ff.Write(rollout.NewFlags()); err != nil {
+	ff := flagdoc.FlagsFile{Path: filepath.Join(t.TempDir(), "flags.json")}
+	if err := ff.Write(flagdoc.NewFlags()); err != nil {
 		t.Fatal(err)
 	}
 	cmp, err := compare.New(compare.Config{DB: db.DB, Registerer: prometheus.NewRegistry(), FlushInterval: time.Hour, CleanupInterval: -1})
@@ -160,15 +162,15 @@ func (b *ctlBundle) controller(t *testing.T, edit func(*rollout.ControllerConfig
 }
 
 // setMode sets a pod's mode in the flags file directly (not audited).
-func (b *ctlBundle) setMode(t *testing.T, pod string, m rollout.Mode) {
+func (b *ctlBundle) setMode(t *testing.T, pod string, m authority.Mode) {
 	t.Helper()
-	if _, _, err := b.flags.Update(func(f *rollout.Flags) error { return f.SetMode(rollout.PodScope(pod), m) }); err != nil {
+	if _, _, err := b.flags.Update(func(f *flagdoc.Flags) error { return f.SetMode(flagdoc.PodScope(pod), m) }); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // decision reads the flags file's decision for a shop of pod.
-func (b *ctlBundle) decision(t *testing.T, pod string) rollout.Decision {
+func (b *ctlBundle) decision(t *testing.T, pod string) authority.Decision {
 	t.Helper()
 	f, err := b.flags.Read()
 	if err != nil {
@@ -210,13 +212,13 @@ func TestAdvanceIsGated(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "advance-dry-run.golden", strings.ReplaceAll(dry.String(), b.flags.Path, "FLAGS"))
-	if f, _ := b.flags.Read(); f.Resolve("pod-a", 1).Mode != rollout.ModeRedis {
+	if f, _ := b.flags.Read(); f.Resolve("pod-a", 1).Mode != authority.ModeRedis {
 		t.Fatal("the dry run changed the flags")
 	}
 	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "start"}); err != nil {
 		t.Fatal(err)
 	}
-	if f, _ := b.flags.Read(); f.Resolve("pod-a", 1).Mode != rollout.ModeShadow {
+	if f, _ := b.flags.Read(); f.Resolve("pod-a", 1).Mode != authority.ModeShadow {
 		t.Fatal("stage 0 not applied")
 	}
 	// No data: refused, and the error says which gate and the numbers.
@@ -238,7 +240,7 @@ func TestAdvanceIsGated(t *testing.T) {
 	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "gates pass"}); err != nil {
 		t.Fatal(err)
 	}
-	if f, _ := b.flags.Read(); f.Resolve("pod-a", 1).Mode != rollout.ModeMySQL || f.Resolve("pod-b", 1).Mode != rollout.ModeRedis {
+	if f, _ := b.flags.Read(); f.Resolve("pod-a", 1).Mode != authority.ModeMySQL || f.Resolve("pod-b", 1).Mode != authority.ModeRedis {
 		t.Fatal("stage 1 not applied to pod-a alone")
 	}
 	// mysql_only needs confirmation, even with passing gates.
@@ -273,7 +275,7 @@ func TestAdvanceIntoMySQLNeedsNoReconcile(t *testing.T) {
 		if _, err := ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "gates pass"}); err != nil {
 			t.Fatalf("reconciler %v: advance into mysql: %v", withReconciler, err)
 		}
-		if d := b.decision(t, "pod-a"); d.Mode != rollout.ModeMySQL || d.Route().Authority != reservation.AuthorityMySQL {
+		if d := b.decision(t, "pod-a"); d.Mode != authority.ModeMySQL || d.Route().Authority != reservation.AuthorityMySQL {
 			t.Fatalf("reconciler %v: pod-a after the advance: %+v", withReconciler, d)
 		}
 		// mysql_only, confirmed: no reconcile either.
@@ -282,7 +284,7 @@ func TestAdvanceIntoMySQLNeedsNoReconcile(t *testing.T) {
 		if _, err := ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "gates pass", ConfirmMySQLOnly: true}); err != nil {
 			t.Fatalf("reconciler %v: advance into mysql_only: %v", withReconciler, err)
 		}
-		if d := b.decision(t, "pod-b"); d.Mode != rollout.ModeMySQLOnly {
+		if d := b.decision(t, "pod-b"); d.Mode != authority.ModeMySQLOnly {
 			t.Fatalf("reconciler %v: pod-b after the advance: %+v", withReconciler, d)
 		}
 		if got := b.rc.calls(); got != "" {
@@ -313,10 +315,10 @@ func TestAutoKillsOnBrokenGateAndHistoryRecordsIt(t *testing.T) {
 		t.Fatalf("auto step with mismatches: %+v %v", a, err)
 	}
 	f, _ := b.flags.Read()
-	if d := f.Resolve("pod-a", 1); d.Kill != rollout.KillRedis || d.Route().Authority != reservation.AuthorityRedis {
+	if d := f.Resolve("pod-a", 1); d.Kill != authority.KillRedis || d.Route().Authority != reservation.AuthorityRedis {
 		t.Errorf("pod-a after auto kill: %+v", d)
 	}
-	if d := f.Resolve("pod-b", 1); d.Kill != rollout.KillOff {
+	if d := f.Resolve("pod-b", 1); d.Kill != authority.KillOff {
 		t.Errorf("pod-b must be untouched: %+v", d)
 	}
 	// The gate still breaks, and the switch already holds pod-a: the next
@@ -324,7 +326,7 @@ func TestAutoKillsOnBrokenGateAndHistoryRecordsIt(t *testing.T) {
 	if a, err = b.ctl.AutoStep(ctx, "auto"); err != nil || a.Did != "none" || !strings.Contains(a.Why, "already holds pod-a") {
 		t.Errorf("auto step with pod-a already killed: %+v %v, want none", a, err)
 	}
-	if err := b.ctl.Release(ctx, rollout.PodScope("pod-a"), rollout.KillOptions{Actor: "ana", Reason: "fixed the pool cap"}); err != nil {
+	if err := b.ctl.Release(ctx, flagdoc.PodScope("pod-a"), rollout.KillOptions{Actor: "ana", Reason: "fixed the pool cap"}); err != nil {
 		t.Fatal(err)
 	}
 	// The release starts the stage's window again, at the comparer's next
@@ -411,7 +413,7 @@ func TestKillOverMySQLOnlyIsChecked(t *testing.T) {
 				t.Errorf("refusal %q does not say %q", err, w)
 			}
 		}
-		if d := b.decision(t, "pod-b"); d.Kill != rollout.KillOff {
+		if d := b.decision(t, "pod-b"); d.Kill != authority.KillOff {
 			t.Errorf("refused, yet pod-b's switch is %s", d.Kill)
 		}
 		if hs, err := b.ctl.History(ctx, 10); err != nil || len(hs) != 0 {
@@ -421,17 +423,17 @@ func TestKillOverMySQLOnlyIsChecked(t *testing.T) {
 
 	t.Run("drift", func(t *testing.T) {
 		b := setupController(t, false)
-		b.setMode(t, "pod-b", rollout.ModeMySQLOnly)
-		err := b.ctl.Kill(ctx, rollout.PodScope("pod-b"), rollout.KillRedis, kill)
+		b.setMode(t, "pod-b", authority.ModeMySQLOnly)
+		err := b.ctl.Kill(ctx, flagdoc.PodScope("pod-b"), authority.KillRedis, kill)
 		refused(t, b, err, "reservoir reconcile --pod pod-b --repair", "redis:missing_hold")
 		// A global switch checks the pods that run mysql_only, no other.
-		err = b.ctl.Kill(ctx, rollout.Global(), rollout.KillRedisOnly, kill)
+		err = b.ctl.Kill(ctx, flagdoc.Global(), authority.KillRedisOnly, kill)
 		refused(t, b, err, "reservoir reconcile --pod pod-b --repair")
 		if got := b.rc.calls(); got != "pod-b, pod-b" {
 			t.Errorf("checked %q, want pod-b twice", got)
 		}
 		// pod-a does not run mysql_only: its kill is not checked.
-		if err := b.ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, kill); err != nil {
+		if err := b.ctl.Kill(ctx, flagdoc.PodScope("pod-a"), authority.KillRedis, kill); err != nil {
 			t.Fatal(err)
 		}
 		if got := b.rc.calls(); got != "" {
@@ -441,53 +443,53 @@ func TestKillOverMySQLOnlyIsChecked(t *testing.T) {
 
 	t.Run("clean", func(t *testing.T) {
 		b := setupController(t, true)
-		b.setMode(t, "pod-b", rollout.ModeMySQLOnly)
-		if err := b.ctl.Kill(ctx, rollout.PodScope("pod-b"), rollout.KillRedis, kill); err != nil {
+		b.setMode(t, "pod-b", authority.ModeMySQLOnly)
+		if err := b.ctl.Kill(ctx, flagdoc.PodScope("pod-b"), authority.KillRedis, kill); err != nil {
 			t.Fatal(err)
 		}
 		if got := b.rc.calls(); got != "pod-b" {
 			t.Errorf("checked %q, want pod-b", got)
 		}
-		if d := b.decision(t, "pod-b"); d.Kill != rollout.KillRedis || d.Route().Authority != reservation.AuthorityRedis {
+		if d := b.decision(t, "pod-b"); d.Kill != authority.KillRedis || d.Route().Authority != reservation.AuthorityRedis {
 			t.Errorf("pod-b after the kill: %+v", d)
 		}
 	})
 
 	t.Run("check fails", func(t *testing.T) {
 		b := setupController(t, true)
-		b.setMode(t, "pod-b", rollout.ModeMySQLOnly)
+		b.setMode(t, "pod-b", authority.ModeMySQLOnly)
 		rc := &fakeReconciler{err: errors.New("redis unreachable")}
 		ctl := b.controller(t, func(c *rollout.ControllerConfig) { c.Reconciler = rc })
-		err := ctl.Kill(ctx, rollout.PodScope("pod-b"), rollout.KillRedis, kill)
+		err := ctl.Kill(ctx, flagdoc.PodScope("pod-b"), authority.KillRedis, kill)
 		refused(t, b, err, "check pod pod-b", "redis unreachable")
 	})
 
 	t.Run("no reconciler", func(t *testing.T) {
 		b := setupController(t, true)
-		b.setMode(t, "pod-b", rollout.ModeMySQLOnly)
+		b.setMode(t, "pod-b", authority.ModeMySQLOnly)
 		ctl := b.controller(t, nil)
-		err := ctl.Kill(ctx, rollout.PodScope("pod-b"), rollout.KillRedis, kill)
+		err := ctl.Kill(ctx, flagdoc.PodScope("pod-b"), authority.KillRedis, kill)
 		refused(t, b, err, "no reconciler", "--resynced")
 		resynced := kill
 		resynced.Resynced = true
-		if err := ctl.Kill(ctx, rollout.PodScope("pod-b"), rollout.KillRedis, resynced); err != nil {
+		if err := ctl.Kill(ctx, flagdoc.PodScope("pod-b"), authority.KillRedis, resynced); err != nil {
 			t.Fatalf("kill with Resynced and no reconciler: %v", err)
 		}
-		if d := b.decision(t, "pod-b"); d.Kill != rollout.KillRedis {
+		if d := b.decision(t, "pod-b"); d.Kill != authority.KillRedis {
 			t.Errorf("pod-b after the kill: %+v", d)
 		}
 	})
 
 	t.Run("resynced skips the check", func(t *testing.T) {
 		b := setupController(t, false)
-		b.setMode(t, "pod-b", rollout.ModeMySQLOnly)
-		if err := b.ctl.Kill(ctx, rollout.PodScope("pod-b"), rollout.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "incident", Resynced: true}); err != nil {
+		b.setMode(t, "pod-b", authority.ModeMySQLOnly)
+		if err := b.ctl.Kill(ctx, flagdoc.PodScope("pod-b"), authority.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "incident", Resynced: true}); err != nil {
 			t.Fatal(err)
 		}
 		if got := b.rc.calls(); got != "" {
 			t.Errorf("checked %q despite Resynced", got)
 		}
-		if err := b.ctl.Kill(ctx, rollout.Global(), rollout.KillRedis, rollout.KillOptions{Actor: "ana"}); err == nil {
+		if err := b.ctl.Kill(ctx, flagdoc.Global(), authority.KillRedis, rollout.KillOptions{Actor: "ana"}); err == nil {
 			t.Fatal("a kill without a reason was accepted")
 		}
 	})
@@ -508,7 +510,7 @@ func TestKillReportsRelayLag(t *testing.T) {
 	ctl := b.controller(t, func(c *rollout.ControllerConfig) { c.Reconciler, c.Lag = b.rc, lag })
 
 	var out bytes.Buffer
-	if err := ctl.Kill(ctx, rollout.Global(), rollout.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "drill", Out: &out}); err != nil {
+	if err := ctl.Kill(ctx, flagdoc.Global(), authority.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "drill", Out: &out}); err != nil {
 		t.Fatal(err)
 	}
 	want := "relay lag at the switch: pod-a 3 change(s), oldest 1.5s; pod-b 0 change(s), oldest 0s"
@@ -519,7 +521,7 @@ func TestKillReportsRelayLag(t *testing.T) {
 	if err != nil || len(hs) != 1 || hs[0].Action != "kill" || !strings.HasPrefix(hs[0].Reason, "drill") || !strings.Contains(hs[0].Reason, want) {
 		t.Fatalf("audit %+v %v: the reason does not carry %q", hs, err, want)
 	}
-	if err := ctl.Release(ctx, rollout.Global(), rollout.KillOptions{Actor: "ana", Reason: "drill over"}); err != nil {
+	if err := ctl.Release(ctx, flagdoc.Global(), rollout.KillOptions{Actor: "ana", Reason: "drill over"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -527,13 +529,13 @@ func TestKillReportsRelayLag(t *testing.T) {
 	lag.fail = map[string]error{"pod-b": errors.New("mysql down")}
 	ctl = b.controller(t, func(c *rollout.ControllerConfig) { c.Reconciler, c.Lag = b.rc, lag })
 	out.Reset()
-	if err := ctl.Kill(ctx, rollout.PodScope("pod-b"), rollout.KillRedisOnly, rollout.KillOptions{Actor: "ana", Reason: "mysql down", Out: &out}); err != nil {
+	if err := ctl.Kill(ctx, flagdoc.PodScope("pod-b"), authority.KillRedisOnly, rollout.KillOptions{Actor: "ana", Reason: "mysql down", Out: &out}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := out.String(), "relay lag at the switch: pod-b unknown (mysql down)\n"; got != want {
 		t.Errorf("out %q, want %q", got, want)
 	}
-	if d := b.decision(t, "pod-b"); d.Kill != rollout.KillRedisOnly {
+	if d := b.decision(t, "pod-b"); d.Kill != authority.KillRedisOnly {
 		t.Errorf("pod-b after the kill: %+v", d)
 	}
 	if hs, err := ctl.History(ctx, 1); err != nil || len(hs) != 1 || !strings.Contains(hs[0].Reason, "pod-b unknown (mysql down)") {
@@ -542,7 +544,7 @@ func TestKillReportsRelayLag(t *testing.T) {
 
 	// Without a lag reader the kill reports nothing and still works.
 	out.Reset()
-	if err := b.ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "no lag", Out: &out}); err != nil {
+	if err := b.ctl.Kill(ctx, flagdoc.PodScope("pod-a"), authority.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "no lag", Out: &out}); err != nil {
 		t.Fatal(err)
 	}
 	if out.Len() != 0 {
@@ -583,15 +585,15 @@ func TestReleaseNeedsNoRepair(t *testing.T) {
 	}{{"no reconciler", nil}, {"failing reconciler", failing}} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setupController(t, true)
-			b.setMode(t, "pod-a", rollout.ModeMySQL)
+			b.setMode(t, "pod-a", authority.ModeMySQL)
 			ctl := b.controller(t, func(c *rollout.ControllerConfig) { c.Reconciler = tc.rc })
 			for _, sc := range []struct {
-				scope rollout.Scope
-				state rollout.Kill
+				scope flagdoc.Scope
+				state authority.Kill
 			}{
-				{rollout.PodScope("pod-a"), rollout.KillRedis},
-				{rollout.ShopScope(7), rollout.KillRedis},
-				{rollout.Global(), rollout.KillRedisOnly},
+				{flagdoc.PodScope("pod-a"), authority.KillRedis},
+				{flagdoc.ShopScope(7), authority.KillRedis},
+				{flagdoc.Global(), authority.KillRedisOnly},
 			} {
 				if err := ctl.Kill(ctx, sc.scope, sc.state, kill); err != nil {
 					t.Fatalf("kill %s: %v", sc.scope, err)
@@ -616,7 +618,7 @@ func TestReleaseNeedsNoRepair(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if d := after.Resolve("pod-a", 7); d.Kill != rollout.KillOff || after.Version != before.Version+1 {
+				if d := after.Resolve("pod-a", 7); d.Kill != authority.KillOff || after.Version != before.Version+1 {
 					t.Errorf("release of %s: switch %s, version %d -> %d; want off, in one version", sc.scope, d.Kill, before.Version, after.Version)
 				}
 				hs, err := ctl.History(ctx, 2)
@@ -624,7 +626,7 @@ func TestReleaseNeedsNoRepair(t *testing.T) {
 					t.Errorf("history of the release of %s: %+v %v; want the kill, then the release", sc.scope, hs, err)
 				}
 			}
-			if d := b.decision(t, "pod-a"); d.Kill != rollout.KillOff || d.Route().Authority != reservation.AuthorityMySQL {
+			if d := b.decision(t, "pod-a"); d.Kill != authority.KillOff || d.Route().Authority != reservation.AuthorityMySQL {
 				t.Errorf("pod-a after the releases: %+v, want MySQL deciding again", d)
 			}
 		})
@@ -676,20 +678,20 @@ func TestControllerBumpsTheVersion(t *testing.T) {
 		return err
 	})
 	kill := rollout.KillOptions{Actor: "ana", Reason: "drill"}
-	step("kill pod-a", 1, func() error { return b.ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, kill) })
-	step("kill pod-a again: nothing changes", 0, func() error { return b.ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, kill) })
-	step("release pod-a", 1, func() error { return b.ctl.Release(ctx, rollout.PodScope("pod-a"), kill) })
-	step("release pod-a again", 0, func() error { return b.ctl.Release(ctx, rollout.PodScope("pod-a"), kill) })
-	step("kill everything redis_only", 1, func() error { return b.ctl.Kill(ctx, rollout.Global(), rollout.KillRedisOnly, kill) })
+	step("kill pod-a", 1, func() error { return b.ctl.Kill(ctx, flagdoc.PodScope("pod-a"), authority.KillRedis, kill) })
+	step("kill pod-a again: nothing changes", 0, func() error { return b.ctl.Kill(ctx, flagdoc.PodScope("pod-a"), authority.KillRedis, kill) })
+	step("release pod-a", 1, func() error { return b.ctl.Release(ctx, flagdoc.PodScope("pod-a"), kill) })
+	step("release pod-a again", 0, func() error { return b.ctl.Release(ctx, flagdoc.PodScope("pod-a"), kill) })
+	step("kill everything redis_only", 1, func() error { return b.ctl.Kill(ctx, flagdoc.Global(), authority.KillRedisOnly, kill) })
 	// Its dry run shows the version the release would write: one on.
 	dry.Reset()
 	dryKill := kill
 	dryKill.DryRun, dryKill.Out = true, &dry
-	step("dry-run release of redis_only", 0, func() error { return b.ctl.Release(ctx, rollout.Global(), dryKill) })
+	step("dry-run release of redis_only", 0, func() error { return b.ctl.Release(ctx, flagdoc.Global(), dryKill) })
 	if want := fmt.Sprintf(`+         "version": %d`, last+1); !strings.Contains(dry.String(), want) {
 		t.Errorf("the dry run of a redis_only release does not show version %d:\n%s", last+1, dry.String())
 	}
-	step("release redis_only", 1, func() error { return b.ctl.Release(ctx, rollout.Global(), kill) })
+	step("release redis_only", 1, func() error { return b.ctl.Release(ctx, flagdoc.Global(), kill) })
 
 	// The audit trail shows each version's file.
 	hs, err := b.ctl.History(ctx, 1)
@@ -710,12 +712,12 @@ func TestAdvanceFromVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	shown := st.FlagsVersion
-	b.setMode(t, "pod-b", rollout.ModeShadow) // someone else's change
+	b.setMode(t, "pod-b", authority.ModeShadow) // someone else's change
 	_, err = b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", FromVersion: &shown})
-	if !errors.Is(err, rollout.ErrFlagsChanged) {
+	if !errors.Is(err, flagdoc.ErrFlagsChanged) {
 		t.Fatalf("advance from version %d after another change: %v, want ErrFlagsChanged", shown, err)
 	}
-	if d := b.decision(t, "pod-a"); d.Mode != rollout.ModeRedis {
+	if d := b.decision(t, "pod-a"); d.Mode != authority.ModeRedis {
 		t.Fatalf("the refused advance wrote the flags: pod-a %s", d.Mode)
 	}
 	st, err = b.ctl.Status(ctx)
@@ -725,7 +727,7 @@ func TestAdvanceFromVersion(t *testing.T) {
 	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", FromVersion: &st.FlagsVersion}); err != nil {
 		t.Fatalf("advance from the current version: %v", err)
 	}
-	if d := b.decision(t, "pod-a"); d.Mode != rollout.ModeShadow {
+	if d := b.decision(t, "pod-a"); d.Mode != authority.ModeShadow {
 		t.Fatalf("pod-a after the advance: %s", d.Mode)
 	}
 	if b.ctl.Plan() != b.plan {
@@ -853,17 +855,17 @@ func (f *fakeStores) Reachable(_ context.Context, pod string, store reservation.
 func TestSwitchToAStoreThatDoesNotAnswerIsRefused(t *testing.T) {
 	ctx := context.Background()
 	b := setupController(t, true)
-	b.setMode(t, "pod-a", rollout.ModeMySQL)
+	b.setMode(t, "pod-a", authority.ModeMySQL)
 	stores := &fakeStores{down: map[string]bool{"pod-a redis": true}}
 	ctl := b.controller(t, func(c *rollout.ControllerConfig) { c.Reconciler, c.Stores = b.rc, stores })
 	o := rollout.KillOptions{Actor: "ana", Reason: "drill"}
 
-	err := ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, o)
+	err := ctl.Kill(ctx, flagdoc.PodScope("pod-a"), authority.KillRedis, o)
 	if !errors.Is(err, rollout.ErrKillRefused) || !strings.Contains(err.Error(), "pod pod-a's redis cannot take its shops now (no answer to a ping within 1s)") ||
 		!strings.Contains(err.Error(), "mysql keeps deciding") {
 		t.Fatalf("kill to a Redis that does not answer: %v, want refused, naming the store and who keeps deciding", err)
 	}
-	if d := b.decision(t, "pod-a"); d.Kill != rollout.KillOff {
+	if d := b.decision(t, "pod-a"); d.Kill != authority.KillOff {
 		t.Fatalf("the flags changed after a refused kill: %+v", d)
 	}
 	if got := strings.Join(stores.asked, ","); got != "pod-a redis" {
@@ -873,18 +875,18 @@ func TestSwitchToAStoreThatDoesNotAnswerIsRefused(t *testing.T) {
 	// Redis answers: the kill goes through. MySQL goes down: the release
 	// (back to MySQL) is refused, the kill stays engaged.
 	stores.down = map[string]bool{"pod-a mysql": true}
-	if err := ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, o); err != nil {
+	if err := ctl.Kill(ctx, flagdoc.PodScope("pod-a"), authority.KillRedis, o); err != nil {
 		t.Fatal(err)
 	}
-	err = ctl.Release(ctx, rollout.PodScope("pod-a"), rollout.KillOptions{Actor: "ana", Reason: "over"})
+	err = ctl.Release(ctx, flagdoc.PodScope("pod-a"), rollout.KillOptions{Actor: "ana", Reason: "over"})
 	if !errors.Is(err, rollout.ErrKillRefused) || !strings.Contains(err.Error(), "release over pod:pod-a: pod pod-a's mysql cannot take its shops now") {
 		t.Fatalf("release to a MySQL that does not answer: %v, want refused", err)
 	}
-	if d := b.decision(t, "pod-a"); d.Kill != rollout.KillRedis {
+	if d := b.decision(t, "pod-a"); d.Kill != authority.KillRedis {
 		t.Fatalf("the kill switch after a refused release: %+v, want still engaged", d)
 	}
 	stores.down = nil
-	if err := ctl.Release(ctx, rollout.PodScope("pod-a"), rollout.KillOptions{Actor: "ana", Reason: "over"}); err != nil {
+	if err := ctl.Release(ctx, flagdoc.PodScope("pod-a"), rollout.KillOptions{Actor: "ana", Reason: "over"}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
+	"github.com/seed31b0e981/reservoir/rollout/flagsource"
 )
 
 // Engaging the kill switch for one pod: the change goes through the flags
@@ -22,16 +24,16 @@ func ExampleFlags_EngageKill() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	file := rollout.FlagsFile{Path: filepath.Join(dir, "reservoir.flagd.json")}
+	file := flagdoc.FlagsFile{Path: filepath.Join(dir, "reservoir.flagd.json")}
 
 	// pod-b runs on MySQL.
-	if _, _, err := file.Update(func(f *rollout.Flags) error {
-		return f.SetMode(rollout.PodScope("pod-b"), rollout.ModeMySQL)
+	if _, _, err := file.Update(func(f *flagdoc.Flags) error {
+		return f.SetMode(flagdoc.PodScope("pod-b"), authority.ModeMySQL)
 	}); err != nil {
 		log.Fatal(err)
 	}
 	ctx := context.Background()
-	replica, err := rollout.NewFlagSource(ctx, rollout.FlagSourceConfig{
+	replica, err := flagsource.New(ctx, flagsource.Config{
 		Path:   file.Path,
 		Logger: slog.New(slog.DiscardHandler),
 	})
@@ -43,19 +45,19 @@ func ExampleFlags_EngageKill() {
 	fmt.Printf("before: mode %s, kill %s, authority %s, version %d\n", d.Mode, d.Kill, d.Route().Authority, d.Version)
 
 	// MySQL on pod-b misbehaves: Redis answers again, dual writes go on.
-	_, after, err := file.Update(func(f *rollout.Flags) error {
-		return f.EngageKill(rollout.PodScope("pod-b"), rollout.KillRedis, rollout.Attribution{
+	_, after, err := file.Update(func(f *flagdoc.Flags) error {
+		return f.EngageKill(flagdoc.PodScope("pod-b"), authority.KillRedis, flagdoc.Attribution{
 			Actor: "alice", Reason: "pod-b MySQL p99 over 2s",
 		})
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	k := after.KillAt(rollout.PodScope("pod-b"))
+	k := after.KillAt(flagdoc.PodScope("pod-b"))
 	fmt.Printf("engaged: %s by %s: %s (version %d)\n", k.State, k.Actor, k.Reason, after.Version)
 
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if d, _ = replica.Decide(ctx, "pod-b", 1001); d.Kill == rollout.KillRedis {
+		if d, _ = replica.Decide(ctx, "pod-b", 1001); d.Kill == authority.KillRedis {
 			break
 		}
 	}

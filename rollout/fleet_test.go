@@ -10,17 +10,19 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // barrierStore is a FlagStore whose Read waits until n readers have read:
 // it makes two controllers decide from the same version before either
 // writes, the race a fleet's two operators can run into.
 type barrierStore struct {
-	rollout.FlagStore
+	flagdoc.FlagStore
 	wg *sync.WaitGroup
 }
 
-func (b barrierStore) Read() (*rollout.Flags, error) {
+func (b barrierStore) Read() (*flagdoc.Flags, error) {
 	f, err := b.FlagStore.Read()
 	b.wg.Done()
 	b.wg.Wait()
@@ -34,8 +36,8 @@ func (b barrierStore) Read() (*rollout.Flags, error) {
 func TestControllersRaceOnTheDatabaseFlags(t *testing.T) {
 	t.Parallel()
 	b := setupController(t, true)
-	table := rollout.FlagsTable{DB: b.db.DB}
-	if err := table.Write(rollout.NewFlags()); err != nil {
+	table := flagdoc.FlagsTable{DB: b.db.DB}
+	if err := table.Write(flagdoc.NewFlags()); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -48,7 +50,7 @@ func TestControllersRaceOnTheDatabaseFlags(t *testing.T) {
 	var run sync.WaitGroup
 	for i, ctl := range ctls {
 		run.Go(func() {
-			errs[i] = ctl.Kill(context.Background(), rollout.PodScope([]string{"pod-a", "pod-b"}[i]), rollout.KillRedis,
+			errs[i] = ctl.Kill(context.Background(), flagdoc.PodScope([]string{"pod-a", "pod-b"}[i]), authority.KillRedis,
 				rollout.KillOptions{Actor: []string{"alice", "bob"}[i], Reason: "race"})
 		})
 	}
@@ -58,7 +60,7 @@ func TestControllersRaceOnTheDatabaseFlags(t *testing.T) {
 		switch {
 		case err == nil:
 			won++
-		case errors.Is(err, rollout.ErrFlagsChanged) && strings.Contains(err.Error(), "decided at version 1, the control database is at version 2"):
+		case errors.Is(err, flagdoc.ErrFlagsChanged) && strings.Contains(err.Error(), "decided at version 1, the control database is at version 2"):
 			lost++
 		default:
 			t.Errorf("a racing kill: %v", err)
@@ -73,7 +75,7 @@ func TestControllersRaceOnTheDatabaseFlags(t *testing.T) {
 	}
 	engaged := 0
 	for _, pod := range []string{"pod-a", "pod-b"} {
-		if f.KillAt(rollout.PodScope(pod)).Engaged() {
+		if f.KillAt(flagdoc.PodScope(pod)).Engaged() {
 			engaged++
 		}
 	}
@@ -99,22 +101,22 @@ func TestControllersRaceOnTheDatabaseFlags(t *testing.T) {
 func TestFlagsTable(t *testing.T) {
 	t.Parallel()
 	b := setupController(t, true)
-	table := rollout.FlagsTable{DB: b.db.DB}
+	table := flagdoc.FlagsTable{DB: b.db.DB}
 	if _, err := table.Read(); err == nil {
 		t.Fatal("read an empty table without an error")
 	}
-	before, after, err := table.Update(func(f *rollout.Flags) error { return f.SetMode(rollout.PodScope("pod-a"), rollout.ModeShadow) })
+	before, after, err := table.Update(func(f *flagdoc.Flags) error { return f.SetMode(flagdoc.PodScope("pod-a"), authority.ModeShadow) })
 	if err != nil || before.Version != 0 || after.Version != 1 {
 		t.Fatalf("first update: %v, versions %v -> %v", err, before, after)
 	}
-	if _, after, err = table.Update(func(f *rollout.Flags) error { return f.SetMode(rollout.PodScope("pod-a"), rollout.ModeShadow) }); err != nil || after.Version != 1 {
+	if _, after, err = table.Update(func(f *flagdoc.Flags) error { return f.SetMode(flagdoc.PodScope("pod-a"), authority.ModeShadow) }); err != nil || after.Version != 1 {
 		t.Fatalf("unchanged update: %v, version %d, want 1", err, after.Version)
 	}
-	if _, _, err := table.UpdateAt(0, func(f *rollout.Flags) error { return f.SetMode(rollout.PodScope("pod-a"), rollout.ModeMySQL) }); !errors.Is(err, rollout.ErrFlagsChanged) {
+	if _, _, err := table.UpdateAt(0, func(f *flagdoc.Flags) error { return f.SetMode(flagdoc.PodScope("pod-a"), authority.ModeMySQL) }); !errors.Is(err, flagdoc.ErrFlagsChanged) {
 		t.Fatalf("UpdateAt a stale version: %v, want ErrFlagsChanged", err)
 	}
 	f, err := table.Read()
-	if err != nil || f.Version != 1 || f.Resolve("pod-a", 1).Mode != rollout.ModeShadow {
+	if err != nil || f.Version != 1 || f.Resolve("pod-a", 1).Mode != authority.ModeShadow {
 		t.Fatalf("read back: %v %+v", err, f)
 	}
 }
@@ -126,14 +128,14 @@ func TestAdvanceRefusedUnderAKillSwitch(t *testing.T) {
 	t.Parallel()
 	b := setupController(t, true)
 	ctx := context.Background()
-	if err := b.ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "incident"}); err != nil {
+	if err := b.ctl.Kill(ctx, flagdoc.PodScope("pod-a"), authority.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "incident"}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana"})
 	if !errors.Is(err, rollout.ErrKillEngaged) || !strings.Contains(err.Error(), "pod-a") {
 		t.Fatalf("advance under pod-a's kill switch: %v, want ErrKillEngaged naming pod-a", err)
 	}
-	if b.decision(t, "pod-a").Mode != rollout.ModeRedis {
+	if b.decision(t, "pod-a").Mode != authority.ModeRedis {
 		t.Fatal("the refused advance changed the flags")
 	}
 	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Override: true, Reason: "shadow under the switch, on purpose"}); err != nil {
@@ -145,7 +147,7 @@ func TestAdvanceRefusedUnderAKillSwitch(t *testing.T) {
 	}
 	// The global kill switch covers every pod too.
 	b2 := setupController(t, true)
-	if err := b2.ctl.Kill(ctx, rollout.Global(), rollout.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "incident"}); err != nil {
+	if err := b2.ctl.Kill(ctx, flagdoc.Global(), authority.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "incident"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b2.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana"}); !errors.Is(err, rollout.ErrKillEngaged) {
@@ -158,11 +160,11 @@ func TestAdvanceRefusedUnderAKillSwitch(t *testing.T) {
 func TestKillRefusesAnUnknownPod(t *testing.T) {
 	t.Parallel()
 	b := setupController(t, true)
-	err := b.ctl.Kill(context.Background(), rollout.PodScope("pod-z"), rollout.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "typo"})
+	err := b.ctl.Kill(context.Background(), flagdoc.PodScope("pod-z"), authority.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "typo"})
 	if !errors.Is(err, rollout.ErrUnknownScope) || !strings.Contains(err.Error(), "pod-a, pod-b") {
 		t.Fatalf("kill pod-z: %v, want ErrUnknownScope listing the pods", err)
 	}
-	if err := b.ctl.Release(context.Background(), rollout.PodScope("pod-z"), rollout.KillOptions{Actor: "ana", Reason: "typo"}); !errors.Is(err, rollout.ErrUnknownScope) {
+	if err := b.ctl.Release(context.Background(), flagdoc.PodScope("pod-z"), rollout.KillOptions{Actor: "ana", Reason: "typo"}); !errors.Is(err, rollout.ErrUnknownScope) {
 		t.Fatalf("release pod-z: %v, want ErrUnknownScope", err)
 	}
 }
@@ -202,14 +204,14 @@ pods = ["pod-a"]
 	if _, err := ctl.Advance(ctx, over); !errors.Is(err, rollout.ErrRedisNotCurrent) || !strings.Contains(err.Error(), "reconcile --pod pod-a --repair") {
 		t.Fatalf("leaving mysql_only with drift: %v", err)
 	}
-	if b.decision(t, "pod-a").Mode != rollout.ModeMySQLOnly {
+	if b.decision(t, "pod-a").Mode != authority.ModeMySQLOnly {
 		t.Fatal("a refused advance changed the flags")
 	}
 	over.Resynced = true
 	if _, err := ctl.Advance(ctx, over); err != nil {
 		t.Fatalf("leaving mysql_only, resynced: %v", err)
 	}
-	if b.decision(t, "pod-a").Mode != rollout.ModeMySQL {
+	if b.decision(t, "pod-a").Mode != authority.ModeMySQL {
 		t.Fatal("the advance did not apply")
 	}
 }

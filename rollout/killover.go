@@ -7,11 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
-	"regexp"
-	"strconv"
-	"time"
+
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // The kill switch works whatever the state of the flags. A flags document
@@ -24,144 +21,6 @@ import (
 // from when newer; else the code defaults) plus the change, at a version
 // above every one seen, and audit it as such
 // ("kill_over_invalid", the broken document as before_flags).
-
-// InvalidFlagsError is the error (wrapped) of FlagsFile's and FlagsTable's
-// Read, Update and UpdateAt when the store holds a flags document that
-// ParseFlags refuses. It carries the document, so a kill switch can write
-// over it (Controller.Kill, Controller.Release); nothing else does.
-type InvalidFlagsError struct {
-	// Store names the store (FlagStore.String).
-	Store string
-	// Document is the document as stored.
-	Document []byte
-	// Version is the highest version the document shows as far as it can
-	// be read (every number after a "version" key, and the control
-	// database's row version): a document written over it must be at a
-	// higher one. 0 when none can be read.
-	Version int64
-	// Err is ParseFlags' error: the problem's line and column, or its
-	// JSON path.
-	Err error
-}
-
-// Error implements error.
-func (e *InvalidFlagsError) Error() string {
-	return fmt.Sprintf("rollout: %s holds an invalid flags document: %v", e.Store, e.Err)
-}
-
-// Unwrap returns ParseFlags' error.
-func (e *InvalidFlagsError) Unwrap() error { return e.Err }
-
-// versionKey finds the numbers a document gives its "version" keys, even
-// in a document that is not JSON any more.
-var versionKey = regexp.MustCompile(`"version"\s*:\s*([0-9]{1,16})`)
-
-// highestVersion is the highest number data gives a "version" key (0 for
-// none), at most maxVersion.
-func highestVersion(data []byte) int64 {
-	var v int64
-	for _, m := range versionKey.FindAllSubmatch(data, -1) {
-		if n, err := strconv.ParseInt(string(m[1]), 10, 64); err == nil {
-			v = max(v, min(n, maxVersion))
-		}
-	}
-	return v
-}
-
-// ReplaceInvalid replaces a flags document that ParseFlags refuses, doc
-// (an InvalidFlagsError's Document), with f at f.Version, atomically, and
-// only while the file still holds exactly doc: if it changed since (a fix,
-// another operator's kill), nothing is written and the error wraps
-// ErrFlagsChanged. It never parses doc.
-func (ff FlagsFile) ReplaceInvalid(doc []byte, f *Flags) error {
-	unlock, err := lockFlags(ff.Path)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	cur, err := os.ReadFile(ff.Path)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("rollout: read flags file: %w", err)
-	}
-	if err != nil || !bytes.Equal(cur, doc) {
-		return fmt.Errorf("%w: %s changed since it was read: read the flags again", ErrFlagsChanged, ff)
-	}
-	_, err = ff.write(f)
-	return err
-}
-
-// ReplaceInvalid replaces a flags document that ParseFlags refuses, doc
-// (an InvalidFlagsError's Document), with f at f.Version, only while the
-// control database still holds exactly doc: if it changed since, nothing
-// is written and the error wraps ErrFlagsChanged. It never parses doc.
-func (t FlagsTable) ReplaceInvalid(doc []byte, f *Flags) error {
-	return t.replace(doc, f)
-}
-
-// replace writes f as the document under the row lock, without parsing
-// the document it replaces; with expect non-nil, only over exactly that
-// document.
-func (t FlagsTable) replace(expect []byte, f *Flags) (err error) {
-	if t.DB == nil {
-		return errors.New("rollout: FlagsTable.DB is required")
-	}
-	data, err := f.Render()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := t.ctx()
-	defer cancel()
-	tx, err := t.DB.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("rollout: write the flags: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	var (
-		version int64
-		doc     string
-		exists  = true
-	)
-	switch err := tx.QueryRowContext(ctx, sqlFlagsLock).Scan(&version, &doc); {
-	case errors.Is(err, sql.ErrNoRows):
-		exists = false
-	case err != nil:
-		return fmt.Errorf("rollout: read the flags for a change: %w", err)
-	}
-	if expect != nil && (!exists || doc != string(expect)) {
-		return fmt.Errorf("%w: the control database's flags changed since they were read: read the flags again", ErrFlagsChanged)
-	}
-	if expect == nil && exists {
-		// A Write: the row's version counts as much as the document's (a
-		// row edited by hand may show either higher).
-		if err := growsOver(t, []byte(doc), data, max(version, storedVersion([]byte(doc))), f); err != nil {
-			return err
-		}
-	}
-	if exists && doc == string(data) {
-		return tx.Rollback()
-	}
-	now := time.Now().UTC()
-	if exists {
-		_, err = tx.ExecContext(ctx, sqlFlagsUpdate, f.Version, string(data), now)
-	} else {
-		_, err = tx.ExecContext(ctx, sqlFlagsInsert, f.Version, string(data), now)
-	}
-	if err != nil {
-		if mysqlDuplicate(err) {
-			err = fmt.Errorf("%w: another writer created the flags first", ErrFlagsChanged)
-		}
-		return fmt.Errorf("rollout: write the flags: %w", err)
-	}
-	if err = tx.Commit(); err != nil {
-		return fmt.Errorf("rollout: write the flags: %w", err)
-	}
-	return nil
-}
-
 // The statements the kill switch reads to rebuild flags over an invalid
 // document (control database).
 const (
@@ -173,7 +32,7 @@ const (
 
 // overInvalid is a kill switch change to write over an invalid document.
 type overInvalid struct {
-	bad *InvalidFlagsError
+	bad *flagdoc.InvalidFlagsError
 	// version is the version to write: above every version seen.
 	version int64
 	// from says what the change builds on, for the operator and the audit.
@@ -184,9 +43,9 @@ type overInvalid struct {
 // store holds an invalid document, or one the replicas refuse (refused),
 // it returns instead the last valid flags (recoverFlags), and the plan to
 // write over it.
-func (c *Controller) flagsForKill(ctx context.Context) (*Flags, *overInvalid, error) {
+func (c *Controller) flagsForKill(ctx context.Context) (*flagdoc.Flags, *overInvalid, error) {
 	cur, err := c.cfg.Flags.Read()
-	var bad *InvalidFlagsError
+	var bad *flagdoc.InvalidFlagsError
 	switch {
 	case err == nil:
 		if bad, err = c.refused(ctx, cur); err != nil || bad == nil {
@@ -209,7 +68,7 @@ func (c *Controller) flagsForKill(ctx context.Context) (*Flags, *overInvalid, er
 }
 
 // refused returns an *InvalidFlagsError for the stored flags cur, valid
-// on their own, when the replicas refuse them (checkVersion): their
+// on their own, when the replicas refuse them (flagdoc.CheckVersion): their
 // version is below the highest version a replica reported applied, or a
 // flag source in this process (ControllerConfig.InForce) answers from a
 // different document at the same or a higher version. Such a document is
@@ -218,7 +77,7 @@ func (c *Controller) flagsForKill(ctx context.Context) (*Flags, *overInvalid, er
 // too (and WaitObeyed would count the replicas already further on as
 // obeying it), so the kill switch writes over it as over any invalid
 // document, above every version seen. nil when the replicas take cur.
-func (c *Controller) refused(ctx context.Context, cur *Flags) (*InvalidFlagsError, error) {
+func (c *Controller) refused(ctx context.Context, cur *flagdoc.Flags) (*flagdoc.InvalidFlagsError, error) {
 	var applied int64
 	if err := c.cfg.DB.QueryRowContext(ctx, sqlAppliedHighest).Scan(&applied); err != nil {
 		return nil, fmt.Errorf("rollout: read the replicas' versions: %w", err)
@@ -227,7 +86,7 @@ func (c *Controller) refused(ctx context.Context, cur *Flags) (*InvalidFlagsErro
 	var inForceVersion int64
 	if c.cfg.InForce != nil {
 		if doc, ok := c.cfg.InForce(); ok {
-			if f, err := ParseFlags(doc); err == nil && f.Version >= cur.Version {
+			if f, err := flagdoc.ParseFlags(doc); err == nil && f.Version >= cur.Version {
 				inForce, inForceVersion = doc, f.Version
 			}
 		}
@@ -243,7 +102,7 @@ func (c *Controller) refused(ctx context.Context, cur *Flags) (*InvalidFlagsErro
 	// switch's compare-and-swap over it (rendered, where the store cannot
 	// tell: it is what cur means).
 	doc := rendered
-	if raw, ok, err := storedDocument(ctx, c.cfg.Flags); err != nil {
+	if raw, ok, err := flagdoc.StoredDocument(ctx, c.cfg.Flags); err != nil {
 		return nil, err
 	} else if ok {
 		doc = raw
@@ -251,34 +110,13 @@ func (c *Controller) refused(ctx context.Context, cur *Flags) (*InvalidFlagsErro
 	var why error
 	switch {
 	case cur.Version < applied:
-		why = fmt.Errorf("the replicas refuse it: %w", checkVersion(cur.Version, applied))
+		why = fmt.Errorf("the replicas refuse it: %w", flagdoc.CheckVersion(cur.Version, applied))
 	case inForce != nil && !bytes.Equal(inForce, doc):
-		why = fmt.Errorf("the flag source refuses it: %w", checkVersion(cur.Version, inForceVersion))
+		why = fmt.Errorf("the flag source refuses it: %w", flagdoc.CheckVersion(cur.Version, inForceVersion))
 	default:
 		return nil, nil
 	}
-	return &InvalidFlagsError{Store: c.cfg.Flags.String(), Document: doc, Version: cur.Version, Err: why}, nil
-}
-
-// storedDocument reads the document store holds, byte for byte, where the
-// store can tell (FlagsFile, FlagsTable); ok is false elsewhere.
-func storedDocument(ctx context.Context, store FlagStore) (doc []byte, ok bool, err error) {
-	switch st := store.(type) {
-	case FlagsFile:
-		doc, err = os.ReadFile(st.Path)
-		if err != nil {
-			return nil, false, fmt.Errorf("rollout: read flags file: %w", err)
-		}
-		return doc, true, nil
-	case FlagsTable:
-		var version int64
-		var text string
-		if err := st.DB.QueryRowContext(ctx, sqlFlagsRead).Scan(&version, &text); err != nil {
-			return nil, false, fmt.Errorf("rollout: read the flags from the control database: %w", err)
-		}
-		return []byte(text), true, nil
-	}
-	return nil, false, nil
+	return &flagdoc.InvalidFlagsError{Store: c.cfg.Flags.String(), Document: doc, Version: cur.Version, Err: why}, nil
 }
 
 // recoverFlags returns the flags to build on over the invalid document
@@ -290,14 +128,14 @@ func storedDocument(ctx context.Context, store FlagStore) (doc []byte, ok bool, 
 // applied version (the stores' fences carry the versions replicas decided
 // at; a change at a version they have seen would be stale to them,
 // docs/ownership.md section 2).
-func recoverFlags(ctx context.Context, db *sql.DB, bad *InvalidFlagsError, inForce []byte) (*Flags, *overInvalid, error) {
+func recoverFlags(ctx context.Context, db *sql.DB, bad *flagdoc.InvalidFlagsError, inForce []byte) (*flagdoc.Flags, *overInvalid, error) {
 	rows, err := db.QueryContext(ctx, sqlAuditFlags)
 	if err != nil {
 		return nil, nil, fmt.Errorf("rollout: read the audit: %w", err)
 	}
 	defer rows.Close()
 	var (
-		base *Flags
+		base *flagdoc.Flags
 		from string
 		seen = bad.Version
 	)
@@ -309,11 +147,11 @@ func recoverFlags(ctx context.Context, db *sql.DB, bad *InvalidFlagsError, inFor
 		if err := rows.Scan(&id, &after); err != nil {
 			return nil, nil, fmt.Errorf("rollout: read the audit: %w", err)
 		}
-		seen = max(seen, highestVersion([]byte(after)))
+		seen = max(seen, flagdoc.HighestVersion([]byte(after)))
 		if base != nil {
 			continue
 		}
-		if f, err := ParseFlags([]byte(after)); err == nil {
+		if f, err := flagdoc.ParseFlags([]byte(after)); err == nil {
 			base, from = f, fmt.Sprintf("the last valid flags in the audit (entry %d, version %d)", id, f.Version)
 		}
 	}
@@ -324,16 +162,16 @@ func recoverFlags(ctx context.Context, db *sql.DB, bad *InvalidFlagsError, inFor
 	if err := db.QueryRowContext(ctx, sqlAppliedHighest).Scan(&applied); err != nil {
 		return nil, nil, fmt.Errorf("rollout: read the replicas' versions: %w", err)
 	}
-	if f, err := ParseFlags(inForce); inForce != nil && err == nil && (base == nil || f.Version > base.Version) {
+	if f, err := flagdoc.ParseFlags(inForce); inForce != nil && err == nil && (base == nil || f.Version > base.Version) {
 		base, from = f, fmt.Sprintf("the flags this replica answers from (version %d)", f.Version)
 	}
 	if base == nil {
-		base, from = NewFlags(), "the code defaults (no valid flags in the audit: every mode is redis again)"
+		base, from = flagdoc.NewFlags(), "the code defaults (no valid flags in the audit: every mode is redis again)"
 	} else if applied > base.Version {
 		from += fmt.Sprintf("; replicas reported version %d, so changes made since outside the controller are not carried over", applied)
 	}
 	seen = max(seen, applied, base.Version)
-	if seen >= maxVersion {
+	if seen >= flagdoc.MaxVersion {
 		return nil, nil, fmt.Errorf("rollout: version %d seen: no higher version can be written", seen)
 	}
 	return base, &overInvalid{bad: bad, version: seen + 1, from: from}, nil
@@ -345,7 +183,7 @@ func recoverFlags(ctx context.Context, db *sql.DB, bad *InvalidFlagsError, inFor
 // waits for the fleet to obey. If the document changed since it was read,
 // nothing is written, the attempt is audited (action+"_over_invalid_conflict")
 // and the error wraps ErrFlagsChanged.
-func (c *Controller) killOverInvalid(ctx context.Context, scope Scope, action string, base *Flags, over *overInvalid, o KillOptions, edit func(*Flags) error) error {
+func (c *Controller) killOverInvalid(ctx context.Context, scope flagdoc.Scope, action string, base *flagdoc.Flags, over *overInvalid, o KillOptions, edit func(*flagdoc.Flags) error) error {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
@@ -370,7 +208,7 @@ func (c *Controller) killOverInvalid(ctx context.Context, scope Scope, action st
 		return err
 	}
 	if err := replaceInvalid(c.cfg.Flags, over.bad.Document, next); err != nil {
-		if errors.Is(err, ErrFlagsChanged) {
+		if errors.Is(err, flagdoc.ErrFlagsChanged) {
 			if aerr := c.audit(ctx, c.cfg.Now().UTC(), o.Actor, action+"_conflict", scope.String(), err.Error(), stage, over.bad.Document, nil); aerr != nil {
 				err = errors.Join(err, aerr)
 			}
@@ -389,9 +227,9 @@ func (c *Controller) killOverInvalid(ctx context.Context, scope Scope, action st
 // replaceInvalid writes f over the invalid document doc in store: only
 // while the store still holds doc, where the store can tell (FlagsFile,
 // FlagsTable).
-func replaceInvalid(store FlagStore, doc []byte, f *Flags) error {
+func replaceInvalid(store flagdoc.FlagStore, doc []byte, f *flagdoc.Flags) error {
 	if r, ok := store.(interface {
-		ReplaceInvalid(doc []byte, f *Flags) error
+		ReplaceInvalid(doc []byte, f *flagdoc.Flags) error
 	}); ok {
 		return r.ReplaceInvalid(doc, f)
 	}

@@ -15,6 +15,9 @@ import (
 
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
+	"github.com/seed31b0e981/reservoir/rollout/flagsource"
 )
 
 // waitFor polls cond until it holds, failing the test after within.
@@ -66,13 +69,13 @@ func TestKillOverAnInvalidFlagsFile(t *testing.T) {
 	i := strings.Index(broken, `"variants"`)
 	where := fmt.Sprintf("(line %d, column %d)", 1+strings.Count(broken[:i], "\n"), i-strings.LastIndex(broken[:i], "\n"))
 	_, err = b.flags.Read()
-	var bad *rollout.InvalidFlagsError
+	var bad *flagdoc.InvalidFlagsError
 	if !errors.As(err, &bad) || bad.Version != 7 || !strings.Contains(err.Error(), where) {
 		t.Fatalf("reading the broken file: %v (%+v); want an InvalidFlagsError at version 7 naming %s", err, bad, where)
 	}
 
 	var dry bytes.Buffer
-	if err := b.ctl.Kill(ctx, rollout.PodScope("pod-b"), rollout.KillRedis, rollout.KillOptions{Actor: "bob", Reason: "pod-b p99", DryRun: true, Out: &dry}); err != nil {
+	if err := b.ctl.Kill(ctx, flagdoc.PodScope("pod-b"), authority.KillRedis, rollout.KillOptions{Actor: "bob", Reason: "pod-b p99", DryRun: true, Out: &dry}); err != nil {
 		t.Fatalf("dry run over the broken file: %v", err)
 	}
 	if now, _ := os.ReadFile(b.flags.Path); string(now) != broken {
@@ -85,16 +88,16 @@ func TestKillOverAnInvalidFlagsFile(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	if err := b.ctl.Kill(ctx, rollout.PodScope("pod-b"), rollout.KillRedis, rollout.KillOptions{Actor: "bob", Reason: "pod-b p99", Out: &out}); err != nil {
+	if err := b.ctl.Kill(ctx, flagdoc.PodScope("pod-b"), authority.KillRedis, rollout.KillOptions{Actor: "bob", Reason: "pod-b p99", Out: &out}); err != nil {
 		t.Fatalf("kill over the broken file: %v", err)
 	}
 	f, err := b.flags.Read()
 	if err != nil {
 		t.Fatalf("the file after the kill: %v", err)
 	}
-	if f.Version != 8 || f.KillAt(rollout.PodScope("pod-b")).State != rollout.KillRedis || f.Pods["pod-a"].Mode != rollout.ModeShadow {
+	if f.Version != 8 || f.KillAt(flagdoc.PodScope("pod-b")).State != authority.KillRedis || f.Pods["pod-a"].Mode != authority.ModeShadow {
 		t.Errorf("after the kill: version %d, pod-b %+v, pod-a mode %q; want version 8, pod-b killed, pod-a still shadow (the audit's flags)",
-			f.Version, f.KillAt(rollout.PodScope("pod-b")), f.Pods["pod-a"].Mode)
+			f.Version, f.KillAt(flagdoc.PodScope("pod-b")), f.Pods["pod-a"].Mode)
 	}
 	if !strings.Contains(out.String(), "built from the last valid flags in the audit (entry ") {
 		t.Errorf("the kill does not say what it built on:\n%s", out.String())
@@ -111,10 +114,10 @@ func TestKillOverAnInvalidFlagsFile(t *testing.T) {
 	if err := os.WriteFile(b.flags.Path, []byte(mysqll), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.ctl.Release(ctx, rollout.PodScope("pod-b"), rollout.KillOptions{Actor: "bob", Reason: "p99 back"}); err != nil {
+	if err := b.ctl.Release(ctx, flagdoc.PodScope("pod-b"), rollout.KillOptions{Actor: "bob", Reason: "p99 back"}); err != nil {
 		t.Fatalf("release over the broken file: %v", err)
 	}
-	if f, err = b.flags.Read(); err != nil || f.Version != 10 || f.KillAt(rollout.PodScope("pod-b")).Engaged() || f.Pods["pod-a"].Mode != rollout.ModeShadow {
+	if f, err = b.flags.Read(); err != nil || f.Version != 10 || f.KillAt(flagdoc.PodScope("pod-b")).Engaged() || f.Pods["pod-a"].Mode != authority.ModeShadow {
 		t.Errorf("after the release: %+v, %v; want version 10, pod-b released, pod-a shadow", f, err)
 	}
 	if a := lastAudit(t, b.ctl); a.Action != "release_over_invalid" || a.Before != mysqll || !strings.Contains(a.Reason, `variants["mysqll"] (line `) {
@@ -131,28 +134,28 @@ func TestKillOverAnInvalidDatabaseDocument(t *testing.T) {
 	t.Parallel()
 	b := setupController(t, true)
 	ctx := context.Background()
-	table := rollout.FlagsTable{DB: b.db.DB}
+	table := flagdoc.FlagsTable{DB: b.db.DB}
 	ctl := b.controller(t, func(c *rollout.ControllerConfig) { c.Flags = table })
-	if err := table.Write(rollout.NewFlags()); err != nil {
+	if err := table.Write(flagdoc.NewFlags()); err != nil {
 		t.Fatal(err)
 	}
-	if err := ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "pod-a first"}); err != nil {
+	if err := ctl.Kill(ctx, flagdoc.PodScope("pod-a"), authority.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "pod-a first"}); err != nil {
 		t.Fatal(err)
 	}
-	src, err := rollout.NewFlagSource(ctx, rollout.FlagSourceConfig{DB: b.db.DB, PollInterval: 5 * time.Millisecond,
+	src, err := flagsource.New(ctx, flagsource.Config{DB: b.db.DB, PollInterval: 5 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { src.Close() })
-	decision := func(pod string) rollout.Decision {
+	decision := func(pod string) authority.Decision {
 		d, err := src.Decide(ctx, pod, 1)
 		if err != nil {
 			t.Fatalf("decide %s: %v", pod, err)
 		}
 		return d
 	}
-	if d := decision("pod-a"); d.Kill != rollout.KillRedis || d.Version != 2 {
+	if d := decision("pod-a"); d.Kill != authority.KillRedis || d.Version != 2 {
 		t.Fatalf("at start: %+v", d)
 	}
 
@@ -169,15 +172,15 @@ func TestKillOverAnInvalidDatabaseDocument(t *testing.T) {
 	if _, err := src.Rejected(); !strings.Contains(err.Error(), `flags["reservations.mode"].variants["mysqll"] (line `) {
 		t.Errorf("the rejection does not say where: %v", err)
 	}
-	if d := decision("pod-a"); d.Kill != rollout.KillRedis || d.Version != 2 {
+	if d := decision("pod-a"); d.Kill != authority.KillRedis || d.Version != 2 {
 		t.Errorf("after the rejected document: %+v, want the last valid flags", d)
 	}
 
-	if err := ctl.Kill(ctx, rollout.PodScope("pod-b"), rollout.KillRedisOnly, rollout.KillOptions{Actor: "bob", Reason: "pod-b MySQL down"}); err != nil {
+	if err := ctl.Kill(ctx, flagdoc.PodScope("pod-b"), authority.KillRedisOnly, rollout.KillOptions{Actor: "bob", Reason: "pod-b MySQL down"}); err != nil {
 		t.Fatalf("kill over the broken document: %v", err)
 	}
-	waitFor(t, 2*time.Second, "the source to load the kill", func() bool { return decision("pod-b").Kill == rollout.KillRedisOnly })
-	if d := decision("pod-a"); d.Kill != rollout.KillRedis || d.Version != 4 {
+	waitFor(t, 2*time.Second, "the source to load the kill", func() bool { return decision("pod-b").Kill == authority.KillRedisOnly })
+	if d := decision("pod-a"); d.Kill != authority.KillRedis || d.Version != 4 {
 		t.Errorf("pod-a after the kill: %+v; want its kill switch kept (from the audit) at version 4", d)
 	}
 	if _, err := src.Rejected(); err != nil {
@@ -204,11 +207,11 @@ func TestKillOverAnInvalidDocumentWithoutAudit(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := b.ctl.Kill(ctx, rollout.Global(), rollout.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "everything", Out: &out}); err != nil {
+	if err := b.ctl.Kill(ctx, flagdoc.Global(), authority.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "everything", Out: &out}); err != nil {
 		t.Fatal(err)
 	}
 	f, err := b.flags.Read()
-	if err != nil || f.Version != 10 || f.Kill.State != rollout.KillRedis || f.Mode != rollout.ModeRedis {
+	if err != nil || f.Version != 10 || f.Kill.State != authority.KillRedis || f.Mode != authority.ModeRedis {
 		t.Errorf("after the kill: %+v, %v; want the code defaults plus the kill at version 10", f, err)
 	}
 	if !strings.Contains(out.String(), "the code defaults") || !strings.Contains(out.String(), "(line 1, column 60)") {
@@ -222,16 +225,16 @@ func TestReplaceInvalidIsACompareAndSwap(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	for _, store := range []interface {
-		rollout.FlagStore
-		ReplaceInvalid([]byte, *rollout.Flags) error
-	}{rollout.FlagsFile{Path: filepath.Join(t.TempDir(), "flags.json")}, rollout.FlagsTable{DB: db.DB}} {
-		f := rollout.NewFlags()
+		flagdoc.FlagStore
+		ReplaceInvalid([]byte, *flagdoc.Flags) error
+	}{flagdoc.FlagsFile{Path: filepath.Join(t.TempDir(), "flags.json")}, flagdoc.FlagsTable{DB: db.DB}} {
+		f := flagdoc.NewFlags()
 		f.Version = 4
 		if err := store.Write(f); err != nil {
 			t.Fatal(err)
 		}
 		f.Version = 5
-		if err := store.ReplaceInvalid([]byte(`{"not": "what is there"`), f); !errors.Is(err, rollout.ErrFlagsChanged) {
+		if err := store.ReplaceInvalid([]byte(`{"not": "what is there"`), f); !errors.Is(err, flagdoc.ErrFlagsChanged) {
 			t.Errorf("%s: over another document: %v, want ErrFlagsChanged", store, err)
 		}
 		if got, err := store.Read(); err != nil || got.Version != 4 {
@@ -246,43 +249,43 @@ func TestReplaceInvalidIsACompareAndSwap(t *testing.T) {
 func TestWritesRefuseUnknownVariants(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	edits := map[string]func(f *rollout.Flags){
-		"global mode": func(f *rollout.Flags) { f.Mode = "mysqll" },
-		"pod mode":    func(f *rollout.Flags) { f.Pods["pod-a"] = rollout.PodFlags{Mode: "mysqll"} },
-		"ramp mode": func(f *rollout.Flags) {
-			f.Pods["pod-a"] = rollout.PodFlags{Mode: rollout.ModeShadow, Ramp: &rollout.Ramp{Mode: "mysql_fast", Percent: 10}}
+	edits := map[string]func(f *flagdoc.Flags){
+		"global mode": func(f *flagdoc.Flags) { f.Mode = "mysqll" },
+		"pod mode":    func(f *flagdoc.Flags) { f.Pods["pod-a"] = flagdoc.PodFlags{Mode: "mysqll"} },
+		"ramp mode": func(f *flagdoc.Flags) {
+			f.Pods["pod-a"] = flagdoc.PodFlags{Mode: authority.ModeShadow, Ramp: &flagdoc.Ramp{Mode: "mysql_fast", Percent: 10}}
 		},
-		"shop kill": func(f *rollout.Flags) {
-			f.Shops[7] = rollout.ShopFlags{Kill: rollout.KillSwitch{State: "redis_onyl", Reason: "x"}}
+		"shop kill": func(f *flagdoc.Flags) {
+			f.Shops[7] = flagdoc.ShopFlags{Kill: flagdoc.KillSwitch{State: "redis_onyl", Reason: "x"}}
 		},
-		"global kill": func(f *rollout.Flags) { f.Kill = rollout.KillSwitch{State: "offf"} },
+		"global kill": func(f *flagdoc.Flags) { f.Kill = flagdoc.KillSwitch{State: "offf"} },
 	}
-	for _, store := range []rollout.FlagStore{rollout.FlagsFile{Path: filepath.Join(t.TempDir(), "flags.json")}, rollout.FlagsTable{DB: db.DB}} {
-		if err := store.Write(rollout.NewFlags()); err != nil {
+	for _, store := range []flagdoc.FlagStore{flagdoc.FlagsFile{Path: filepath.Join(t.TempDir(), "flags.json")}, flagdoc.FlagsTable{DB: db.DB}} {
+		if err := store.Write(flagdoc.NewFlags()); err != nil {
 			t.Fatal(err)
 		}
 		for name, edit := range edits {
-			f := rollout.NewFlags()
+			f := flagdoc.NewFlags()
 			edit(f)
-			var fe *rollout.FlagsError
+			var fe *flagdoc.FlagsError
 			if _, err := f.Render(); !errors.As(err, &fe) || !strings.Contains(err.Error(), "unknown") {
 				t.Errorf("%s: Render: %v", name, err)
 			}
 			if err := store.Write(f); !errors.As(err, &fe) {
 				t.Errorf("%s: %s.Write: %v", name, store, err)
 			}
-			if _, _, err := store.Update(func(f *rollout.Flags) error { edit(f); return nil }); !errors.As(err, &fe) {
+			if _, _, err := store.Update(func(f *flagdoc.Flags) error { edit(f); return nil }); !errors.As(err, &fe) {
 				t.Errorf("%s: %s.Update: %v", name, store, err)
 			}
 		}
-		f := rollout.NewFlags()
-		if err := f.EngageKill(rollout.Global(), "redis_onyl", rollout.Attribution{Reason: "x"}); err == nil {
+		f := flagdoc.NewFlags()
+		if err := f.EngageKill(flagdoc.Global(), "redis_onyl", flagdoc.Attribution{Reason: "x"}); err == nil {
 			t.Error("EngageKill took an unknown state")
 		}
-		if err := f.SetMode(rollout.PodScope("pod-a"), "mysqll"); err == nil {
+		if err := f.SetMode(flagdoc.PodScope("pod-a"), "mysqll"); err == nil {
 			t.Error("SetMode took an unknown mode")
 		}
-		if got, err := store.Read(); err != nil || got.Version != 1 || got.Mode != rollout.ModeRedis || len(got.Pods)+len(got.Shops) != 0 {
+		if got, err := store.Read(); err != nil || got.Version != 1 || got.Mode != authority.ModeRedis || len(got.Pods)+len(got.Shops) != 0 {
 			t.Errorf("%s after refused writes: %+v, %v", store, got, err)
 		}
 	}
@@ -296,7 +299,7 @@ func TestKillOverAnInvalidDocumentKeepsTheFlagsInForce(t *testing.T) {
 	t.Parallel()
 	b := setupController(t, true)
 	ctx := context.Background()
-	src, err := rollout.NewFlagSource(ctx, rollout.FlagSourceConfig{Path: b.flags.Path, PollInterval: 5 * time.Millisecond,
+	src, err := flagsource.New(ctx, flagsource.Config{Path: b.flags.Path, PollInterval: 5 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -306,7 +309,7 @@ func TestKillOverAnInvalidDocumentKeepsTheFlagsInForce(t *testing.T) {
 	if _, err := ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "start"}); err != nil { // audited: version 2
 		t.Fatal(err)
 	}
-	b.setMode(t, "pod-b", rollout.ModeMySQL) // not audited: version 3
+	b.setMode(t, "pod-b", authority.ModeMySQL) // not audited: version 3
 	waitFor(t, 2*time.Second, "the source to load version 3", func() bool {
 		d, err := src.Decide(ctx, "pod-b", 1)
 		return err == nil && d.Version == 3
@@ -317,11 +320,11 @@ func TestKillOverAnInvalidDocumentKeepsTheFlagsInForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, rollout.KillOptions{Actor: "bob", Reason: "pod-a", Out: &out}); err != nil {
+	if err := ctl.Kill(ctx, flagdoc.PodScope("pod-a"), authority.KillRedis, rollout.KillOptions{Actor: "bob", Reason: "pod-a", Out: &out}); err != nil {
 		t.Fatal(err)
 	}
 	f, err := b.flags.Read()
-	if err != nil || f.Version != 5 || f.Pods["pod-b"].Mode != rollout.ModeMySQL || f.Pods["pod-a"].Mode != rollout.ModeShadow || !f.KillAt(rollout.PodScope("pod-a")).Engaged() {
+	if err != nil || f.Version != 5 || f.Pods["pod-b"].Mode != authority.ModeMySQL || f.Pods["pod-a"].Mode != authority.ModeShadow || !f.KillAt(flagdoc.PodScope("pod-a")).Engaged() {
 		t.Errorf("after the kill: %+v, %v; want version 5 with pod-b's mysql kept and pod-a shadow, killed", f, err)
 	}
 	if !strings.Contains(out.String(), "built from the flags this replica answers from (version 3)") {
@@ -356,7 +359,7 @@ func TestKillOverADocumentTheReplicasRefuse(t *testing.T) {
 			t.Fatal(err)
 		}
 		back.Version = 3
-		if err := back.SetMode(rollout.PodScope("pod-b"), rollout.ModeMySQL); err != nil {
+		if err := back.SetMode(flagdoc.PodScope("pod-b"), authority.ModeMySQL); err != nil {
 			t.Fatal(err)
 		}
 		doc, err := back.Render()
@@ -374,11 +377,11 @@ func TestKillOverADocumentTheReplicasRefuse(t *testing.T) {
 		if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "next", Override: true}); err == nil || !strings.Contains(err.Error(), why) {
 			t.Fatalf("advance over the refused document: %v, want it refused saying %q", err, why)
 		}
-		if err := b.ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, rollout.KillOptions{Actor: "bob", Reason: "pod-a p99"}); err != nil {
+		if err := b.ctl.Kill(ctx, flagdoc.PodScope("pod-a"), authority.KillRedis, rollout.KillOptions{Actor: "bob", Reason: "pod-a p99"}); err != nil {
 			t.Fatalf("kill over the refused document: %v", err)
 		}
 		f, err := b.flags.Read()
-		if err != nil || f.Version != 6 || !f.KillAt(rollout.PodScope("pod-a")).Engaged() || f.Pods["pod-b"].Mode != "" {
+		if err != nil || f.Version != 6 || !f.KillAt(flagdoc.PodScope("pod-a")).Engaged() || f.Pods["pod-b"].Mode != "" {
 			t.Errorf("after the kill: %+v, %v; want version 6, pod-a killed, pod-b as the audit had it", f, err)
 		}
 		if a := lastAudit(t, b.ctl); a.Action != "kill_over_invalid" || a.Before != string(doc) || !strings.Contains(a.Reason, why) {
@@ -390,7 +393,7 @@ func TestKillOverADocumentTheReplicasRefuse(t *testing.T) {
 		t.Parallel()
 		b := setupController(t, true)
 		ctx := context.Background()
-		src, err := rollout.NewFlagSource(ctx, rollout.FlagSourceConfig{Path: b.flags.Path, PollInterval: 5 * time.Millisecond,
+		src, err := flagsource.New(ctx, flagsource.Config{Path: b.flags.Path, PollInterval: 5 * time.Millisecond,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
@@ -401,7 +404,7 @@ func TestKillOverADocumentTheReplicasRefuse(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, 2*time.Second, "the source to load version 2", func() bool { v, ok := src.AppliedVersion(ctx); return ok && v == 2 })
-		b.setMode(t, "pod-b", rollout.ModeMySQL) // not audited: version 3
+		b.setMode(t, "pod-b", authority.ModeMySQL) // not audited: version 3
 		good, err := os.ReadFile(b.flags.Path)
 		if err != nil {
 			t.Fatal(err)
@@ -419,14 +422,14 @@ func TestKillOverADocumentTheReplicasRefuse(t *testing.T) {
 		if err != nil || !strings.Contains(st.FlagsInvalid, why) || st.Ready {
 			t.Fatalf("status: %+v, %v; want it invalid saying %q, not ready", st, err, why)
 		}
-		if err := ctl.Kill(ctx, rollout.PodScope("pod-a"), rollout.KillRedis, rollout.KillOptions{Actor: "bob", Reason: "pod-a p99"}); err != nil {
+		if err := ctl.Kill(ctx, flagdoc.PodScope("pod-a"), authority.KillRedis, rollout.KillOptions{Actor: "bob", Reason: "pod-a p99"}); err != nil {
 			t.Fatalf("kill over the refused document: %v", err)
 		}
 		waitFor(t, 2*time.Second, "the source to load the kill", func() bool {
 			d, err := src.Decide(ctx, "pod-a", 1)
-			return err == nil && d.Kill == rollout.KillRedis && d.Version == 4
+			return err == nil && d.Kill == authority.KillRedis && d.Version == 4
 		})
-		if d, err := src.Decide(ctx, "pod-b", 1); err != nil || d.Mode != rollout.ModeMySQL {
+		if d, err := src.Decide(ctx, "pod-b", 1); err != nil || d.Mode != authority.ModeMySQL {
 			t.Errorf("pod-b after the kill: %+v, %v; want mysql kept from the flags in force (version 3)", d, err)
 		}
 		if _, err := src.Rejected(); err != nil {

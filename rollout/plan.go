@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/internal/tomlstrict"
@@ -27,7 +31,7 @@ type Stage struct {
 	// Name is what status and history call it.
 	Name string `toml:"name"`
 	// Mode is applied to Pods.
-	Mode Mode `toml:"mode"`
+	Mode authority.Mode `toml:"mode"`
 	// Pods are the pods this stage changes.
 	Pods []string `toml:"pods"`
 	// Percent, when 1..99, applies Mode to that share of each pod's shops
@@ -170,13 +174,13 @@ func (p *Plan) Validate() error {
 }
 
 // Apply sets stage s on flags.
-func (s Stage) Apply(f *Flags) error {
+func (s Stage) Apply(f *flagdoc.Flags) error {
 	for _, pod := range s.Pods {
 		var err error
 		if s.Percent > 0 {
 			err = f.SetRamp(pod, s.Mode, s.Percent)
 		} else {
-			err = f.SetMode(PodScope(pod), s.Mode)
+			err = f.SetMode(flagdoc.PodScope(pod), s.Mode)
 		}
 		if err != nil {
 			return err
@@ -187,4 +191,15 @@ func (s Stage) Apply(f *Flags) error {
 
 // GivesMySQLAuthority reports whether the stage makes MySQL the authority
 // for any shop.
-func (s Stage) GivesMySQLAuthority() bool { return s.Mode == ModeMySQL || s.Mode == ModeMySQLOnly }
+func (s Stage) GivesMySQLAuthority() bool {
+	return s.Mode == authority.ModeMySQL || s.Mode == authority.ModeMySQLOnly
+}
+
+// modeList names the modes for messages: "redis, shadow, mysql, mysql_only".
+func modeList() string {
+	names := make([]string, len(authority.Modes))
+	for i, m := range authority.Modes {
+		names[i] = string(m)
+	}
+	return strings.Join(names, ", ")
+}

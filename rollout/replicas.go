@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/seed31b0e981/reservoir/rollout/flagsource"
 )
 
 // A replica's heartbeat in the control database (rollout_replicas): who it
@@ -156,7 +158,7 @@ type HeartbeatConfig struct {
 	// DB is the control database. Required.
 	DB *sql.DB
 	// Source is the replica's flag source. Required.
-	Source *FlagSource
+	Source *flagsource.Source
 	// Pods are the pods the replica serves.
 	Pods []string
 	// ID names the replica. Default: host:pid:start time.

@@ -19,7 +19,7 @@ import (
 	"github.com/seed31b0e981/reservoir/mirror"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // The handoff scenario (issue 24, point 6): what a caller of a loaded shop
@@ -28,7 +28,7 @@ import (
 // while the shop is in shadow mode (Redis decides, MySQL keeps shadow
 // holds). Probe callers (the point's concurrency) reserve and release
 // carts on that shop through a dualwrite.Facade whose mirror's relay and
-// handoff sweeper run, with flags from rollout.NewStatic, whose version
+// handoff sweeper run, with flags from authority.NewStatic, whose version
 // grows with each change. Three switches follow, each watched until the
 // new decider answered a probe and then for the point's duration:
 //
@@ -113,13 +113,13 @@ type HandoffStats struct {
 type handoffSwitch struct {
 	op, about string
 	to        reservation.Authority
-	apply     func(*rollout.Static) error
+	apply     func(*authority.Static) error
 }
 
 var handoffSwitches = []handoffSwitch{
-	{"advance", "mode shadow -> mysql", reservation.AuthorityMySQL, func(s *rollout.Static) error { return s.SetMode(rollout.ModeMySQL) }},
-	{"kill", "kill switch redis", reservation.AuthorityRedis, func(s *rollout.Static) error { return s.SetKill(rollout.KillRedis) }},
-	{"release", "kill switch released", reservation.AuthorityMySQL, func(s *rollout.Static) error { return s.SetKill(rollout.KillOff) }},
+	{"advance", "mode shadow -> mysql", reservation.AuthorityMySQL, func(s *authority.Static) error { return s.SetMode(authority.ModeMySQL) }},
+	{"kill", "kill switch redis", reservation.AuthorityRedis, func(s *authority.Static) error { return s.SetKill(authority.KillRedis) }},
+	{"release", "kill switch released", reservation.AuthorityMySQL, func(s *authority.Static) error { return s.SetKill(authority.KillOff) }},
 }
 
 // handoffVariant reports whether v can run the handoff scenario: the
@@ -160,7 +160,7 @@ func newHandoffRig(env *pointEnv, variant string) (*handoffRig, error) {
 		cfg.PoolConcurrency = -1
 	}
 	h := &handoffRig{watched: map[reservation.Authority]*watchedStore{}, sweeperDone: make(chan struct{})}
-	ft, err := newFacadeTargetWith(env, rollout.ModeShadow, cfg, facadeExtras{
+	ft, err := newFacadeTargetWith(env, authority.ModeShadow, cfg, facadeExtras{
 		onCutover: func(shop int64, to reservation.Authority, start, end time.Time) {
 			h.mu.Lock()
 			h.moves = append(h.moves, fenceMove{shop: shop, to: to, start: start, end: end})

@@ -26,6 +26,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // The killflood scenario (issue 25, point 4, acceptance c: "control plane
@@ -278,13 +280,13 @@ func (r *runner) newKillFloodRig(ctx context.Context, shop int64, binary string)
 	}
 	// pod-a in shadow mode, its kill switch off (an interrupted point
 	// before may have left it on).
-	_, _, err = (rollout.FlagsTable{DB: r.srv.direct}).Update(func(f *rollout.Flags) error {
-		if f.KillAt(rollout.PodScope(killFloodPod)).Engaged() {
-			if err := f.ReleaseKill(rollout.PodScope(killFloodPod), rollout.Attribution{Actor: "bench", Reason: "killflood point start", At: time.Now().UTC()}); err != nil {
+	_, _, err = (flagdoc.FlagsTable{DB: r.srv.direct}).Update(func(f *flagdoc.Flags) error {
+		if f.KillAt(flagdoc.PodScope(killFloodPod)).Engaged() {
+			if err := f.ReleaseKill(flagdoc.PodScope(killFloodPod), flagdoc.Attribution{Actor: "bench", Reason: "killflood point start", At: time.Now().UTC()}); err != nil {
 				return err
 			}
 		}
-		return f.SetMode(rollout.PodScope(killFloodPod), rollout.ModeShadow)
+		return f.SetMode(flagdoc.PodScope(killFloodPod), authority.ModeShadow)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("write the flags: %w", err)
@@ -304,7 +306,7 @@ func (r *runner) newKillFloodRig(ctx context.Context, shop int64, binary string)
 			return nil, err
 		}
 	}
-	cur, err := (rollout.FlagsTable{DB: r.srv.direct}).Read()
+	cur, err := (flagdoc.FlagsTable{DB: r.srv.direct}).Read()
 	if err != nil {
 		return nil, err
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // target is a variant under test, built fresh for each point on the
@@ -151,17 +151,17 @@ func newTarget(variant string, env *pointEnv) (target, error) {
 	case VariantBuckets:
 		return newBaseline(env, env.buckets, unbatched), nil
 	case VariantFacadeRedis:
-		return newFacadeTarget(env, rollout.ModeRedis, cfg)
+		return newFacadeTarget(env, authority.ModeRedis, cfg)
 	case VariantFacadeShadow:
-		return newFacadeTarget(env, rollout.ModeShadow, cfg)
+		return newFacadeTarget(env, authority.ModeShadow, cfg)
 	case VariantFacadeMySQL:
-		return newFacadeTarget(env, rollout.ModeMySQL, cfg)
+		return newFacadeTarget(env, authority.ModeMySQL, cfg)
 	case VariantFacadeMySQLNoFeed:
-		return newFacadeTarget(env, rollout.ModeMySQL, mysqlstore.Config{NoFeed: true})
+		return newFacadeTarget(env, authority.ModeMySQL, mysqlstore.Config{NoFeed: true})
 	case VariantFacadeMySQLOnly:
-		return newFacadeTarget(env, rollout.ModeMySQLOnly, cfg)
+		return newFacadeTarget(env, authority.ModeMySQLOnly, cfg)
 	case VariantFacadeMySQLOnlyNoFeed:
-		return newFacadeTarget(env, rollout.ModeMySQLOnly, mysqlstore.Config{NoFeed: true})
+		return newFacadeTarget(env, authority.ModeMySQLOnly, mysqlstore.Config{NoFeed: true})
 	}
 	return nil, fmt.Errorf("bench: unknown variant %q", variant)
 }
@@ -470,8 +470,8 @@ func (t *redisTarget) close(context.Context) error { return nil }
 // they cause) and the pod's mirror, whose relay runs for the target's
 // life in a goroutine the target owns.
 type facadeTarget struct {
-	mode  rollout.Mode
-	modes *rollout.Static
+	mode  authority.Mode
+	modes *authority.Static
 	my    *mysqlstore.Store
 	myReg *prometheus.Registry
 	rd    *redisstore.Store
@@ -500,11 +500,11 @@ type facadeExtras struct {
 
 // newFacadeTarget builds the facade in mode. noFeed leaves Redis's mirror
 // out (no change feed, no relay) to measure what it costs.
-func newFacadeTarget(env *pointEnv, mode rollout.Mode, cfg mysqlstore.Config) (*facadeTarget, error) {
+func newFacadeTarget(env *pointEnv, mode authority.Mode, cfg mysqlstore.Config) (*facadeTarget, error) {
 	return newFacadeTargetWith(env, mode, cfg, facadeExtras{})
 }
 
-func newFacadeTargetWith(env *pointEnv, mode rollout.Mode, cfg mysqlstore.Config, x facadeExtras) (*facadeTarget, error) {
+func newFacadeTargetWith(env *pointEnv, mode authority.Mode, cfg mysqlstore.Config, x facadeExtras) (*facadeTarget, error) {
 	noFeed := cfg.NoFeed
 	my, myReg, err := newMySQLStore(env, cfg)
 	if err != nil {
@@ -533,7 +533,7 @@ func newFacadeTargetWith(env *pointEnv, mode rollout.Mode, cfg mysqlstore.Config
 	}
 	// NewStatic is at version 1: a shop whose fence is older (every shop,
 	// at first) is handed off to the store the mode names.
-	modes := rollout.NewStatic(mode)
+	modes := authority.NewStatic(mode)
 	fReg := prometheus.NewRegistry()
 	var fRedis, fMySQL reservation.Store = rd, my
 	if x.wrap != nil {
@@ -604,7 +604,7 @@ func (t *facadeTarget) setup(ctx context.Context, shop int64, sc *scenario) erro
 
 // mysqlDecides: the target's mode has MySQL decide (mysql, mysql_only).
 func (t *facadeTarget) mysqlDecides() bool {
-	return t.mode == rollout.ModeMySQL || t.mode == rollout.ModeMySQLOnly
+	return t.mode == authority.ModeMySQL || t.mode == authority.ModeMySQLOnly
 }
 
 func (t *facadeTarget) reserve(ctx context.Context, shop int64, token string, lines []reservation.Line) (bool, error) {

@@ -34,6 +34,8 @@ import (
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
+	"github.com/seed31b0e981/reservoir/rollout/flagsource"
 )
 
 // Config configures Open. Open applies WithDefaults, then Validate.
@@ -65,7 +67,7 @@ type Config struct {
 	// Open. Default: compare's defaults.
 	Compare compare.Config
 	// FlagPollInterval is the flag source's stat poll (see
-	// rollout.FlagSourceConfig). Default: the source's (1s).
+	// flagsource.Config). Default: the source's (1s).
 	FlagPollInterval time.Duration
 	// MirrorPoll is how long each pod's relay waits when the change feed
 	// is empty (mirror.Config.Poll). Default: the mirror's (20ms).
@@ -178,7 +180,7 @@ type Cell struct {
 	// state and audit.
 	Control *sql.DB
 	// Flags is the one flag source every facade asks.
-	Flags *rollout.FlagSource
+	Flags *flagsource.Source
 	// Comparer receives every facade's observations, and counts every
 	// call each facade takes (its traffic, in every mode).
 	Comparer *compare.Comparer
@@ -231,14 +233,14 @@ func Open(ctx context.Context, cfg Config) (_ *Cell, err error) {
 	if c.Control, err = c.openDB("control database", cfg.Topology.ControlDSN, "control_tls_ca", cfg.Topology.ControlTLSCA); err != nil {
 		return nil, err
 	}
-	fsc := rollout.FlagSourceConfig{Path: cfg.Topology.FlagsFile, Logger: cfg.Logger, PollInterval: cfg.FlagPollInterval}
+	fsc := flagsource.Config{Path: cfg.Topology.FlagsFile, Logger: cfg.Logger, PollInterval: cfg.FlagPollInterval}
 	switch cfg.Topology.FlagsSource {
 	case topology.FlagsFromDatabase:
 		fsc.Path, fsc.DB = "", c.Control
 	case topology.FlagsFromFlagd:
 		fsc.Path, fsc.FlagdAddr = "", cfg.Topology.FlagdAddr
 	}
-	if c.Flags, err = rollout.NewFlagSource(ctx, fsc); err != nil {
+	if c.Flags, err = flagsource.New(ctx, fsc); err != nil {
 		return nil, fmt.Errorf("cell: %w", err)
 	}
 	if cfg.Heartbeat {
@@ -550,15 +552,15 @@ func (c *Cell) Close(ctx context.Context) error {
 // FlagStore is where this cell's flags are written: the flags file, or the
 // control database's document, as the topology's flags_source says. With
 // a flagd daemon reservoir cannot write them: every call of the store it
-// returns fails, naming the daemon (rollout.ExternalFlags).
-func (c *Cell) FlagStore() rollout.FlagStore {
+// returns fails, naming the daemon (flagdoc.ExternalFlags).
+func (c *Cell) FlagStore() flagdoc.FlagStore {
 	switch c.Topology.FlagsSource {
 	case topology.FlagsFromDatabase:
-		return rollout.FlagsTable{DB: c.Control}
+		return flagdoc.FlagsTable{DB: c.Control}
 	case topology.FlagsFromFlagd:
-		return rollout.ExternalFlags{Where: "the flagd daemon at " + c.Topology.FlagdAddr}
+		return flagdoc.ExternalFlags{Where: "the flagd daemon at " + c.Topology.FlagdAddr}
 	}
-	return rollout.FlagsFile{Path: c.Topology.FlagsFile}
+	return flagdoc.FlagsFile{Path: c.Topology.FlagsFile}
 }
 
 // Replica is this replica's heartbeat id ("" without Config.Heartbeat).

@@ -17,7 +17,9 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/testredis"
 	"github.com/seed31b0e981/reservoir/internal/topology"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
+	"github.com/seed31b0e981/reservoir/rollout/flagsource"
 )
 
 // setup opens a cell of two pods sharing one Redis server (told apart by
@@ -26,8 +28,8 @@ import (
 func setup(t *testing.T) (*cell.Cell, *prometheus.Registry, map[string]*testredis.Redis) {
 	t.Helper()
 	dir := t.TempDir()
-	flags := rollout.FlagsFile{Path: filepath.Join(dir, "flags.json")}
-	if _, _, err := flags.Update(func(f *rollout.Flags) error { return f.SetMode(rollout.Global(), rollout.ModeShadow) }); err != nil {
+	flags := flagdoc.FlagsFile{Path: filepath.Join(dir, "flags.json")}
+	if _, _, err := flags.Update(func(f *flagdoc.Flags) error { return f.SetMode(flagdoc.Global(), authority.ModeShadow) }); err != nil {
 		t.Fatal(err)
 	}
 	prefixes := map[string]*testredis.Redis{"pod-a": testredis.New(t), "pod-b": testredis.New(t)}
@@ -194,14 +196,14 @@ func TestCellRelaysMySQLDecisions(t *testing.T) {
 	if _, err := a.Facade.Adjust(ctx, &reservation.AdjustParams{Shop: 1, Item: 9, Location: 1, Available: &ten}); err != nil {
 		t.Fatal(err)
 	}
-	flags := rollout.FlagsFile{Path: c.Topology.FlagsFile}
-	_, after, err := flags.Update(func(f *rollout.Flags) error { return f.SetMode(rollout.PodScope("pod-a"), rollout.ModeMySQL) })
+	flags := flagdoc.FlagsFile{Path: c.Topology.FlagsFile}
+	_, after, err := flags.Update(func(f *flagdoc.Flags) error { return f.SetMode(flagdoc.PodScope("pod-a"), authority.ModeMySQL) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the cell sees pod-a in mysql mode", func() (bool, string) {
 		d, err := c.Flags.Decide(ctx, "pod-a", 1)
-		return err == nil && d.Mode == rollout.ModeMySQL && d.Version == after.Version, fmt.Sprintf("%+v %v", d, err)
+		return err == nil && d.Mode == authority.ModeMySQL && d.Version == after.Version, fmt.Sprintf("%+v %v", d, err)
 	})
 
 	res, err := a.Facade.Reserve(ctx, &reservation.ReserveParams{Shop: 1, Token: "relayed", TTL: time.Minute,
@@ -279,7 +281,7 @@ func TestCellCloseTwice(t *testing.T) {
 	if err := c.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := c.Flags.Decide(ctx, "pod-a", 1); !errors.Is(err, rollout.ErrFlagsNotLoaded) || d != rollout.RedisSafe {
+	if d, err := c.Flags.Decide(ctx, "pod-a", 1); !errors.Is(err, flagsource.ErrFlagsNotLoaded) || d != authority.RedisSafe {
 		t.Errorf("after close the flag source answers %+v, %v", d, err)
 	}
 }

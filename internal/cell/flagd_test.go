@@ -16,15 +16,16 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/testredis"
 	"github.com/seed31b0e981/reservoir/internal/topology"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // flagdFlags renders flags with pod-a in mode m at version v.
-func flagdFlags(t *testing.T, m rollout.Mode, v int64) string {
+func flagdFlags(t *testing.T, m authority.Mode, v int64) string {
 	t.Helper()
-	f := rollout.NewFlags()
+	f := flagdoc.NewFlags()
 	f.Version = v
-	if err := f.SetMode(rollout.PodScope("pod-a"), m); err != nil {
+	if err := f.SetMode(flagdoc.PodScope("pod-a"), m); err != nil {
 		t.Fatal(err)
 	}
 	data, err := f.Render()
@@ -39,7 +40,7 @@ func flagdFlags(t *testing.T, m rollout.Mode, v int64) string {
 // changes, and whose flag store refuses to change them, naming the daemon.
 func TestCellFlagsFromFlagd(t *testing.T) {
 	t.Parallel()
-	daemon := flagdtest.New(t, flagdFlags(t, rollout.ModeShadow, 1))
+	daemon := flagdtest.New(t, flagdFlags(t, authority.ModeShadow, 1))
 	text := "control_dsn = \"" + testdb.New(t).DSN + "\"\nflags_source = \"flagd\"\nflagd_addr = \"" + daemon.Addr() + "\"\n" +
 		"[[pods]]\nname = \"pod-a\"\nmysql_dsn = \"" + testdb.New(t).DSN + "\"\nredis_addr = \"" + testredis.Addr(t) + "\"\n" +
 		"redis_prefix = \"" + testredis.New(t).Prefix + "\"\nshops = [1]\n"
@@ -59,7 +60,7 @@ func TestCellFlagsFromFlagd(t *testing.T) {
 		}
 	})
 
-	if d, err := c.Flags.Decide(context.Background(), "pod-a", 1); err != nil || d.Mode != rollout.ModeShadow || d.Version != 1 {
+	if d, err := c.Flags.Decide(context.Background(), "pod-a", 1); err != nil || d.Mode != authority.ModeShadow || d.Version != 1 {
 		t.Fatalf("the cell decides %+v, %v; want shadow at version 1, the daemon's", d, err)
 	}
 	// It serves: a reservation through the pod's facade.
@@ -75,17 +76,17 @@ func TestCellFlagsFromFlagd(t *testing.T) {
 		t.Fatalf("reserve on flags from flagd: %+v %v", res, err)
 	}
 
-	daemon.Set(flagdFlags(t, rollout.ModeMySQL, 2))
+	daemon.Set(flagdFlags(t, authority.ModeMySQL, 2))
 	eventually(t, "the daemon's version 2 applies", func() (bool, string) {
 		d, err := c.Flags.Decide(context.Background(), "pod-a", 1)
-		return err == nil && d.Mode == rollout.ModeMySQL && d.Version == 2, fmt.Sprintf("%+v, %v", d, err)
+		return err == nil && d.Mode == authority.ModeMySQL && d.Version == 2, fmt.Sprintf("%+v, %v", d, err)
 	})
 
 	store := c.FlagStore()
-	_, _, err = store.Update(func(f *rollout.Flags) error {
-		return f.EngageKill(rollout.Global(), rollout.KillRedis, rollout.Attribution{Reason: "test"})
+	_, _, err = store.Update(func(f *flagdoc.Flags) error {
+		return f.EngageKill(flagdoc.Global(), authority.KillRedis, flagdoc.Attribution{Reason: "test"})
 	})
-	if !errors.Is(err, rollout.ErrFlagsExternal) || !strings.Contains(err.Error(), "the flagd daemon at "+daemon.Addr()) {
+	if !errors.Is(err, flagdoc.ErrFlagsExternal) || !strings.Contains(err.Error(), "the flagd daemon at "+daemon.Addr()) {
 		t.Errorf("a change through the cell's flag store: %v; want ErrFlagsExternal naming the daemon", err)
 	}
 }

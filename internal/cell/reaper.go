@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // reaper expires held reservations in every pod's two stores, every
@@ -63,7 +63,7 @@ func (c *Cell) warn(ctx context.Context, r *reaper, key, msg string, args ...any
 
 func (c *Cell) reapPod(ctx context.Context, r *reaper, p *Pod, budget time.Duration) {
 	stores := []reservation.Store{p.Redis}
-	if d, err := c.Flags.Decide(ctx, p.Name, 0); err != nil || d.Kill != rollout.KillRedisOnly {
+	if d, err := c.Flags.Decide(ctx, p.Name, 0); err != nil || d.Kill != authority.KillRedisOnly {
 		stores = append(stores, p.MySQL)
 	}
 	for _, s := range stores {

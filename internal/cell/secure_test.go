@@ -19,7 +19,8 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/testredis"
 	"github.com/seed31b0e981/reservoir/internal/topology"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // secureTopology writes the topology of one pod whose every connection is
@@ -30,8 +31,8 @@ import (
 func secureTopology(t *testing.T, edit func(string) string) string {
 	t.Helper()
 	dir := t.TempDir()
-	flags := rollout.FlagsFile{Path: filepath.Join(dir, "flags.json")}
-	if _, _, err := flags.Update(func(f *rollout.Flags) error { return f.SetMode(rollout.Global(), rollout.ModeShadow) }); err != nil {
+	flags := flagdoc.FlagsFile{Path: filepath.Join(dir, "flags.json")}
+	if _, _, err := flags.Update(func(f *flagdoc.Flags) error { return f.SetMode(flagdoc.Global(), authority.ModeShadow) }); err != nil {
 		t.Fatal(err)
 	}
 	server, err := mysql.ParseDSN(testdb.TLSServerDSN(t))

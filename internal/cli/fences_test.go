@@ -10,7 +10,7 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/topology"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // saveHandoffs writes the pod's handoff report where its sweeper keeps it
@@ -48,7 +48,7 @@ func TestRolloutStatusShowsTheFences(t *testing.T) {
 	if code, out, errOut := run(t, "rollout", "--topology", topo, "--actor", "ana", "advance"); code != 0 {
 		t.Fatalf("advance: %d %q %q", code, out, errOut)
 	}
-	flags, err := (rollout.FlagsFile{Path: strings.TrimSuffix(topo, "topology.toml") + "flags.json"}).Read()
+	flags, err := (flagdoc.FlagsFile{Path: strings.TrimSuffix(topo, "topology.toml") + "flags.json"}).Read()
 	if err != nil {
 		t.Fatal(err)
 	}

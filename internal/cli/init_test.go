@@ -9,7 +9,8 @@ import (
 
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // rollout init writes the first flags into the control database once: a
@@ -25,9 +26,9 @@ func TestRolloutInitAndScopes(t *testing.T) {
 		control.DSN, pod.DSN, testredis.Addr(t), rd.Prefix)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	file := rollout.FlagsFile{Path: filepath.Join(dir, "flags.json")}
-	f := rollout.NewFlags()
-	if err := f.SetMode(rollout.PodScope("pod-a"), rollout.ModeShadow); err != nil {
+	file := flagdoc.FlagsFile{Path: filepath.Join(dir, "flags.json")}
+	f := flagdoc.NewFlags()
+	if err := f.SetMode(flagdoc.PodScope("pod-a"), authority.ModeShadow); err != nil {
 		t.Fatal(err)
 	}
 	f.Version = 7
@@ -38,8 +39,8 @@ func TestRolloutInitAndScopes(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "at version 7") {
 		t.Fatalf("init --from: %d %q %q", code, out, errOut)
 	}
-	got, err := (rollout.FlagsTable{DB: control.DB}).Read()
-	if err != nil || got.Version != 7 || got.Resolve("pod-a", 1).Mode != rollout.ModeShadow {
+	got, err := (flagdoc.FlagsTable{DB: control.DB}).Read()
+	if err != nil || got.Version != 7 || got.Resolve("pod-a", 1).Mode != authority.ModeShadow {
 		t.Fatalf("the database's flags after init --from: %v %+v", err, got)
 	}
 	if code, out, _ := run(t, "rollout", "--topology", topo, "init"); code != 0 || !strings.Contains(out, "already holds flags (version 7)") {
@@ -53,7 +54,7 @@ func TestRolloutInitAndScopes(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "no live replica reports") || !strings.Contains(out, "control database") {
 		t.Fatalf("kill pod-a without a plan: %d %q %q", code, out, errOut)
 	}
-	if got, _ := (rollout.FlagsTable{DB: control.DB}).Read(); got.Version != 8 || !got.KillAt(rollout.PodScope("pod-a")).Engaged() {
+	if got, _ := (flagdoc.FlagsTable{DB: control.DB}).Read(); got.Version != 8 || !got.KillAt(flagdoc.PodScope("pod-a")).Engaged() {
 		t.Fatalf("after the kill: %+v", got)
 	}
 }

@@ -6,7 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // Acceptance (d), from the command line: with the flags file made invalid
@@ -32,8 +33,8 @@ func TestRolloutKillOverABrokenFlagsFile(t *testing.T) {
 		!strings.Contains(out, "wrote a valid document at version 3 built from the last valid flags in the audit") {
 		t.Fatalf("kill over the broken file: %d %q %q", code, out, errOut)
 	}
-	f, err := (rollout.FlagsFile{Path: flags}).Read()
-	if err != nil || f.Version != 3 || !f.KillAt(rollout.PodScope("pod-a")).Engaged() || f.Pods["pod-a"].Mode != rollout.ModeShadow {
+	f, err := (flagdoc.FlagsFile{Path: flags}).Read()
+	if err != nil || f.Version != 3 || !f.KillAt(flagdoc.PodScope("pod-a")).Engaged() || f.Pods["pod-a"].Mode != authority.ModeShadow {
 		t.Fatalf("the file after the kill: %+v, %v", f, err)
 	}
 	if code, out, _ = run(t, "rollout", "--topology", topo, "history"); code != 0 || !strings.Contains(out, "kill_over_invalid") {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // operatorTopology writes a one-pod topology (fresh databases, a fresh
@@ -19,7 +19,7 @@ func operatorTopology(t *testing.T) string {
 	pod, control, r := testdb.New(t), testdb.New(t), testredis.New(t)
 	dir := t.TempDir()
 	flags := filepath.Join(dir, "flags.json")
-	if err := (rollout.FlagsFile{Path: flags}).Write(rollout.NewFlags()); err != nil {
+	if err := (flagdoc.FlagsFile{Path: flags}).Write(flagdoc.NewFlags()); err != nil {
 		t.Fatal(err)
 	}
 	plan := filepath.Join(dir, "plan.toml")

@@ -20,7 +20,8 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/testredis"
 	"github.com/seed31b0e981/reservoir/internal/topology"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // testTopology is a topology written for a test, with each pod's Redis.
@@ -30,8 +31,8 @@ type testTopology struct {
 }
 
 // flags is the topology's flags file.
-func (tt testTopology) flags() rollout.FlagsFile {
-	return rollout.FlagsFile{Path: filepath.Join(filepath.Dir(tt.path), "flags.json")}
+func (tt testTopology) flags() flagdoc.FlagsFile {
+	return flagdoc.FlagsFile{Path: filepath.Join(filepath.Dir(tt.path), "flags.json")}
 }
 
 // podsTopology writes a topology of pods (fresh databases, a fresh Redis
@@ -41,7 +42,7 @@ func podsTopology(t *testing.T, plan string, pods ...string) testTopology {
 	t.Helper()
 	dir := t.TempDir()
 	flags := filepath.Join(dir, "flags.json")
-	if err := (rollout.FlagsFile{Path: flags}).Write(rollout.NewFlags()); err != nil {
+	if err := (flagdoc.FlagsFile{Path: flags}).Write(flagdoc.NewFlags()); err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
@@ -168,7 +169,7 @@ func TestOrderPodsByTraffic(t *testing.T) {
 // kill` works.
 func TestReconcileNotesDriftAndExit(t *testing.T) {
 	topo := podsTopology(t, "", "pod-a", "pod-b")
-	if _, _, err := topo.flags().Update(func(f *rollout.Flags) error { return f.SetMode(rollout.PodScope("pod-b"), rollout.ModeMySQLOnly) }); err != nil {
+	if _, _, err := topo.flags().Update(func(f *flagdoc.Flags) error { return f.SetMode(flagdoc.PodScope("pod-b"), authority.ModeMySQLOnly) }); err != nil {
 		t.Fatal(err)
 	}
 	c := serving(t, topo)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // rolloutOptions are the rollout actions' options. Each action registers
@@ -106,7 +108,7 @@ var rolloutActions = []rolloutAction{
 			if err := requireScopeAndReason(o); err != nil {
 				return err
 			}
-			return oneOf("state", o.state, string(rollout.KillRedis), string(rollout.KillRedisOnly))
+			return oneOf("state", o.state, string(authority.KillRedis), string(authority.KillRedisOnly))
 		},
 		run: rolloutKill,
 	},
@@ -187,7 +189,7 @@ func requireScopeAndReason(o *rolloutOptions) error {
 	case strings.TrimSpace(o.reason) == "":
 		return usagef("--reason is required: why, in words an on-call engineer understands")
 	}
-	if _, err := rollout.ParseScope(o.scope); err != nil {
+	if _, err := flagdoc.ParseScope(o.scope); err != nil {
 		return usagef("--scope: %s", strings.TrimPrefix(err.Error(), "rollout: "))
 	}
 	return nil
@@ -430,11 +432,11 @@ func (g gateRefusal) Unwrap() error { return g.GatesError }
 
 func rolloutKill(ctx context.Context, r *rolloutRun) error {
 	o := r.o
-	sc, err := rollout.ParseScope(o.scope) // checked already
+	sc, err := flagdoc.ParseScope(o.scope) // checked already
 	if err != nil {
 		return usagef("--scope: %v", err)
 	}
-	if sc.Kind == rollout.ScopePod && r.env.cell.Pod(sc.Pod) == nil {
+	if sc.Kind == flagdoc.ScopePod && r.env.cell.Pod(sc.Pod) == nil {
 		// An unknown pod would be written and obeyed by nobody.
 		return usagef("--scope: no pod %q in the topology (pods: %s)", sc.Pod, strings.Join(r.env.topo.PodNames(), ", "))
 	}
@@ -446,7 +448,7 @@ func rolloutKill(ctx context.Context, r *rolloutRun) error {
 	if r.action == "release" {
 		err = ctl.Release(ctx, sc, ko)
 	} else {
-		err = ctl.Kill(ctx, sc, rollout.Kill(o.state), ko)
+		err = ctl.Kill(ctx, sc, authority.Kill(o.state), ko)
 	}
 	if err != nil {
 		return err
@@ -553,9 +555,9 @@ func initFlags(env *operatorEnv, from string, out io.Writer) error {
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
-	first, what := rollout.NewFlags(), "every shop in redis mode, kill switch off, at version 1"
+	first, what := flagdoc.NewFlags(), "every shop in redis mode, kill switch off, at version 1"
 	if from != "" {
-		if first, err = (rollout.FlagsFile{Path: from}).Read(); err != nil {
+		if first, err = (flagdoc.FlagsFile{Path: from}).Read(); err != nil {
 			return fmt.Errorf("--from: %w", err)
 		}
 		what = fmt.Sprintf("copied from %s at version %d", from, first.Version)

@@ -17,7 +17,8 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/testbuf"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // serveOutput is a goroutine-safe writer a running command prints to.
@@ -111,12 +112,12 @@ func TestServeReplicasShareFlags(t *testing.T) {
 	dir := t.TempDir()
 	control, podA, podB := testdb.New(t), testdb.New(t), testdb.New(t)
 	ra, rb := testredis.New(t), testredis.New(t)
-	flags := rollout.FlagsFile{Path: filepath.Join(dir, "flags.json")}
-	if _, _, err := flags.Update(func(f *rollout.Flags) error {
-		if err := f.SetMode(rollout.PodScope("pod-a"), rollout.ModeMySQL); err != nil {
+	flags := flagdoc.FlagsFile{Path: filepath.Join(dir, "flags.json")}
+	if _, _, err := flags.Update(func(f *flagdoc.Flags) error {
+		if err := f.SetMode(flagdoc.PodScope("pod-a"), authority.ModeMySQL); err != nil {
 			return err
 		}
-		return f.SetMode(rollout.PodScope("pod-b"), rollout.ModeShadow)
+		return f.SetMode(flagdoc.PodScope("pod-b"), authority.ModeShadow)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -313,8 +314,8 @@ shops = [1001]
 
 	// A valid file renamed into place.
 	tmp := filepath.Join(dir, "flags.json.new")
-	if _, _, err := (rollout.FlagsFile{Path: tmp}).Update(func(f *rollout.Flags) error {
-		return f.SetMode(rollout.PodScope("pod-a"), rollout.ModeShadow)
+	if _, _, err := (flagdoc.FlagsFile{Path: tmp}).Update(func(f *flagdoc.Flags) error {
+		return f.SetMode(flagdoc.PodScope("pod-a"), authority.ModeShadow)
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // The demo's plan, rendered with the defaults and with a newcomer's fast
@@ -24,7 +25,7 @@ func TestPlanTemplate(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v\n%s", err, b.String())
 		}
-		if plan.Pods[0] != pods[0].name || plan.Stages[walkTo].Mode != rollout.ModeMySQL || plan.Stages[0].Gates.MinDuration.Duration != cfg.GateDuration {
+		if plan.Pods[0] != pods[0].name || plan.Stages[walkTo].Mode != authority.ModeMySQL || plan.Stages[0].Gates.MinDuration.Duration != cfg.GateDuration {
 			t.Errorf("plan: %+v", plan)
 		}
 		for i := 1; i < len(pods); i++ {

@@ -26,7 +26,7 @@ import (
 	"github.com/seed31b0e981/reservoir/migrations"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 //go:embed plan.toml
@@ -210,7 +210,7 @@ func (e *environment) create(ctx context.Context) error {
 	if err := e.clearRedis(ctx); err != nil {
 		return err
 	}
-	if err := (rollout.FlagsFile{Path: e.topo.FlagsFile}).Write(rollout.NewFlags()); err != nil {
+	if err := (flagdoc.FlagsFile{Path: e.topo.FlagsFile}).Write(flagdoc.NewFlags()); err != nil {
 		return err
 	}
 	var plan bytes.Buffer

@@ -10,6 +10,8 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/cell"
 	"github.com/seed31b0e981/reservoir/internal/reconcile"
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // The tour's incident. Once MySQL has decided pod-a for IncidentAfter, a
@@ -217,7 +219,7 @@ func (in *incident) repairAndRelease(ctx context.Context) error {
 		return nil
 	}
 	reason := "demo: the leaked holds are repaired; MySQL agrees with Redis again"
-	if err := in.ctl.Release(ctx, rollout.PodScope(incidentPod), rollout.KillOptions{Actor: "demo", Reason: reason}); err != nil {
+	if err := in.ctl.Release(ctx, flagdoc.PodScope(incidentPod), rollout.KillOptions{Actor: "demo", Reason: reason}); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
 	in.p.say("incident: released the kill switch on %s, as `%s rollout --topology %s release --scope pod:%s --reason ...` does: "+
@@ -235,7 +237,7 @@ func (in *incident) killed(ctx context.Context) bool {
 	}
 	for _, p := range st.Pods {
 		if p.Pod == incidentPod {
-			return p.Kill.State != rollout.KillOff
+			return p.Kill.State != authority.KillOff
 		}
 	}
 	return false

@@ -10,6 +10,7 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/cell"
 	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // walker prints progress and walks the rollout up to walkTo, through the
@@ -70,7 +71,7 @@ func (w *walker) step(ctx context.Context) {
 	switch {
 	case err == nil:
 		w.p.say("rollout: the gates of %q pass (%d observations, every ceiling held): applied %q", st.StageName, st.Evidence.Observations, next.Name)
-		if next.Mode == rollout.ModeMySQL {
+		if next.Mode == authority.ModeMySQL {
 			w.p.say("rollout: MySQL now decides for %s, shop by shop on each shop's next call; Redis follows through the relay "+
 				"(the relay lag is on the dashboard next to the kill switch), so the kill switch is lossless. Try it.",
 				strings.Join(next.Pods, ", "))
@@ -99,7 +100,7 @@ func (w *walker) progress(ctx context.Context, gen *traffic) {
 		d, _ := w.c.Flags.Decide(ctx, p.Name, 0)
 		rt := d.Route()
 		fmt.Fprintf(&b, " %s %s", p.Name, rt.Effective)
-		if d.Kill != rollout.KillOff {
+		if d.Kill != authority.KillOff {
 			fmt.Fprintf(&b, " (KILL %s)", d.Kill)
 		}
 		if rt.Authority == reservation.AuthorityMySQL {

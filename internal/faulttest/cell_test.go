@@ -24,7 +24,7 @@ import (
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 const (
@@ -85,18 +85,18 @@ func cellTimings() timings {
 // mode is a column of the matrix: a rollout decision.
 type mode struct {
 	name string
-	mode rollout.Mode
+	mode authority.Mode
 	// kill, when set, is engaged at timings.killAt, inside the fault
 	// window: the traffic starts in mode and the kill switch hands the
 	// shop back to Redis under the fault.
-	kill rollout.Kill
+	kill authority.Kill
 }
 
 var modes = []mode{
-	{"redis", rollout.ModeRedis, rollout.KillOff},
-	{"shadow", rollout.ModeShadow, rollout.KillOff},
-	{"mysql", rollout.ModeMySQL, rollout.KillOff},
-	{"kill", rollout.ModeMySQL, rollout.KillRedis},
+	{"redis", authority.ModeRedis, authority.KillOff},
+	{"shadow", authority.ModeShadow, authority.KillOff},
+	{"mysql", authority.ModeMySQL, authority.KillOff},
+	{"kill", authority.ModeMySQL, authority.KillRedis},
 }
 
 // server is which server the fault is injected on: on its proxy, or on
@@ -130,7 +130,7 @@ type cell struct {
 	// noFeed: the mirror was built Disabled (the feed never reaches
 	// Redis): a cell that shows what the feed protects.
 	noFeed bool
-	modes  *rollout.Static
+	modes  *authority.Static
 	facade *dualwrite.Facade
 	obs    *observations
 }
@@ -146,7 +146,7 @@ type cellOptions struct {
 	// stockIn is the mode the stock is set in (default: the cell's):
 	// stocked in redis mode, Redis's quantities are set at once rather
 	// than by the feed.
-	stockIn rollout.Mode
+	stockIn authority.Mode
 	// private, when set, runs that server as the cell's own process
 	// (package testproc), reached without a proxy, for a process fault;
 	// the other server stays the shared one, behind its proxy.
@@ -245,7 +245,7 @@ func setup(t *testing.T, m mode, tm timings, o cellOptions) *cell {
 	if o.stockIn != "" {
 		stockIn = o.stockIn
 	}
-	c.modes = rollout.NewStatic(stockIn)
+	c.modes = authority.NewStatic(stockIn)
 	var my reservation.Store = c.my
 	if o.wrap != nil {
 		my = o.wrap(c.my)
@@ -315,7 +315,7 @@ func privateDB(t *testing.T, server string) *testdb.DB {
 // (authorityUses). The kill column's checks expect either server in every
 // answer: its fault does not wait.
 func (c *cell) awaitHandoff(deadline time.Time) error {
-	if c.mode.mode != rollout.ModeMySQL || c.mode.kill != rollout.KillOff {
+	if c.mode.mode != authority.ModeMySQL || c.mode.kill != authority.KillOff {
 		return nil
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)

@@ -20,7 +20,7 @@ import (
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // authorityUses reports whether the answer to op may depend on server in
@@ -34,9 +34,9 @@ import (
 // only a follower for op: a fault there must change no answer.
 func authorityUses(m mode, s server, op string) bool {
 	switch {
-	case m.kill != rollout.KillOff:
+	case m.kill != authority.KillOff:
 		return true
-	case m.mode == rollout.ModeMySQL || m.mode == rollout.ModeMySQLOnly:
+	case m.mode == authority.ModeMySQL || m.mode == authority.ModeMySQLOnly:
 		return s == serverMySQL
 	}
 	return s == serverRedis || op == "claim"
@@ -113,7 +113,7 @@ func (r *run) check(t testing.TB, s server, kind fault) report {
 	// fails (fault.total) and a reserve the faulted server only shadows ran
 	// in it (reserves are compared in every mode that compares; claims and
 	// releases only where Redis decides).
-	route := rollout.Decision{Mode: c.mode.mode, Kill: c.mode.kill}.Route()
+	route := authority.Decision{Mode: c.mode.mode, Kill: c.mode.kill}.Route()
 	total := kind.total()
 	shadowCalls := 0
 	if !authorityUses(c.mode, s, "reserve") {
@@ -500,9 +500,9 @@ func (r *run) checkFences(t testing.TB) string {
 	}
 	want := reservation.NoFence
 	switch {
-	case c.mode.kill != rollout.KillOff:
+	case c.mode.kill != authority.KillOff:
 		want = reservation.Fence{Decider: reservation.AuthorityRedis, Epoch: c.modes.Version()}
-	case c.mode.mode == rollout.ModeMySQL || c.mode.mode == rollout.ModeMySQLOnly:
+	case c.mode.mode == authority.ModeMySQL || c.mode.mode == authority.ModeMySQLOnly:
 		want = reservation.Fence{Decider: reservation.AuthorityMySQL, Epoch: c.modes.Version()}
 	}
 	if mf != want || rf != want {

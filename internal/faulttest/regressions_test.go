@@ -17,7 +17,7 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // Every bug the suite found is kept here as a named case, adapted to the
@@ -79,7 +79,7 @@ func TestKillSwitchAfterLostRedisSettle(t *testing.T) {
 	tm.ttl = 2 * time.Second
 	// Stocked while Redis decides, so Redis's quantity is set directly
 	// and is only right afterwards if the feed keeps it so.
-	m, o := mode{"mysql", rollout.ModeMySQL, rollout.KillOff}, cellOptions{stockIn: rollout.ModeRedis}
+	m, o := mode{"mysql", authority.ModeMySQL, authority.KillOff}, cellOptions{stockIn: authority.ModeRedis}
 	lostRedisSettle(t, setup(t, m, tm, o))
 	o.noFeed = true
 	withoutProtection(t, m, tm, o, lostRedisSettle, "could not be claimed")
@@ -116,7 +116,7 @@ func lostRedisSettle(t testing.TB, c *cell) {
 
 	// The kill switch: Redis decides. Every unit it offers is reserved,
 	// every reservation acknowledged; each must then be claimable.
-	if err := c.modes.SetKill(rollout.KillRedis); err != nil {
+	if err := c.modes.SetKill(authority.KillRedis); err != nil {
 		t.Fatal(err)
 	}
 	probe, err := c.facade.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "probe", Lines: line(1), TTL: time.Minute})
@@ -163,7 +163,7 @@ func lostRedisSettle(t testing.TB, c *cell) {
 // answers not_found.
 func TestKillSwitchAfterLostRedisReserve(t *testing.T) {
 	t.Parallel()
-	m := mode{"mysql", rollout.ModeMySQL, rollout.KillOff}
+	m := mode{"mysql", authority.ModeMySQL, authority.KillOff}
 	lostRedisReserve(t, setup(t, m, cellTimings(), cellOptions{}))
 	withoutProtection(t, m, cellTimings(), cellOptions{noFeed: true}, lostRedisReserve, "after the kill switch")
 }
@@ -188,7 +188,7 @@ func lostRedisReserve(t testing.TB, c *cell) {
 	if err := down.Heal(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.modes.SetKill(rollout.KillRedis); err != nil {
+	if err := c.modes.SetKill(authority.KillRedis); err != nil {
 		t.Fatal(err)
 	}
 	claim, err := c.facade.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: "paid"})
@@ -220,7 +220,7 @@ func TestShadowNeverAnswersForAnUnreachableAuthority(t *testing.T) {
 	t.Parallel()
 	tm := cellTimings()
 	tm.ttl = 2 * time.Second
-	c := setup(t, mode{"shadow", rollout.ModeShadow, rollout.KillOff}, tm, cellOptions{})
+	c := setup(t, mode{"shadow", authority.ModeShadow, authority.KillOff}, tm, cellOptions{})
 	ctx := context.Background()
 	if res, err := c.facade.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "paid", TTL: tm.ttl,
 		Lines: []reservation.Line{{Item: 2, Quantity: 2, Locations: []int64{1}}}}); err != nil || res.Status != reservation.StatusReserved {
@@ -310,7 +310,7 @@ func TestClaimRetryWaitsOnTheShadow(t *testing.T) {
 	t.Parallel()
 	tm := cellTimings()
 	tm.shadow = 1500 * time.Millisecond
-	c := setup(t, mode{"mysql", rollout.ModeMySQL, rollout.KillOff}, tm, cellOptions{})
+	c := setup(t, mode{"mysql", authority.ModeMySQL, authority.KillOff}, tm, cellOptions{})
 	ctx := context.Background()
 	if res, err := c.facade.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "paid", TTL: time.Minute,
 		Lines: []reservation.Line{{Item: 2, Quantity: 1, Locations: []int64{1}}}}); err != nil || res.Status != reservation.StatusReserved {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // recordingTB keeps the failures a check reports instead of failing the
@@ -70,7 +70,7 @@ func (s doubleDeduct) Claim(ctx context.Context, p *reservation.ClaimParams) (re
 func TestCellChecksCatchADoubleDeduction(t *testing.T) {
 	t.Parallel()
 	tm := cellTimings()
-	c := setup(t, mode{"mysql", rollout.ModeMySQL, rollout.KillOff}, tm, cellOptions{wrap: func(s *mysqlstore.Store) reservation.Store { return doubleDeduct{s} }})
+	c := setup(t, mode{"mysql", authority.ModeMySQL, authority.KillOff}, tm, cellOptions{wrap: func(s *mysqlstore.Store) reservation.Store { return doubleDeduct{s} }})
 	checkFails(t, c, "want replayed", "deductions and claims disagree", "not linearizable")
 }
 
@@ -82,7 +82,7 @@ func TestCellChecksCatchADoubleDeduction(t *testing.T) {
 // (the history).
 func TestCellChecksCatchAnUndrainedKillSwitch(t *testing.T) {
 	t.Parallel()
-	c := setup(t, mode{"kill", rollout.ModeMySQL, rollout.KillRedis}, cellTimings(), cellOptions{noFeed: true})
+	c := setup(t, mode{"kill", authority.ModeMySQL, authority.KillRedis}, cellTimings(), cellOptions{noFeed: true})
 	checkFails(t, c, "acknowledged reservation answered", "not linearizable")
 }
 

@@ -23,7 +23,7 @@ import (
 	"github.com/seed31b0e981/reservoir/dualwrite"
 	"github.com/seed31b0e981/reservoir/internal/history"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // Error kinds a caller can see. The retryable ones are what a fault may
@@ -173,7 +173,7 @@ func (r *run) traffic(t testing.TB) {
 	end := r.start.Add(tm.traffic)
 	settleEnd := end.Add(tm.settle)
 	var wg sync.WaitGroup
-	if r.c.mode.kill != rollout.KillOff {
+	if r.c.mode.kill != authority.KillOff {
 		wg.Go(func() {
 			time.Sleep(time.Until(r.start.Add(tm.killAt)))
 			r.c.engageKill(t)

@@ -21,7 +21,7 @@ import (
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 const shop = 3
@@ -235,16 +235,16 @@ func pod(t *testing.T, wrap func(my *mysqlstore.Store) reservation.Store) *dualw
 	if err != nil {
 		t.Fatal(err)
 	}
-	var authority reservation.Store = my
+	var decider reservation.Store = my
 	if wrap != nil {
-		authority = wrap(my)
+		decider = wrap(my)
 	}
 	// Redis follows MySQL through the mirror, as in production.
 	mr, err := mirror.New(mirror.Config{Pod: "pod-h", MySQL: my, Redis: rd, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := dualwrite.New(dualwrite.Config{Pod: "pod-h", Redis: rd, MySQL: authority, Modes: rollout.NewStatic(rollout.ModeMySQL),
+	f, err := dualwrite.New(dualwrite.Config{Pod: "pod-h", Redis: rd, MySQL: decider, Modes: authority.NewStatic(authority.ModeMySQL),
 		Mirror: mr, ShadowTimeout: 2 * time.Second, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)

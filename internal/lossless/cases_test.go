@@ -10,7 +10,7 @@ import (
 
 	"github.com/seed31b0e981/reservoir/dualwrite"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // The cases an adversarial run of the earlier design found (three serve
@@ -40,11 +40,11 @@ func cart(item, qty int64, locs ...int64) []reservation.Line {
 	return []reservation.Line{{Item: item, Quantity: qty, Locations: locs}}
 }
 
-func mode(m rollout.Mode) func(*flags) {
+func mode(m authority.Mode) func(*flags) {
 	return func(f *flags) { f.mode["pod-a"] = m }
 }
 
-func kill(k rollout.Kill) func(*flags) {
+func kill(k authority.Kill) func(*flags) {
 	return func(f *flags) { f.kill["pod-a"] = k }
 }
 
@@ -90,7 +90,7 @@ func stockOutRace(t testing.TB, cfg worldConfig) {
 	for i := int64(1); i <= items; i++ {
 		w.setStock(shopA, i, 1, 1)
 	}
-	w.flipTo(mode(rollout.ModeMySQL))
+	w.flipTo(mode(authority.ModeMySQL))
 	winners := make([]string, items+1)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -115,7 +115,7 @@ func stockOutRace(t testing.TB, cfg worldConfig) {
 		}
 	}
 	wg.Wait()
-	w.flipTo(kill(rollout.KillRedis))
+	w.flipTo(kill(authority.KillRedis))
 	for i := int64(1); i <= items; i++ {
 		res, err := reserve(t, rs[2], fmt.Sprintf("item%d-late", i), time.Minute, cart(i, 1, 1))
 		if err != nil || res.Status != reservation.StatusInsufficient {
@@ -148,13 +148,13 @@ func TestNothingReliesOnABestEffortWrite(t *testing.T) {
 func noBestEffortWrite(t testing.TB, cfg worldConfig) {
 	w, rs := caseWorld(t, cfg)
 	w.setStock(shopA, 1, 1, 1)
-	w.flipTo(mode(rollout.ModeMySQL))
+	w.flipTo(mode(authority.ModeMySQL))
 	mustReserve(t, rs[0], "a", cart(1, 1, 1))
 	// A restock while MySQL decides.
 	if _, err := rs[1].facade.Adjust(ctxT(t), &reservation.AdjustParams{Shop: shopA, Item: 1, Location: 1, Delta: 2, Key: "restock-1"}); err != nil {
 		t.Fatal(err)
 	}
-	w.flipTo(kill(rollout.KillRedis))
+	w.flipTo(kill(authority.KillRedis))
 	mustReserve(t, rs[2], "b", cart(1, 2, 1)) // the restocked units
 	if res, err := reserve(t, rs[2], "c", time.Minute, cart(1, 1, 1)); err != nil || res.Status != reservation.StatusInsufficient {
 		t.Errorf("a buyer beyond the stock after the kill switch: %+v %v, want insufficient", res, err)
@@ -179,9 +179,9 @@ func TestRedisOnlyKillSwitchHonoursMySQLHolds(t *testing.T) {
 func redisOnlyHonoursMySQLHolds(t testing.TB, cfg worldConfig) {
 	w, rs := caseWorld(t, cfg)
 	w.setStock(shopA, 1, 1, 2)
-	w.flipTo(mode(rollout.ModeMySQL))
+	w.flipTo(mode(authority.ModeMySQL))
 	mustReserve(t, rs[0], "a", cart(1, 1, 1))
-	w.flipTo(kill(rollout.KillRedisOnly))
+	w.flipTo(kill(authority.KillRedisOnly))
 	if res, err := claim(t, rs[1], "a"); err != nil || res.Outcome != reservation.OutcomeClaimed {
 		t.Fatalf("claim under redis_only of a hold MySQL made: %+v %v", res, err)
 	}
@@ -201,7 +201,7 @@ func TestExpiredHoldIsNotClaimedThroughAStaleCopy(t *testing.T) {
 	t.Parallel()
 	w, rs := caseWorld(t, worldConfig{noRelay: true})
 	w.setStock(shopA, 1, 1, 1)
-	w.flipTo(mode(rollout.ModeMySQL))
+	w.flipTo(mode(authority.ModeMySQL))
 	if res, err := reserve(t, rs[0], "a", time.Second, cart(1, 1, 1)); err != nil || res.Status != reservation.StatusReserved {
 		t.Fatalf("reserve a: %+v %v", res, err)
 	}
@@ -218,7 +218,7 @@ func TestExpiredHoldIsNotClaimedThroughAStaleCopy(t *testing.T) {
 		t.Errorf("b's claim: %v", err)
 	}
 	// The same after a kill switch: Redis has the tombstone too.
-	w.flipTo(kill(rollout.KillRedis))
+	w.flipTo(kill(authority.KillRedis))
 	if _, err := claim(t, rs[1], "a"); !errors.Is(err, reservation.ErrExpired) {
 		t.Errorf("late claim of a through Redis: %v, want ErrExpired", err)
 	}
@@ -237,9 +237,9 @@ func TestNoClaimAfterAnAcknowledgedRelease(t *testing.T) {
 	t.Parallel()
 	w, rs := caseWorld(t, worldConfig{})
 	w.setStock(shopA, 1, 1, 5)
-	w.flipTo(mode(rollout.ModeMySQL))
+	w.flipTo(mode(authority.ModeMySQL))
 	mustReserve(t, rs[0], "a", cart(1, 1, 1))
-	w.flipTo(mode(rollout.ModeMySQLOnly))
+	w.flipTo(mode(authority.ModeMySQLOnly))
 	if res, err := release(t, rs[1], "a"); err != nil || !res.Released {
 		t.Fatalf("release a: %+v %v", res, err)
 	}
@@ -248,7 +248,7 @@ func TestNoClaimAfterAnAcknowledgedRelease(t *testing.T) {
 	}
 	// (b) Shadow mode across replicas: reserve on one, release on another,
 	// claim on the first.
-	w.flipTo(mode(rollout.ModeShadow))
+	w.flipTo(mode(authority.ModeShadow))
 	mustReserve(t, rs[0], "b", cart(1, 1, 1))
 	if res, err := release(t, rs[1], "b"); err != nil || !res.Released {
 		t.Fatalf("release b: %+v %v", res, err)
@@ -282,9 +282,9 @@ func TestReplayedReserveAfterTheKillSwitchKeepsTheHold(t *testing.T) {
 func replayedReserveKeepsTheHold(t testing.TB, cfg worldConfig) {
 	w, rs := caseWorld(t, cfg)
 	w.setStock(shopA, 1, 1, 1)
-	w.flipTo(mode(rollout.ModeMySQL))
+	w.flipTo(mode(authority.ModeMySQL))
 	first := mustReserve(t, rs[0], "a", cart(1, 1, 1))
-	w.flipTo(kill(rollout.KillRedis))
+	w.flipTo(kill(authority.KillRedis))
 	again, err := reserve(t, rs[1], "a", time.Minute, cart(1, 1, 1))
 	if err != nil || again.Status != reservation.StatusReserved || !again.Replayed || fmt.Sprint(again.Allocations) != fmt.Sprint(first.Allocations) {
 		t.Fatalf("the same reserve after the kill switch: %+v %v, want the hold replayed", again, err)
@@ -309,8 +309,8 @@ func leavingMySQLOnly(t testing.TB, cfg worldConfig) {
 	w, rs := caseWorld(t, cfg)
 	w.setStock(shopA, 1, 1, 3)
 	w.setStock(shopA, 2, 1, 1)
-	w.flipTo(mode(rollout.ModeMySQL))
-	w.flipTo(mode(rollout.ModeMySQLOnly))
+	w.flipTo(mode(authority.ModeMySQL))
+	w.flipTo(mode(authority.ModeMySQLOnly))
 	mustReserve(t, rs[0], "a", cart(1, 1, 1))
 	// Redis loses everything of the shop (a flush, a failover without
 	// persistence), and is rebuilt by copy and catch-up while traffic
@@ -328,7 +328,7 @@ func leavingMySQLOnly(t testing.TB, cfg worldConfig) {
 	if _, err := rs[0].facade.Adjust(ctxT(t), &reservation.AdjustParams{Shop: shopA, Item: 2, Location: 1, Delta: 1, Key: "restock-2"}); err != nil {
 		t.Fatal(err)
 	}
-	w.flipTo(kill(rollout.KillRedis))
+	w.flipTo(kill(authority.KillRedis))
 	if res, err := reserve(t, rs[1], "b", time.Minute, cart(1, 1, 1)); err != nil || !res.Replayed {
 		t.Errorf("b replayed after the kill switch: %+v %v, want its hold (not a second one)", res, err)
 	}
@@ -356,7 +356,7 @@ func TestReplicaInDoubtServesNothing(t *testing.T) {
 	t.Parallel()
 	w, rs := caseWorld(t, worldConfig{})
 	w.setStock(shopA, 1, 1, 1)
-	w.flipTo(mode(rollout.ModeMySQL), rs[0], rs[1]) // rs[2] keeps redis (v1): stale
+	w.flipTo(mode(authority.ModeMySQL), rs[0], rs[1]) // rs[2] keeps redis (v1): stale
 	rs[1].view.mu.Lock()
 	rs[1].view.cur = nil // in doubt
 	rs[1].view.mu.Unlock()
@@ -388,7 +388,7 @@ func TestClaimRacingTheReaperIsAllOrNothing(t *testing.T) {
 	const carts = 40
 	w.setStock(shopA, 1, 1, carts)
 	w.setStock(shopA, 2, 1, carts)
-	w.flipTo(mode(rollout.ModeMySQL))
+	w.flipTo(mode(authority.ModeMySQL))
 	lines := []reservation.Line{{Item: 1, Quantity: 1, Locations: []int64{1}}, {Item: 2, Quantity: 1, Locations: []int64{1}}}
 	expires := make([]time.Time, carts)
 	for i := range carts {
@@ -440,7 +440,7 @@ func TestClaimRacingTheReaperIsAllOrNothing(t *testing.T) {
 // answers 410 expired, and an error never comes with a result.
 func TestLateClaimAnswersExpired(t *testing.T) {
 	t.Parallel()
-	for _, m := range []rollout.Mode{rollout.ModeRedis, rollout.ModeMySQL} {
+	for _, m := range []authority.Mode{authority.ModeRedis, authority.ModeMySQL} {
 		t.Run(string(m), func(t *testing.T) {
 			t.Parallel()
 			w, rs := caseWorld(t, worldConfig{})
@@ -450,7 +450,7 @@ func TestLateClaimAnswersExpired(t *testing.T) {
 				t.Fatalf("reserve: %+v %v", res, err)
 			}
 			store := reservation.Store(rs[0].rd)
-			if m == rollout.ModeMySQL {
+			if m == authority.ModeMySQL {
 				store = rs[0].my
 			}
 			w.waitFor("the reaper to expire the hold", 10*time.Second, func() bool {
@@ -475,7 +475,7 @@ func TestLateClaimAnswersExpired(t *testing.T) {
 // back, in either store.
 func TestDelayedFirstAttemptAfterARefusalCreatesNothing(t *testing.T) {
 	t.Parallel()
-	for _, m := range []rollout.Mode{rollout.ModeRedis, rollout.ModeMySQL} {
+	for _, m := range []authority.Mode{authority.ModeRedis, authority.ModeMySQL} {
 		t.Run(string(m), func(t *testing.T) {
 			t.Parallel()
 			w, rs := caseWorld(t, worldConfig{})

@@ -17,7 +17,7 @@ import (
 	"github.com/seed31b0e981/reservoir/dualwrite"
 	"github.com/seed31b0e981/reservoir/internal/history"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // Environment knobs of TestModel.
@@ -67,11 +67,11 @@ func TestModelCatchesAnUndeliveredFeed(t *testing.T) {
 	t.Logf("seed %d", seed)
 	run := runModel(t, modelRun{seed: seed, duration: 12 * time.Second, callers: 32, noFeed: true,
 		script: []func(*flags){
-			func(f *flags) { setAllModes(f, rollout.ModeShadow) },
-			func(f *flags) { setAllModes(f, rollout.ModeMySQL) },
+			func(f *flags) { setAllModes(f, authority.ModeShadow) },
+			func(f *flags) { setAllModes(f, authority.ModeMySQL) },
 			func(f *flags) {},
 			func(f *flags) {},
-			func(f *flags) { f.global = rollout.KillRedis },
+			func(f *flags) { f.global = authority.KillRedis },
 			func(f *flags) {},
 			func(f *flags) {},
 		}, flipEvery: 1500 * time.Millisecond})
@@ -82,7 +82,7 @@ func TestModelCatchesAnUndeliveredFeed(t *testing.T) {
 	t.Logf("found %d violation(s), as it must; the first: %s", len(run.violations), run.violations[0])
 }
 
-func setAllModes(f *flags, m rollout.Mode) {
+func setAllModes(f *flags, m authority.Mode) {
 	for p := range f.mode {
 		f.mode[p] = m
 	}
@@ -192,12 +192,12 @@ func runModel(t *testing.T, m modelRun) runResult {
 	// and reaped, every change delivered.
 	w.setFaults(0, 0)
 	final := w.publish(func(f *flags) {
-		f.global = rollout.KillOff
+		f.global = authority.KillOff
 		for p := range f.kill {
-			f.kill[p] = rollout.KillOff
+			f.kill[p] = authority.KillOff
 		}
 		for s := range f.shopKill {
-			f.shopKill[s] = rollout.KillOff
+			f.shopKill[s] = authority.KillOff
 		}
 	})
 	w.settle()
@@ -265,18 +265,18 @@ type flipWalk struct {
 func newFlipWalk(rng *rand.Rand, w *world) *flipWalk {
 	a, b := w.pods[0].name, w.pods[len(w.pods)-1].name
 	shopB := w.pods[len(w.pods)-1].shops[0]
-	set := func(pod string, m rollout.Mode) func(*flags) { return func(f *flags) { f.mode[pod] = m } }
-	kill := func(pod string, k rollout.Kill) func(*flags) { return func(f *flags) { f.kill[pod] = k } }
+	set := func(pod string, m authority.Mode) func(*flags) { return func(f *flags) { f.mode[pod] = m } }
+	kill := func(pod string, k authority.Kill) func(*flags) { return func(f *flags) { f.kill[pod] = k } }
 	return &flipWalk{rng: rng, w: w, cover: []func(*flags){
-		set(a, rollout.ModeShadow), set(b, rollout.ModeShadow),
-		set(a, rollout.ModeMySQL),
-		kill(a, rollout.KillRedis), set(b, rollout.ModeMySQL), kill(a, rollout.KillOff),
-		set(a, rollout.ModeMySQLOnly),
-		kill(a, rollout.KillRedisOnly), kill(a, rollout.KillOff),
-		func(f *flags) { f.global = rollout.KillRedis }, func(f *flags) { f.global = rollout.KillOff },
-		func(f *flags) { f.shopKill[shopB] = rollout.KillRedisOnly }, set(b, rollout.ModeMySQLOnly),
-		func(f *flags) { f.shopKill[shopB] = rollout.KillOff },
-		set(a, rollout.ModeMySQL), set(b, rollout.ModeShadow), set(a, rollout.ModeRedis),
+		set(a, authority.ModeShadow), set(b, authority.ModeShadow),
+		set(a, authority.ModeMySQL),
+		kill(a, authority.KillRedis), set(b, authority.ModeMySQL), kill(a, authority.KillOff),
+		set(a, authority.ModeMySQLOnly),
+		kill(a, authority.KillRedisOnly), kill(a, authority.KillOff),
+		func(f *flags) { f.global = authority.KillRedis }, func(f *flags) { f.global = authority.KillOff },
+		func(f *flags) { f.shopKill[shopB] = authority.KillRedisOnly }, set(b, authority.ModeMySQLOnly),
+		func(f *flags) { f.shopKill[shopB] = authority.KillOff },
+		set(a, authority.ModeMySQL), set(b, authority.ModeShadow), set(a, authority.ModeRedis),
 	}}
 }
 
@@ -290,14 +290,14 @@ func (fw *flipWalk) next(f *flags) {
 	p := pods[fw.rng.IntN(len(pods))].name
 	switch n := fw.rng.IntN(10); {
 	case n < 5:
-		f.mode[p] = rollout.Modes[fw.rng.IntN(len(rollout.Modes))]
+		f.mode[p] = authority.Modes[fw.rng.IntN(len(authority.Modes))]
 	case n < 8:
-		f.kill[p] = []rollout.Kill{rollout.KillOff, rollout.KillOff, rollout.KillRedis, rollout.KillRedisOnly}[fw.rng.IntN(4)]
+		f.kill[p] = []authority.Kill{authority.KillOff, authority.KillOff, authority.KillRedis, authority.KillRedisOnly}[fw.rng.IntN(4)]
 	case n < 9:
 		shop := pods[fw.rng.IntN(len(pods))].shops[0]
-		f.shopKill[shop] = []rollout.Kill{rollout.KillOff, rollout.KillRedis, rollout.KillRedisOnly}[fw.rng.IntN(3)]
+		f.shopKill[shop] = []authority.Kill{authority.KillOff, authority.KillRedis, authority.KillRedisOnly}[fw.rng.IntN(3)]
 	default:
-		f.global = []rollout.Kill{rollout.KillOff, rollout.KillOff, rollout.KillRedis}[fw.rng.IntN(3)]
+		f.global = []authority.Kill{authority.KillOff, authority.KillOff, authority.KillRedis}[fw.rng.IntN(3)]
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/seed31b0e981/reservoir/internal/history"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // readsVia is a replica's facade as the reads self-check drives it: its
@@ -175,18 +175,18 @@ func readsAcrossFlips(t *testing.T, stale bool) (*world, history.ReadsResult) {
 	reserve(cs[1], "b", 1, 1)
 	// Shadow (v2): Redis serves c from location 2 (location 1's unit is
 	// x's); MySQL's shadow hold, not knowing x, takes location 1.
-	w.flipTo(mode(rollout.ModeShadow))
+	w.flipTo(mode(authority.ModeShadow))
 	reserve(cs[0], "c", 2, 1, 2)
 	if err := rs[0].facade.Close(ctx); err != nil { // the shadow hold is in place
 		t.Fatal(err)
 	}
 	// Replica 2 alone sees mysql (v3); no call has handed the shop off.
-	w.flipTo(mode(rollout.ModeMySQL), rs[2])
+	w.flipTo(mode(authority.ModeMySQL), rs[2])
 	get(cs[2], "c") // stale: MySQL's shadow hold
 	get(cs[2], "b") // stale: not found, MySQL never heard of b
 	// Replica 0 sees mysql too (v4) and its reserve hands the shop to
 	// MySQL, which takes Redis's holds over; replica 1 still says shadow.
-	w.flipTo(mode(rollout.ModeMySQL), rs[0])
+	w.flipTo(mode(authority.ModeMySQL), rs[0])
 	reserve(cs[0], "a", 1, 1)
 	get(cs[1], "a") // stale: not found, Redis never heard of a
 	if _, err := cs[0].Claim(ctx, &reservation.ClaimParams{Shop: shopA, Token: "b"}); err != nil {

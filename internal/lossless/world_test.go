@@ -26,22 +26,22 @@ import (
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // flags is one version of the flags the world publishes: a mode and a
 // kill switch per pod, kill switches per shop, and a global kill switch.
 type flags struct {
 	version  int64
-	mode     map[string]rollout.Mode
-	kill     map[string]rollout.Kill
-	shopKill map[int64]rollout.Kill
-	global   rollout.Kill
+	mode     map[string]authority.Mode
+	kill     map[string]authority.Kill
+	shopKill map[int64]authority.Kill
+	global   authority.Kill
 }
 
 func (f flags) clone() flags {
 	n := f
-	n.mode, n.kill, n.shopKill = map[string]rollout.Mode{}, map[string]rollout.Kill{}, map[int64]rollout.Kill{}
+	n.mode, n.kill, n.shopKill = map[string]authority.Mode{}, map[string]authority.Kill{}, map[int64]authority.Kill{}
 	for k, v := range f.mode {
 		n.mode[k] = v
 	}
@@ -56,13 +56,13 @@ func (f flags) clone() flags {
 
 // decide is what rollout's sources answer: the strongest kill switch of
 // any scope wins over the pod's mode.
-func (f flags) decide(pod string, shop int64) rollout.Decision {
-	d := rollout.Decision{Mode: f.mode[pod], Kill: rollout.KillOff, Version: f.version}
+func (f flags) decide(pod string, shop int64) authority.Decision {
+	d := authority.Decision{Mode: f.mode[pod], Kill: authority.KillOff, Version: f.version}
 	if d.Mode == "" {
-		d.Mode = rollout.ModeRedis
+		d.Mode = authority.ModeRedis
 	}
-	for _, k := range []rollout.Kill{f.global, f.kill[pod], f.shopKill[shop]} {
-		if k == rollout.KillRedisOnly || (k == rollout.KillRedis && d.Kill == rollout.KillOff) {
+	for _, k := range []authority.Kill{f.global, f.kill[pod], f.shopKill[shop]} {
+		if k == authority.KillRedisOnly || (k == authority.KillRedis && d.Kill == authority.KillOff) {
 			d.Kill = k
 		}
 	}
@@ -73,17 +73,17 @@ func (f flags) String() string {
 	var parts []string
 	for _, p := range slices.Sorted(maps.Keys(f.mode)) {
 		s := p + "=" + string(f.mode[p])
-		if k := f.kill[p]; k != "" && k != rollout.KillOff {
+		if k := f.kill[p]; k != "" && k != authority.KillOff {
 			s += "+kill:" + string(k)
 		}
 		parts = append(parts, s)
 	}
 	for _, shop := range slices.Sorted(maps.Keys(f.shopKill)) {
-		if k := f.shopKill[shop]; k != rollout.KillOff {
+		if k := f.shopKill[shop]; k != authority.KillOff {
 			parts = append(parts, fmt.Sprintf("shop %d kill:%s", shop, k))
 		}
 	}
-	if f.global != "" && f.global != rollout.KillOff {
+	if f.global != "" && f.global != authority.KillOff {
 		parts = append(parts, "global kill:"+string(f.global))
 	}
 	return fmt.Sprintf("v%d %s", f.version, strings.Join(parts, " "))
@@ -99,11 +99,11 @@ type view struct {
 	cur *flags
 }
 
-func (v *view) Decide(_ context.Context, pod string, shop int64) (rollout.Decision, error) {
+func (v *view) Decide(_ context.Context, pod string, shop int64) (authority.Decision, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.cur == nil {
-		return rollout.Decision{}, errInDoubt
+		return authority.Decision{}, errInDoubt
 	}
 	return v.cur.decide(pod, shop), nil
 }
@@ -355,11 +355,11 @@ func newWorld(t testing.TB, cfg worldConfig, seed uint64, inDoubt map[string]boo
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &world{t: t, cfg: cfg, rng: &lockedRand{r: rand.New(rand.NewPCG(seed, 0x10551e55))}, stock: map[key]int64{}, ctx: ctx, stop: cancel,
 		flipped: make(chan struct{})}
-	first := flags{version: 1, mode: map[string]rollout.Mode{}, kill: map[string]rollout.Kill{}, shopKill: map[int64]rollout.Kill{}, global: rollout.KillOff}
+	first := flags{version: 1, mode: map[string]authority.Mode{}, kill: map[string]authority.Kill{}, shopKill: map[int64]authority.Kill{}, global: authority.KillOff}
 	limits := reservation.Limits{MaxQuantity: 20}
 	for i := range cfg.pods {
 		p := &pod{name: fmt.Sprintf("pod-%c", 'a'+i), db: testdb.New(t), redis: testredis.New(t)}
-		first.mode[p.name] = rollout.ModeRedis
+		first.mode[p.name] = authority.ModeRedis
 		for s := range cfg.shopsPerPod {
 			p.shops = append(p.shops, int64(1000*(i+1)+s+1))
 		}
@@ -455,7 +455,7 @@ func (w *world) reap(r *replica) {
 		case <-t.C:
 		}
 		stores := []reservation.Store{r.rd}
-		if d, err := r.view.Decide(w.ctx, r.pod.name, 0); err != nil || d.Kill != rollout.KillRedisOnly {
+		if d, err := r.view.Decide(w.ctx, r.pod.name, 0); err != nil || d.Kill != authority.KillRedisOnly {
 			stores = append(stores, r.my)
 		}
 		for _, s := range stores {

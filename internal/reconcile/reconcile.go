@@ -34,6 +34,7 @@ import (
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // Pod is one pod's stores and mirror. A pod without a Mirror can be
@@ -57,7 +58,7 @@ type Reconciler struct {
 	// those shops); Redis is still checked against the ledger. A shop
 	// whose flags cannot be read is compared in full. Default: nil, every
 	// shop is compared in full.
-	Modes rollout.ModeSource
+	Modes authority.ModeSource
 
 	// beforeRepair and afterRepair, when set (tests only), run between a
 	// shop's look and its repair, and between the repair and the look
@@ -570,7 +571,7 @@ func (r *Reconciler) mysqlNotWritten(ctx context.Context, pod string, shop int64
 		return false
 	}
 	d, err := r.Modes.Decide(ctx, pod, shop)
-	return err == nil && d.Route().Effective == rollout.ModeRedis
+	return err == nil && d.Route().Effective == authority.ModeRedis
 }
 
 // allocs prints allocations for a person: "item 3 loc 2 ×3, item 13 loc 2 ×1".

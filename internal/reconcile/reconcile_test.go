@@ -20,7 +20,7 @@ import (
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // The shops of the tests: MySQL decides mysqlShop (handed over at epoch
@@ -634,7 +634,7 @@ func TestRedisModeMySQLNotWritten(t *testing.T) {
 		t.Fatalf("without modes: drift %v, want mysql:over_projected (the test shows nothing)", got)
 	}
 
-	modes := rollout.NewStatic(rollout.ModeRedis)
+	modes := authority.NewStatic(authority.ModeRedis)
 	b.rc.Modes = modes
 	rep := b.run(t, redisShop, false)
 	clean(t, "redis mode", rep)
@@ -666,16 +666,16 @@ func TestRedisModeMySQLNotWritten(t *testing.T) {
 
 	// The kill switch redis_only is redis mode too; kill redis keeps
 	// MySQL's shadow, so it is compared.
-	if err := modes.SetMode(rollout.ModeMySQL); err != nil {
+	if err := modes.SetMode(authority.ModeMySQL); err != nil {
 		t.Fatal(err)
 	}
-	if err := modes.SetKill(rollout.KillRedisOnly); err != nil {
+	if err := modes.SetKill(authority.KillRedisOnly); err != nil {
 		t.Fatal(err)
 	}
 	if rep := b.run(t, redisShop, false); rep.MySQLNotWritten != 1 || rep.Drift() != 0 {
 		t.Errorf("kill switch redis_only: %s; want MySQL not written, no drift", rep.Summary())
 	}
-	if err := modes.SetKill(rollout.KillRedis); err != nil {
+	if err := modes.SetKill(authority.KillRedis); err != nil {
 		t.Fatal(err)
 	}
 	if rep := b.run(t, redisShop, false); rep.MySQLNotWritten != 0 || !slices.Contains(drift(rep), "mysql:over_projected") {
@@ -688,7 +688,7 @@ func TestRedisModeMySQLNotWritten(t *testing.T) {
 func TestRedisModeShopMySQLStillDecides(t *testing.T) {
 	t.Parallel()
 	b := mysqlShopWithHolds(t)
-	b.rc.Modes = rollout.NewStatic(rollout.ModeRedis)
+	b.rc.Modes = authority.NewStatic(authority.ModeRedis)
 	if err := b.r.Client.Del(ctx(t), b.holdKey(mysqlShop, "a")).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/topology"
 	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // live is a pod under steady traffic: a serving cell (relay, reaper,
@@ -26,7 +28,7 @@ import (
 // reconcile` and `reservoir rollout` open it.
 type live struct {
 	serve, op *cell.Cell
-	flags     rollout.FlagsFile
+	flags     flagdoc.FlagsFile
 	redis     *testredis.Redis
 	// calls counts the facade calls that returned, each once it did.
 	calls  atomic.Int64
@@ -36,10 +38,10 @@ type live struct {
 
 var liveShops = []int64{1, 2, 3}
 
-func startLive(t *testing.T, mode rollout.Mode) *live {
+func startLive(t *testing.T, mode authority.Mode) *live {
 	t.Helper()
-	l := &live{redis: testredis.New(t), flags: rollout.FlagsFile{Path: filepath.Join(t.TempDir(), "flags.json")}}
-	if _, _, err := l.flags.Update(func(f *rollout.Flags) error { return f.SetMode(rollout.Global(), mode) }); err != nil {
+	l := &live{redis: testredis.New(t), flags: flagdoc.FlagsFile{Path: filepath.Join(t.TempDir(), "flags.json")}}
+	if _, _, err := l.flags.Update(func(f *flagdoc.Flags) error { return f.SetMode(flagdoc.Global(), mode) }); err != nil {
 		t.Fatal(err)
 	}
 	topo := &topology.Config{ControlDSN: testdb.New(t).DSN, FlagsFile: l.flags.Path, Pods: []topology.Pod{
@@ -153,7 +155,7 @@ func (l *live) busy(t *testing.T, what string, served int64) {
 // run reports everything repaired and the next look is clean.
 func TestCleanAndRepairUnderTraffic(t *testing.T) {
 	t.Parallel()
-	l := startLive(t, rollout.ModeMySQLOnly)
+	l := startLive(t, authority.ModeMySQLOnly)
 	ctx := context.Background()
 	rc := l.op.Reconciler
 	// Ten runs at least, and as many more as it takes for a hundred calls
@@ -208,7 +210,7 @@ func TestCleanAndRepairUnderTraffic(t *testing.T) {
 // naming the command that repairs it, and passes once it ran.
 func TestAdvanceUnderTraffic(t *testing.T) {
 	t.Parallel()
-	l := startLive(t, rollout.ModeRedis)
+	l := startLive(t, authority.ModeRedis)
 	plan, err := rollout.ParsePlan([]byte(`pods = ["pod-a"]
 [[stages]]
 name = "mysql_only pod-a"
@@ -259,7 +261,7 @@ pods = ["pod-a"]
 		t.Fatal(err)
 	}
 	// The plan is complete; a kill switch leaves mysql_only the same way.
-	err = ctl.Kill(ctx, rollout.Scope{Kind: rollout.ScopePod, Pod: "pod-a"}, rollout.KillRedis, rollout.KillOptions{Actor: "test", Reason: "drill"})
+	err = ctl.Kill(ctx, flagdoc.Scope{Kind: flagdoc.ScopePod, Pod: "pod-a"}, authority.KillRedis, rollout.KillOptions{Actor: "test", Reason: "drill"})
 	if !errors.Is(err, rollout.ErrKillRefused) {
 		t.Fatalf("kill over mysql_only with shop 3's quantities lost in Redis: %v; want refused", err)
 	}
@@ -268,7 +270,7 @@ pods = ["pod-a"]
 		t.Fatalf("repair: %s %v", rep.Summary(), err)
 	}
 	l.busy(t, "the kill after the repair", l.during(func() {
-		if err := ctl.Kill(ctx, rollout.Scope{Kind: rollout.ScopePod, Pod: "pod-a"}, rollout.KillRedis, rollout.KillOptions{Actor: "test", Reason: "drill"}); err != nil {
+		if err := ctl.Kill(ctx, flagdoc.Scope{Kind: flagdoc.ScopePod, Pod: "pod-a"}, authority.KillRedis, rollout.KillOptions{Actor: "test", Reason: "drill"}); err != nil {
 			t.Fatalf("kill over mysql_only after the repair, under traffic: %v", err)
 		}
 	}))

@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // incident runs h (the kill switch) outside load shedding and the request
@@ -35,7 +37,7 @@ type KillRequest struct {
 	// State is "redis" (default: Redis decides, MySQL keeps a shadow that
 	// is compared) or "redis_only" (MySQL's reservation tables are not
 	// touched). Engage only.
-	State rollout.Kill `json:"state"`
+	State authority.Kill `json:"state"`
 	// Reason says why, for the on-call engineer who reads the flags file
 	// or the audit. Required.
 	Reason string `json:"reason"`
@@ -100,12 +102,12 @@ func checkReason(reason string) *problem {
 
 // readKill reads a kill request from the JSON body, or (DELETE only, for
 // curl) from the query parameters scope and reason when there is no body.
-func (s *Server) readKill(w http.ResponseWriter, r *http.Request) (KillRequest, rollout.Scope, *problem) {
+func (s *Server) readKill(w http.ResponseWriter, r *http.Request) (KillRequest, flagdoc.Scope, *problem) {
 	var req KillRequest
 	q := r.URL.Query()
 	for _, k := range []string{"scope", "reason"} {
 		if len(q[k]) > 1 {
-			return req, rollout.Scope{}, badInput(k, "%s: given %d times in the query; give it once", k, len(q[k]))
+			return req, flagdoc.Scope{}, badInput(k, "%s: given %d times in the query; give it once", k, len(q[k]))
 		}
 	}
 	body := r.ContentLength > 0 || r.ContentLength < 0 && r.Body != http.NoBody
@@ -115,38 +117,38 @@ func (s *Server) readKill(w http.ResponseWriter, r *http.Request) (KillRequest, 
 	case q.Has("scope") || q.Has("reason"):
 		// Scope or reason in the query and a body too: which one would
 		// the operator mean? Refuse rather than release another scope.
-		return req, rollout.Scope{}, badInput("scope", "scope and reason go in the JSON body, or (DELETE only, without a body) in the query; not both")
+		return req, flagdoc.Scope{}, badInput("scope", "scope and reason go in the JSON body, or (DELETE only, without a body) in the query; not both")
 	default:
 		if p := s.decodeBody(w, r, &req); p != nil {
-			return req, rollout.Scope{}, p
+			return req, flagdoc.Scope{}, p
 		}
 	}
 	if strings.TrimSpace(req.Scope) == "" {
-		return req, rollout.Scope{}, badInput("scope", `scope: required: "global", "pod:<name>" or "shop:<id>"`)
+		return req, flagdoc.Scope{}, badInput("scope", `scope: required: "global", "pod:<name>" or "shop:<id>"`)
 	}
-	scope, err := rollout.ParseScope(req.Scope)
+	scope, err := flagdoc.ParseScope(req.Scope)
 	if err != nil {
-		return req, rollout.Scope{}, badInput("scope", "scope: %v", err)
+		return req, flagdoc.Scope{}, badInput("scope", "scope: %v", err)
 	}
-	if scope.Kind == rollout.ScopePod && s.cfg.Cell.Pod(scope.Pod) == nil {
-		return req, rollout.Scope{}, badInput("scope", "scope: no pod %q in the topology (pods: %s)", scope.Pod, strings.Join(s.cfg.Cell.Topology.PodNames(), ", "))
+	if scope.Kind == flagdoc.ScopePod && s.cfg.Cell.Pod(scope.Pod) == nil {
+		return req, flagdoc.Scope{}, badInput("scope", "scope: no pod %q in the topology (pods: %s)", scope.Pod, strings.Join(s.cfg.Cell.Topology.PodNames(), ", "))
 	}
 	if strings.TrimSpace(req.Reason) == "" {
-		return req, rollout.Scope{}, badInput("reason", "reason: required: say why, for whoever reads the flags file in an incident")
+		return req, flagdoc.Scope{}, badInput("reason", "reason: required: say why, for whoever reads the flags file in an incident")
 	}
 	if p := checkReason(req.Reason); p != nil {
-		return req, rollout.Scope{}, p
+		return req, flagdoc.Scope{}, p
 	}
 	return req, scope, nil
 }
 
 // representative is the (pod, shop) whose decision shows whether this
 // replica obeys a change of scope.
-func (s *Server) representative(scope rollout.Scope) (string, int64) {
+func (s *Server) representative(scope flagdoc.Scope) (string, int64) {
 	switch scope.Kind {
-	case rollout.ScopePod:
+	case flagdoc.ScopePod:
 		return scope.Pod, 0
-	case rollout.ScopeShop:
+	case flagdoc.ScopeShop:
 		if pod, err := s.cfg.Cell.PodOf(scope.Shop); err == nil && pod != nil {
 			return pod.Name, scope.Shop
 		}
@@ -164,21 +166,21 @@ func (s *Server) representative(scope rollout.Scope) (string, int64) {
 // Without a version from the fleet (a controller that does not wait for
 // it) the flags store says what to wait for, and the time counts from
 // start.
-func (s *Server) waitObeyed(ctx context.Context, scope rollout.Scope, start time.Time, fleet rollout.Obedience) (*float64, DecisionView, *rollout.Flags) {
+func (s *Server) waitObeyed(ctx context.Context, scope flagdoc.Scope, start time.Time, fleet rollout.Obedience) (*float64, DecisionView, *flagdoc.Flags) {
 	pod, shop := s.representative(scope)
 	var (
-		obeys func(rollout.Decision) bool
-		flags *rollout.Flags
+		obeys func(authority.Decision) bool
+		flags *flagdoc.Flags
 	)
 	if fleet.Version > 0 {
-		obeys = func(d rollout.Decision) bool { return d.Version >= fleet.Version }
+		obeys = func(d authority.Decision) bool { return d.Version >= fleet.Version }
 		if !fleet.Since.IsZero() {
 			start = fleet.Since
 		}
 	} else if f, err := s.cfg.Cell.FlagStore().Read(); err == nil {
 		flags = f
 		want := f.Resolve(pod, shop)
-		obeys = func(d rollout.Decision) bool { return d == want }
+		obeys = func(d authority.Decision) bool { return d == want }
 	} else {
 		return nil, s.decide(ctx, pod, shop), nil
 	}
@@ -202,9 +204,9 @@ func (s *Server) waitObeyed(ctx context.Context, scope rollout.Scope, start time
 
 // flagsInForce returns the flags this replica's source answers from, when
 // they are at version or later; else it reads the flags store.
-func (s *Server) flagsInForce(version int64) *rollout.Flags {
+func (s *Server) flagsInForce(version int64) *flagdoc.Flags {
 	if doc, ok := s.cfg.Cell.Flags.InForce(); ok {
-		if f, err := rollout.ParseFlags(doc); err == nil && f.Version >= version {
+		if f, err := flagdoc.ParseFlags(doc); err == nil && f.Version >= version {
 			return f
 		}
 	}
@@ -221,9 +223,9 @@ func (s *Server) engageKill(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.State == "" {
-		req.State = rollout.KillRedis
+		req.State = authority.KillRedis
 	}
-	if req.State != rollout.KillRedis && req.State != rollout.KillRedisOnly {
+	if req.State != authority.KillRedis && req.State != authority.KillRedisOnly {
 		writeProblem(w, r, *badInput("state", `state: want "redis" (MySQL keeps a shadow, compared) or "redis_only" (MySQL untouched), got %q`, req.State))
 		return
 	}
@@ -268,7 +270,7 @@ func (s *Server) killFailed(w http.ResponseWriter, r *http.Request, what string,
 			Message: err.Error() + ` (send "resynced": true only once Redis holds what MySQL decided)`})
 	case errors.Is(err, rollout.ErrUnknownScope):
 		writeProblem(w, r, *badInput("scope", "scope: %v", err))
-	case errors.Is(err, rollout.ErrFlagsChanged):
+	case errors.Is(err, flagdoc.ErrFlagsChanged):
 		writeProblem(w, r, problem{Status: http.StatusConflict, Code: "flags_changed", RetryAfter: time.Second,
 			Message: "the flags changed while this change was decided (another operator?); nothing was written: look at the status and try again"})
 	default:
@@ -299,7 +301,7 @@ func (s *Server) releaseKill(w http.ResponseWriter, r *http.Request) {
 	s.killAnswer(w, r, scope, who, start, "", fleet)
 }
 
-func (s *Server) killAnswer(w http.ResponseWriter, r *http.Request, scope rollout.Scope, who string, start time.Time, lag string, fleet rollout.Obedience) {
+func (s *Server) killAnswer(w http.ResponseWriter, r *http.Request, scope flagdoc.Scope, who string, start time.Time, lag string, fleet rollout.Obedience) {
 	obeyed, eff, flags := s.waitObeyed(r.Context(), scope, start, fleet)
 	resp := KillResponse{Scope: scope.String(), Actor: who, Audited: true, ObeyedAfterMs: obeyed, Effective: eff, RelayLag: lag, Fleet: fleet}
 	if flags != nil {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // StageView is a plan stage as the admin API shows it (snake_case, unlike
@@ -23,10 +25,10 @@ type StageView struct {
 	// Index is the stage's place in the plan, from 0.
 	Index int `json:"index"`
 	// Name, Mode, Pods and Percent are the plan's (Percent 0: every shop).
-	Name    string       `json:"name"`
-	Mode    rollout.Mode `json:"mode"`
-	Pods    []string     `json:"pods"`
-	Percent int          `json:"percent,omitempty"`
+	Name    string         `json:"name"`
+	Mode    authority.Mode `json:"mode"`
+	Pods    []string       `json:"pods"`
+	Percent int            `json:"percent,omitempty"`
 	// State is "done", "current" (in force), "next" (what advance
 	// applies) or "later".
 	State string `json:"state"`
@@ -178,7 +180,7 @@ func (s *Server) advance(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for _, p := range st.Pods {
-		if slices.Contains(st.Next.Pods, p.Pod) && p.Effective.Kill != rollout.KillOff {
+		if slices.Contains(st.Next.Pods, p.Pod) && p.Effective.Kill != authority.KillOff {
 			resp.Blocked = append(resp.Blocked, "kill switch "+string(p.Effective.Kill)+" engaged on "+p.Pod)
 		}
 	}
@@ -188,7 +190,7 @@ func (s *Server) advance(w http.ResponseWriter, r *http.Request) {
 	if len(resp.Blocked) > 0 {
 		resp.Needs = append(resp.Needs, "override")
 	}
-	if st.Next.Mode == rollout.ModeMySQLOnly {
+	if st.Next.Mode == authority.ModeMySQLOnly {
 		resp.Needs = append(resp.Needs, "confirm_mysql_only")
 	}
 	if req.DryRun {
@@ -205,7 +207,7 @@ func (s *Server) advance(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, resp)
 		return
 	}
-	if st.Next.Mode == rollout.ModeMySQLOnly && !req.ConfirmMySQLOnly {
+	if st.Next.Mode == authority.ModeMySQLOnly && !req.ConfirmMySQLOnly {
 		writeProblem(w, r, problem{Status: http.StatusConflict, Code: "confirm_mysql_only", Field: "confirm_mysql_only",
 			Message: fmt.Sprintf("stage %q is mysql_only: Redis leaves the request path and follows MySQL only through the relay; send \"confirm_mysql_only\": true to enter it", st.Next.Name)})
 		return
@@ -239,7 +241,7 @@ func (s *Server) advanceFailed(w http.ResponseWriter, r *http.Request, err error
 		writeProblem(w, r, problem{Status: http.StatusConflict, Code: "kill_engaged", Field: "override", Message: err.Error()})
 	case errors.Is(err, rollout.ErrRedisNotCurrent):
 		writeProblem(w, r, problem{Status: http.StatusConflict, Code: "redis_not_current", Field: "resynced", Message: err.Error()})
-	case errors.Is(err, rollout.ErrFlagsChanged):
+	case errors.Is(err, flagdoc.ErrFlagsChanged):
 		writeProblem(w, r, problem{Status: http.StatusConflict, Code: "flags_changed", RetryAfter: time.Second,
 			Message: "the flags changed since the dry run (another operator?): nothing was written; look at the plan again"})
 	default:

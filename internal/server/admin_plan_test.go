@@ -7,7 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // POST /admin/rollout/advance: a dry run shows the flags change and what
@@ -29,7 +30,7 @@ func TestAdminAdvance(t *testing.T) {
 		str(mapOf(dry.body["stage"])["name"]) != "shadow on pod-a" || !strings.Contains(str(dry.body["diff"]), `+         {"$ref": "pod:pod-a"}, "shadow",`) {
 		t.Fatalf("dry run: %d %s", dry.status, dry.raw)
 	}
-	if d, _ := h.cell.Flags.Decide(ctx, "pod-a", 0); d.Mode != rollout.ModeRedis {
+	if d, _ := h.cell.Flags.Decide(ctx, "pod-a", 0); d.Mode != authority.ModeRedis {
 		t.Fatalf("the dry run changed the flags: pod-a %s", d.Mode)
 	}
 	if r := advance(map[string]any{}); r.status != 400 || str(r.body["field"]) != "from_stage" {
@@ -40,13 +41,13 @@ func TestAdminAdvance(t *testing.T) {
 		t.Errorf("apply from another stage: %d %s", r.status, r.raw)
 	}
 	// Confirmed after the flags changed (another operator's kill switch).
-	if _, _, err := h.flags.Update(func(f *rollout.Flags) error { return f.SetMode(rollout.PodScope("pod-b"), rollout.ModeRedis) }); err != nil {
+	if _, _, err := h.flags.Update(func(f *flagdoc.Flags) error { return f.SetMode(flagdoc.PodScope("pod-b"), authority.ModeRedis) }); err != nil {
 		t.Fatal(err)
 	}
 	if r := advance(map[string]any{"from_stage": -1, "from_version": dry.body["from_version"]}); r.status != 409 || str(r.body["error"]) != "flags_changed" {
 		t.Errorf("apply after the flags changed: %d %s", r.status, r.raw)
 	}
-	if d, _ := h.flags.Read(); d.Resolve("pod-a", 0).Mode != rollout.ModeRedis {
+	if d, _ := h.flags.Read(); d.Resolve("pod-a", 0).Mode != authority.ModeRedis {
 		t.Fatal("a refused confirmation changed the flags")
 	}
 	dry = advance(map[string]any{"dry_run": true})
@@ -54,7 +55,7 @@ func TestAdminAdvance(t *testing.T) {
 	if r.status != 200 || str(mapOf(r.body["stage"])["state"]) != "current" || r.body["fleet"] == nil {
 		t.Fatalf("apply: %d %s", r.status, r.raw)
 	}
-	h.waitDecision("pod-a", rollout.ModeShadow, rollout.KillOff)
+	h.waitDecision("pod-a", authority.ModeShadow, authority.KillOff)
 	if hist, err := h.ctl.History(ctx, 1); err != nil || len(hist) != 1 || hist[0].Action != "advance" || hist[0].Actor != "ana" || hist[0].Reason != "start" {
 		t.Errorf("audit: %+v %v", hist, err)
 	}
@@ -119,8 +120,8 @@ func TestAdminAdvanceWithoutPlan(t *testing.T) {
 // report beside it.
 func TestPodStateIsOneThing(t *testing.T) {
 	t.Parallel()
-	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeMySQL}})
-	h.waitDecision("pod-a", rollout.ModeMySQL, rollout.KillOff)
+	h := setup(t, options{modes: map[string]authority.Mode{"pod-a": authority.ModeMySQL}})
+	h.waitDecision("pod-a", authority.ModeMySQL, authority.KillOff)
 	// A reserve under mysql hands shop 1001 to MySQL: the kill moves it
 	// back.
 	h.stock(1001, 7, 1, 10)

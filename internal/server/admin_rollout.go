@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 func (s *Server) rolloutStatus(w http.ResponseWriter, r *http.Request) {
@@ -19,7 +20,7 @@ func (s *Server) rolloutStatus(w http.ResponseWriter, r *http.Request) {
 	flags, err := c.FlagStore().Read()
 	if err != nil {
 		v.FlagsError = err.Error()
-		flags = rollout.NewFlags()
+		flags = flagdoc.NewFlags()
 	}
 	v.GlobalMode, v.GlobalKill = flags.Mode, killView(flags.Kill)
 	handoffs := map[string]HandoffView{}
@@ -106,7 +107,7 @@ func (s *Server) rolloutHistory(w http.ResponseWriter, r *http.Request) {
 }
 
 // fileDecision is what the flags file resolves to for a shop of pod.
-func fileDecision(flags *rollout.Flags, pod string, shop int64) DecisionView {
+func fileDecision(flags *flagdoc.Flags, pod string, shop int64) DecisionView {
 	d := flags.Resolve(pod, shop)
 	rt := d.Route()
 	return DecisionView{Mode: d.Mode, Kill: d.Kill, Authority: string(rt.Authority), Effective: rt.Effective, Version: d.Version}

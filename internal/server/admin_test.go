@@ -13,7 +13,8 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/internal/testdb"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // adminCalls is every admin endpoint with a request that works when
@@ -39,7 +40,7 @@ var adminCalls = []struct {
 // never appears in the logs.
 func TestAdminNeedsTheToken(t *testing.T) {
 	t.Parallel()
-	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeShadow}})
+	h := setup(t, options{modes: map[string]authority.Mode{"pod-a": authority.ModeShadow}})
 	before, err := h.flags.Read()
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +59,7 @@ func TestAdminNeedsTheToken(t *testing.T) {
 			}
 		}
 	}
-	if after, _ := h.flags.Read(); after.KillAt(rollout.ShopScope(1002)).Engaged() || len(after.Shops) != len(before.Shops) {
+	if after, _ := h.flags.Read(); after.KillAt(flagdoc.ShopScope(1002)).Engaged() || len(after.Shops) != len(before.Shops) {
 		t.Fatal("an unauthorised call changed the flags file")
 	}
 	for _, c := range adminCalls {
@@ -93,7 +94,7 @@ func TestAdminDisabledWithoutToken(t *testing.T) {
 // released, MySQL answers again. Bad requests name the field.
 func TestAdminKillSwitch(t *testing.T) {
 	t.Parallel()
-	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeMySQL}})
+	h := setup(t, options{modes: map[string]authority.Mode{"pod-a": authority.ModeMySQL}})
 	h.stock(1001, 7, 1, 100)
 	if r := h.reserve(1001, "before", 7, 1); r.status != 201 || str(r.body["authority"]) != "mysql" {
 		t.Fatalf("reserve in mysql mode: %d %s", r.status, r.raw)
@@ -124,7 +125,7 @@ func TestAdminKillSwitch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k := f.KillAt(rollout.PodScope("pod-a")); k.State != rollout.KillRedis || k.Actor != "alice" || k.Reason != "p99 over 2s" {
+	if k := f.KillAt(flagdoc.PodScope("pod-a")); k.State != authority.KillRedis || k.Actor != "alice" || k.Reason != "p99 over 2s" {
 		t.Fatalf("flags file: %+v", k)
 	}
 	if !strings.Contains(h.logBuf.String(), `"relay_lag":"`+lag+`"`) {
@@ -174,7 +175,7 @@ func mapOf(v any) map[string]any {
 // the Go runtime's metrics, plus the flags this replica obeys.
 func TestHealthAndMetrics(t *testing.T) {
 	t.Parallel()
-	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeShadow}})
+	h := setup(t, options{modes: map[string]authority.Mode{"pod-a": authority.ModeShadow}})
 	if r := h.do("GET", "/healthz", nil, ""); r.status != 200 {
 		t.Fatalf("healthz: %d", r.status)
 	}
@@ -217,7 +218,7 @@ func TestHealthAndMetrics(t *testing.T) {
 // latency.
 func TestAdminSeries(t *testing.T) {
 	t.Parallel()
-	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeShadow}})
+	h := setup(t, options{modes: map[string]authority.Mode{"pod-a": authority.ModeShadow}})
 	h.stock(1001, 7, 1, 1000)
 	for i := range 20 {
 		h.reserve(1001, "s"+string(rune('a'+i)), 7, 1)
@@ -246,7 +247,7 @@ func TestAdminSeries(t *testing.T) {
 // nil. Then closing the cell drains the facade and flushes the comparer.
 func TestGracefulShutdown(t *testing.T) {
 	t.Parallel()
-	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeMySQL}, noHTTP: true})
+	h := setup(t, options{modes: map[string]authority.Mode{"pod-a": authority.ModeMySQL}, noHTTP: true})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -374,7 +375,7 @@ func TestAuthorityDown(t *testing.T) {
 // is gone.
 func TestAdminRelayLag(t *testing.T) {
 	t.Parallel()
-	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeMySQL}, noRelay: true, plan: lagPlan})
+	h := setup(t, options{modes: map[string]authority.Mode{"pod-a": authority.ModeMySQL}, noRelay: true, plan: lagPlan})
 	h.stock(1001, 7, 1, 100)
 	for i := range 3 {
 		if r := h.reserve(1001, fmt.Sprintf("lag-%d", i), 7, 1); r.status != 201 || str(r.body["authority"]) != "mysql" {
@@ -408,7 +409,7 @@ func TestAdminRelayLag(t *testing.T) {
 	if hist, err := h.ctl.History(context.Background(), 1); err != nil || len(hist) != 1 || hist[0].Reason != "lag drill [relay lag at the switch: "+lag+"]" {
 		t.Fatalf("the audit does not record the lag at the switch: %+v %v", hist, err)
 	}
-	if f, err := h.flags.Read(); err != nil || f.KillAt(rollout.PodScope("pod-a")).Reason != "lag drill" {
+	if f, err := h.flags.Read(); err != nil || f.KillAt(flagdoc.PodScope("pod-a")).Reason != "lag drill" {
 		t.Fatalf("the flags file keeps the operator's reason: %v %v", f, err)
 	}
 	// The shop's next call hands it to Redis: the drain delivers every
@@ -436,7 +437,7 @@ func TestAdminRelayLag(t *testing.T) {
 // (retry the same call), never a guess from the other store.
 func TestDeciderUnreachable(t *testing.T) {
 	t.Parallel()
-	h := setup(t, options{deadRedis: "pod-b", modes: map[string]rollout.Mode{"pod-b": rollout.ModeMySQL}})
+	h := setup(t, options{deadRedis: "pod-b", modes: map[string]authority.Mode{"pod-b": authority.ModeMySQL}})
 	r := h.reserve(2001, "stranded", 7, 1)
 	if r.status != http.StatusServiceUnavailable || str(r.body["error"]) != "unavailable" || r.header.Get("Retry-After") == "" ||
 		!strings.Contains(str(r.body["message"]), "outcome is unknown") || !strings.Contains(str(r.body["message"]), "handoff") {

@@ -8,22 +8,24 @@ import (
 
 	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // KillView is a kill switch as the admin API shows it.
 type KillView struct {
 	// State is "off", "redis" or "redis_only".
-	State rollout.Kill `json:"state"`
+	State authority.Kill `json:"state"`
 	// Reason, Actor and Since say why, who and when (set while engaged).
 	Reason string     `json:"reason,omitempty"`
 	Actor  string     `json:"actor,omitempty"`
 	Since  *time.Time `json:"since,omitempty"`
 }
 
-func killView(k rollout.KillSwitch) KillView {
+func killView(k flagdoc.KillSwitch) KillView {
 	v := KillView{State: k.State, Reason: k.Reason, Actor: k.Actor}
 	if v.State == "" {
-		v.State = rollout.KillOff
+		v.State = authority.KillOff
 	}
 	if !k.Since.IsZero() {
 		t := k.Since.UTC()
@@ -36,15 +38,15 @@ func killView(k rollout.KillSwitch) KillView {
 // and the route it implies.
 type DecisionView struct {
 	// Mode and Kill are the flag values.
-	Mode rollout.Mode `json:"mode"`
-	Kill rollout.Kill `json:"kill"`
+	Mode authority.Mode `json:"mode"`
+	Kill authority.Kill `json:"kill"`
 	// Authority is the store the flags say should decide ("none" when
 	// the flag source failed). Which store does decide a shop is its
 	// fence (docs/ownership.md): it follows the flags on the shop's next
 	// call, unless the fence carries newer flags.
 	Authority string `json:"authority"`
 	// Effective is the mode applied after the kill switch.
-	Effective rollout.Mode `json:"effective"`
+	Effective authority.Mode `json:"effective"`
 	// Version is the version of the flags the decision was made from:
 	// the version the pod's handoffs are judged against (0 when the flag
 	// source failed).
@@ -70,9 +72,9 @@ type PodView struct {
 	Pod string `json:"pod"`
 	// Mode is the pod's own mode in the flags file ("" follows the global
 	// mode).
-	Mode rollout.Mode `json:"mode"`
+	Mode authority.Mode `json:"mode"`
 	// Ramp is the pod's percentage stage, if any.
-	Ramp *rollout.Ramp `json:"ramp,omitempty"`
+	Ramp *flagdoc.Ramp `json:"ramp,omitempty"`
 	// Kill is the kill switch set on the pod itself.
 	Kill KillView `json:"kill"`
 	// File is what the flags file resolves to for a shop of the pod without
@@ -105,7 +107,7 @@ type ShopView struct {
 	// shop itself.
 	OwnFlags bool `json:"own_flags"`
 	// Mode is the shop's own mode ("" follows its pod).
-	Mode rollout.Mode `json:"mode,omitempty"`
+	Mode authority.Mode `json:"mode,omitempty"`
 	// Kill is the kill switch set on the shop itself.
 	Kill KillView `json:"kill"`
 	// Effective is what this replica's flag source answers for the shop.
@@ -142,11 +144,11 @@ type StateView struct {
 }
 
 // others says what the store that does not decide does in a mode.
-var others = map[rollout.Mode]string{
-	rollout.ModeRedis:     "MySQL is not written; nothing is compared.",
-	rollout.ModeShadow:    "MySQL keeps a shadow of every reservation; reserves, claims and releases are compared.",
-	rollout.ModeMySQL:     "Redis follows through the relay; reserves are compared.",
-	rollout.ModeMySQLOnly: "Redis follows through the relay; nothing is compared.",
+var others = map[authority.Mode]string{
+	authority.ModeRedis:     "MySQL is not written; nothing is compared.",
+	authority.ModeShadow:    "MySQL keeps a shadow of every reservation; reserves, claims and releases are compared.",
+	authority.ModeMySQL:     "Redis follows through the relay; reserves are compared.",
+	authority.ModeMySQLOnly: "Redis follows through the relay; nothing is compared.",
 }
 
 // HandoffView is a pod's handoffs as the admin API shows them: what its
@@ -195,7 +197,7 @@ func handoffView(p reservation.HandoffProgress, ok bool, err error, version int6
 // headline says a store decides only when the fences say so too: while
 // handoffs are pending, or not reported for eff's version, it says where
 // the pod is going instead.
-func stateOf(eff, file DecisionView, kill KillView, ramp *rollout.Ramp, handoffs HandoffView) StateView {
+func stateOf(eff, file DecisionView, kill KillView, ramp *flagdoc.Ramp, handoffs HandoffView) StateView {
 	if eff.Error != "" {
 		return StateView{State: "unknown", Decides: "none", Headline: "no decision: flags unreadable",
 			Detail: "This replica cannot read its flags and answers every reservation call here 503 (flags_unavailable): " + eff.Error}
@@ -204,7 +206,7 @@ func stateOf(eff, file DecisionView, kill KillView, ramp *rollout.Ramp, handoffs
 	who := map[string]string{"redis": "Redis", "mysql": "MySQL"}[eff.Authority]
 	why := "(" + string(eff.Effective) + ")"
 	var detail []string
-	if eff.Kill != rollout.KillOff && eff.Kill != "" {
+	if eff.Kill != authority.KillOff && eff.Kill != "" {
 		v.State = "killed"
 		why = "(kill switch " + string(eff.Kill) + ")"
 		k := "The kill switch (" + string(eff.Kill)
@@ -265,7 +267,7 @@ type RolloutView struct {
 	// since when (reservoir_rollout_flags_rejected).
 	FlagsRejected *RejectedView `json:"flags_rejected,omitempty"`
 	// GlobalMode and GlobalKill are the global scope.
-	GlobalMode rollout.Mode `json:"global_mode"`
+	GlobalMode authority.Mode `json:"global_mode"`
 	// GlobalKill is the global kill switch.
 	GlobalKill KillView `json:"global_kill"`
 	// Pods are in topology order.
@@ -290,4 +292,4 @@ type RolloutView struct {
 }
 
 // Engaged reports whether the switch is on.
-func (k KillView) Engaged() bool { return k.State != "" && k.State != rollout.KillOff }
+func (k KillView) Engaged() bool { return k.State != "" && k.State != authority.KillOff }

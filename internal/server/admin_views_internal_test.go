@@ -8,6 +8,7 @@ import (
 
 	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // stateOf says a store decides only when the pod's handoff report for the
@@ -17,8 +18,8 @@ import (
 func TestStateOfWaitsForTheFences(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	mysql := DecisionView{Mode: rollout.ModeMySQL, Kill: rollout.KillOff, Authority: "mysql", Effective: rollout.ModeMySQL, Version: 12}
-	killed := DecisionView{Mode: rollout.ModeMySQL, Kill: rollout.KillRedis, Authority: "redis", Effective: rollout.ModeShadow, Version: 12}
+	mysql := DecisionView{Mode: authority.ModeMySQL, Kill: authority.KillOff, Authority: "mysql", Effective: authority.ModeMySQL, Version: 12}
+	killed := DecisionView{Mode: authority.ModeMySQL, Kill: authority.KillRedis, Authority: "redis", Effective: authority.ModeShadow, Version: 12}
 	done := reservation.HandoffProgress{FlagsVersion: 12, Shops: 1204, Done: 1204, Started: now.Add(-time.Second), Finished: now.Add(-620 * time.Millisecond), Updated: now}
 	pending := reservation.HandoffProgress{FlagsVersion: 12, Shops: 1204, Done: 1201, Pending: 3, OldestPending: now.Add(-2 * time.Second), Started: now.Add(-3 * time.Second), Updated: now}
 	older, newer := done, done

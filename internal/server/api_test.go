@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // The checkout path through the API in shadow mode: stock, reserve (201),
@@ -17,7 +17,7 @@ import (
 // with the short line), unknown tokens (404).
 func TestAPIReservationLifecycle(t *testing.T) {
 	t.Parallel()
-	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeShadow}})
+	h := setup(t, options{modes: map[string]authority.Mode{"pod-a": authority.ModeShadow}})
 	h.stock(1001, 7, 1, 10)
 
 	r := h.reserve(1001, "cart-1", 7, 3)
@@ -97,7 +97,7 @@ func TestAPIReservationLifecycle(t *testing.T) {
 // observation in the comparer.
 func TestAPIBadInputWritesNothing(t *testing.T) {
 	t.Parallel()
-	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeShadow}})
+	h := setup(t, options{modes: map[string]authority.Mode{"pod-a": authority.ModeShadow}})
 	line := `{"item": 7, "quantity": 1, "locations": [1]}`
 	manyLines := make([]string, 101)
 	for i := range manyLines {
@@ -196,12 +196,12 @@ func trim(s string) string {
 func TestAPITombstoneAnswers(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		mode      rollout.Mode
+		mode      authority.Mode
 		authority string
-	}{{rollout.ModeShadow, "redis"}, {rollout.ModeMySQL, "mysql"}} {
+	}{{authority.ModeShadow, "redis"}, {authority.ModeMySQL, "mysql"}} {
 		t.Run(string(c.mode), func(t *testing.T) {
 			t.Parallel()
-			h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": c.mode}})
+			h := setup(t, options{modes: map[string]authority.Mode{"pod-a": c.mode}})
 			h.stock(1001, 7, 1, 5)
 			do := func(method, path string) response {
 				t.Helper()

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/seed31b0e981/reservoir/internal/server"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // Tokens of the extra clients the auth tests add to the harness's own.
@@ -205,13 +205,13 @@ func TestAdminKillInputHygiene(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k := f.KillAt(rollout.PodScope("pod-a")); k.Engaged() {
+	if k := f.KillAt(flagdoc.PodScope("pod-a")); k.Engaged() {
 		t.Errorf("a refused call engaged pod-a's kill switch: %+v", k)
 	}
-	if k := f.KillAt(rollout.Global()); k.Engaged() {
+	if k := f.KillAt(flagdoc.Global()); k.Engaged() {
 		t.Errorf("a refused call engaged the global kill switch: %+v", k)
 	}
-	if k := f.KillAt(rollout.PodScope("pod-b")); !k.Engaged() || k.Reason != strings.Repeat("é", 500) {
+	if k := f.KillAt(flagdoc.PodScope("pod-b")); !k.Engaged() || k.Reason != strings.Repeat("é", 500) {
 		t.Errorf("pod-b's kill switch, engaged with a 500-character reason: %+v", k)
 	}
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/seed31b0e981/reservoir/internal/server/servertest"
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 const dashboardPlan = `
@@ -48,7 +50,7 @@ var pageLagRE = regexp.MustCompile(`^relay lag: ([0-9]+) changes?(?:, oldest [0-
 
 // waitDecision waits until the cell's flag source answers mode and kill
 // for pod.
-func (h *harness) waitDecision(pod string, mode rollout.Mode, kill rollout.Kill) {
+func (h *harness) waitDecision(pod string, mode authority.Mode, kill authority.Kill) {
 	h.t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -84,7 +86,7 @@ func TestDashboardInChromium(t *testing.T) {
 	if _, err := h.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	h.waitDecision("pod-a", rollout.ModeShadow, rollout.KillOff)
+	h.waitDecision("pod-a", authority.ModeShadow, authority.KillOff)
 	if r := h.do("POST", "/v1/shops/1001/reservations/legacy/release", nil, ""); r.status != 200 {
 		t.Fatalf("release: %d %s", r.status, r.raw)
 	}
@@ -96,7 +98,7 @@ func TestDashboardInChromium(t *testing.T) {
 	if _, err := h.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "test", Override: true, Reason: "dashboard test"}); err != nil {
 		t.Fatal(err)
 	}
-	h.waitDecision("pod-a", rollout.ModeMySQL, rollout.KillOff)
+	h.waitDecision("pod-a", authority.ModeMySQL, authority.KillOff)
 	// The sweeper hands shop 1001 to MySQL (before any call can), and the
 	// states the page shows are settled: a pending pod's headline says
 	// the age of its oldest shop, which grows between two reads.
@@ -355,7 +357,7 @@ func TestDashboardInChromium(t *testing.T) {
 	if got := text("#kill-summary"); !strings.Contains(got, "pod:pod-a") || !strings.Contains(got, "mismatch spike") {
 		t.Errorf("confirmation: %q", got)
 	}
-	if f, _ := h.flags.Read(); f.KillAt(rollout.PodScope("pod-a")).Engaged() {
+	if f, _ := h.flags.Read(); f.KillAt(flagdoc.PodScope("pod-a")).Engaged() {
 		t.Fatal("the switch was engaged before the confirmation")
 	}
 	clicked := time.Now()
@@ -378,7 +380,7 @@ func TestDashboardInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k := f.KillAt(rollout.PodScope("pod-a")); k.State != rollout.KillRedis || k.Reason != "mismatch spike seen on the dashboard" || k.Actor != "dashboard" {
+	if k := f.KillAt(flagdoc.PodScope("pod-a")); k.State != authority.KillRedis || k.Reason != "mismatch spike seen on the dashboard" || k.Actor != "dashboard" {
 		t.Errorf("flags file kill switch: %+v", k)
 	}
 	// The sweeper hands shop 1001 back to Redis (before any call can).
@@ -456,7 +458,7 @@ func TestDashboardInChromium(t *testing.T) {
 	if got := text("#advance-summary"); !strings.Contains(got, "shadow on pod-b") || !strings.Contains(got, "OVERRIDE") {
 		t.Errorf("advance confirmation: %q", got)
 	}
-	if f, _ := h.flags.Read(); f.Resolve("pod-b", 0).Mode != rollout.ModeRedis {
+	if f, _ := h.flags.Read(); f.Resolve("pod-b", 0).Mode != authority.ModeRedis {
 		t.Fatal("the stage was applied before the confirmation")
 	}
 	step(chromedp.Click(chromedp.CSS("#advance-confirm")))
@@ -466,7 +468,7 @@ func TestDashboardInChromium(t *testing.T) {
 	if err != nil || !strings.Contains(answer, `"name":"shadow on pod-b"`) {
 		t.Fatalf("no answer to the advance on the page: %v %s (dialog error: %q)", err, answer, text("#advance-error"))
 	}
-	if f, _ := h.flags.Read(); f.Resolve("pod-b", 0).Mode != rollout.ModeShadow {
+	if f, _ := h.flags.Read(); f.Resolve("pod-b", 0).Mode != authority.ModeShadow {
 		t.Error("the confirmed stage is not in the flags")
 	}
 	if hist, err := h.ctl.History(ctx, 1); err != nil || len(hist) != 1 || hist[0].Action != "override" || hist[0].Actor != "dashboard" ||

@@ -12,6 +12,8 @@ import (
 
 	"github.com/seed31b0e981/reservoir/internal/server/servertest"
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // rejectedMetric reads reservoir_rollout_flags_rejected from /metrics.
@@ -41,14 +43,14 @@ func TestRejectedFlagsDocumentIsVisible(t *testing.T) {
 	if _, err := h.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	h.waitDecision("pod-a", rollout.ModeShadow, rollout.KillOff)
+	h.waitDecision("pod-a", authority.ModeShadow, authority.KillOff)
 	// A change made outside the controller (not audited): pod-b mysql,
 	// version 3. The kill below keeps it: it builds on the flags this
 	// replica answers from, newer than the audit's.
-	if _, _, err := h.flags.Update(func(f *rollout.Flags) error { return f.SetMode(rollout.PodScope("pod-b"), rollout.ModeMySQL) }); err != nil {
+	if _, _, err := h.flags.Update(func(f *flagdoc.Flags) error { return f.SetMode(flagdoc.PodScope("pod-b"), authority.ModeMySQL) }); err != nil {
 		t.Fatal(err)
 	}
-	h.waitDecision("pod-b", rollout.ModeMySQL, rollout.KillOff)
+	h.waitDecision("pod-b", authority.ModeMySQL, authority.KillOff)
 	if got := h.rejectedMetric(); got != "0" {
 		t.Fatalf("reservoir_rollout_flags_rejected %s with a valid document", got)
 	}
@@ -75,7 +77,7 @@ func TestRejectedFlagsDocumentIsVisible(t *testing.T) {
 	}
 	// The last valid flags stay in force: pod-a is still shadow, never
 	// "redis with the kill switch off" nor unavailable.
-	h.waitDecision("pod-a", rollout.ModeShadow, rollout.KillOff)
+	h.waitDecision("pod-a", authority.ModeShadow, authority.KillOff)
 	h.stock(1001, 7, 1, 10)
 	if r := h.reserve(1001, "during", 7, 1); r.status != 201 {
 		t.Errorf("reserve under the rejected document: %d %s", r.status, r.raw)
@@ -137,12 +139,12 @@ func TestRejectedFlagsDocumentIsVisible(t *testing.T) {
 	if answer != "200 OK" {
 		t.Fatalf("kill switch over the broken document: %s", answer)
 	}
-	h.waitDecision("pod-a", rollout.ModeShadow, rollout.KillRedis)
+	h.waitDecision("pod-a", authority.ModeShadow, authority.KillRedis)
 	if hist, err := h.ctl.History(ctx, 1); err != nil || len(hist) != 1 || hist[0].Action != "kill_over_invalid" || hist[0].Before != bad {
 		t.Errorf("audit: %+v %v", hist, err)
 	}
 	f, err := h.flags.Read()
-	if err != nil || f.Version != 5 || f.KillAt(rollout.PodScope("pod-a")).State != rollout.KillRedis || f.Pods["pod-b"].Mode != rollout.ModeMySQL {
+	if err != nil || f.Version != 5 || f.KillAt(flagdoc.PodScope("pod-a")).State != authority.KillRedis || f.Pods["pod-b"].Mode != authority.ModeMySQL {
 		t.Errorf("flags after the kill: %+v, %v", f, err)
 	}
 	if got := h.rejectedMetric(); got != "0" {

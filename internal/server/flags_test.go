@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/internal/server"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // A replica whose flags file cannot be read when it starts does not know
@@ -44,7 +45,7 @@ func TestFlagsNotLoadedNotReady(t *testing.T) {
 	t.Cleanup(srv.Close)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	h := &harness{t: t, cell: c, srv: srv, http: hs, topo: topo, pods: pods, logBuf: logBuf, flags: rollout.FlagsFile{Path: topo.FlagsFile}}
+	h := &harness{t: t, cell: c, srv: srv, http: hs, topo: topo, pods: pods, logBuf: logBuf, flags: flagdoc.FlagsFile{Path: topo.FlagsFile}}
 
 	r := h.do("GET", "/readyz", nil, "")
 	if r.status != http.StatusServiceUnavailable || r.body["ready"] != false || r.body["flags_loaded"] != false ||
@@ -83,7 +84,7 @@ func TestFlagsNotLoadedNotReady(t *testing.T) {
 
 	// A valid file renamed into place: loaded, ready, served.
 	tmp := filepath.Join(dir, "flags.json.new")
-	writeFlags(t, tmp, map[string]rollout.Mode{"pod-a": rollout.ModeShadow})
+	writeFlags(t, tmp, map[string]authority.Mode{"pod-a": authority.ModeShadow})
 	if err := os.Rename(tmp, topo.FlagsFile); err != nil {
 		t.Fatal(err)
 	}

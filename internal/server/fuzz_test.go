@@ -19,7 +19,7 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/testredis"
 	"github.com/seed31b0e981/reservoir/internal/topology"
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // env is a server built for a testing.TB (the fuzz targets have a
@@ -35,7 +35,7 @@ type env struct {
 
 type envOptions struct {
 	// modes per pod, written to the flags file.
-	modes map[string]rollout.Mode
+	modes map[string]authority.Mode
 	// topo edits the topology before the cell opens.
 	topo func(*topology.Config)
 	// cfg edits the server's config before New.

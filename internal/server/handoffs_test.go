@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // Issue 24 point 3: the status never says a store decides while the
@@ -20,11 +20,11 @@ import (
 // a report of an older flags version, and every shop handed off.
 func TestStatusSaysWhatTheFencesSay(t *testing.T) {
 	t.Parallel()
-	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeShadow}, noRelay: true})
+	h := setup(t, options{modes: map[string]authority.Mode{"pod-a": authority.ModeShadow}, noRelay: true})
 	ctx := context.Background()
 	// pod-a to mysql at version 2: a report of version 1 is then an older
 	// version's.
-	writeFlags(t, h.topo.FlagsFile, map[string]rollout.Mode{"pod-a": rollout.ModeMySQL})
+	writeFlags(t, h.topo.FlagsFile, map[string]authority.Mode{"pod-a": authority.ModeMySQL})
 	const version = 2
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if v, _ := h.cell.Flags.AppliedVersion(ctx); v == version {
@@ -34,7 +34,7 @@ func TestStatusSaysWhatTheFencesSay(t *testing.T) {
 			t.Fatalf("flags version %d never applied", version)
 		}
 	}
-	h.waitDecision("pod-a", rollout.ModeMySQL, rollout.KillOff)
+	h.waitDecision("pod-a", authority.ModeMySQL, authority.KillOff)
 	save := func(p reservation.HandoffProgress) {
 		t.Helper()
 		if err := h.cell.Pod("pod-a").MySQL.SaveHandoffProgress(ctx, p); err != nil {

@@ -28,6 +28,8 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/topology"
 	"github.com/seed31b0e981/reservoir/mirror"
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 const adminToken = "test-admin-token-0123456789"
@@ -64,7 +66,7 @@ type harness struct {
 	cell   *cell.Cell
 	srv    *server.Server
 	http   *httptest.Server
-	flags  rollout.FlagsFile
+	flags  flagdoc.FlagsFile
 	topo   *topology.Config
 	pods   map[string]*podBundle
 	ctl    *rollout.Controller
@@ -73,7 +75,7 @@ type harness struct {
 
 type options struct {
 	// modes per pod, written to the flags file before the server starts.
-	modes map[string]rollout.Mode
+	modes map[string]authority.Mode
 	// plan is a plan file's TOML; "" means no plan (no controller).
 	plan string
 	// noToken starts the server with the admin API disabled.
@@ -123,11 +125,11 @@ func topologyFor(t *testing.T, dir string) (*topology.Config, map[string]*podBun
 // (the epoch a handoff to the store they name needs: at version 0 a shop
 // stays with Redis whatever the mode). Without modes it is the default
 // file, at version 1.
-func writeFlags(tb testing.TB, path string, modes map[string]rollout.Mode) {
+func writeFlags(tb testing.TB, path string, modes map[string]authority.Mode) {
 	tb.Helper()
-	if _, _, err := (rollout.FlagsFile{Path: path}).Update(func(f *rollout.Flags) error {
+	if _, _, err := (flagdoc.FlagsFile{Path: path}).Update(func(f *flagdoc.Flags) error {
 		for pod, m := range modes {
-			if err := f.SetMode(rollout.PodScope(pod), m); err != nil {
+			if err := f.SetMode(flagdoc.PodScope(pod), m); err != nil {
 				return err
 			}
 		}
@@ -177,7 +179,7 @@ func setup(t *testing.T, o options) *harness {
 			t.Errorf("close cell: %v", err)
 		}
 	})
-	h := &harness{t: t, cell: c, flags: rollout.FlagsFile{Path: topo.FlagsFile}, topo: topo, pods: pods, logBuf: logBuf}
+	h := &harness{t: t, cell: c, flags: flagdoc.FlagsFile{Path: topo.FlagsFile}, topo: topo, pods: pods, logBuf: logBuf}
 	if o.noRelay && o.sweep {
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup

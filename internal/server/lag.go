@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/internal/cell"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // LagView is a pod's relay lag as the admin API shows it: how far the
@@ -93,15 +93,15 @@ func lagFromOutput(out string) string {
 
 // podsUnder lists the topology's pods within scope (a shop scope: the
 // shop's pod).
-func (s *Server) podsUnder(scope rollout.Scope) []string {
+func (s *Server) podsUnder(scope flagdoc.Scope) []string {
 	var out []string
 	for _, name := range s.cfg.Cell.Topology.PodNames() {
 		switch scope.Kind {
-		case rollout.ScopePod:
+		case flagdoc.ScopePod:
 			if scope.Pod != name {
 				continue
 			}
-		case rollout.ScopeShop:
+		case flagdoc.ScopeShop:
 			if pod, _ := s.representative(scope); pod != name {
 				continue
 			}

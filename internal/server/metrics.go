@@ -7,7 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seed31b0e981/reservoir/internal/cell"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // OperationsMetric is the counter of checkout API operations by pod, op
@@ -122,9 +123,9 @@ func (rc *rolloutCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return 0
 	}
-	var inForce *rollout.Flags
+	var inForce *flagdoc.Flags
 	if doc, ok := rc.c.Flags.InForce(); ok {
-		inForce, _ = rollout.ParseFlags(doc) // nil for a document with flags of other teams: shop 0's answer below
+		inForce, _ = flagdoc.ParseFlags(doc) // nil for a document with flags of other teams: shop 0's answer below
 	}
 	for _, p := range rc.c.Pods() {
 		ch <- prometheus.MustNewConstMetric(descPoolMax, prometheus.GaugeValue, float64(p.DB.Stats().MaxOpenConnections), p.Name)
@@ -132,13 +133,13 @@ func (rc *rolloutCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, pod := range rc.c.Topology.PodNames() {
 		shares, kill, ok := podShares(ctx, rc.c, inForce, pod)
 		mysql := 0.0
-		for _, m := range rollout.Modes {
-			if ok && (rollout.Decision{Mode: m, Kill: kill}).Route().Authority == "mysql" {
+		for _, m := range authority.Modes {
+			if ok && (authority.Decision{Mode: m, Kill: kill}).Route().Authority == "mysql" {
 				mysql += shares[m]
 			}
 			ch <- prometheus.MustNewConstMetric(descMode, prometheus.GaugeValue, shares[m], pod, string(m))
 		}
-		for _, k := range rollout.Kills {
+		for _, k := range authority.Kills {
 			ch <- prometheus.MustNewConstMetric(descKill, prometheus.GaugeValue, b(ok && kill == k), pod, string(k))
 		}
 		ch <- prometheus.MustNewConstMetric(descAuthority, prometheus.GaugeValue, mysql, pod)
@@ -163,12 +164,12 @@ func (rc *rolloutCollector) Collect(ch chan<- prometheus.Metric) {
 // mode, and the pod's kill switch, under the flags in force; ok is false
 // while none are loaded. Without a parsed document it falls back to the
 // flag source's answer for a shop of the pod outside any ramp.
-func podShares(ctx context.Context, c *cell.Cell, f *rollout.Flags, pod string) (shares map[rollout.Mode]float64, kill rollout.Kill, ok bool) {
-	shares = map[rollout.Mode]float64{}
+func podShares(ctx context.Context, c *cell.Cell, f *flagdoc.Flags, pod string) (shares map[authority.Mode]float64, kill authority.Kill, ok bool) {
+	shares = map[authority.Mode]float64{}
 	if f == nil {
 		d, err := c.Flags.Decide(ctx, pod, 0)
 		if err != nil {
-			return shares, rollout.KillOff, false
+			return shares, authority.KillOff, false
 		}
 		shares[d.Mode] = 1
 		return shares, d.Kill, true

@@ -3,7 +3,7 @@ package server
 import (
 	"time"
 
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/flagsource"
 )
 
 // RejectedView is a flags document this replica's flag source refused,
@@ -21,7 +21,7 @@ type RejectedView struct {
 }
 
 // rejectedView is the source's refusal of its newest document, or nil.
-func rejectedView(src *rollout.FlagSource) *RejectedView {
+func rejectedView(src *flagsource.Source) *RejectedView {
 	at, err := src.Rejected()
 	if err == nil {
 		return nil

@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // The mode gauge reports the pod's mode and a percentage ramp's share,
@@ -15,8 +16,8 @@ import (
 // come from the flags this replica applies.
 func TestRolloutGaugesReportRampShares(t *testing.T) {
 	t.Parallel()
-	h := setup(t, options{modes: map[string]rollout.Mode{"pod-a": rollout.ModeShadow}})
-	_, after, err := h.flags.Update(func(f *rollout.Flags) error { return f.SetRamp("pod-a", rollout.ModeMySQL, 30) })
+	h := setup(t, options{modes: map[string]authority.Mode{"pod-a": authority.ModeShadow}})
+	_, after, err := h.flags.Update(func(f *flagdoc.Flags) error { return f.SetRamp("pod-a", authority.ModeMySQL, 30) })
 	if err != nil {
 		t.Fatal(err)
 	}

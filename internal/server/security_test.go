@@ -30,7 +30,7 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/server"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/topology"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // ---- (a) timing-probed tokens ----
@@ -261,7 +261,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	secrets := []string{password, wrongPW, deadPW, adminToken}
 
 	e := newEnv(t, envOptions{
-		modes: map[string]rollout.Mode{"pod-b": rollout.ModeMySQL},
+		modes: map[string]authority.Mode{"pod-b": authority.ModeMySQL},
 		topo: func(c *topology.Config) {
 			c.ControlDSN = withUser(t, control.DSN, user, password, "")
 			c.Pods[0].MySQLDSN = withUser(t, podA.DSN, user, password, "")

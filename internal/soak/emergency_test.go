@@ -22,7 +22,8 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/testredis"
 	"github.com/seed31b0e981/reservoir/migrations"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // The emergency paths (docs/rollout.md, "When a store fails"), each with
@@ -40,7 +41,7 @@ type emergency struct {
 	t      *testing.T
 	ctx    context.Context
 	client *http.Client
-	flags  rollout.FlagsFile // the flags (unless privateControl: then in the control database)
+	flags  flagdoc.FlagsFile // the flags (unless privateControl: then in the control database)
 	myA    *testproc.Server  // pod-a's MariaDB
 	rdA    *testproc.Server  // pod-a's Redis
 	ctl    *testproc.Server  // the control database's MariaDB (privateControl)
@@ -62,7 +63,7 @@ const (
 
 // emergencyOptions shape an emergency path's world.
 type emergencyOptions struct {
-	modeA, modeB rollout.Mode
+	modeA, modeB authority.Mode
 	// privateControl puts the control database on a MariaDB of its own
 	// (e.ctl), with the flags in it (flags_source = "database"), so the
 	// test can kill it.
@@ -80,11 +81,11 @@ func newEmergency(t *testing.T, o emergencyOptions) *emergency {
 	var dsnA string
 	dsnA, e.dbA = e.privateDatabase(e.myA, "reservoir_a")
 
-	f := rollout.NewFlags()
-	if err := f.SetMode(rollout.PodScope("pod-a"), o.modeA); err != nil {
+	f := flagdoc.NewFlags()
+	if err := f.SetMode(flagdoc.PodScope("pod-a"), o.modeA); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.SetMode(rollout.PodScope("pod-b"), o.modeB); err != nil {
+	if err := f.SetMode(flagdoc.PodScope("pod-b"), o.modeB); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -93,13 +94,13 @@ func newEmergency(t *testing.T, o emergencyOptions) *emergency {
 		e.ctl = testproc.MySQL(t)
 		var db *sql.DB
 		controlDSN, db = e.privateDatabase(e.ctl, "reservoir_control")
-		if err := (rollout.FlagsTable{DB: db}).Write(f); err != nil {
+		if err := (flagdoc.FlagsTable{DB: db}).Write(f); err != nil {
 			t.Fatal(err)
 		}
 		flagsKeys = "flags_source = \"database\"\n"
 	} else {
 		controlDSN = testdb.New(t).DSN
-		e.flags = rollout.FlagsFile{Path: filepath.Join(dir, "flags.json")}
+		e.flags = flagdoc.FlagsFile{Path: filepath.Join(dir, "flags.json")}
 		if err := e.flags.Write(f); err != nil {
 			t.Fatal(err)
 		}
@@ -394,7 +395,7 @@ func (e *emergency) stopProbe() int64 {
 // throughout; the ledgers lose exactly what was claimed.
 func TestEmergencyMySQLKilled(t *testing.T) {
 	t.Parallel()
-	e := newEmergency(t, emergencyOptions{modeA: rollout.ModeMySQL, modeB: rollout.ModeMySQL})
+	e := newEmergency(t, emergencyOptions{modeA: authority.ModeMySQL, modeB: authority.ModeMySQL})
 	e.startProbe()
 	before := time.Now()
 	time.Sleep(2 * time.Second) // pod-b's baseline
@@ -546,7 +547,7 @@ func (e *emergency) backlog() float64 {
 // switch then finds in Redis every hold MySQL made meanwhile.
 func TestEmergencyRedisKilled(t *testing.T) {
 	t.Parallel()
-	e := newEmergency(t, emergencyOptions{modeA: rollout.ModeMySQL, modeB: rollout.ModeMySQL})
+	e := newEmergency(t, emergencyOptions{modeA: authority.ModeMySQL, modeB: authority.ModeMySQL})
 	e.startProbe()
 	before := time.Now()
 	time.Sleep(2 * time.Second) // pod-b's baseline
@@ -638,7 +639,7 @@ func TestEmergencyRedisKilled(t *testing.T) {
 // answered 200, each claimed once.
 func TestEmergencyMySQLPaused(t *testing.T) {
 	t.Parallel()
-	e := newEmergency(t, emergencyOptions{modeA: rollout.ModeMySQL, modeB: rollout.ModeMySQL})
+	e := newEmergency(t, emergencyOptions{modeA: authority.ModeMySQL, modeB: authority.ModeMySQL})
 	const stock = 100000 // enough that the carts never run out
 	e.adjust(emergencyShopA, stock)
 	e.startProbe()
@@ -767,7 +768,7 @@ func TestEmergencyMySQLPaused(t *testing.T) {
 // switch works again without a restart.
 func TestEmergencyControlDatabaseDown(t *testing.T) {
 	t.Parallel()
-	e := newEmergency(t, emergencyOptions{modeA: rollout.ModeMySQL, modeB: rollout.ModeShadow, privateControl: true})
+	e := newEmergency(t, emergencyOptions{modeA: authority.ModeMySQL, modeB: authority.ModeShadow, privateControl: true})
 	if err := e.ctl.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -868,9 +869,9 @@ func TestEmergencyMySQLDownFromStart(t *testing.T) {
 	}
 	cfg.Addr = blackhole(t)
 	dir := t.TempDir()
-	flags := rollout.FlagsFile{Path: filepath.Join(dir, "flags.json")}
-	f := rollout.NewFlags()
-	if err := f.SetMode(rollout.PodScope("pod-b"), rollout.ModeMySQL); err != nil {
+	flags := flagdoc.FlagsFile{Path: filepath.Join(dir, "flags.json")}
+	f := flagdoc.NewFlags()
+	if err := f.SetMode(flagdoc.PodScope("pod-b"), authority.ModeMySQL); err != nil {
 		t.Fatal(err)
 	}
 	if err := flags.Write(f); err != nil {

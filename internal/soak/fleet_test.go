@@ -17,6 +17,8 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // fleetKills is how many kill switch changes the fleet test makes.
@@ -38,7 +40,7 @@ var obeyedLine = regexp.MustCompile(`obeyed by (\d+)/(\d+) replicas in (\d+) ms`
 // for its heartbeat).
 func TestFleetObeysTheDatabaseFlags(t *testing.T) {
 	control, db, rd := testdb.New(t), testdb.New(t), testredis.New(t)
-	if err := (rollout.FlagsTable{DB: control.DB}).Write(rollout.NewFlags()); err != nil {
+	if err := (flagdoc.FlagsTable{DB: control.DB}).Write(flagdoc.NewFlags()); err != nil {
 		t.Fatal(err)
 	}
 	topoText := fmt.Sprintf("control_dsn = %q\nflags_source = \"database\"\nplan_file = \"plan.toml\"\n"+
@@ -159,14 +161,14 @@ func TestFleetObeysFlagdAndAFile(t *testing.T) {
 		t.Run(source, func(t *testing.T) {
 			control, db, rd := testdb.New(t), testdb.New(t), testredis.New(t)
 			flagsPath := filepath.Join(t.TempDir(), "flags.json")
-			file := rollout.FlagsFile{Path: flagsPath}
-			if err := file.Write(rollout.NewFlags()); err != nil {
+			file := flagdoc.FlagsFile{Path: flagsPath}
+			if err := file.Write(flagdoc.NewFlags()); err != nil {
 				t.Fatal(err)
 			}
 			var daemon *flagdtest.Server
 			flagsKeys := fmt.Sprintf("flags_file = %q\n", flagsPath)
 			if source == "flagd" {
-				first, err := rollout.NewFlags().Render()
+				first, err := flagdoc.NewFlags().Render()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -198,12 +200,12 @@ func TestFleetObeysFlagdAndAFile(t *testing.T) {
 			var took []time.Duration
 			for i := range 10 {
 				engage := i%2 == 0
-				_, after, err := file.Update(func(f *rollout.Flags) error {
-					a := rollout.Attribution{Actor: "fleet-test", Reason: "drill " + strconv.Itoa(i)}
+				_, after, err := file.Update(func(f *flagdoc.Flags) error {
+					a := flagdoc.Attribution{Actor: "fleet-test", Reason: "drill " + strconv.Itoa(i)}
 					if engage {
-						return f.EngageKill(rollout.PodScope("pod-a"), rollout.KillRedis, a)
+						return f.EngageKill(flagdoc.PodScope("pod-a"), authority.KillRedis, a)
 					}
-					return f.ReleaseKill(rollout.PodScope("pod-a"), a)
+					return f.ReleaseKill(flagdoc.PodScope("pod-a"), a)
 				})
 				if err != nil {
 					t.Fatal(err)

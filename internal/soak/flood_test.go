@@ -21,7 +21,7 @@ import (
 
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // The flood: floodConns connections keep sending slow bodies to the
@@ -46,8 +46,8 @@ const (
 func TestFloodLeavesTheKillSwitchReachable(t *testing.T) {
 	dir := t.TempDir()
 	control, db, rd := testdb.New(t), testdb.New(t), testredis.New(t)
-	flags := rollout.FlagsFile{Path: filepath.Join(dir, "flags.json")}
-	if err := flags.Write(rollout.NewFlags()); err != nil {
+	flags := flagdoc.FlagsFile{Path: filepath.Join(dir, "flags.json")}
+	if err := flags.Write(flagdoc.NewFlags()); err != nil {
 		t.Fatal(err)
 	}
 	topo := filepath.Join(dir, "topology.toml")

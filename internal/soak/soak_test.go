@@ -62,7 +62,8 @@ import (
 	"github.com/seed31b0e981/reservoir/mirror"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // EnvDuration names the variable that sets the traffic's duration (a Go
@@ -162,8 +163,8 @@ func TestSoak(t *testing.T) {
 	if err := os.Mkdir(flagsDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	flags := rollout.FlagsFile{Path: filepath.Join(flagsDir, "flags.json")}
-	if err := flags.Write(rollout.NewFlags()); err != nil {
+	flags := flagdoc.FlagsFile{Path: filepath.Join(flagsDir, "flags.json")}
+	if err := flags.Write(flagdoc.NewFlags()); err != nil {
 		t.Fatal(err)
 	}
 	doubtFlags := filepath.Join(flagsDir, fmt.Sprintf("serve-%d.json", doubtReplica))
@@ -367,7 +368,7 @@ func TestSoak(t *testing.T) {
 	// A mode change is a flags edit, as a plan stage applies it. None
 	// needs a repair first: a shop's handoff to MySQL copies Redis's
 	// state in, and a handoff to Redis drains MySQL's change feed first.
-	setMode := func(p string, m rollout.Mode) func() {
+	setMode := func(p string, m authority.Mode) func() {
 		return func() {
 			t.Helper()
 			cur, err := flags.Read()
@@ -376,7 +377,7 @@ func TestSoak(t *testing.T) {
 			}
 			from := cur.Resolve(p, 0).Mode
 			start := time.Now()
-			if _, _, err := flags.Update(func(f *rollout.Flags) error { return f.SetMode(rollout.PodScope(p), m) }); err != nil {
+			if _, _, err := flags.Update(func(f *flagdoc.Flags) error { return f.SetMode(flagdoc.PodScope(p), m) }); err != nil {
 				t.Fatalf("%s -> %s: %v", p, m, err)
 			}
 			obey(fmt.Sprintf("%s %s -> %s", p, from, m), start)
@@ -385,7 +386,7 @@ func TestSoak(t *testing.T) {
 	// The kill switch goes through the admin API of serve-0, as an
 	// operator engages it: its controller audits it, checks a mysql_only
 	// scope with reconcile first, and answers the relay lag at the switch.
-	engage := func(scope string, k rollout.Kill) func() {
+	engage := func(scope string, k authority.Kill) func() {
 		return func() {
 			t.Helper()
 			var resp struct {
@@ -594,33 +595,33 @@ func TestSoak(t *testing.T) {
 		do func()
 	}{
 		{0.05, readable},
-		{0.09, setMode("pod-a", rollout.ModeShadow)},
-		{0.12, setMode("pod-b", rollout.ModeShadow)},
-		{0.16, setMode("pod-a", rollout.ModeMySQL)},
-		{0.20, engage("pod:pod-a", rollout.KillRedis)},
-		{0.23, setMode("pod-b", rollout.ModeMySQL)},
+		{0.09, setMode("pod-a", authority.ModeShadow)},
+		{0.12, setMode("pod-b", authority.ModeShadow)},
+		{0.16, setMode("pod-a", authority.ModeMySQL)},
+		{0.20, engage("pod:pod-a", authority.KillRedis)},
+		{0.23, setMode("pod-b", authority.ModeMySQL)},
 		// pod-a's MySQL while Redis decides under the kill switch: a
 		// claim's ledger is out of reach (503, retried).
 		{0.26, outage(myProxy, "mysql")},
 		{0.32, release("pod:pod-a")},
-		{0.36, setMode("pod-a", rollout.ModeMySQLOnly)},
-		{0.40, engage("pod:pod-a", rollout.KillRedisOnly)}, // the exit from mysql_only
+		{0.36, setMode("pod-a", authority.ModeMySQLOnly)},
+		{0.40, engage("pod:pod-a", authority.KillRedisOnly)}, // the exit from mysql_only
 		{0.44, release("pod:pod-a")},
 		{0.47, crash(crashReplica)},
 		// pod-a's Redis while MySQL decides alone: only the relay waits.
 		{0.50, outage(rdProxy, "redis")},
 		{0.55, midpoint},
-		{0.57, engage("global", rollout.KillRedis)},
+		{0.57, engage("global", authority.KillRedis)},
 		{0.62, release("global")},
-		{0.66, engage("shop:2001", rollout.KillRedisOnly)},
-		{0.70, setMode("pod-b", rollout.ModeMySQLOnly)},
+		{0.66, engage("shop:2001", authority.KillRedisOnly)},
+		{0.70, setMode("pod-b", authority.ModeMySQLOnly)},
 		{0.74, release("shop:2001")},
-		{0.77, engage("global", rollout.KillRedisOnly)},
+		{0.77, engage("global", authority.KillRedisOnly)},
 		{0.81, release("global")},
-		{0.85, setMode("pod-a", rollout.ModeMySQL)},
-		{0.88, setMode("pod-b", rollout.ModeShadow)},
-		{0.91, setMode("pod-a", rollout.ModeRedis)},
-		{0.94, setMode("pod-b", rollout.ModeRedis)},
+		{0.85, setMode("pod-a", authority.ModeMySQL)},
+		{0.88, setMode("pod-b", authority.ModeShadow)},
+		{0.91, setMode("pod-a", authority.ModeRedis)},
+		{0.94, setMode("pod-b", authority.ModeRedis)},
 	}
 
 	tctx, stopTraffic := context.WithCancel(ctx)
@@ -685,12 +686,12 @@ func TestSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scopes := []rollout.Scope{rollout.Global()}
+	scopes := []flagdoc.Scope{flagdoc.Global()}
 	for _, p := range pods {
-		scopes = append(scopes, rollout.PodScope(p.name))
+		scopes = append(scopes, flagdoc.PodScope(p.name))
 	}
 	for shop := range final.Shops {
-		scopes = append(scopes, rollout.ShopScope(shop))
+		scopes = append(scopes, flagdoc.ShopScope(shop))
 	}
 	for _, s := range scopes {
 		if k := final.KillAt(s); k.Engaged() {

@@ -19,8 +19,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/seed31b0e981/reservoir/internal/netaddr"
 	"github.com/seed31b0e981/reservoir/internal/tomlstrict"
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
 // Config is a topology file.
@@ -60,7 +61,7 @@ type Config struct {
 // Pod is one cell: a group of shops sharing one MySQL and one Redis.
 type Pod struct {
 	// Name identifies the pod in flags, metrics and the plan. Required:
-	// rollout.PodNameRule (1-63 lower-case letters, digits, '.', '_' or
+	// authority.PodNameRule (1-63 lower-case letters, digits, '.', '_' or
 	// '-'), the flags' own rule.
 	Name string `toml:"name"`
 	// MySQLDSN is the pod's ledger and unit-pool database (a
@@ -185,7 +186,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf(`topology: flagd_addr is set but flags_source is %q: the replicas would not use it; set flags_source = "flagd" or remove flagd_addr`, c.FlagsSource)
 	}
 	if c.FlagdAddr != "" {
-		if err := rollout.CheckFlagdAddr(c.FlagdAddr); err != nil {
+		if err := netaddr.HostPort(c.FlagdAddr); err != nil {
 			return fmt.Errorf("topology: flagd_addr %w", err)
 		}
 	}
@@ -198,8 +199,8 @@ func (c Config) Validate() error {
 	for i, p := range c.Pods {
 		f := fmt.Sprintf("pods[%d]", i)
 		switch {
-		case !rollout.ValidPodName(p.Name):
-			return fmt.Errorf("topology: %s.name %q must be %s (the flags' rule: a pod the flags cannot name could never be switched)", f, p.Name, rollout.PodNameRule)
+		case !authority.ValidPodName(p.Name):
+			return fmt.Errorf("topology: %s.name %q must be %s (the flags' rule: a pod the flags cannot name could never be switched)", f, p.Name, authority.PodNameRule)
 		case names[p.Name]:
 			return fmt.Errorf("topology: %s.name %q is used twice", f, p.Name)
 		case p.MySQLDSN == "":

@@ -1,0 +1,4 @@
+package flagdoc
+
+// NoReason is noReason, for the external tests.
+const NoReason = noReason

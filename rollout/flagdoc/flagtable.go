@@ -1,0 +1,202 @@
+package flagdoc
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// FlagStore is where the flags document lives, for whoever changes it: a
+// file that replicas on one host (or a shared volume) watch, FlagsFile, or
+// the control database that every replica of a fleet polls, FlagsTable.
+// The controller, the CLI and the admin API write through it; replicas
+// read through a FlagSource on the same medium.
+type FlagStore interface {
+	// Read returns the current flags. No document yet is an error
+	// wrapping fs.ErrNotExist; a document ParseFlags refuses, an error
+	// wrapping *InvalidFlagsError (so do Update's and UpdateAt's).
+	Read() (*Flags, error)
+	// Write replaces the document with f, at f.Version as given (a
+	// document from scratch); it skips the write when nothing changes,
+	// and refuses a state without a version, or at a version not above
+	// the document's (as far as it can be read: it writes over an invalid
+	// document too), which every replica would refuse.
+	Write(f *Flags) error
+	// Update applies change to the current flags and writes the result at
+	// the next version (NextFlags), serialised with every other writer;
+	// it returns the flags before and after. A missing document starts
+	// from the Redis-safe state (NewFlags), not numbered (version 0): the
+	// first document is written at version 1.
+	Update(change func(*Flags) error) (before, after *Flags, err error)
+	// UpdateAt is Update for a writer that decided from the flags at
+	// version: if they changed since, nothing is written and the error
+	// wraps ErrFlagsChanged, naming both versions.
+	UpdateAt(version int64, change func(*Flags) error) (before, after *Flags, err error)
+	// String names the store for diffs and messages ("flags file
+	// /etc/reservoir/flags.json", "control database").
+	String() string
+}
+
+// ErrFlagsChanged is wrapped by UpdateAt's error when another writer
+// changed the flags after the caller read them: its decision (the next
+// stage, say) was made from flags that are no longer in force. Read them
+// again and decide again.
+var ErrFlagsChanged = errors.New("rollout: the flags changed since they were read")
+
+var (
+	_ FlagStore = FlagsFile{}
+	_ FlagStore = FlagsTable{}
+)
+
+// FlagsTable keeps the flags document in the control database (table
+// rollout_flags, one row), for a fleet of replicas on many hosts: each
+// replica's FlagSource polls its version (FlagSourceConfig.DB) and loads a
+// new document within a poll interval. Writers serialise on the row's lock
+// (SELECT ... FOR UPDATE), so two controllers on two hosts never
+// interleave a read-modify-write; the document is validated before it is
+// written, exactly as the file is.
+type FlagsTable struct {
+	// DB is the control database (migrated). Required.
+	DB *sql.DB
+	// Timeout bounds each read or write. Default: 5s.
+	Timeout time.Duration
+}
+
+// The flags document's statements (control database).
+const (
+	sqlFlagsRead = `/*caller='flags'*/ SELECT version, document FROM rollout_flags WHERE id = 1`
+	// sqlFlagsLock reads the document for a change, locking the row.
+	sqlFlagsLock   = `/*caller='flags'*/ SELECT version, document FROM rollout_flags WHERE id = 1 FOR UPDATE`
+	sqlFlagsInsert = `/*caller='flags'*/ INSERT INTO rollout_flags (id, version, document, updated_at) VALUES (1, ?, ?, ?)`
+	sqlFlagsUpdate = `/*caller='flags'*/ UPDATE rollout_flags SET version = ?, document = ?, updated_at = ? WHERE id = 1`
+)
+
+func (t FlagsTable) ctx() (context.Context, context.CancelFunc) {
+	d := t.Timeout
+	if d <= 0 {
+		d = 5 * time.Second
+	}
+	return context.WithTimeout(context.Background(), d)
+}
+
+// String implements FlagStore.
+func (t FlagsTable) String() string { return "control database (rollout_flags)" }
+
+// Read implements FlagStore.
+func (t FlagsTable) Read() (*Flags, error) {
+	ctx, cancel := t.ctx()
+	defer cancel()
+	var (
+		version int64
+		doc     string
+	)
+	err := t.DB.QueryRowContext(ctx, sqlFlagsRead).Scan(&version, &doc)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("rollout: no flags in the control database yet: %w", fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rollout: read the flags from the control database: %w", err)
+	}
+	f, err := ParseFlags([]byte(doc))
+	if err != nil {
+		return nil, t.invalid(version, doc, err)
+	}
+	return f, nil
+}
+
+// Write implements FlagStore. The document it replaces need not parse:
+// its version is the row's, or the highest the document shows.
+func (t FlagsTable) Write(f *Flags) error {
+	return t.replace(nil, f)
+}
+
+// invalid is Read's error for a document ParseFlags refuses.
+func (t FlagsTable) invalid(row int64, doc string, err error) *InvalidFlagsError {
+	return &InvalidFlagsError{Store: t.String(), Document: []byte(doc), Version: max(row, HighestVersion([]byte(doc))), Err: err}
+}
+
+// Update implements FlagStore.
+func (t FlagsTable) Update(change func(*Flags) error) (before, after *Flags, err error) {
+	return t.UpdateAt(-1, change)
+}
+
+// UpdateAt implements FlagStore; a negative version accepts any.
+func (t FlagsTable) UpdateAt(version int64, change func(*Flags) error) (before, after *Flags, err error) {
+	return t.change(version, func(cur *Flags) (*Flags, error) { return NextFlags(cur, change) })
+}
+
+// change runs a read-modify-write of the document under its row lock.
+// expect >= 0 refuses it unless the document is at that version.
+func (t FlagsTable) change(expect int64, next func(*Flags) (*Flags, error)) (before, after *Flags, err error) {
+	if t.DB == nil {
+		return nil, nil, errors.New("rollout: FlagsTable.DB is required")
+	}
+	ctx, cancel := t.ctx()
+	defer cancel()
+	tx, err := t.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rollout: change the flags: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	var (
+		curVersion int64
+		doc        string
+		exists     = true
+	)
+	switch err := tx.QueryRowContext(ctx, sqlFlagsLock).Scan(&curVersion, &doc); {
+	case errors.Is(err, sql.ErrNoRows):
+		exists, before = false, noDocument()
+	case err != nil:
+		return nil, nil, fmt.Errorf("rollout: read the flags for a change: %w", err)
+	default:
+		if before, err = ParseFlags([]byte(doc)); err != nil {
+			return nil, nil, t.invalid(curVersion, doc, err)
+		}
+	}
+	if expect >= 0 && before.Version != expect {
+		return nil, nil, fmt.Errorf("%w: decided at version %d, the control database is at version %d: read the flags again", ErrFlagsChanged, expect, before.Version)
+	}
+	if after, err = next(before); err != nil {
+		return nil, nil, err
+	}
+	data, err := after.Render()
+	if err != nil {
+		return nil, nil, err
+	}
+	if exists && bytes.Equal(data, []byte(doc)) {
+		return before, after, tx.Rollback()
+	}
+	now := time.Now().UTC()
+	if exists {
+		_, err = tx.ExecContext(ctx, sqlFlagsUpdate, after.Version, string(data), now)
+	} else {
+		_, err = tx.ExecContext(ctx, sqlFlagsInsert, after.Version, string(data), now)
+	}
+	if err != nil {
+		if mysqlDuplicate(err) {
+			err = fmt.Errorf("%w: another writer created the flags first", ErrFlagsChanged)
+		}
+		return nil, nil, fmt.Errorf("rollout: write the flags: %w", err)
+	}
+	if err = tx.Commit(); err != nil {
+		return nil, nil, fmt.Errorf("rollout: write the flags: %w", err)
+	}
+	return before, after, nil
+}
+
+// mysqlDuplicate reports a duplicate-key error (ER_DUP_ENTRY, 1062): two
+// writers inserted the first document at once.
+func mysqlDuplicate(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1062
+}
