@@ -47,11 +47,11 @@ screenshot: ## retake docs/dashboard.png from a live demo in headless Chromium
 	scripts/services start mysql redis >/dev/null
 	eval "$$(scripts/services env)"; RESERVOIR_SCREENSHOT=$(CURDIR)/docs/dashboard.png $(GO) test -count=1 -run TestDemoNewcomerPath ./internal/cli/
 
-MUTATE_PKGS ?= ./rollout ./dualwrite ./redisstore ./mysqlstore
+MUTATE_PKGS ?= ./rollout ./rollout/authority ./rollout/flagdoc ./rollout/flagsource ./dualwrite ./redisstore ./mysqlstore
 MUTATE_FLAGS ?=
 
 .PHONY: mutate
-mutate: ## mutation testing (gremlins v0.6.0) of MUTATE_PKGS; hours for all four on 2 cores (docs/testing.md)
+mutate: ## mutation testing (gremlins v0.6.0) of MUTATE_PKGS; hours for all of them on 2 cores (docs/testing.md)
 	scripts/services start mysql redis cluster redis-secure >/dev/null
 	eval "$$(scripts/services env)"; for p in $(MUTATE_PKGS); do \
 		echo "== gremlins $$p" >&2; \
