@@ -101,20 +101,23 @@ func (s *Set) adopt(ctx context.Context, db *sql.DB, legacy map[int64]bool, pres
 	if err != nil {
 		return err
 	}
+	if !exists {
+		// As goose makes it: the table and its version 0. MySQL commits
+		// DDL at once, so this is a step of its own; a failure after it
+		// leaves a table recording nothing, which the next run adopts.
+		if err := s.store.CreateVersionTable(ctx, db); err != nil {
+			return fmt.Errorf("migrations: %s set: create %s: %w", s.name, s.table, err)
+		}
+		if err := s.store.Insert(ctx, db, database.InsertRequest{Version: 0}); err != nil {
+			return fmt.Errorf("migrations: %s set: create %s: %w", s.name, s.table, err)
+		}
+	}
+	// The versions in one transaction: all recorded, or none.
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("migrations: %s set: adopt: %w", s.name, err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if !exists {
-		// As goose makes it: the table and its version 0. MySQL commits
-		// DDL at once, so a failure below leaves a table recording
-		// nothing, which the next run adopts again.
-		if err := s.store.CreateVersionTable(ctx, tx); err != nil {
-			return fmt.Errorf("migrations: %s set: create %s: %w", s.name, s.table, err)
-		}
-		versions = append([]int64{0}, versions...)
-	}
 	for _, v := range versions {
 		if err := s.store.Insert(ctx, tx, database.InsertRequest{Version: v}); err != nil {
 			return fmt.Errorf("migrations: %s set: record version %d in %s: %w", s.name, v, s.table, err)
@@ -124,9 +127,7 @@ func (s *Set) adopt(ctx context.Context, db *sql.DB, legacy map[int64]bool, pres
 		return fmt.Errorf("migrations: %s set: adopt: %w", s.name, err)
 	}
 	for _, v := range versions {
-		if v != 0 {
-			res.Adopted = append(res.Adopted, Version{Set: s, Version: v})
-		}
+		res.Adopted = append(res.Adopted, Version{Set: s, Version: v})
 	}
 	return nil
 }
