@@ -342,8 +342,9 @@ func versionsOf(vs []migrations.Version, s *migrations.Set) []int64 {
 }
 
 // The upgrade from the single set: a database at version 10 with rows in
-// the pod tables, the control tables or both, migrated as a pod's
-// database, the control database, or both. Nothing of a role the database
+// the pod tables, the control tables or both (every table, or one of the
+// other role's), migrated as a pod's database, the control database, or
+// both. Nothing of a role the database
 // has is lost (every row, every checksum), nor of a role it does not have
 // when those tables hold rows (kept, and reported); another role's empty
 // tables are dropped. Each set's versions are adopted into its own table,
@@ -368,11 +369,15 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 			dropped: control, wantGone: controlTables, adoptedBy: []*migrations.Set{pod}},
 		{name: "control database", sets: []*migrations.Set{control}, rowsIn: controlTables,
 			dropped: pod, wantGone: podTables, adoptedBy: []*migrations.Set{control}},
-		{name: "both, migrated as both", sets: migrations.Sets(), rowsIn: slices.Concat(podTables, controlTables),
+		{name: "rows in both, migrated as both", sets: migrations.Sets(), rowsIn: slices.Concat(podTables, controlTables),
 			adoptedBy: migrations.Sets()},
-		{name: "both, migrated as a pod's only", sets: []*migrations.Set{pod}, rowsIn: slices.Concat(podTables, []string{"rollout_audit"}),
+		{name: "rows in both, migrated as a pod's", sets: []*migrations.Set{pod}, rowsIn: slices.Concat(podTables, controlTables),
+			keptSet: control, wantKept: controlTables, notEmpty: controlTables, adoptedBy: []*migrations.Set{pod}},
+		{name: "rows in both, migrated as the control database", sets: []*migrations.Set{control}, rowsIn: slices.Concat(podTables, controlTables),
+			keptSet: pod, wantKept: podTables, notEmpty: podTables, adoptedBy: []*migrations.Set{control}},
+		{name: "one control row, migrated as a pod's", sets: []*migrations.Set{pod}, rowsIn: slices.Concat(podTables, []string{"rollout_audit"}),
 			keptSet: control, wantKept: controlTables, notEmpty: []string{"rollout_audit"}, adoptedBy: []*migrations.Set{pod}},
-		{name: "both, migrated as the control database only", sets: []*migrations.Set{control}, rowsIn: slices.Concat(controlTables, []string{"inventory_ledger"}),
+		{name: "one pod row, migrated as the control database", sets: []*migrations.Set{control}, rowsIn: slices.Concat(controlTables, []string{"inventory_ledger"}),
 			keptSet: pod, wantKept: podTables, notEmpty: []string{"inventory_ledger"}, adoptedBy: []*migrations.Set{control}},
 	}
 	for _, c := range cases {
