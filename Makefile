@@ -28,8 +28,8 @@ vet: ## gofmt check and go vet
 	$(GO) vet ./...
 
 .PHONY: migrate
-migrate: build services ## apply migrations to the local server's "reservoir" database
-	eval "$$(scripts/services env)"; bin/reservoir migrate --dsn "$${RESERVOIR_MYSQL_DSN}reservoir" --create up
+migrate: build services ## apply both migration sets to the local server's "reservoir" database (a pod's and the control database at once)
+	eval "$$(scripts/services env)"; bin/reservoir migrate --dsn "$${RESERVOIR_MYSQL_DSN}reservoir" --set both --create up
 
 DEMO_FLAGS ?=
 

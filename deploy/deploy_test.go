@@ -1008,6 +1008,17 @@ func checkTopologyFlagsAndMigrate(t tb, r *repo) {
 			if ref == controlKey && i < len(spec.InitContainers) && controlAt < 0 {
 				controlAt = i
 			}
+			// Each database gets the migration set of its role: a pod's
+			// database would otherwise get the control tables, or the
+			// control database lack them.
+			wantSet := "pod"
+			if ref == controlKey {
+				wantSet = "control"
+			}
+			if set, _ := flagValue(cargs, "set"); set != wantSet {
+				t.Errorf("%s: migrates %s (Secret %s key %s) with --set %q, want --set %s: each database gets the migration set of its role",
+					who, wantKeys[ref], ref.Name, ref.Key, set, wantSet)
+			}
 			delete(wantKeys, ref)
 		case len(cargs) >= 2 && cargs[0] == "rollout" && cargs[len(cargs)-1] == "init":
 			initAt = append(initAt, i)
@@ -1454,7 +1465,11 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{"a reference unfilled", cm, "${RESERVOIR_POD_B_REDIS_PASSWORD}", "${RESERVOIR_REDIS_B}", checkTopologyFlagsAndMigrate, "does not fill"},
 		{"flags from a file", cm, "\n    flags_source = \"database\"\n", "\n    flags_file = \"/etc/reservoir/flags/reservoir.flagd.json\"\n", checkTopologyFlagsAndMigrate, "flags_source"},
 		{"a pod not migrated", job, "key: pod-b-dsn", "key: pod-a-dsn", checkTopologyFlagsAndMigrate, "migrates no database with pod pod-b's DSN"},
-		{"a DSN on the command line", job, `args: ["migrate", "up"]`, `args: ["migrate", "--dsn", "x", "up"]`, checkTopologyFlagsAndMigrate, "--dsn on the command line"},
+		{"a DSN on the command line", job, `args: ["migrate", "--set", "pod", "up"]`, `args: ["migrate", "--set", "pod", "--dsn", "x", "up"]`, checkTopologyFlagsAndMigrate, "--dsn on the command line"},
+		{"a pod migrated with the control set", job, `args: ["migrate", "--set", "pod", "up"]`, `args: ["migrate", "--set", "control", "up"]`,
+			checkTopologyFlagsAndMigrate, `with --set "control", want --set pod`},
+		{"the control database without its set", job, `args: ["migrate", "--set", "control", "up"]`, `args: ["migrate", "up"]`,
+			checkTopologyFlagsAndMigrate, `with --set "", want --set control`},
 		{"no rollout init", job, `"init"]`, `"status"]`, checkTopologyFlagsAndMigrate, "runs no `rollout ... init`"},
 		{"init before the control database's migration", job, "      initContainers:\n" + jobInits + "      containers:\n" + jobContainers,
 			"      initContainers:\n" + jobFlagsInit + jobInits + "      containers:\n" + jobPods,
@@ -1475,7 +1490,7 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{"shell entrypoint", "Dockerfile", `ENTRYPOINT ["/reservoir"]`, `ENTRYPOINT ["/bin/sh", "-c", "/reservoir"]`, checkDockerfile, "ENTRYPOINT"},
 		{"another Go", "Dockerfile", "ARG GO_VERSION=1.26", "ARG GO_VERSION=1.22", checkDockerfile, "go.mod says go"},
 		{"cgo on", "Dockerfile", "CGO_ENABLED=0 ", "", checkDockerfile, "CGO_ENABLED=0"},
-		{"migrations ignored", ".dockerignore", "\ndocs\n", "\ndocs\nmigrations/*.sql\n", checkDockerignore, "excludes migrations/00001"},
+		{"migrations ignored", ".dockerignore", "\ndocs\n", "\ndocs\nmigrations/pod/*.sql\n", checkDockerignore, "excludes migrations/pod/00001"},
 		{"source ignored", ".dockerignore", "\ndocs\n", "\ndocs\n**/*.go\n", checkDockerignore, "excludes cmd/reservoir/main.go"},
 	}
 	for _, c := range cases {

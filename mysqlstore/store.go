@@ -79,8 +79,8 @@ var (
 	_ reservation.Ledger = (*Store)(nil)
 )
 
-// New returns a store on cfg.DB. The schema must be migrated (package
-// migrations).
+// New returns a store on cfg.DB. The database must have the pod migration
+// set (migrations.Pod): the store uses those tables and no others.
 func New(cfg Config) (*Store, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {

@@ -137,7 +137,7 @@ func openServers(ctx context.Context, opts Options, latencies []time.Duration) (
 		return nil, err
 	}
 	s.direct.SetMaxOpenConns(64)
-	if _, err := migrations.Up(ctx, s.direct); err != nil {
+	if _, err := migrations.Up(ctx, s.direct, migrations.Sets()...); err != nil { // one database for the pod and the control plane
 		return nil, fmt.Errorf("bench: migrate %s: %w", s.dbName, err)
 	}
 	for _, stmt := range sqlCreateBaselines {

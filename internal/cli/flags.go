@@ -280,12 +280,6 @@ func requireTopology(path string) error {
 	return nil
 }
 
-// dsnFlag registers --dsn, defaulting to $RESERVOIR_DSN.
-func dsnFlag(fs *flag.FlagSet) *string {
-	return envString(fs, "dsn", "RESERVOIR_DSN",
-		"MySQL `DSN` of the ledger database, e.g. root@tcp(127.0.0.1:33306)/reservoir")
-}
-
 // verboseFlag registers -v: the libraries' own logs (flagd's, the flag
 // source's, the cell's) on stderr. Without it they are dropped: a command
 // says what matters itself.

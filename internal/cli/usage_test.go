@@ -115,7 +115,7 @@ func TestCLIUsage(t *testing.T) {
 			stderr: []string{`reservoir rollout kill: --scope: no pod "pod-z" in the topology (pods: pod-a)`}},
 		{name: "a usage error of another command exits 2 with its message",
 			args: []string{"migrate", "up", "--dsn", ""}, code: 2,
-			stderr: []string{"reservoir migrate: no database: give --dsn DSN or set RESERVOIR_DSN\nRun 'reservoir migrate -h' for usage.\n"}},
+			stderr: []string{"reservoir migrate: no database: --dsn is empty; give --dsn DSN with --set pod|control|both, or --topology FILE\nRun 'reservoir migrate -h' for usage.\n"}},
 		{name: "flags before the action",
 			args: []string{"rollout", "--topology", topo, "--actor", "ana", "advance"}, code: 0,
 			stdout: []string{`applied stage "shadow pod-a"`}},

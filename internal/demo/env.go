@@ -198,7 +198,11 @@ func (e *environment) create(ctx context.Context) error {
 		if _, err := admin.ExecContext(ctx, "CREATE DATABASE `"+db+"`"); err != nil { //sqlcheck:ok a database name: the demo's --name (nameRE) and a fixed suffix
 			return fmt.Errorf("demo: create %s: %w", db, err)
 		}
-		if err := migrate(ctx, e.dsnFor(db)); err != nil {
+		set := migrations.Pod // each pod's database: the pod set; the control database: the control set
+		if db == e.dbName("control") {
+			set = migrations.Control
+		}
+		if err := migrate(ctx, e.dsnFor(db), set); err != nil {
 			return fmt.Errorf("demo: migrate %s: %w", db, err)
 		}
 	}
@@ -236,13 +240,13 @@ func (e *environment) create(ctx context.Context) error {
 	return nil
 }
 
-func migrate(ctx context.Context, dsn string) error {
+func migrate(ctx context.Context, dsn string, set *migrations.Set) error {
 	db, err := mysqlstore.Open(dsn)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	_, err = migrations.Up(ctx, db)
+	_, err = migrations.Up(ctx, db, set)
 	return err
 }
 

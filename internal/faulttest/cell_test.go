@@ -301,7 +301,7 @@ func privateDB(t *testing.T, server string) *testdb.DB {
 	}
 	t.Cleanup(func() { db.Close() })
 	db.SetMaxOpenConns(200)
-	if _, err := migrations.Up(ctx, db); err != nil {
+	if _, err := migrations.Up(ctx, db, migrations.Sets()...); err != nil {
 		t.Fatalf("migrate %s: %v", name, err)
 	}
 	return &testdb.DB{Name: name, DSN: dsn, DB: db}

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed31b0e981/reservoir/internal/cell"
+	"github.com/seed31b0e981/reservoir/migrations"
 )
 
 // healthz says the process is up and serving HTTP. It checks nothing
@@ -77,20 +78,27 @@ const (
 	schemaAhead = "ahead"
 )
 
-// SchemaHealth is one database's schema against the migrations embedded
-// in this binary, as /readyz shows it.
+// SchemaHealth is one database's schema against the migration set of its
+// role embedded in this binary, as /readyz shows it.
 type SchemaHealth struct {
 	// Pod names the pod ("control" for the control database).
 	Pod string `json:"pod"`
+	// Set is the migration set the database is checked against: "control"
+	// for the control database, "pod" for a pod's.
+	Set string `json:"set"`
 	// State is "current", "behind" (not ready), "ahead" (ready, logged),
 	// or why the version could not be read: "unreachable", "timeout",
 	// "auth_failed" or "error" (as for a store's ping).
 	State string `json:"state"`
-	// Version is the highest migration the database has applied (0 when
-	// none, or when it could not be read).
+	// Version is the highest migration of the set the database has
+	// applied (0 when none, or when it could not be read).
 	Version int64 `json:"version"`
-	// Latest is the highest migration this binary embeds.
+	// Latest is the set's highest migration this binary embeds.
 	Latest int64 `json:"latest"`
+	// Legacy is set when the database was migrated by a release before
+	// the split of the migration sets and not yet by this one: the
+	// version goose_db_version records (`reservoir migrate` adopts it).
+	Legacy int64 `json:"legacy,omitempty"`
 	// Pending lists the migrations this binary needs that the database
 	// has not applied.
 	Pending []int64 `json:"pending,omitempty"`
@@ -298,9 +306,15 @@ func schemaBehindReason(st cell.SchemaState) string {
 	if st.Pod == "control" {
 		field = "the topology's control_dsn"
 	}
-	return fmt.Sprintf("schema_behind: %s is at migration %s and this binary needs %s (not applied: %s): "+
-		"run `reservoir migrate --dsn DSN up` with DSN %s (docs/deploy.md); this replica turns ready once it is applied",
-		schemaSubject(st.Pod), version(st.State.Current), version(st.State.Latest), versionList(st.State.Pending), field)
+	set := st.Set.Name()
+	at := fmt.Sprintf("is at %s migration %s", set, version(st.State.Current))
+	if st.State.Legacy > 0 {
+		at = fmt.Sprintf("was migrated by a release before the split of the migration sets (%s at %s)", migrations.LegacyTable, version(st.State.Legacy))
+	}
+	return fmt.Sprintf("schema_behind: %s %s and this binary needs %s migration %s (not applied: %s): "+
+		"run `reservoir migrate --topology FILE up`, or `reservoir migrate --set %s --dsn DSN up` with DSN %s (docs/deploy.md); "+
+		"this replica turns ready once it is applied",
+		schemaSubject(st.Pod), at, set, version(st.State.Latest), versionList(st.State.Pending), set, field)
 }
 
 // schemaSubject names a database in a sentence.
@@ -325,8 +339,8 @@ func versionList(vs []int64) string {
 // schemaHealth is st as /readyz shows it; the driver's error only with
 // detail.
 func schemaHealth(st cell.SchemaState, detail bool) SchemaHealth {
-	h := SchemaHealth{Pod: st.Pod, Version: st.State.Current, Latest: st.State.Latest,
-		Pending: st.State.Pending, Unknown: st.State.Unknown}
+	h := SchemaHealth{Pod: st.Pod, Set: st.Set.Name(), Version: st.State.Current, Latest: st.State.Latest,
+		Legacy: st.State.Legacy, Pending: st.State.Pending, Unknown: st.State.Unknown}
 	switch {
 	case st.Err != nil:
 		h.State = failureClass(st.Err)
@@ -425,9 +439,9 @@ func (c *schemaCheck) logChange() {
 		case st.Err != nil:
 			unread = append(unread, st.Pod)
 		case st.State.Behind():
-			behind = append(behind, fmt.Sprintf("%s at %s (not applied: %s)", st.Pod, version(st.State.Current), versionList(st.State.Pending)))
+			behind = append(behind, fmt.Sprintf("%s at %s migration %s (not applied: %s)", st.Pod, st.Set, version(st.State.Current), versionList(st.State.Pending)))
 		case st.State.Ahead():
-			ahead = append(ahead, fmt.Sprintf("%s at %s (unknown here: %s)", st.Pod, version(st.State.Current), versionList(st.State.Unknown)))
+			ahead = append(ahead, fmt.Sprintf("%s at %s migration %s (unknown here: %s)", st.Pod, st.Set, version(st.State.Current), versionList(st.State.Unknown)))
 		}
 	}
 	key := fmt.Sprint(behind, ahead, unread)
@@ -436,14 +450,14 @@ func (c *schemaCheck) logChange() {
 	}
 	first := c.logged == ""
 	c.logged = key
-	latest := version(c.last[0].State.Latest)
+	podLatest, controlLatest := version(migrations.Pod.Latest()), version(migrations.Control.Latest())
 	if len(behind) > 0 {
-		c.log.Warn("server: schema behind this binary: not ready until `reservoir migrate --dsn DSN up` runs against each database listed",
-			"databases", behind, "binary_latest", latest)
+		c.log.Warn("server: schema behind this binary: not ready until `reservoir migrate --topology FILE up` (or `--set SET --dsn DSN up` per database) migrates each database listed",
+			"databases", behind, "pod_latest", podLatest, "control_latest", controlLatest)
 	}
 	if len(ahead) > 0 {
 		c.log.Warn("server: schema ahead of this binary: a newer binary migrated these databases; this one keeps serving (a rolling deploy), but replace it with the newer one",
-			"databases", ahead, "binary_latest", latest)
+			"databases", ahead, "pod_latest", podLatest, "control_latest", controlLatest)
 	}
 	for _, st := range c.last {
 		if st.Err != nil {
@@ -451,7 +465,7 @@ func (c *schemaCheck) logChange() {
 		}
 	}
 	if len(behind)+len(ahead)+len(unread) == 0 && !first {
-		c.log.Info("server: schema current: every database has this binary's migrations", "binary_latest", latest)
+		c.log.Info("server: schema current: every database has this binary's migrations of its set", "pod_latest", podLatest, "control_latest", controlLatest)
 	}
 }
 

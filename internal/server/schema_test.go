@@ -2,9 +2,7 @@ package server_test
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -12,70 +10,48 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/seed31b0e981/reservoir/internal/server"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/migrations"
-	"github.com/seed31b0e981/reservoir/mysqlstore"
 )
 
-// schemaDB is a database of its own, migrated up to a version the test
-// chooses (testdb's are always at the latest).
+// schemaDB is a database of its own, migrated with one set up to a version
+// the test chooses (testdb's have both sets at the latest).
 type schemaDB struct {
 	dsn string
 	db  *sql.DB
+	set *migrations.Set
 }
 
-// newSchemaDB creates a database migrated up to version (goose UpTo) and
-// drops it when the test ends.
-func newSchemaDB(t *testing.T, version int64) *schemaDB {
+// newSchemaDB creates a database with set migrated up to version (goose
+// UpTo) and drops it when the test ends.
+func newSchemaDB(t *testing.T, set *migrations.Set, version int64) *schemaDB {
 	t.Helper()
-	server := testdb.ServerDSN(t)
-	admin, err := sql.Open("mysql", server)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Close() })
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "rsv_test_" + hex.EncodeToString(b[:])
+	d := testdb.NewSets(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = admin.ExecContext(context.Background(), "DROP DATABASE IF EXISTS "+name) })
-	cfg, err := mysql.ParseDSN(server)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.DBName = name
-	dsn, err := mysqlstore.DSN(cfg.FormatDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := mysqlstore.Open(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	p, err := migrations.Provider(db)
+	p, err := set.Provider(d.DB)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.UpTo(ctx, version); err != nil {
-		t.Fatalf("migrate %s up to %d: %v", name, version, err)
+		t.Fatalf("migrate %s's %s set up to %d: %v", d.Name, set, version, err)
 	}
-	return &schemaDB{dsn: dsn, db: db}
+	return &schemaDB{dsn: d.DSN, db: d.DB, set: set}
 }
 
-// up applies every migration, as `reservoir migrate up` does.
+// before is the set's version before its latest.
+func before(set *migrations.Set) int64 {
+	vs := set.Versions()
+	return vs[len(vs)-2]
+}
+
+// up applies every migration of the set, as `reservoir migrate up` does.
 func (d *schemaDB) up(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := migrations.Up(ctx, d.db); err != nil {
+	if _, err := migrations.Up(ctx, d.db, d.set); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -138,8 +114,7 @@ func schemaOf(v server.ReadyView, pod string) server.SchemaHealth {
 // start) says the same.
 func TestReadyzSchemaBehind(t *testing.T) {
 	t.Parallel()
-	latest := migrations.Latest()
-	podA, control := newSchemaDB(t, latest-1), newSchemaDB(t, latest-1)
+	podA, control := newSchemaDB(t, migrations.Pod, before(migrations.Pod)), newSchemaDB(t, migrations.Control, before(migrations.Control))
 	h, srv := schemaHarness(t, map[string]string{"pod-a": podA.dsn, "control": control.dsn})
 
 	r := h.do("GET", "/readyz", nil, "")
@@ -148,8 +123,9 @@ func TestReadyzSchemaBehind(t *testing.T) {
 		t.Fatalf("readyz with two databases behind: %d %s", r.status, r.raw)
 	}
 	reasons := strings.Join(v.NotReady, "\n")
-	for _, want := range []string{"schema_behind: pod pod-a's database", "schema_behind: the control database",
-		"reservoir migrate --dsn DSN up", "mysql_dsn of pod pod-a", "control_dsn"} {
+	for _, want := range []string{"schema_behind: pod pod-a's database is at pod migration", "schema_behind: the control database is at control migration",
+		"reservoir migrate --topology FILE up", "reservoir migrate --set pod --dsn DSN up", "reservoir migrate --set control --dsn DSN up",
+		"mysql_dsn of pod pod-a", "control_dsn"} {
 		if !strings.Contains(reasons, want) {
 			t.Errorf("readyz's reasons do not say %q:\n%s", want, reasons)
 		}
@@ -163,12 +139,16 @@ func TestReadyzSchemaBehind(t *testing.T) {
 		}
 	}
 	for pod, want := range map[string]string{"control": "behind", "pod-a": "behind", "pod-b": "current"} {
-		s := schemaOf(v, pod)
-		if s.State != want || s.Latest != latest {
-			t.Errorf("readyz schema of %s: %+v, want %s with latest %d", pod, s, want, latest)
+		set := migrations.Pod
+		if pod == "control" {
+			set = migrations.Control
 		}
-		if want == "behind" && (s.Version != latest-1 || len(s.Pending) != 1 || s.Pending[0] != latest) {
-			t.Errorf("readyz schema of %s: %+v, want version %d and %d pending", pod, s, latest-1, latest)
+		s := schemaOf(v, pod)
+		if s.State != want || s.Set != set.Name() || s.Latest != set.Latest() {
+			t.Errorf("readyz schema of %s: %+v, want %s against the %s set, latest %d", pod, s, want, set, set.Latest())
+		}
+		if want == "behind" && (s.Version != before(set) || len(s.Pending) != 1 || s.Pending[0] != set.Latest()) {
+			t.Errorf("readyz schema of %s: %+v, want version %d and %d pending", pod, s, before(set), set.Latest())
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -213,9 +193,9 @@ func TestReadyzSchemaBehind(t *testing.T) {
 // warns in the log once.
 func TestReadyzSchemaAhead(t *testing.T) {
 	t.Parallel()
-	latest := migrations.Latest()
-	podB := newSchemaDB(t, latest)
-	if _, err := podB.db.Exec("INSERT INTO goose_db_version (version_id, is_applied) VALUES (?, TRUE)", latest+1); err != nil {
+	latest, next := migrations.Pod.Latest(), int64(1000) // a version of a newer binary
+	podB := newSchemaDB(t, migrations.Pod, latest)
+	if _, err := podB.db.Exec("INSERT INTO goose_pod_version (version_id, is_applied) VALUES (?, TRUE)", next); err != nil {
 		t.Fatal(err)
 	}
 	h, srv := schemaHarness(t, map[string]string{"pod-b": podB.dsn})
@@ -225,8 +205,8 @@ func TestReadyzSchemaAhead(t *testing.T) {
 	if r.status != http.StatusOK || !v.Ready {
 		t.Fatalf("readyz with a schema ahead: %d %s, want 200", r.status, r.raw)
 	}
-	if s := schemaOf(v, "pod-b"); s.State != "ahead" || s.Version != latest+1 || len(s.Unknown) != 1 || s.Unknown[0] != latest+1 {
-		t.Errorf("readyz schema of pod-b: %+v, want ahead at %d", s, latest+1)
+	if s := schemaOf(v, "pod-b"); s.State != "ahead" || s.Version != next || len(s.Unknown) != 1 || s.Unknown[0] != next || s.Latest != latest {
+		t.Errorf("readyz schema of pod-b: %+v, want ahead at %d", s, next)
 	}
 	if s := schemaOf(v, "pod-a"); s.State != "current" {
 		t.Errorf("readyz schema of pod-a: %+v, want current", s)
@@ -238,5 +218,47 @@ func TestReadyzSchemaAhead(t *testing.T) {
 	}
 	if n := strings.Count(h.logBuf.String(), "schema ahead of this binary"); n != 1 {
 		t.Errorf("the schema ahead was warned about %d times over two checks, want once:\n%s", n, h.logBuf.String())
+	}
+}
+
+// Each database is checked against the set of its role, and only that
+// one: the control database holding only the control set and pods only
+// the pod set are current; a pod's database migrated by a release before
+// the split (goose_db_version) is behind, and /readyz says so and what to
+// run, until `reservoir migrate` adopts it.
+func TestReadyzEachDatabaseItsSet(t *testing.T) {
+	t.Parallel()
+	control := testdb.NewSets(t, migrations.Control)
+	podA := testdb.NewSets(t, migrations.Pod)
+	podB := testdb.NewLegacy(t, migrations.LegacyLatest)
+	h, _ := schemaHarness(t, map[string]string{"control": control.DSN, "pod-a": podA.DSN, "pod-b": podB.DSN})
+
+	r := h.do("GET", "/readyz", nil, "")
+	v := readyView(t, r)
+	if r.status != http.StatusServiceUnavailable || len(v.NotReady) != 1 ||
+		!strings.Contains(v.NotReady[0], "schema_behind: pod pod-b's database was migrated by a release before the split of the migration sets (goose_db_version at 00010)") ||
+		!strings.Contains(v.NotReady[0], "reservoir migrate --set pod --dsn DSN up") {
+		t.Fatalf("readyz with pod-b's database from before the split: %d %s", r.status, r.raw)
+	}
+	for pod, want := range map[string]string{"control": "current", "pod-a": "current", "pod-b": "behind"} {
+		if s := schemaOf(v, pod); s.State != want {
+			t.Errorf("readyz schema of %s: %+v, want %s", pod, s, want)
+		}
+	}
+	if s := schemaOf(v, "pod-b"); s.Legacy != migrations.LegacyLatest || s.Set != "pod" {
+		t.Errorf("readyz schema of pod-b: %+v, want legacy %d against the pod set", s, migrations.LegacyLatest)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := migrations.Up(ctx, podB.DB, migrations.Pod); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for r = h.do("GET", "/readyz", nil, ""); r.status != http.StatusOK && time.Now().Before(deadline); r = h.do("GET", "/readyz", nil, "") {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if r.status != http.StatusOK {
+		t.Fatalf("readyz after adopting pod-b's database: %d %s", r.status, r.raw)
 	}
 }

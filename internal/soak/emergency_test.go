@@ -163,7 +163,7 @@ func (e *emergency) privateDatabase(server *testproc.Server, name string) (strin
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { db.Close() })
-	if _, err := migrations.Up(ctx, db); err != nil {
+	if _, err := migrations.Up(ctx, db, migrations.Sets()...); err != nil {
 		e.t.Fatal(err)
 	}
 	return dsn, db

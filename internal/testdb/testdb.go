@@ -99,8 +99,9 @@ type DB struct {
 	*sql.DB
 }
 
-// New creates a database, applies every migration and drops it when the
-// test ends (unless RESERVOIR_KEEP_DB=1).
+// New creates a database, applies both migration sets (it is a pod's
+// database and the control database at once; NewSets chooses) and drops it
+// when the test ends (unless RESERVOIR_KEEP_DB=1).
 func New(t testing.TB) *DB {
 	t.Helper()
 	return newOn(t, ServerDSN(t))
@@ -119,7 +120,13 @@ func NewTLS(t testing.TB) *DB {
 // server.
 func newOn(t testing.TB, server string) *DB {
 	t.Helper()
-	d, drop, err := create(adminDB(t), server)
+	return newMigrated(t, server, upBoth)
+}
+
+// newMigrated is newOn with the migration of the new database given.
+func newMigrated(t testing.TB, server string, migrate func(context.Context, *sql.DB) error) *DB {
+	t.Helper()
+	d, drop, err := create(adminDB(t), server, migrate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,17 +152,23 @@ func ForExample() (*DB, func()) {
 	if err != nil {
 		panic(err)
 	}
-	d, drop, err := create(admin, server)
+	d, drop, err := create(admin, server, upBoth)
 	if err != nil {
 		panic(err)
 	}
 	return d, func() { drop(); _ = admin.Close() }
 }
 
+// upBoth applies both migration sets.
+func upBoth(ctx context.Context, db *sql.DB) error {
+	_, err := migrations.Up(ctx, db, migrations.Sets()...)
+	return err
+}
+
 // create makes a database through admin, then opens it on server (the
 // server DSN with its user and TLS settings) and migrates it; drop closes
 // and drops it.
-func create(admin *sql.DB, server string) (_ *DB, drop func(), err error) {
+func create(admin *sql.DB, server string, migrate func(context.Context, *sql.DB) error) (_ *DB, drop func(), err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var b [6]byte
@@ -189,7 +202,7 @@ func create(admin *sql.DB, server string) (_ *DB, drop func(), err error) {
 		return nil, nil, err
 	}
 	db.SetMaxOpenConns(200)
-	if _, err := migrations.Up(ctx, db); err != nil {
+	if err := migrate(ctx, db); err != nil {
 		return nil, nil, fmt.Errorf("migrate %s: %w", name, err)
 	}
 	return &DB{Name: name, DSN: dsn, DB: db}, drop, nil
