@@ -5,8 +5,9 @@
 // (rollout_audit), the replicas' heartbeats (rollout_replicas), and the
 // comparer's sampled diffs, stats, traffic counts and flush ids
 // (compare_diffs, compare_stats, compare_traffic, compare_flushes). Its
-// tables come from the control migration set (migrations 00002, 00003,
-// 00007 and 00008); this package never creates or alters one.
+// tables come from the control migration set (migrations/control: 00002
+// compare, 00003 rollout, 00007 fleet flags, 00008 traffic); this package
+// never creates or alters one.
 //
 // Every statement against the control database lives here, as a constant
 // tagged with its caller in SQLCommenter form (/*caller='flags'*/, the tag
