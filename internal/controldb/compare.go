@@ -170,12 +170,15 @@ func InsertFlush(ctx context.Context, q Querier, id []byte) error {
 // (pod, window, mode, op, class) and each side's latencies in
 // microseconds.
 type StatsRow struct {
+	// Pod, WindowStart, Mode, Op and Class are the row's primary key
+	// (WindowStart in UTC, a multiple of the comparer's window).
 	Pod         string
 	WindowStart time.Time
 	Mode        string
 	Op          string
 	Class       string
-	N           int64
+	// N is the observations to add.
+	N int64
 	// AuthorityN, AuthorityUsSum and AuthorityUsMax are the authority's
 	// timed calls, their sum and the longest; Shadow* the shadow's.
 	AuthorityN, AuthorityUsSum, AuthorityUsMax int64
@@ -205,11 +208,13 @@ func UpsertStats(ctx context.Context, q Querier, rows []StatsRow) error {
 // TrafficRow is one compare_traffic row's increment: the calls a pod's
 // facades took in a window, mode and operation.
 type TrafficRow struct {
+	// Pod, WindowStart, Mode and Op are the row's primary key.
 	Pod         string
 	WindowStart time.Time
 	Mode        string
 	Op          string
-	N           int64
+	// N is the calls to add.
+	N int64
 }
 
 // UpsertTraffic adds rows to compare_traffic, in statements of at most
@@ -232,7 +237,10 @@ func UpsertTraffic(ctx context.Context, q Querier, rows []TrafficRow) error {
 // StatsSum is compare_stats summed over pods, windows and replicas for
 // one (mode, op, class): counts and sums added, maxima the largest.
 type StatsSum struct {
-	Mode, Op, Class                            string
+	// Mode, Op and Class are what it sums over.
+	Mode, Op, Class string
+	// N is the observations; the Authority* and Shadow* fields are as in
+	// StatsRow.
 	N                                          int64
 	AuthorityN, AuthorityUsSum, AuthorityUsMax int64
 	ShadowN, ShadowUsSum, ShadowUsMax          int64
@@ -265,8 +273,10 @@ func SumStats(ctx context.Context, q Querier, pod string, since time.Time) ([]St
 // TrafficSum is compare_traffic summed over windows, operations and
 // replicas for one pod and mode.
 type TrafficSum struct {
+	// Pod and Mode are what it sums over.
 	Pod, Mode string
-	N         int64
+	// N is the calls.
+	N int64
 }
 
 // SumTraffic sums compare_traffic per pod and mode over the windows that

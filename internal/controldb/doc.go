@@ -39,8 +39,11 @@ import (
 // the caller's transaction (LockFlags, the stats flush) is given the
 // *sql.Tx.
 type Querier interface {
+	// ExecContext runs a statement that returns no rows.
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	// QueryContext runs a query that returns rows.
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	// QueryRowContext runs a query that returns at most one row.
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
