@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/internal/controldb"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
@@ -155,7 +156,7 @@ func (c *Comparer) writeBatch(batch []*DiffRecord) {
 	if len(batch) == 0 {
 		return
 	}
-	args := make([]any, 0, len(batch)*11)
+	rows := make([]controldb.DiffRow, 0, len(batch))
 	for _, r := range batch {
 		a, err := json.Marshal(r.Authority)
 		if err != nil {
@@ -165,13 +166,14 @@ func (c *Comparer) writeBatch(batch []*DiffRecord) {
 		if err != nil {
 			panic(err)
 		}
-		args = append(args, clip(r.Pod, maxPod), r.At, clip(r.Mode, maxMode), clip(string(r.Op), maxOp),
-			clip(string(r.Class), maxClass), r.Shop, clip(r.Token, maxToken),
-			clip(string(r.Authority.Store), maxStore), clip(string(r.Shadow.Store), maxStore), string(a), string(s))
+		rows = append(rows, controldb.DiffRow{Pod: clip(r.Pod, maxPod), ObservedAt: r.At, Mode: clip(r.Mode, maxMode), Op: clip(string(r.Op), maxOp),
+			Class: clip(string(r.Class), maxClass), ShopID: r.Shop, Token: clip(r.Token, maxToken),
+			AuthorityStore: clip(string(r.Authority.Store), maxStore), ShadowStore: clip(string(r.Shadow.Store), maxStore),
+			Authority: string(a), Shadow: string(s)})
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.WriteTimeout)
 	defer cancel()
-	if _, err := c.db.ExecContext(ctx, diffInsertQuery(len(batch)), args...); err != nil {
+	if err := controldb.InsertDiffs(ctx, c.db, rows); err != nil {
 		c.m.diffsDropped.WithLabelValues(dropWriteFailed).Add(float64(len(batch)))
 		c.logf(slog.LevelWarn, "compare: write diff records failed", "records", len(batch), "err", err)
 		return
@@ -186,33 +188,21 @@ func (c *Comparer) RecentDiffs(ctx context.Context, pod string, limit int) ([]Di
 		limit = 50
 	}
 	limit = min(limit, 1000)
-	query, args := sqlDiffRecentPod, []any{pod, limit}
-	if pod == "" {
-		query, args = sqlDiffRecentAll, []any{limit}
-	}
-	rows, err := c.db.QueryContext(ctx, query, args...)
+	rows, err := controldb.RecentDiffs(ctx, c.db, pod, limit)
 	if err != nil {
 		return nil, fmt.Errorf("compare: recent diffs: %w", err)
 	}
-	defer rows.Close()
 	var out []DiffRecord
-	for rows.Next() {
-		var r DiffRecord
-		var a, s []byte
-		if err := rows.Scan(&r.ID, &r.Pod, &r.At, &r.Mode, &r.Op, &r.Class, &r.Shop, &r.Token, &a, &s); err != nil {
-			return nil, fmt.Errorf("compare: recent diffs: %w", err)
-		}
-		r.At = r.At.UTC()
-		if err := json.Unmarshal(a, &r.Authority); err != nil {
+	for _, row := range rows {
+		r := DiffRecord{ID: row.ID, Pod: row.Pod, At: row.ObservedAt.UTC(), Mode: row.Mode, Op: Op(row.Op), Class: Class(row.Class),
+			Shop: row.ShopID, Token: row.Token}
+		if err := json.Unmarshal([]byte(row.Authority), &r.Authority); err != nil {
 			return nil, fmt.Errorf("compare: diff record %d: authority: %w", r.ID, err)
 		}
-		if err := json.Unmarshal(s, &r.Shadow); err != nil {
+		if err := json.Unmarshal([]byte(row.Shadow), &r.Shadow); err != nil {
 			return nil, fmt.Errorf("compare: diff record %d: shadow: %w", r.ID, err)
 		}
 		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("compare: recent diffs: %w", err)
 	}
 	return out, nil
 }
@@ -238,32 +228,32 @@ func (c *Comparer) Cleanup(ctx context.Context) (Cleaned, error) {
 	now := time.Now().UTC()
 	var res Cleaned
 	var err error
-	res.Diffs, err = c.deleteBatches(ctx, "compare_diffs", sqlDiffCleanup, now.Add(-c.cfg.Retention))
+	res.Diffs, err = c.deleteBatches(ctx, "compare_diffs", controldb.DeleteDiffsBefore, now.Add(-c.cfg.Retention))
 	if err != nil {
 		return res, err
 	}
-	res.Stats, err = c.deleteBatches(ctx, "compare_stats", sqlStatsCleanup, now.Add(-c.cfg.StatsRetention))
+	res.Stats, err = c.deleteBatches(ctx, "compare_stats", controldb.DeleteStatsBefore, now.Add(-c.cfg.StatsRetention))
 	if err != nil {
 		return res, err
 	}
-	res.Traffic, err = c.deleteBatches(ctx, "compare_traffic", sqlTrafficCleanup, now.Add(-c.cfg.StatsRetention))
+	res.Traffic, err = c.deleteBatches(ctx, "compare_traffic", controldb.DeleteTrafficBefore, now.Add(-c.cfg.StatsRetention))
 	if err != nil {
 		return res, err
 	}
-	_, err = c.deleteBatches(ctx, "compare_flushes", sqlFlushCleanup, now.Add(-c.cfg.StatsRetention))
+	_, err = c.deleteBatches(ctx, "compare_flushes", controldb.DeleteFlushesBefore, now.Add(-c.cfg.StatsRetention))
 	return res, err
 }
 
-func (c *Comparer) deleteBatches(ctx context.Context, table, query string, before time.Time) (int64, error) {
+// deleteBatches runs del (one of controldb's Delete*Before) until it
+// deletes fewer than CleanupBatch rows, each statement under its own
+// WriteTimeout, counting the rows of table it deleted.
+func (c *Comparer) deleteBatches(ctx context.Context, table string,
+	del func(context.Context, controldb.Querier, time.Time, int) (int64, error), before time.Time) (int64, error) {
 	var total int64
 	for {
 		sctx, cancel := context.WithTimeout(ctx, c.cfg.WriteTimeout)
-		res, err := c.db.ExecContext(sctx, query, before, c.cfg.CleanupBatch)
+		n, err := del(sctx, c.db, before, c.cfg.CleanupBatch)
 		cancel()
-		if err != nil {
-			return total, fmt.Errorf("compare: cleanup %s: %w", table, err)
-		}
-		n, err := res.RowsAffected()
 		if err != nil {
 			return total, fmt.Errorf("compare: cleanup %s: %w", table, err)
 		}

@@ -18,6 +18,9 @@
 //     Traffic), flushed with the stats: which pods are busy, in every mode.
 //   - Retention of these tables.
 //
+// Their statements live in internal/controldb with every other statement
+// against the control database; this package holds no SQL.
+//
 // # What it must never do
 //
 // It never calls a store and never changes an answer: it sees outcomes after

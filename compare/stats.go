@@ -5,18 +5,14 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
+	"github.com/seed31b0e981/reservoir/internal/controldb"
 )
-
-// errDupEntry is MySQL's ER_DUP_ENTRY.
-const errDupEntry = 1062
 
 // Side is one of the two roles in a dual-written call.
 type Side string
@@ -26,9 +22,6 @@ const (
 	SideAuthority Side = "authority"
 	SideShadow    Side = "shadow"
 )
-
-// statsChunk is the most rows one stats upsert carries.
-const statsChunk = 500
 
 // statKey is one compare_stats row.
 type statKey struct {
@@ -165,34 +158,28 @@ func (c *Comparer) writeBatchTx(ctx context.Context, b statBatch) error {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, sqlFlushInsert, b.id); err != nil {
-		var me *mysql.MySQLError
-		if errors.As(err, &me) && me.Number == errDupEntry {
+	if err := controldb.InsertFlush(ctx, tx, b.id); err != nil {
+		if controldb.IsDuplicate(err) {
 			return nil // written before: the client missed the COMMIT's answer
 		}
 		return err
 	}
-	for i := 0; i < len(b.keys); i += statsChunk {
-		chunk := b.keys[i:min(i+statsChunk, len(b.keys))]
-		args := make([]any, 0, len(chunk)*12)
-		for _, k := range chunk {
-			v := b.vals[k]
-			args = append(args, k.pod, time.Unix(k.window, 0).UTC(), k.mode, k.op, k.class, v.n,
-				v.authority.n, v.authority.sumUs, v.authority.maxUs, v.shadow.n, v.shadow.sumUs, v.shadow.maxUs)
-		}
-		if _, err := tx.ExecContext(ctx, statsUpsertQuery(len(chunk)), args...); err != nil {
-			return err
-		}
+	stats := make([]controldb.StatsRow, 0, len(b.keys))
+	for _, k := range b.keys {
+		v := b.vals[k]
+		stats = append(stats, controldb.StatsRow{Pod: k.pod, WindowStart: time.Unix(k.window, 0).UTC(), Mode: k.mode, Op: k.op, Class: k.class, N: v.n,
+			AuthorityN: v.authority.n, AuthorityUsSum: v.authority.sumUs, AuthorityUsMax: v.authority.maxUs,
+			ShadowN: v.shadow.n, ShadowUsSum: v.shadow.sumUs, ShadowUsMax: v.shadow.maxUs})
 	}
-	for i := 0; i < len(b.traffic); i += statsChunk {
-		chunk := b.traffic[i:min(i+statsChunk, len(b.traffic))]
-		args := make([]any, 0, len(chunk)*5)
-		for _, k := range chunk {
-			args = append(args, k.pod, time.Unix(k.window, 0).UTC(), k.mode, k.op, b.trafficVals[k])
-		}
-		if _, err := tx.ExecContext(ctx, trafficUpsertQuery(len(chunk)), args...); err != nil {
-			return err
-		}
+	if err := controldb.UpsertStats(ctx, tx, stats); err != nil {
+		return err
+	}
+	traffic := make([]controldb.TrafficRow, 0, len(b.traffic))
+	for _, k := range b.traffic {
+		traffic = append(traffic, controldb.TrafficRow{Pod: k.pod, WindowStart: time.Unix(k.window, 0).UTC(), Mode: k.mode, Op: k.op, N: b.trafficVals[k]})
+	}
+	if err := controldb.UpsertTraffic(ctx, tx, traffic); err != nil {
+		return err
 	}
 	return tx.Commit()
 }
@@ -376,32 +363,21 @@ func (c *Comparer) Window() time.Duration { return c.cfg.Window }
 // flushed; this replica's last FlushInterval is included only after Flush.
 func (c *Comparer) Totals(ctx context.Context, pod string, since time.Time) (Totals, error) {
 	start := since.UTC().Truncate(c.cfg.Window)
-	query, args := sqlTotalsPod, []any{pod, start}
-	if pod == "" {
-		query, args = sqlTotalsAll, []any{start}
-	}
-	rows, err := c.db.QueryContext(ctx, query, args...)
+	sums, err := controldb.SumStats(ctx, c.db, pod, start)
 	if err != nil {
 		return Totals{}, fmt.Errorf("compare: totals: %w", err)
 	}
-	defer rows.Close()
 	byMode := map[string]Summary{}
 	t := Totals{Pod: pod, Since: start, ByMode: map[string]Summary{}}
-	for rows.Next() {
-		var mode string
-		var op Op
-		var cl Class
-		var n, aN, aSum, aMax, sN, sSum, sMax int64
-		if err := rows.Scan(&mode, &op, &cl, &n, &aN, &aSum, &aMax, &sN, &sSum, &sMax); err != nil {
-			return Totals{}, fmt.Errorf("compare: totals: %w", err)
-		}
+	for _, r := range sums {
+		mode, op, cl, n := r.Mode, Op(r.Op), Class(r.Class), r.N
 		s := byMode[mode]
 		s.Observations += n
 		s.ByClass = addCount(s.ByClass, cl, n)
 		s.addOp(op, cl, n)
 		for side, l := range map[Side]Latency{
-			SideAuthority: {Count: aN, Total: time.Duration(aSum) * time.Microsecond, Max: time.Duration(aMax) * time.Microsecond},
-			SideShadow:    {Count: sN, Total: time.Duration(sSum) * time.Microsecond, Max: time.Duration(sMax) * time.Microsecond},
+			SideAuthority: {Count: r.AuthorityN, Total: time.Duration(r.AuthorityUsSum) * time.Microsecond, Max: time.Duration(r.AuthorityUsMax) * time.Microsecond},
+			SideShadow:    {Count: r.ShadowN, Total: time.Duration(r.ShadowUsSum) * time.Microsecond, Max: time.Duration(r.ShadowUsMax) * time.Microsecond},
 		} {
 			if l.Count == 0 {
 				continue
@@ -411,9 +387,6 @@ func (c *Comparer) Totals(ctx context.Context, pod string, since time.Time) (Tot
 		}
 		byMode[mode] = s
 		t.Observations += n
-	}
-	if err := rows.Err(); err != nil {
-		return Totals{}, fmt.Errorf("compare: totals: %w", err)
 	}
 	for m, s := range byMode {
 		t.ByMode[m] = s.finish()

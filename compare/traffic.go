@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/seed31b0e981/reservoir/internal/controldb"
 )
 
 // Traffic is what the comparer counts beside the observations: every call
@@ -67,28 +69,19 @@ type PodTraffic struct {
 // after since truncated to Config.Window. A pod that took no call since
 // is absent. Like Totals it reads what every replica has flushed.
 func (c *Comparer) Traffic(ctx context.Context, since time.Time) (map[string]PodTraffic, error) {
-	rows, err := c.db.QueryContext(ctx, sqlTraffic, since.UTC().Truncate(c.cfg.Window))
+	sums, err := controldb.SumTraffic(ctx, c.db, since.UTC().Truncate(c.cfg.Window))
 	if err != nil {
 		return nil, fmt.Errorf("compare: traffic: %w", err)
 	}
-	defer rows.Close()
 	out := map[string]PodTraffic{}
-	for rows.Next() {
-		var pod, mode string
-		var n int64
-		if err := rows.Scan(&pod, &mode, &n); err != nil {
-			return nil, fmt.Errorf("compare: traffic: %w", err)
-		}
-		t := out[pod]
+	for _, r := range sums {
+		t := out[r.Pod]
 		if t.ByMode == nil {
-			t = PodTraffic{Pod: pod, ByMode: map[string]int64{}}
+			t = PodTraffic{Pod: r.Pod, ByMode: map[string]int64{}}
 		}
-		t.Calls += n
-		t.ByMode[mode] += n
-		out[pod] = t
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("compare: traffic: %w", err)
+		t.Calls += r.N
+		t.ByMode[r.Mode] += r.N
+		out[r.Pod] = t
 	}
 	return out, nil
 }

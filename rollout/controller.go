@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/internal/controldb"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
 	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 
@@ -256,16 +257,8 @@ func handoffWhat(p *reservation.HandoffProgress, now time.Time) string {
 	return p.Summary(now)
 }
 
-const sqlStateRead = `/*caller='rollout'*/ SELECT stage, since FROM rollout_state WHERE id = 1`
-const sqlStateWrite = `/*caller='rollout'*/ INSERT INTO rollout_state (id, stage, since) VALUES (1, ?, ?)
-  ON DUPLICATE KEY UPDATE stage = VALUES(stage), since = VALUES(since)`
-const sqlAuditInsert = `/*caller='rollout'*/ INSERT INTO rollout_audit
-  (at, actor, action, scope, reason, stage, before_flags, after_flags) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
-const sqlAuditList = `/*caller='rollout'*/ SELECT id, at, actor, action, scope, reason, stage, before_flags, after_flags
-  FROM rollout_audit ORDER BY id DESC LIMIT ?`
-
 func (c *Controller) state(ctx context.Context) (stage int, since time.Time, err error) {
-	err = c.cfg.DB.QueryRowContext(ctx, sqlStateRead).Scan(&stage, &since)
+	stage, since, err = controldb.ReadState(ctx, c.cfg.DB)
 	if errors.Is(err, sql.ErrNoRows) {
 		return -1, time.Time{}, nil
 	}
@@ -474,7 +467,7 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 	}
 	c.obey(ctx, after, o.Out, o.Fleet)
 	now := c.cfg.Now().UTC()
-	if _, err := c.cfg.DB.ExecContext(ctx, sqlStateWrite, st.Stage+1, now); err != nil {
+	if err := controldb.WriteState(ctx, c.cfg.DB, st.Stage+1, now); err != nil {
 		return Stage{}, fmt.Errorf("rollout: advance: flags written, state not recorded: %w", err)
 	}
 	return next, c.audit(ctx, now, o.Actor, action, strings.Join(next.Pods, ","), reasonOr(o.Reason, next.Name), st.Stage+1, before, after)
@@ -621,7 +614,9 @@ func renderBefore(f *flagdoc.Flags) ([]byte, error) {
 }
 
 func (c *Controller) audit(ctx context.Context, at time.Time, actor, action, scope, reason string, stage int, before, after []byte) error {
-	if _, err := c.cfg.DB.ExecContext(ctx, sqlAuditInsert, at, actor, action, scope, reason, stage, string(before), string(after)); err != nil {
+	row := controldb.AuditRow{At: at, Actor: actor, Action: action, Scope: scope, Reason: reason,
+		Stage: sql.NullInt64{Int64: int64(stage), Valid: true}, Before: string(before), After: string(after)}
+	if err := controldb.InsertAudit(ctx, c.cfg.DB, row); err != nil {
 		return fmt.Errorf("rollout: %s applied but not audited: %w", action, err)
 	}
 	return nil
@@ -831,7 +826,7 @@ func (c *Controller) restartWindow(ctx context.Context, scope flagdoc.Scope) err
 	if w, ok := c.cfg.Stats.(interface{ Window() time.Duration }); ok && w.Window() > 0 && since.Truncate(w.Window()) != since {
 		since = since.Truncate(w.Window()).Add(w.Window())
 	}
-	if _, err := c.cfg.DB.ExecContext(ctx, sqlStateWrite, stage, since); err != nil {
+	if err := controldb.WriteState(ctx, c.cfg.DB, stage, since); err != nil {
 		return fmt.Errorf("rollout: release: restart the gates' window: %w", err)
 	}
 	return nil
@@ -931,26 +926,20 @@ func (c *Controller) History(ctx context.Context, limit int) ([]AuditEntry, erro
 	if limit <= 0 {
 		limit = 50
 	}
-	rows, err := c.cfg.DB.QueryContext(ctx, sqlAuditList, limit)
+	rows, err := controldb.ListAudit(ctx, c.cfg.DB, limit)
 	if err != nil {
 		return nil, fmt.Errorf("rollout: history: %w", err)
 	}
-	defer rows.Close()
 	var out []AuditEntry
-	for rows.Next() {
-		var e AuditEntry
-		var stage sql.NullInt64
-		if err := rows.Scan(&e.ID, &e.At, &e.Actor, &e.Action, &e.Scope, &e.Reason, &stage, &e.Before, &e.After); err != nil {
-			return nil, err
-		}
-		e.Stage = int(stage.Int64)
-		if !stage.Valid {
+	for _, r := range rows {
+		e := AuditEntry{ID: r.ID, At: r.At.UTC(), Actor: r.Actor, Action: r.Action, Scope: r.Scope, Reason: r.Reason,
+			Stage: int(r.Stage.Int64), Before: r.Before, After: r.After}
+		if !r.Stage.Valid {
 			e.Stage = -1
 		}
-		e.At = e.At.UTC()
 		out = append(out, e)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // AutoAction is what one automatic step did.

@@ -9,4 +9,7 @@
 // parsing and stores), and rollout/flagsource (the sources a replica
 // evaluates the flags through: a file, the control database, a flagd
 // daemon or any OpenFeature provider).
+//
+// The control database's statements (state, audit, heartbeats, the flags
+// row) live in internal/controldb; rollout and its packages hold no SQL.
 package rollout

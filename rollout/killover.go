@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/seed31b0e981/reservoir/internal/controldb"
 	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
@@ -21,14 +22,6 @@ import (
 // from when newer; else the code defaults) plus the change, at a version
 // above every one seen, and audit it as such
 // ("kill_over_invalid", the broken document as before_flags).
-// The statements the kill switch reads to rebuild flags over an invalid
-// document (control database).
-const (
-	// sqlAuditFlags reads the flags the latest changes left, newest first.
-	sqlAuditFlags = `/*caller='rollout'*/ SELECT id, after_flags FROM rollout_audit WHERE after_flags <> '' ORDER BY id DESC LIMIT 500`
-	// sqlAppliedHighest is the highest version any replica reported.
-	sqlAppliedHighest = `/*caller='rollout'*/ SELECT COALESCE(MAX(applied_version), 0) FROM rollout_replicas`
-)
 
 // overInvalid is a kill switch change to write over an invalid document.
 type overInvalid struct {
@@ -78,8 +71,8 @@ func (c *Controller) flagsForKill(ctx context.Context) (*flagdoc.Flags, *overInv
 // obeying it), so the kill switch writes over it as over any invalid
 // document, above every version seen. nil when the replicas take cur.
 func (c *Controller) refused(ctx context.Context, cur *flagdoc.Flags) (*flagdoc.InvalidFlagsError, error) {
-	var applied int64
-	if err := c.cfg.DB.QueryRowContext(ctx, sqlAppliedHighest).Scan(&applied); err != nil {
+	applied, err := controldb.AppliedHighest(ctx, c.cfg.DB)
+	if err != nil {
 		return nil, fmt.Errorf("rollout: read the replicas' versions: %w", err)
 	}
 	var inForce []byte
@@ -129,37 +122,26 @@ func (c *Controller) refused(ctx context.Context, cur *flagdoc.Flags) (*flagdoc.
 // at; a change at a version they have seen would be stale to them,
 // docs/ownership.md section 2).
 func recoverFlags(ctx context.Context, db *sql.DB, bad *flagdoc.InvalidFlagsError, inForce []byte) (*flagdoc.Flags, *overInvalid, error) {
-	rows, err := db.QueryContext(ctx, sqlAuditFlags)
+	audit, err := controldb.ListAuditFlags(ctx, db)
 	if err != nil {
 		return nil, nil, fmt.Errorf("rollout: read the audit: %w", err)
 	}
-	defer rows.Close()
 	var (
 		base *flagdoc.Flags
 		from string
 		seen = bad.Version
 	)
-	for rows.Next() {
-		var (
-			id    int64
-			after string
-		)
-		if err := rows.Scan(&id, &after); err != nil {
-			return nil, nil, fmt.Errorf("rollout: read the audit: %w", err)
-		}
-		seen = max(seen, flagdoc.HighestVersion([]byte(after)))
+	for _, a := range audit {
+		seen = max(seen, flagdoc.HighestVersion([]byte(a.After)))
 		if base != nil {
 			continue
 		}
-		if f, err := flagdoc.ParseFlags([]byte(after)); err == nil {
-			base, from = f, fmt.Sprintf("the last valid flags in the audit (entry %d, version %d)", id, f.Version)
+		if f, err := flagdoc.ParseFlags([]byte(a.After)); err == nil {
+			base, from = f, fmt.Sprintf("the last valid flags in the audit (entry %d, version %d)", a.ID, f.Version)
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("rollout: read the audit: %w", err)
-	}
-	var applied int64
-	if err := db.QueryRowContext(ctx, sqlAppliedHighest).Scan(&applied); err != nil {
+	applied, err := controldb.AppliedHighest(ctx, db)
+	if err != nil {
 		return nil, nil, fmt.Errorf("rollout: read the replicas' versions: %w", err)
 	}
 	if f, err := flagdoc.ParseFlags(inForce); inForce != nil && err == nil && (base == nil || f.Version > base.Version) {

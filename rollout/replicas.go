@@ -10,31 +10,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/internal/controldb"
 	"github.com/seed31b0e981/reservoir/rollout/flagsource"
 )
 
-// A replica's heartbeat in the control database (rollout_replicas): who it
-// is, which pods it serves, which version of the flags its flag source
-// answers with and since when, and when it last reported. The controller
-// reads them to tell when a change is obeyed by the whole fleet.
-const (
-	// sqlHeartbeat reports a replica; applied_at moves only when the
-	// version does. The database's clock stamps both times, so replicas
-	// with skewed clocks compare on one clock.
-	sqlHeartbeat = `/*caller='heartbeat'*/ INSERT INTO rollout_replicas (replica_id, pods, applied_version, applied_at, last_seen)
-  VALUES (?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))
-  ON DUPLICATE KEY UPDATE pods = VALUES(pods),
-    applied_at = IF(applied_version = VALUES(applied_version), applied_at, VALUES(applied_at)),
-    applied_version = VALUES(applied_version), last_seen = VALUES(last_seen)`
-	sqlHeartbeatGone = `/*caller='heartbeat'*/ DELETE FROM rollout_replicas WHERE replica_id = ?`
-	// sqlReplicasLive lists the replicas heard from within the last ?
-	// microseconds, and how long ago.
-	sqlReplicasLive = `/*caller='heartbeat'*/ SELECT replica_id, pods, applied_version, applied_at,
-    TIMESTAMPDIFF(MICROSECOND, last_seen, UTC_TIMESTAMP(6))
-  FROM rollout_replicas WHERE last_seen >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY replica_id`
-	// sqlReplicasForget drops replicas not heard from for ? microseconds.
-	sqlReplicasForget = `/*caller='heartbeat'*/ DELETE FROM rollout_replicas WHERE last_seen < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND`
-)
+// A replica's heartbeat in the control database (rollout_replicas,
+// through internal/controldb): who it is, which pods it serves, which
+// version of the flags its flag source answers with and since when, and
+// when it last reported. The controller reads them to tell when a change
+// is obeyed by the whole fleet.
 
 // HeartbeatInterval is how often a replica reports when nothing changes;
 // a replica not heard from for LiveWithin is not counted as live.
@@ -60,28 +44,19 @@ type Replica struct {
 
 // Replicas lists the live replicas: those heard from within LiveWithin.
 func Replicas(ctx context.Context, db *sql.DB) ([]Replica, error) {
-	rows, err := db.QueryContext(ctx, sqlReplicasLive, LiveWithin.Microseconds())
+	rows, err := controldb.LiveReplicas(ctx, db, LiveWithin)
 	if err != nil {
 		return nil, fmt.Errorf("rollout: list replicas: %w", err)
 	}
-	defer rows.Close()
 	var out []Replica
-	for rows.Next() {
-		var (
-			r    Replica
-			pods string
-			ago  int64
-		)
-		if err := rows.Scan(&r.ID, &pods, &r.AppliedVersion, &r.AppliedAt, &ago); err != nil {
-			return nil, fmt.Errorf("rollout: list replicas: %w", err)
+	for _, row := range rows {
+		r := Replica{ID: row.ID, AppliedVersion: row.AppliedVersion, AppliedAt: row.AppliedAt, SeenAgo: row.SeenAgo}
+		if row.Pods != "" {
+			r.Pods = strings.Split(row.Pods, ",")
 		}
-		if pods != "" {
-			r.Pods = strings.Split(pods, ",")
-		}
-		r.SeenAgo = time.Duration(ago) * time.Microsecond
 		out = append(out, r)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Obedience says how the fleet obeyed a change of the flags.
@@ -228,12 +203,12 @@ func (h *Heartbeat) run() {
 			cancel()
 			continue
 		}
-		_, err := h.cfg.DB.ExecContext(ctx, sqlHeartbeat, h.cfg.ID, strings.Join(h.cfg.Pods, ","), v)
+		err := controldb.Heartbeat(ctx, h.cfg.DB, h.cfg.ID, strings.Join(h.cfg.Pods, ","), v)
 		if err == nil && time.Since(forgot) > time.Minute {
 			// Now and then, forget replicas gone for a day (killed without
 			// a clean stop); any replica may do it.
 			forgot = time.Now()
-			_, err = h.cfg.DB.ExecContext(ctx, sqlReplicasForget, (24 * time.Hour).Microseconds())
+			err = controldb.ForgetReplicas(ctx, h.cfg.DB, 24*time.Hour)
 		}
 		cancel()
 		if err != nil {
@@ -259,7 +234,7 @@ func (h *Heartbeat) Stop() {
 		<-h.done
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		if _, err := h.cfg.DB.ExecContext(ctx, sqlHeartbeatGone, h.cfg.ID); err != nil {
+		if err := controldb.DeleteReplica(ctx, h.cfg.DB, h.cfg.ID); err != nil {
 			h.log.Warn("rollout: could not remove the replica's heartbeat", "err", err)
 		}
 	})

@@ -25,6 +25,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/seed31b0e981/reservoir/internal/controldb"
 	"github.com/seed31b0e981/reservoir/rollout"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
 	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
@@ -526,11 +527,8 @@ func (k *killFloodRig) change(ctx context.Context, i int) KillFloodChange {
 	if ans.ObeyedAfterMs != nil {
 		c.Self = *ans.ObeyedAfterMs
 	}
-	var (
-		version int64
-		written time.Time
-	)
-	if err := k.direct.QueryRowContext(ctx, sqlKillFloodWritten).Scan(&version, &written); err != nil {
+	version, written, err := controldb.FlagsWritten(ctx, k.direct)
+	if err != nil {
 		c.Error = "read the flags' write: " + err.Error()
 		return c
 	}
@@ -547,10 +545,6 @@ func (k *killFloodRig) change(ctx context.Context, i int) KillFloodChange {
 	c.ObeyByReplica, c.Obey = per, slices.Max(per)
 	return c
 }
-
-// sqlKillFloodWritten reads the flags document's version and when its
-// writer stamped it.
-const sqlKillFloodWritten = `/*caller='bench'*/ SELECT version, updated_at FROM rollout_flags WHERE id = 1`
 
 // scrape reads a replica's go_goroutines and its checkout listener's
 // connections open, places (0, 0 when it has none) and waits for a place

@@ -2,6 +2,7 @@ package sqlcheck_test
 
 import (
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -24,27 +25,50 @@ func TestAnalyzer(t *testing.T) {
 // mysqlstore package, plus one method that splices a token into a
 // statement the way a careless fix would, gives exactly that finding.
 func TestCatchesAValueSplicedIntoTheStore(t *testing.T) {
-	dir, err := filepath.Abs(filepath.Join("..", "..", "mysqlstore"))
+	plantedFinding(t, "mysqlstore", 4, `package mysqlstore
+
+func (s *Store) holdsOf(token string) string {
+	return tag(callerRead) + sqlStateRead + " AND token = '" + token + "'"
+}
+`)
+}
+
+// So does the control database's one package of statements: an exported
+// function that appends a value to a statement before sending it is
+// exactly one finding.
+func TestCatchesAValueSplicedIntoTheControlDatabase(t *testing.T) {
+	plantedFinding(t, filepath.Join("internal", "controldb"), 6, `package controldb
+
+import "context"
+
+func AuditOf(ctx context.Context, q Querier, actor string) error {
+	_, err := q.ExecContext(ctx, sqlAuditList+" WHERE actor = '"+actor+"'")
+	return err
+}
+`)
+}
+
+// plantedFinding loads the package at dir (from the repository's root)
+// with src added as planted.go and wants exactly one finding, on src's
+// line.
+func plantedFinding(t *testing.T, dir string, line int, src string) {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("..", "..", dir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	planted := filepath.Join(dir, "planted.go")
 	cfg := &packages.Config{
-		Mode: packages.LoadAllSyntax &^ packages.NeedDeps, // the dependencies' types from export data
-		Dir:  dir,
-		Overlay: map[string][]byte{planted: []byte(`package mysqlstore
-
-func (s *Store) holdsOf(token string) string {
-	return tag(callerRead) + sqlStateRead + " AND token = '" + token + "'"
-}
-`)},
+		Mode:    packages.LoadAllSyntax &^ packages.NeedDeps, // the dependencies' types from export data
+		Dir:     dir,
+		Overlay: map[string][]byte{planted: []byte(src)},
 	}
 	pkgs, err := packages.Load(cfg, ".")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if packages.PrintErrors(pkgs) > 0 {
-		t.Fatal("mysqlstore does not load")
+		t.Fatalf("%s does not load", dir)
 	}
 	graph, err := checker.Analyze([]*analysis.Analyzer{sqlcheck.Analyzer}, pkgs, nil)
 	if err != nil {
@@ -59,7 +83,7 @@ func (s *Store) holdsOf(token string) string {
 			found = append(found, act.Package.Fset.Position(d.Pos).String()+": "+d.Message)
 		}
 	}
-	if len(found) != 1 || !strings.Contains(found[0], "planted.go:4:") {
+	if len(found) != 1 || !strings.Contains(found[0], "planted.go:"+strconv.Itoa(line)+":") {
 		t.Fatalf("findings %q, want exactly the planted statement", found)
 	}
 	t.Log(found[0])

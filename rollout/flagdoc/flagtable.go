@@ -9,7 +9,7 @@ import (
 	"io/fs"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
+	"github.com/seed31b0e981/reservoir/internal/controldb"
 )
 
 // FlagStore is where the flags document lives, for whoever changes it: a
@@ -68,15 +68,6 @@ type FlagsTable struct {
 	Timeout time.Duration
 }
 
-// The flags document's statements (control database).
-const (
-	sqlFlagsRead = `/*caller='flags'*/ SELECT version, document FROM rollout_flags WHERE id = 1`
-	// sqlFlagsLock reads the document for a change, locking the row.
-	sqlFlagsLock   = `/*caller='flags'*/ SELECT version, document FROM rollout_flags WHERE id = 1 FOR UPDATE`
-	sqlFlagsInsert = `/*caller='flags'*/ INSERT INTO rollout_flags (id, version, document, updated_at) VALUES (1, ?, ?, ?)`
-	sqlFlagsUpdate = `/*caller='flags'*/ UPDATE rollout_flags SET version = ?, document = ?, updated_at = ? WHERE id = 1`
-)
-
 func (t FlagsTable) ctx() (context.Context, context.CancelFunc) {
 	d := t.Timeout
 	if d <= 0 {
@@ -92,11 +83,7 @@ func (t FlagsTable) String() string { return "control database (rollout_flags)" 
 func (t FlagsTable) Read() (*Flags, error) {
 	ctx, cancel := t.ctx()
 	defer cancel()
-	var (
-		version int64
-		doc     string
-	)
-	err := t.DB.QueryRowContext(ctx, sqlFlagsRead).Scan(&version, &doc)
+	version, doc, err := controldb.ReadFlags(ctx, t.DB)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("rollout: no flags in the control database yet: %w", fs.ErrNotExist)
 	}
@@ -148,16 +135,13 @@ func (t FlagsTable) change(expect int64, next func(*Flags) (*Flags, error)) (bef
 			_ = tx.Rollback()
 		}
 	}()
-	var (
-		curVersion int64
-		doc        string
-		exists     = true
-	)
-	switch err := tx.QueryRowContext(ctx, sqlFlagsLock).Scan(&curVersion, &doc); {
-	case errors.Is(err, sql.ErrNoRows):
+	curVersion, doc, lockErr := controldb.LockFlags(ctx, tx)
+	exists := true
+	switch {
+	case errors.Is(lockErr, sql.ErrNoRows):
 		exists, before = false, noDocument()
-	case err != nil:
-		return nil, nil, fmt.Errorf("rollout: read the flags for a change: %w", err)
+	case lockErr != nil:
+		return nil, nil, fmt.Errorf("rollout: read the flags for a change: %w", lockErr)
 	default:
 		if before, err = ParseFlags([]byte(doc)); err != nil {
 			return nil, nil, t.invalid(curVersion, doc, err)
@@ -178,12 +162,12 @@ func (t FlagsTable) change(expect int64, next func(*Flags) (*Flags, error)) (bef
 	}
 	now := time.Now().UTC()
 	if exists {
-		_, err = tx.ExecContext(ctx, sqlFlagsUpdate, after.Version, string(data), now)
+		err = controldb.UpdateFlags(ctx, tx, after.Version, string(data), now)
 	} else {
-		_, err = tx.ExecContext(ctx, sqlFlagsInsert, after.Version, string(data), now)
+		err = controldb.InsertFlags(ctx, tx, after.Version, string(data), now)
 	}
 	if err != nil {
-		if mysqlDuplicate(err) {
+		if controldb.IsDuplicate(err) {
 			err = fmt.Errorf("%w: another writer created the flags first", ErrFlagsChanged)
 		}
 		return nil, nil, fmt.Errorf("rollout: write the flags: %w", err)
@@ -192,11 +176,4 @@ func (t FlagsTable) change(expect int64, next func(*Flags) (*Flags, error)) (bef
 		return nil, nil, fmt.Errorf("rollout: write the flags: %w", err)
 	}
 	return before, after, nil
-}
-
-// mysqlDuplicate reports a duplicate-key error (ER_DUP_ENTRY, 1062): two
-// writers inserted the first document at once.
-func mysqlDuplicate(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1062
 }

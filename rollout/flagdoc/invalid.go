@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strconv"
 	"time"
+
+	"github.com/seed31b0e981/reservoir/internal/controldb"
 )
 
 // InvalidFlagsError is the error (wrapped) of FlagsFile's and FlagsTable's
@@ -108,16 +110,13 @@ func (t FlagsTable) replace(expect []byte, f *Flags) (err error) {
 			_ = tx.Rollback()
 		}
 	}()
-	var (
-		version int64
-		doc     string
-		exists  = true
-	)
-	switch err := tx.QueryRowContext(ctx, sqlFlagsLock).Scan(&version, &doc); {
-	case errors.Is(err, sql.ErrNoRows):
+	version, doc, lockErr := controldb.LockFlags(ctx, tx)
+	exists := true
+	switch {
+	case errors.Is(lockErr, sql.ErrNoRows):
 		exists = false
-	case err != nil:
-		return fmt.Errorf("rollout: read the flags for a change: %w", err)
+	case lockErr != nil:
+		return fmt.Errorf("rollout: read the flags for a change: %w", lockErr)
 	}
 	if expect != nil && (!exists || doc != string(expect)) {
 		return fmt.Errorf("%w: the control database's flags changed since they were read: read the flags again", ErrFlagsChanged)
@@ -134,12 +133,12 @@ func (t FlagsTable) replace(expect []byte, f *Flags) (err error) {
 	}
 	now := time.Now().UTC()
 	if exists {
-		_, err = tx.ExecContext(ctx, sqlFlagsUpdate, f.Version, string(data), now)
+		err = controldb.UpdateFlags(ctx, tx, f.Version, string(data), now)
 	} else {
-		_, err = tx.ExecContext(ctx, sqlFlagsInsert, f.Version, string(data), now)
+		err = controldb.InsertFlags(ctx, tx, f.Version, string(data), now)
 	}
 	if err != nil {
-		if mysqlDuplicate(err) {
+		if controldb.IsDuplicate(err) {
 			err = fmt.Errorf("%w: another writer created the flags first", ErrFlagsChanged)
 		}
 		return fmt.Errorf("rollout: write the flags: %w", err)
@@ -161,9 +160,8 @@ func StoredDocument(ctx context.Context, store FlagStore) (doc []byte, ok bool, 
 		}
 		return doc, true, nil
 	case FlagsTable:
-		var version int64
-		var text string
-		if err := st.DB.QueryRowContext(ctx, sqlFlagsRead).Scan(&version, &text); err != nil {
+		_, text, err := controldb.ReadFlags(ctx, st.DB)
+		if err != nil {
 			return nil, false, fmt.Errorf("rollout: read the flags from the control database: %w", err)
 		}
 		return []byte(text), true, nil

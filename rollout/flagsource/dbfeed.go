@@ -11,22 +11,18 @@ import (
 	"time"
 
 	isync "github.com/open-feature/flagd/core/pkg/sync"
+	"github.com/seed31b0e981/reservoir/internal/controldb"
 	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // dbSource names the control database as flagd's sync source.
 const dbSource = "reservoir-control-db"
 
-// sqlFlagsPoll is what each replica polls: the row's version, and its
-// document unless the version is one of the two given (the version in
-// force and the one last refused; -1 for none).
-const sqlFlagsPoll = `/*caller='flags'*/ SELECT version, IF(version IN (?, ?), NULL, document) FROM rollout_flags WHERE id = 1`
-
 // dbFeed feeds the control database's flags document (FlagsTable) to
 // flagd's in-process provider, as fileFeed feeds a file. It polls the
 // document's row, one primary key read, every poll interval, and the
 // answer carries the document only when its version is not one the feed
-// has seen (sqlFlagsPoll): a fleet of replicas costs the database a point
+// has seen (controldb.PollFlags): a fleet of replicas costs the database a point
 // read each per interval, and a change reaches a replica in one round
 // trip, not two (under a flood of the checkout listener, each round trip
 // waits behind it). Each new document is checked
@@ -121,11 +117,7 @@ func (f *dbFeed) fetch(ctx context.Context) ([]byte, error) {
 	f.mu.Lock()
 	seen, refused := f.row, f.rejected
 	f.mu.Unlock()
-	var (
-		row int64
-		doc sql.NullString
-	)
-	err := f.db.QueryRowContext(ctx, sqlFlagsPoll, seen, refused).Scan(&row, &doc)
+	row, doc, err := controldb.PollFlags(ctx, f.db, seen, refused)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errors.New("no flags document yet (write one: `reservoir rollout` or FlagsTable)")
 	}
