@@ -84,10 +84,12 @@ type Follower interface {
 	// drain: what the feed held for the shop is lost to Redis.
 	Force(ctx context.Context, shop, epoch int64) (reservation.Fence, error)
 	// NoteForced records, before Force, that MySQL's fence of the shop
-	// still names MySQL; Forced lists the noted shops and FencedOff clears
-	// one once MySQL's fence moved off it.
+	// still names MySQL: MySQL would decide it again from stale state as
+	// soon as it answers, unless its fence is moved off first.
 	NoteForced(ctx context.Context, shop int64) error
+	// Forced lists the shops noted and not yet fenced off.
 	Forced(ctx context.Context) ([]int64, error)
+	// FencedOff clears a shop's note once MySQL's fence moved off it.
 	FencedOff(ctx context.Context, shop int64) error
 }
 
@@ -140,9 +142,10 @@ type MySQL interface {
 	// Fences returns every fenced shop's fence with the copy under way
 	// into it.
 	Fences(ctx context.Context) (map[int64]reservation.FenceState, error)
-	// SaveHandoffProgress and LoadHandoffProgress keep the sweeper's
-	// report in the pod's database, where every replica reads the same.
+	// SaveHandoffProgress writes the sweeper's report in the pod's
+	// database, where every replica and operator command reads the same.
 	SaveHandoffProgress(ctx context.Context, p reservation.HandoffProgress) error
+	// LoadHandoffProgress reads it; ok is false before any sweep.
 	LoadHandoffProgress(ctx context.Context) (p reservation.HandoffProgress, ok bool, err error)
 }
 

@@ -105,7 +105,10 @@ type ShopCopy struct {
 // the shop (0: none): a copy the flags abandoned is ended by handing the
 // shop back.
 type FenceState struct {
-	Fence   Fence
+	// Fence is the shop's fence.
+	Fence Fence
+	// Copying is the id of the copy the shop is marked with (0: none):
+	// while it is set, the store keeps no shadow hold of its own.
 	Copying int64
 }
 
