@@ -287,7 +287,7 @@ func TestFailedHandoffChangesNothing(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, options{mode: authority.ModeMySQL, noRelay: true, mirror: func(c *mirror.Config) {
-				c.Redis = unreachableRedis(t, how, c.MySQL)
+				c.Redis = unreachableRedis(t, how, c.MySQL.(*mysqlstore.Store))
 			}})
 			b.stock(t, 1, 1, 10)
 			ctx := context.Background()
@@ -500,14 +500,14 @@ func TestFlipUnderLoadHonoursEveryReservation(t *testing.T) {
 		}
 		return true, ""
 	})
-	if d, err := b.rd.Drift(context.Background(), &redisstore.DriftParams{Shop: shop}); err != nil || len(d) != 0 {
+	if d, err := b.rd.Drift(context.Background(), &reservation.DriftParams{Shop: shop}); err != nil || len(d) != 0 {
 		t.Errorf("redis drift: %v %v", d, err)
 	}
 	if d, err := b.my.Reconcile(context.Background(), 0); err != nil {
 		t.Error(err)
 	} else {
 		for _, x := range d {
-			if x.Kind != mysqlstore.DriftEmptyPool {
+			if x.Kind != reservation.DriftEmptyPool {
 				t.Errorf("mysql reconcile: %v", x)
 			}
 		}

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/seed31b0e981/reservoir/mysqlstore"
-	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
@@ -140,8 +138,9 @@ func (m *Mirror) following(r *copyRun) reservation.Fence {
 }
 
 // startCopy returns the shop's copy run, starting one at epoch unless one
-// is under way (or, for a caller that follows, ended with ErrCopyBusy less
-// than busyFor ago: such a caller follows Redis anyway).
+// is under way (or, for a caller that follows, ended with
+// reservation.ErrCopyBusy less than busyFor ago: such a caller follows
+// Redis anyway).
 func (m *Mirror) startCopy(shop, epoch int64, follow bool) *copyRun {
 	m.copies.mu.Lock()
 	defer m.copies.mu.Unlock()
@@ -225,7 +224,7 @@ func (m *Mirror) copyAhead(ctx context.Context, r *copyRun) (reservation.Fence, 
 		close(r.known)
 	}
 	copier, mf, err := m.cfg.MySQL.BeginCopy(ctx, shop, cp.ID, rf)
-	if errors.Is(err, mysqlstore.ErrCopyBusy) {
+	if errors.Is(err, reservation.ErrCopyBusy) {
 		// Another replica copies it: Redis decides meanwhile. A small
 		// shop's copy is short: wait for its cut-over, so that which store
 		// answers after a flip does not depend on which replica copies.
@@ -294,7 +293,7 @@ func (m *Mirror) copyAhead(ctx context.Context, r *copyRun) (reservation.Fence, 
 // after StartCopy is in the log the catch-up reads. No step handles the
 // whole shop at once: the copy's work comes in small pieces between the
 // pod's calls.
-func (m *Mirror) copyAll(ctx context.Context, shop int64, copier *mysqlstore.Copier, rest func(time.Duration) error) error {
+func (m *Mirror) copyAll(ctx context.Context, shop int64, copier reservation.Copier, rest func(time.Duration) error) error {
 	seen := map[string]bool{}
 	copyPage := func(page []string) error {
 		fresh := make([]string, 0, len(page))
@@ -317,7 +316,7 @@ func (m *Mirror) copyAll(ctx context.Context, shop int64, copier *mysqlstore.Cop
 
 // catchUp copies again every token logged after pos and returns how many
 // there were and the position it read up to.
-func (m *Mirror) catchUp(ctx context.Context, shop int64, copier *mysqlstore.Copier, id, pos int64, rest func(time.Duration) error) (int, int64, error) {
+func (m *Mirror) catchUp(ctx context.Context, shop int64, copier reservation.Copier, id, pos int64, rest func(time.Duration) error) (int, int64, error) {
 	tokens, next, err := m.changed(ctx, shop, id, pos)
 	if err != nil {
 		return 0, 0, err
@@ -330,7 +329,7 @@ func (m *Mirror) catchUp(ctx context.Context, shop int64, copier *mysqlstore.Cop
 
 // copyTokens copies tokens a part at a time: Redis's records of a part,
 // read just before MySQL writes them, then a rest.
-func (m *Mirror) copyTokens(ctx context.Context, shop int64, copier *mysqlstore.Copier, tokens []string, rest func(time.Duration) error) error {
+func (m *Mirror) copyTokens(ctx context.Context, shop int64, copier reservation.Copier, tokens []string, rest func(time.Duration) error) error {
 	for chunk := range slices.Chunk(tokens, copyPart) {
 		start := time.Now()
 		part, err := m.cfg.Redis.Records(ctx, shop, chunk)
@@ -389,7 +388,7 @@ func (m *Mirror) changed(ctx context.Context, shop, id, pos int64) ([]string, in
 // since pos, in one transaction that sets its fence. If the copy was lost
 // meanwhile, MySQL takes the whole shop over instead (as a handoff without
 // a copy does). The time between the two is the shop's undecided window.
-func (m *Mirror) cutOver(ctx context.Context, r *copyRun, copier *mysqlstore.Copier, id, pos int64) (reservation.Fence, string, error) {
+func (m *Mirror) cutOver(ctx context.Context, r *copyRun, copier reservation.Copier, id, pos int64) (reservation.Fence, string, error) {
 	shop := r.shop
 	close(r.cutover)
 	start := time.Now()
@@ -409,7 +408,7 @@ func (m *Mirror) cutOver(ctx context.Context, r *copyRun, copier *mysqlstore.Cop
 			mf, err = copier.TakeOver(ctx, &last, rf.Epoch)
 		}
 	}
-	if errors.Is(err, redisstore.ErrCopyLost) || errors.Is(err, mysqlstore.ErrCopyLost) {
+	if errors.Is(err, reservation.ErrCopyLost) {
 		m.log.Warn("mirror: a copy was lost before its cut-over; taking the whole shop over", "shop", shop, "err", err)
 		mf, err = m.takeOverWhole(ctx, shop, rf.Epoch)
 	}

@@ -3,7 +3,7 @@
 // docs/ownership.md is the rule book; this package is its machinery:
 //
 //   - the relay: MySQL records every change Redis must follow in its change
-//     feed (a transactional outbox, mysqlstore.Store.Pending); the relay
+//     feed (a transactional outbox, Feed.Pending); the relay
 //     applies pending changes to Redis in order and deletes them. One relay
 //     per pod is active at a time, across every replica (a MySQL lease);
 //     the others stand by. Where a change carries the cart of a reserve
@@ -19,7 +19,9 @@
 //     the relay applies them on top.
 //
 // It never decides a reservation itself and never builds SQL or Redis
-// commands: it moves what the stores give it.
+// commands: it moves what the stores give it, through the roles they play
+// (roles.go: Feed, Follower, CopySource, CopyTarget, Decider), and imports
+// neither store.
 package mirror
 
 import (
@@ -32,8 +34,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/seed31b0e981/reservoir/mysqlstore"
-	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
@@ -41,10 +41,12 @@ import (
 type Config struct {
 	// Pod names the pod; it labels the metrics. Required.
 	Pod string
-	// MySQL is the pod's MySQL store: the feed, its fences. Required.
-	MySQL *mysqlstore.Store
-	// Redis is the pod's Redis store. Required.
-	Redis *redisstore.Store
+	// MySQL is the pod's MySQL store: the feed, its fences, the target of
+	// handoffs to MySQL (*mysqlstore.Store). Required.
+	MySQL MySQL
+	// Redis is the pod's Redis store: the follower of the feed, the source
+	// of handoffs to MySQL (*redisstore.Store). Required.
+	Redis Redis
 	// Registerer receives the metrics (labelled with the pod). Default: a
 	// private registry.
 	Registerer prometheus.Registerer
@@ -284,7 +286,7 @@ func (m *Mirror) Run(ctx context.Context) error {
 	if m.cfg.Disabled {
 		return nil
 	}
-	var lease *mysqlstore.Lease
+	var lease reservation.Lease
 	defer func() {
 		if lease != nil {
 			lease.Release()
@@ -430,7 +432,7 @@ func (m *Mirror) applyBatch(ctx context.Context, changes []reservation.Change, e
 	rest := changes
 	for len(rest) > 0 {
 		start := time.Now()
-		var eval redisstore.Evaluated
+		var eval reservation.Evaluated
 		if evaluate {
 			eval = m.evaluated(rest)
 		}
@@ -465,9 +467,9 @@ func (m *Mirror) applyBatch(ctx context.Context, changes []reservation.Change, e
 	return stuckShops, errors.Join(errs...)
 }
 
-// evaluated is the redisstore callback that hands the answers Redis gave
+// evaluated is the Follower's callback that hands the answers Redis gave
 // to the carts of changes to Config.Evaluated.
-func (m *Mirror) evaluated(changes []reservation.Change) redisstore.Evaluated {
+func (m *Mirror) evaluated(changes []reservation.Change) reservation.Evaluated {
 	return func(i int, res reservation.ReserveResult, err error) {
 		m.metrics.evaluated.Inc()
 		m.cfg.Evaluated(changes[i], res, err)
@@ -660,18 +662,18 @@ func (m *Mirror) toRedis(ctx context.Context, shop, epoch int64, force bool) (re
 }
 
 // Resync rebuilds one shop of Redis from MySQL: the copy step of copy and
-// catch-up (mysqlstore.Store.CopyShop), with the changes made after the
+// catch-up (Feed.CopyShop), with the changes made after the
 // copy left in the feed for the relay. It is for a shop MySQL decides
 // whose Redis state was lost or damaged; it refuses a shop Redis decides
 // (Redis's state is the truth there) and one Redis took by force.
 func (m *Mirror) Resync(ctx context.Context, shop int64) error {
-	return m.cfg.MySQL.CopyShop(ctx, shop, func(ctx context.Context, cp *mysqlstore.ShopCopy) error {
+	return m.cfg.MySQL.CopyShop(ctx, shop, func(ctx context.Context, cp *reservation.ShopCopy) error {
 		mf := cp.Snapshot.Fence
 		if mf.Decider != reservation.AuthorityMySQL {
 			return fmt.Errorf("mirror: resync shop %d: MySQL does not decide it (fence %s): Redis's state is the truth", shop, mf)
 		}
 		err := m.cfg.Redis.Rewrite(ctx, cp.Snapshot, cp.Ledger, cp.CoveredAdjusts)
-		var newer *redisstore.NewerFenceError
+		var newer *reservation.NewerFenceError
 		if errors.As(err, &newer) {
 			return fmt.Errorf("mirror: resync shop %d: Redis's fence %s is newer than MySQL's %s: %w", shop, newer.Fence, mf, ErrForcedHandoff)
 		}

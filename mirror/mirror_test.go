@@ -1196,7 +1196,7 @@ func TestResyncWithoutCoveredMarkersCountsTwice(t *testing.T) {
 		t.Fatalf("pending: %+v %v", inFlight, err)
 	}
 	b.wipe(t)
-	err = b.my.CopyShop(c, shop, func(c context.Context, cp *mysqlstore.ShopCopy) error {
+	err = b.my.CopyShop(c, shop, func(c context.Context, cp *reservation.ShopCopy) error {
 		if len(cp.CoveredAdjusts) != 1 {
 			t.Errorf("covered adjusts: %v, want the one pending", cp.CoveredAdjusts)
 		}
@@ -1230,7 +1230,7 @@ func TestResyncKeepsAnAdjustDuringTheCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	adjusted := make(chan error, 1)
-	err := b.my.CopyShop(c, shop, func(c context.Context, cp *mysqlstore.ShopCopy) error {
+	err := b.my.CopyShop(c, shop, func(c context.Context, cp *reservation.ShopCopy) error {
 		go func() {
 			_, err := b.my.Adjust(c, &reservation.AdjustParams{Shop: shop, Item: item, Location: loc, Delta: 5})
 			adjusted <- err

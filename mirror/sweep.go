@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
@@ -33,7 +32,7 @@ type Wanted func(ctx context.Context, shop int64) (to reservation.Authority, epo
 
 // Progress is the sweeper's report of a pod, kept in the pod's database
 // (Mirror.Progress reads it).
-type Progress = mysqlstore.HandoffProgress
+type Progress = reservation.HandoffProgress
 
 // SweeperConfig configures RunSweeper.
 type SweeperConfig struct {
@@ -102,7 +101,7 @@ func (m *Mirror) RunSweeper(ctx context.Context, cfg SweeperConfig) error {
 		return err
 	}
 	sw := &sweeper{m: m, cfg: cfg, pending: map[int64]time.Time{}, moved: map[int64]bool{}}
-	var lease *mysqlstore.Lease
+	var lease reservation.Lease
 	defer func() {
 		if lease != nil {
 			lease.Release()

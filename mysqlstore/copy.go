@@ -3,7 +3,6 @@ package mysqlstore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -28,26 +27,18 @@ import (
 //     died, its connection broke) cannot write another part. Two copiers
 //     would each be exact only against their own reads.
 
-// ErrCopyBusy is returned by BeginCopy when another copier (this process
-// or another replica) holds the shop's copy: the caller leaves it to that
-// one.
-var ErrCopyBusy = errors.New("mysqlstore: another copier is copying the shop")
-
-// ErrCopyLost is returned by a Copier's Copy and TakeOver when the shop is
-// not marked with its copy any more (a fence change ended it, or another
-// copy replaced it): what it copied can no longer be trusted to be
-// complete, and nothing was written.
-var ErrCopyLost = errors.New("mysqlstore: the shop's copy is no longer in force")
-
-// Copier is MySQL's side of one copy of a shop's state from Redis: it
-// holds the shop's copy lease and writes the parts Redis gives it. Not
-// safe for concurrent use; Close releases it.
-type Copier struct {
+// copier is MySQL's side of one copy of a shop's state from Redis
+// (reservation.Copier): it holds the shop's copy lease and writes the
+// parts Redis gives it, on the lease's connection. Not safe for
+// concurrent use; Close releases it.
+type copier struct {
 	s     *Store
-	lease *Lease
+	lease *lease
 	shop  int64
 	id    int64
 }
+
+var _ reservation.Copier = (*copier)(nil)
 
 func copyLeaseName(shop int64) string { return "copy:" + strconv.FormatInt(shop, 10) }
 
@@ -60,18 +51,18 @@ func copyLeaseName(shop int64) string { return "copy:" + strconv.FormatInt(shop,
 // higher epoch than redis: a handoff finished first, nothing to copy). A
 // fence naming MySQL at a lower epoch is one Redis took over by force
 // (the kill switch redis_only, MySQL not answering): Redis's state is the
-// truth since, and is copied over MySQL's. ErrCopyBusy: another copier
-// holds the shop.
-func (s *Store) BeginCopy(ctx context.Context, shop, id int64, redis reservation.Fence) (*Copier, reservation.Fence, error) {
+// truth since, and is copied over MySQL's. reservation.ErrCopyBusy:
+// another copier holds the shop.
+func (s *Store) BeginCopy(ctx context.Context, shop, id int64, redis reservation.Fence) (reservation.Copier, reservation.Fence, error) {
 	if shop <= 0 || id <= 0 {
 		return nil, reservation.Fence{}, &reservation.ValidationError{Field: "shop, copy", Reason: fmt.Sprintf("must be positive, got %d and %d", shop, id)}
 	}
-	lease, err := s.TryLease(ctx, copyLeaseName(shop))
+	lease, err := s.tryLease(ctx, copyLeaseName(shop))
 	if err != nil {
 		return nil, reservation.Fence{}, err
 	}
 	if lease == nil {
-		return nil, reservation.Fence{}, fmt.Errorf("mysqlstore: copy shop %d: %w", shop, ErrCopyBusy)
+		return nil, reservation.Fence{}, fmt.Errorf("mysqlstore: copy shop %d: %w", shop, reservation.ErrCopyBusy)
 	}
 	var f reservation.Fence
 	err = s.txOn(ctx, lease.c, callerCopy, func(tx *sql.Tx) error {
@@ -92,7 +83,7 @@ func (s *Store) BeginCopy(ctx context.Context, shop, id int64, redis reservation
 		lease.Release()
 		return nil, f, err
 	}
-	return &Copier{s: s, lease: lease, shop: shop, id: id}, f, nil
+	return &copier{s: s, lease: lease, shop: shop, id: id}, f, nil
 }
 
 // decidesAfter reports whether MySQL's fence says it decides the shop
@@ -108,7 +99,7 @@ func decidesAfter(mysql, redis reservation.Fence) bool {
 // way no hold of MySQL's own appears (the shadow is refused), and the
 // pages, by key, miss none that stays held. An error from each stops the
 // walk.
-func (c *Copier) Held(ctx context.Context, each func(page []string) error) error {
+func (c *copier) Held(ctx context.Context, each func(page []string) error) error {
 	after := ""
 	for {
 		page, err := c.heldPage(ctx, after)
@@ -130,7 +121,7 @@ func (c *Copier) Held(ctx context.Context, each func(page []string) error) error
 // heldPage is how many held tokens one statement of Held reads.
 const heldPage = 1000
 
-func (c *Copier) heldPage(ctx context.Context, after string) ([]string, error) {
+func (c *copier) heldPage(ctx context.Context, after string) ([]string, error) {
 	rows, err := c.lease.c.QueryContext(ctx, sqlCopyHeld, c.shop, after, heldPage)
 	if err != nil {
 		return nil, fmt.Errorf("mysqlstore: copy shop %d: held: %w", c.shop, err)
@@ -150,8 +141,9 @@ func (c *Copier) heldPage(ctx context.Context, after string) ([]string, error) {
 // Copy makes MySQL's reservations of part's tokens exactly Redis's (a
 // partial snapshot; see copyIn), in one transaction that first checks, with
 // a shared lock on the fence, that the shop is still marked with this copy
-// and that Redis still decides it (ErrCopyLost otherwise, nothing written).
-func (c *Copier) Copy(ctx context.Context, part *reservation.Snapshot) error {
+// and that Redis still decides it (reservation.ErrCopyLost otherwise,
+// nothing written).
+func (c *copier) Copy(ctx context.Context, part *reservation.Snapshot) error {
 	if err := c.checkPart(part); err != nil {
 		return err
 	}
@@ -163,7 +155,7 @@ func (c *Copier) Copy(ctx context.Context, part *reservation.Snapshot) error {
 			return fmt.Errorf("mysqlstore: copy shop %d: fence: %w", c.shop, err)
 		}
 		if isNoRows(err) || copying != c.id || reservation.Authority(d) == reservation.AuthorityMySQL {
-			return fmt.Errorf("mysqlstore: copy %d of shop %d (fence %s@%d, copy %d): %w", c.id, c.shop, d, epoch, copying, ErrCopyLost)
+			return fmt.Errorf("mysqlstore: copy %d of shop %d (fence %s@%d, copy %d): %w", c.id, c.shop, d, epoch, copying, reservation.ErrCopyLost)
 		}
 		return c.s.copyIn(ctx, tx, callerCopy, part)
 	})
@@ -175,8 +167,8 @@ func (c *Copier) Copy(ctx context.Context, part *reservation.Snapshot) error {
 // and sets the fence to mysql@epoch, ending the copy. Unless the fence
 // already has an epoch of at least epoch (a handoff finished first: it
 // returns that fence and writes nothing), it needs the shop still marked
-// with this copy: ErrCopyLost otherwise.
-func (c *Copier) TakeOver(ctx context.Context, last *reservation.Snapshot, epoch int64) (reservation.Fence, error) {
+// with this copy: reservation.ErrCopyLost otherwise.
+func (c *copier) TakeOver(ctx context.Context, last *reservation.Snapshot, epoch int64) (reservation.Fence, error) {
 	if err := c.checkPart(last); err != nil {
 		return reservation.Fence{}, err
 	}
@@ -196,7 +188,7 @@ func (c *Copier) TakeOver(ctx context.Context, last *reservation.Snapshot, epoch
 			return nil // done already
 		}
 		if copying != c.id {
-			return fmt.Errorf("mysqlstore: take over shop %d with copy %d (fence %s, copy %d): %w", c.shop, c.id, cur, copying, ErrCopyLost)
+			return fmt.Errorf("mysqlstore: take over shop %d with copy %d (fence %s, copy %d): %w", c.shop, c.id, cur, copying, reservation.ErrCopyLost)
 		}
 		if err := c.s.copyIn(ctx, tx, callerHandoff, last); err != nil {
 			return err
@@ -221,7 +213,7 @@ func (c *Copier) TakeOver(ctx context.Context, last *reservation.Snapshot, epoch
 // cut-over keeps the first reserves MySQL decides from each refilling a
 // pool themselves (whose snapshot sums every hold of the item: the larger
 // the shop, the longer). It returns how many units it added.
-func (c *Copier) Refill(ctx context.Context, pause func(took time.Duration) error) (int64, error) {
+func (c *copier) Refill(ctx context.Context, pause func(took time.Duration) error) (int64, error) {
 	stock, err := c.s.Stock(ctx, &reservation.StockParams{Shop: c.shop})
 	if err != nil {
 		return 0, err
@@ -241,7 +233,7 @@ func (c *Copier) Refill(ctx context.Context, pause func(took time.Duration) erro
 	return added, nil
 }
 
-func (c *Copier) checkPart(part *reservation.Snapshot) error {
+func (c *copier) checkPart(part *reservation.Snapshot) error {
 	if part == nil || part.Shop != c.shop || part.Tokens == nil {
 		return &reservation.ValidationError{Field: "part", Reason: fmt.Sprintf("want a partial snapshot (Tokens set) of shop %d", c.shop)}
 	}
@@ -253,18 +245,11 @@ func (c *Copier) checkPart(part *reservation.Snapshot) error {
 // its log lives) goes on with it; a fence change (a cut-over, a takeover,
 // or a handoff to Redis at a newer epoch: what the handoff sweeper does
 // with a copy the flags abandoned) ends it.
-func (c *Copier) Close() { c.lease.Release() }
+func (c *copier) Close() { c.lease.Release() }
 
-// FenceState is a shop's fence as the handoff sweeper reads it, with the
-// copy under way into the shop (0: none).
-type FenceState struct {
-	Fence   reservation.Fence
-	Copying int64
-}
-
-// Fences returns every shop's fence (shops without one are absent: Redis
-// decides them at epoch 0).
-func (s *Store) Fences(ctx context.Context) (map[int64]FenceState, error) {
+// Fences returns every shop's fence, with the copy under way into it
+// (shops without one are absent: Redis decides them at epoch 0).
+func (s *Store) Fences(ctx context.Context) (map[int64]reservation.FenceState, error) {
 	c, err := s.acquire(ctx, callerHandoff)
 	if err != nil {
 		return nil, err
@@ -275,14 +260,14 @@ func (s *Store) Fences(ctx context.Context) (map[int64]FenceState, error) {
 		return nil, fmt.Errorf("mysqlstore: fences: %w", err)
 	}
 	defer rows.Close()
-	out := map[int64]FenceState{}
+	out := map[int64]reservation.FenceState{}
 	for rows.Next() {
 		var shop, epoch, copying int64
 		var d string
 		if err := rows.Scan(&shop, &d, &epoch, &copying); err != nil {
 			return nil, err
 		}
-		out[shop] = FenceState{Fence: reservation.Fence{Decider: reservation.Authority(d), Epoch: epoch}, Copying: copying}
+		out[shop] = reservation.FenceState{Fence: reservation.Fence{Decider: reservation.Authority(d), Epoch: epoch}, Copying: copying}
 	}
 	return out, rows.Err()
 }

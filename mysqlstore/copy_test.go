@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
@@ -35,7 +34,7 @@ func TestCopyAhead(t *testing.T) {
 		t.Fatalf("begin copy: %v %v %v", copier, f, err)
 	}
 	defer copier.Close()
-	if _, _, err := b.s.BeginCopy(ctx, shop, 7, redis2); !errors.Is(err, mysqlstore.ErrCopyBusy) {
+	if _, _, err := b.s.BeginCopy(ctx, shop, 7, redis2); !errors.Is(err, reservation.ErrCopyBusy) {
 		t.Errorf("a second copier: %v, want ErrCopyBusy", err)
 	}
 	if err := shadow("during"); !errors.Is(err, reservation.ErrNotDecider) {
@@ -88,7 +87,7 @@ func TestCopyAhead(t *testing.T) {
 	if f, err := copier.TakeOver(ctx, last, 3); err != nil || f.String() != "mysql@3" {
 		t.Errorf("the cut-over again: %v %v, want mysql@3 unchanged", f, err)
 	}
-	if err := copier.Copy(ctx, last); !errors.Is(err, mysqlstore.ErrCopyLost) {
+	if err := copier.Copy(ctx, last); !errors.Is(err, reservation.ErrCopyLost) {
 		t.Errorf("a part after the cut-over: %v, want ErrCopyLost", err)
 	}
 	if res, err := b.s.Reserve(ctx, &reservation.ReserveParams{Shop: shop, Token: "after", Lines: one(1, 1), TTL: time.Minute}); err != nil || res.Status != reservation.StatusReserved {
@@ -117,10 +116,10 @@ func TestOvertakenCopyWritesNothing(t *testing.T) {
 		t.Fatalf("MySQL decides: %+v %v", res, err)
 	}
 	part := &reservation.Snapshot{Shop: shop, Tokens: []string{"m1"}} // "Redis has no m1"
-	if err := copier.Copy(ctx, part); !errors.Is(err, mysqlstore.ErrCopyLost) {
+	if err := copier.Copy(ctx, part); !errors.Is(err, reservation.ErrCopyLost) {
 		t.Errorf("a part after the takeover: %v, want ErrCopyLost", err)
 	}
-	if f, err := copier.TakeOver(ctx, part, 4); !errors.Is(err, mysqlstore.ErrCopyLost) {
+	if f, err := copier.TakeOver(ctx, part, 4); !errors.Is(err, reservation.ErrCopyLost) {
 		t.Errorf("the overtaken copy's cut-over: %v %v, want ErrCopyLost", f, err)
 	}
 	if f, err := b.s.Fence(ctx, shop); err != nil || f.String() != "mysql@3" {

@@ -155,23 +155,6 @@ func (s *Store) Backlog(ctx context.Context) (changes int64, oldest time.Duratio
 	return changes, time.Duration(max(us, 0)) * time.Microsecond, nil
 }
 
-// ShopCopy is one shop's state read for the copy step of copy and
-// catch-up (CopyShop): a consistent snapshot of its reservations and
-// ledger, and the pending changes the snapshot already reflects.
-type ShopCopy struct {
-	// Snapshot holds the shop's fence, holds and tombstones.
-	Snapshot reservation.Snapshot
-	// Ledger is the shop's ledger rows.
-	Ledger []reservation.StockLevel
-	// Covered are the pending changes the snapshot reflects; CopyShop
-	// deletes them once the copy is written.
-	Covered []int64
-	// CoveredAdjusts are those of Covered that are adjusts: a relay that
-	// read one before the copy and delivers it after must not move the
-	// quantity again (the copy writes their markers).
-	CoveredAdjusts []int64
-}
-
 // CopyShop is the copy step of copy and catch-up for one shop: with the
 // shop's fence row locked (MySQL decides nothing for the shop meanwhile),
 // it reads one consistent snapshot of the shop's reservations, ledger and
@@ -179,7 +162,7 @@ type ShopCopy struct {
 // then deletes the pending changes the snapshot covered. Changes committed
 // after the snapshot stay pending; the relay applies them on top. If write
 // fails nothing is deleted.
-func (s *Store) CopyShop(ctx context.Context, shop int64, write func(ctx context.Context, c *ShopCopy) error) error {
+func (s *Store) CopyShop(ctx context.Context, shop int64, write func(ctx context.Context, c *reservation.ShopCopy) error) error {
 	if shop <= 0 {
 		return &reservation.ValidationError{Field: "shop", Reason: fmt.Sprintf("must be a positive id, got %d", shop)}
 	}
@@ -209,7 +192,7 @@ func (s *Store) CopyShop(ctx context.Context, shop int64, write func(ctx context
 	if err := lockLedger(ctx, tx, sqlCopyLedgerLock, shop); err != nil {
 		return fmt.Errorf("mysqlstore: copy shop %d: %w", shop, err)
 	}
-	cp := &ShopCopy{Snapshot: reservation.Snapshot{Shop: shop, Fence: fence}}
+	cp := &reservation.ShopCopy{Snapshot: reservation.Snapshot{Shop: shop, Fence: fence}}
 	if err := s.readCopy(ctx, tx, cp); err != nil {
 		return fmt.Errorf("mysqlstore: copy shop %d: %w", shop, err)
 	}
@@ -227,7 +210,7 @@ func (s *Store) CopyShop(ctx context.Context, shop int64, write func(ctx context
 	return nil
 }
 
-func (s *Store) readCopy(ctx context.Context, tx *sql.Tx, cp *ShopCopy) error {
+func (s *Store) readCopy(ctx context.Context, tx *sql.Tx, cp *reservation.ShopCopy) error {
 	shop := cp.Snapshot.Shop
 	rows, err := tx.QueryContext(ctx, sqlCopyStates, shop)
 	if err != nil {

@@ -9,14 +9,12 @@ import (
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
-// HandoffProgress is reservation.HandoffProgress, the handoff sweeper's
-// report of a pod, which this store keeps in the pod's database
-// (handoff_progress): every replica and every operator command reads the
-// same report, whoever ran the sweep.
-type HandoffProgress = reservation.HandoffProgress
+// The handoff sweeper's report of a pod (reservation.HandoffProgress) is
+// kept in the pod's database (handoff_progress): every replica and every
+// operator command reads the same report, whoever ran the sweep.
 
 // SaveHandoffProgress writes the pod's handoff report.
-func (s *Store) SaveHandoffProgress(ctx context.Context, p HandoffProgress) error {
+func (s *Store) SaveHandoffProgress(ctx context.Context, p reservation.HandoffProgress) error {
 	c, err := s.acquire(ctx, callerHandoff)
 	if err != nil {
 		return err
@@ -32,20 +30,20 @@ func (s *Store) SaveHandoffProgress(ctx context.Context, p HandoffProgress) erro
 
 // LoadHandoffProgress reads the pod's handoff report; ok is false when no
 // sweep has written one.
-func (s *Store) LoadHandoffProgress(ctx context.Context) (p HandoffProgress, ok bool, err error) {
+func (s *Store) LoadHandoffProgress(ctx context.Context) (p reservation.HandoffProgress, ok bool, err error) {
 	c, err := s.acquire(ctx, callerHandoff)
 	if err != nil {
-		return HandoffProgress{}, false, err
+		return reservation.HandoffProgress{}, false, err
 	}
 	defer c.release()
 	var oldest, finished sql.NullTime
 	err = c.QueryRowContext(ctx, sqlProgressRead).Scan(&p.FlagsVersion, &p.Shops, &p.Done, &p.Pending, &p.Failed,
 		&oldest, &p.Started, &finished, &p.Updated, &p.Replica, &p.LastError)
 	if isNoRows(err) {
-		return HandoffProgress{}, false, nil
+		return reservation.HandoffProgress{}, false, nil
 	}
 	if err != nil {
-		return HandoffProgress{}, false, fmt.Errorf("mysqlstore: read the handoff progress: %w", err)
+		return reservation.HandoffProgress{}, false, fmt.Errorf("mysqlstore: read the handoff progress: %w", err)
 	}
 	p.OldestPending, p.Finished = oldest.Time, finished.Time
 	return p, true, nil

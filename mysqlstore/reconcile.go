@@ -3,40 +3,15 @@ package mysqlstore
 import (
 	"context"
 	"fmt"
+
+	"github.com/seed31b0e981/reservoir/reservation"
 )
-
-// DriftKind classifies a reconciliation finding.
-type DriftKind string
-
-const (
-	// DriftOverProjected: pool + held > available. Units could be reserved
-	// that the ledger does not have: an oversell risk.
-	DriftOverProjected DriftKind = "over_projected"
-	// DriftOverCap: the pool holds more than PoolCap units.
-	DriftOverCap DriftKind = "over_cap"
-	// DriftEmptyPool: the pool is empty while the ledger has unheld stock.
-	// Reserve replenishes inline, so this is not an undersell by itself,
-	// but it means the next buyer pays for a refill.
-	DriftEmptyPool DriftKind = "empty_pool"
-)
-
-// Drift is one item x location whose pool does not match the ledger.
-type Drift struct {
-	Shop, Item, Location  int64
-	Available, Held, Pool int64
-	Kind                  DriftKind
-}
-
-func (d Drift) String() string {
-	return fmt.Sprintf("%s: shop %d item %d location %d: available %d held %d pool %d",
-		d.Kind, d.Shop, d.Item, d.Location, d.Available, d.Held, d.Pool)
-}
 
 // Reconcile compares every ledger row of a shop (0: every shop) with its
 // holds and pool and reports each finding. It reads without locks, so a
 // finding on a row under heavy writes may be a passing state; report it
 // again before acting.
-func (s *Store) Reconcile(ctx context.Context, shop int64) ([]Drift, error) {
+func (s *Store) Reconcile(ctx context.Context, shop int64) ([]reservation.PoolDrift, error) {
 	c, err := s.acquire(ctx, callerReconcile)
 	if err != nil {
 		return nil, err
@@ -47,19 +22,19 @@ func (s *Store) Reconcile(ctx context.Context, shop int64) ([]Drift, error) {
 		return nil, fmt.Errorf("mysqlstore: reconcile: %w", err)
 	}
 	defer rows.Close()
-	var out []Drift
+	var out []reservation.PoolDrift
 	for rows.Next() {
-		var d Drift
+		var d reservation.PoolDrift
 		if err := rows.Scan(&d.Shop, &d.Item, &d.Location, &d.Available, &d.Held, &d.Pool); err != nil {
 			return nil, err
 		}
 		switch {
 		case d.Pool+d.Held > d.Available:
-			d.Kind = DriftOverProjected
+			d.Kind = reservation.DriftOverProjected
 		case d.Pool > s.cfg.PoolCap:
-			d.Kind = DriftOverCap
+			d.Kind = reservation.DriftOverCap
 		case d.Pool == 0 && d.Available-d.Held > 0:
-			d.Kind = DriftEmptyPool
+			d.Kind = reservation.DriftEmptyPool
 		default:
 			continue
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+
+	"github.com/seed31b0e981/reservoir/reservation"
 )
 
 // Reconciliation's repairs of this store, for when Redis is the authority
@@ -47,7 +49,7 @@ func (s *Store) TrimPools(ctx context.Context, shop int64) (int, error) {
 	}
 	n := 0
 	for _, d := range drift {
-		if d.Kind != DriftOverProjected && d.Kind != DriftOverCap {
+		if d.Kind != reservation.DriftOverProjected && d.Kind != reservation.DriftOverCap {
 			continue
 		}
 		k := key{d.Shop, d.Item, d.Location}

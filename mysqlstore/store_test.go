@@ -63,7 +63,7 @@ func (b bundle) ledger(t *testing.T, item, loc int64) int64 {
 	return n
 }
 
-func (b bundle) drift(t *testing.T) []mysqlstore.Drift {
+func (b bundle) drift(t *testing.T) []reservation.PoolDrift {
 	t.Helper()
 	d, err := b.s.Reconcile(context.Background(), 0)
 	if err != nil {
@@ -516,7 +516,7 @@ func TestAdjustTrimsPoolUnderConcurrentReserves(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, d := range b.drift(t) {
-			if d.Kind == mysqlstore.DriftOverProjected {
+			if d.Kind == reservation.DriftOverProjected {
 				t.Errorf("after adjust to %d: %v", avail, d)
 			}
 		}

@@ -148,9 +148,9 @@ func (b bundle) key(kind string, id any) string {
 	return fmt.Sprintf("%s{shop:%d}:%s%v", b.r.Prefix, shop, kind, id)
 }
 
-func (b bundle) drift(t *testing.T) []redisstore.Drift {
+func (b bundle) drift(t *testing.T) []reservation.RedisDrift {
 	t.Helper()
-	d, err := b.s.Drift(ctx(t), &redisstore.DriftParams{Shop: shop})
+	d, err := b.s.Drift(ctx(t), &reservation.DriftParams{Shop: shop})
 	if err != nil {
 		t.Fatal(err)
 	}

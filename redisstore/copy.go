@@ -22,56 +22,39 @@ import (
 // it: a copier that died stops costing the shop's writes after it.
 const copyTTL = 10 * time.Minute
 
-// ErrCopyLost is returned by Changed when the change log is not the
-// copy's any more (it lapsed, or another copy replaced it): the copy
-// cannot know everything that changed since it started, and must start
-// again (or the handoff copy the whole shop at the cut-over).
-var ErrCopyLost = errors.New("redisstore: the copy's change log was lost")
-
-// Copy is a copy of a shop's state into MySQL under way, as StartCopy
-// began or joined it.
-type Copy struct {
-	// ID names the copy (unique per shop); MySQL marks the shop with it.
-	ID int64
-	// Seq is the log's position when the copy was joined: a snapshot read
-	// after StartCopy, followed by every change logged after Seq, is the
-	// shop's state.
-	Seq int64
-	// Size is about how many reservations the shop has (holds and
-	// tombstones): what the copy will read.
-	Size int64
-}
-
 // StartCopy turns on the shop's change log for a copy into MySQL, or joins
 // the copy under way. From its return on, every change of a hold or a
 // tombstone of the shop is logged until EndCopy, or until nobody has read
 // the log for copyTTL. It refuses a shop Redis does not decide
 // (*reservation.NotDeciderError): only the decider's state is copied.
-func (s *Store) StartCopy(ctx context.Context, shop int64) (Copy, error) {
+func (s *Store) StartCopy(ctx context.Context, shop int64) (reservation.CopyLog, error) {
 	if err := validShop("shop", shop); err != nil {
-		return Copy{}, err
+		return reservation.CopyLog{}, err
 	}
 	k := s.shopKeys(shop)
 	reply, err := s.run(ctx, "copy_start", scriptCopyStart, []string{k.copy(), k.fence()}, k.base, copyTTL.Milliseconds())
 	if err != nil {
-		return Copy{}, err
+		return reservation.CopyLog{}, err
 	}
 	if reply[0] == "fence" {
-		return Copy{}, s.notDecider("copy", shop, at(reply, 1))
+		return reservation.CopyLog{}, s.notDecider("copy", shop, at(reply, 1))
 	}
 	id, err1 := toInt(at(reply, 1))
 	seq, err2 := toInt(at(reply, 2))
 	size, err3 := toInt(at(reply, 3))
 	if reply[0] != "copy" || err1 != nil || err2 != nil || err3 != nil {
-		return Copy{}, fmt.Errorf("redisstore: start copy of shop %d: unexpected reply %v", shop, reply)
+		return reservation.CopyLog{}, fmt.Errorf("redisstore: start copy of shop %d: unexpected reply %v", shop, reply)
 	}
-	return Copy{ID: id, Seq: seq, Size: size}, nil
+	return reservation.CopyLog{ID: id, Seq: seq, Size: size}, nil
 }
 
 // Changed returns the tokens of the shop whose hold or tombstone changed
 // after position after in copy id's log, in log order, at most limit, and
 // the position it read up to (pass it as after next time). It renews the
-// copy's lifetime. ErrCopyLost: the log is not the copy's any more.
+// copy's lifetime. reservation.ErrCopyLost: the log is not the copy's
+// any more (it lapsed, or another copy replaced it): the copy cannot know
+// everything that changed since it started, and must start again (or the
+// handoff copy the whole shop at the cut-over).
 func (s *Store) Changed(ctx context.Context, shop, id, after int64, limit int) ([]string, int64, error) {
 	if err := validShop("shop", shop); err != nil {
 		return nil, 0, err
@@ -85,7 +68,7 @@ func (s *Store) Changed(ctx context.Context, shop, id, after int64, limit int) (
 		return nil, 0, err
 	}
 	if reply[0] == "lost" {
-		return nil, 0, fmt.Errorf("redisstore: shop %d copy %d: %w", shop, id, ErrCopyLost)
+		return nil, 0, fmt.Errorf("redisstore: shop %d copy %d: %w", shop, id, reservation.ErrCopyLost)
 	}
 	upto, err := toInt(at(reply, 1))
 	if reply[0] != "changed" || err != nil {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
@@ -104,7 +103,7 @@ func TestCopyLogListsEveryChange(t *testing.T) {
 			if err := b.s.EndCopy(c, shop, cp.ID); err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := b.s.Changed(c, shop, cp.ID, 0, 10); !errors.Is(err, redisstore.ErrCopyLost) {
+			if _, _, err := b.s.Changed(c, shop, cp.ID, 0, 10); !errors.Is(err, reservation.ErrCopyLost) {
 				t.Errorf("the log of an ended copy: %v, want ErrCopyLost", err)
 			}
 			b.reserve(t, "after", time.Minute, line(1, 1, 1))

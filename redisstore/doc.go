@@ -1,12 +1,12 @@
 // Package redisstore is the legacy Redis reservation store. For each shop
 // it either decides (places, refuses, claims, releases and expires holds,
-// as the platform always did) or mirrors what MySQL decides, as the
+// as the platform always did) or follows what MySQL decides, as the
 // shop's fence says; the rule book is docs/ownership.md.
 //
 // It owns the Redis keys of reservations (keys.go has the layout), the Lua
 // scripts that change them (scripts.go), the reaper, the Redis side of the
-// handoffs and of the mirror (Fence, Yield, Force, Snapshot, Apply,
-// Rewrite) and Drift. It must never change the ledger except through
+// handoffs and of following MySQL (follow.go: Fence, Yield, Force,
+// Snapshot, Apply, Rewrite; copy.go: the copy ahead) and Drift. It must never change the ledger except through
 // reservation.Ledger (Deduct in an authority Claim, AdjustStock in
 // Adjust), never decide for a shop whose fence names MySQL, never write
 // anything in a shadow call, never decide which store should decide (the
@@ -83,7 +83,7 @@
 // quantities and change nothing. Redis follows MySQL only through the
 // change feed.
 //
-// # The mirror
+// # Following MySQL
 //
 // While MySQL decides, Redis holds a copy of everything it decided, so a
 // kill switch loses nothing. Apply applies MySQL's change feed: a
@@ -108,7 +108,8 @@
 //   - legacy_claim_failures_total{window}: the legacy claim's windows.
 //   - claim_in_progress_total: releases refused while a claim is under
 //     way.
-//   - mirror_applies_total{kind,result}: change-feed changes applied.
+//   - mirror_applies_total{kind,result}: change-feed changes applied
+//     (the name predates follow.go; dashboards keep it).
 //   - adjust_follow_failures_total: adjusts whose Redis step failed after
 //     the ledger changed.
 //   - reaped_holds_total, reaped_units_total: what the reaper gave back.

@@ -30,69 +30,6 @@ type Source interface {
 // ErrNoSource is returned by Drift when Config.Source is nil.
 var ErrNoSource = errors.New("redisstore: Config.Source is not set: Drift needs the MySQL store's holds and claims")
 
-// DriftParams are the arguments of Drift.
-type DriftParams struct {
-	// Shop is the shop to check (positive).
-	Shop int64
-}
-
-// DriftKind classifies a Drift finding.
-type DriftKind string
-
-const (
-	// DriftLeftoverHold: a Redis hold for a token the ledger has deducted:
-	// a legacy claim whose cleanup has not landed (the change feed brings
-	// it, or a retry of the claim, or the reaper once the grace is over).
-	// Its units are held for nobody meanwhile.
-	DriftLeftoverHold DriftKind = "leftover_hold"
-	// DriftOrphanIndex: the expiry index names a token that has no hold.
-	DriftOrphanIndex DriftKind = "orphan_index"
-	// DriftMissingHold: MySQL holds the token, Redis does not (a shop MySQL
-	// decides).
-	DriftMissingHold DriftKind = "missing_hold"
-	// DriftExtraHold: Redis holds a token MySQL does not, and the ledger
-	// has not deducted it (a shop MySQL decides).
-	DriftExtraHold DriftKind = "extra_hold"
-	// DriftHoldMismatch: both hold the token at different allocations (a
-	// shop MySQL decides). Expiries are not compared: each store sets
-	// them by its own clock.
-	DriftHoldMismatch DriftKind = "hold_mismatch"
-	// DriftQuantity: a Redis quantity differs from the ledger's available
-	// minus what the true holds hold there.
-	DriftQuantity DriftKind = "quantity"
-	// DriftMissingQuantity: the ledger has an item x location Redis has no
-	// quantity for (Availability does not list it; Reserve cannot use it).
-	DriftMissingQuantity DriftKind = "missing_quantity"
-	// DriftExtraQuantity: Redis has a quantity for an item x location that
-	// neither the ledger nor any hold names.
-	DriftExtraQuantity DriftKind = "extra_quantity"
-)
-
-// Drift is one difference between Redis and what the ledger and the true
-// holds say Redis should be.
-type Drift struct {
-	Kind DriftKind
-	Shop int64
-	// Token is set for hold findings.
-	Token string
-	// Allocations are the Redis hold's (leftover, extra, mismatch) or
-	// MySQL's (missing).
-	Allocations []reservation.Allocation
-	// Item and Location are set for quantity findings.
-	Item, Location int64
-	// Have is the Redis quantity, Want what it should be (0 when the
-	// field is absent or should be).
-	Have, Want int64
-}
-
-// String is the finding for a person: kind, where, and the numbers.
-func (d Drift) String() string {
-	if d.Token != "" {
-		return fmt.Sprintf("%s: shop %d token %q %v", d.Kind, d.Shop, d.Token, d.Allocations)
-	}
-	return fmt.Sprintf("%s: shop %d item %d location %d: redis %d, want %d", d.Kind, d.Shop, d.Item, d.Location, d.Have, d.Want)
-}
-
 // cell is one item x location of a shop.
 type cell struct{ item, loc int64 }
 
@@ -106,7 +43,7 @@ type cell struct{ item, loc int64 }
 // Redis is read in one atomic step, the ledger and MySQL at other moments:
 // under traffic, or during a handoff (when the two fences disagree), a
 // finding may be a passing state, so check again before acting on it.
-func (s *Store) Drift(ctx context.Context, p *DriftParams) ([]Drift, error) {
+func (s *Store) Drift(ctx context.Context, p *reservation.DriftParams) ([]reservation.RedisDrift, error) {
 	if p == nil {
 		return nil, &reservation.ValidationError{Field: "params", Reason: "missing"}
 	}
@@ -148,15 +85,15 @@ func (s *Store) Drift(ctx context.Context, p *DriftParams) ([]Drift, error) {
 		return nil, fmt.Errorf("redisstore: drift: claims: %w", err)
 	}
 
-	var out []Drift
+	var out []reservation.RedisDrift
 	var truth [][]reservation.Allocation
 	inRedis := map[string]holdRecord{}
 	for _, h := range snap.holds {
 		switch _, claimed := claims[h.token]; {
 		case len(h.rec.allocs) == 0:
-			out = append(out, Drift{Kind: DriftOrphanIndex, Shop: shop, Token: h.token})
+			out = append(out, reservation.RedisDrift{Kind: reservation.DriftOrphanIndex, Shop: shop, Token: h.token})
 		case claimed:
-			out = append(out, Drift{Kind: DriftLeftoverHold, Shop: shop, Token: h.token, Allocations: h.rec.allocs})
+			out = append(out, reservation.RedisDrift{Kind: reservation.DriftLeftoverHold, Shop: shop, Token: h.token, Allocations: h.rec.allocs})
 		default:
 			inRedis[h.token] = h.rec
 			if !mysqlDecides {
@@ -175,14 +112,14 @@ func (s *Store) Drift(ctx context.Context, p *DriftParams) ([]Drift, error) {
 			r, ok := inRedis[h.Token]
 			switch {
 			case !ok:
-				out = append(out, Drift{Kind: DriftMissingHold, Shop: shop, Token: h.Token, Allocations: reservation.SortedAllocations(h.Allocations)})
+				out = append(out, reservation.RedisDrift{Kind: reservation.DriftMissingHold, Shop: shop, Token: h.Token, Allocations: reservation.SortedAllocations(h.Allocations)})
 			case !sameAllocs(r.allocs, reservation.SortedAllocations(h.Allocations)):
-				out = append(out, Drift{Kind: DriftHoldMismatch, Shop: shop, Token: h.Token, Allocations: r.allocs})
+				out = append(out, reservation.RedisDrift{Kind: reservation.DriftHoldMismatch, Shop: shop, Token: h.Token, Allocations: r.allocs})
 			}
 		}
 		for token, r := range inRedis {
 			if !inMySQL[token] {
-				out = append(out, Drift{Kind: DriftExtraHold, Shop: shop, Token: token, Allocations: r.allocs})
+				out = append(out, reservation.RedisDrift{Kind: reservation.DriftExtraHold, Shop: shop, Token: token, Allocations: r.allocs})
 			}
 		}
 	}
@@ -192,17 +129,17 @@ func (s *Store) Drift(ctx context.Context, p *DriftParams) ([]Drift, error) {
 		have, ok := snap.qty[c]
 		switch {
 		case !ok:
-			out = append(out, Drift{Kind: DriftMissingQuantity, Shop: shop, Item: c.item, Location: c.loc, Want: w})
+			out = append(out, reservation.RedisDrift{Kind: reservation.DriftMissingQuantity, Shop: shop, Item: c.item, Location: c.loc, Want: w})
 		case have != w:
-			out = append(out, Drift{Kind: DriftQuantity, Shop: shop, Item: c.item, Location: c.loc, Have: have, Want: w})
+			out = append(out, reservation.RedisDrift{Kind: reservation.DriftQuantity, Shop: shop, Item: c.item, Location: c.loc, Have: have, Want: w})
 		}
 	}
 	for c, have := range snap.qty {
 		if _, ok := want[c]; !ok {
-			out = append(out, Drift{Kind: DriftExtraQuantity, Shop: shop, Item: c.item, Location: c.loc, Have: have})
+			out = append(out, reservation.RedisDrift{Kind: reservation.DriftExtraQuantity, Shop: shop, Item: c.item, Location: c.loc, Have: have})
 		}
 	}
-	slices.SortFunc(out, func(a, b Drift) int {
+	slices.SortFunc(out, func(a, b reservation.RedisDrift) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Token, b.Token), cmp.Compare(a.Item, b.Item), cmp.Compare(a.Location, b.Location))
 	})
 	return out, nil

@@ -54,7 +54,7 @@ type metrics struct {
 	tombstoneHits     *prometheus.CounterVec
 	notDecider        *prometheus.CounterVec
 	claimInProgress   prometheus.Counter
-	mirrorApplies     *prometheus.CounterVec
+	followApplies     *prometheus.CounterVec
 }
 
 // Scripts take tens of microseconds on an idle server; the buckets still
@@ -111,7 +111,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "reservoir_redis_claim_in_progress_total",
 			Help: "Releases refused because a legacy claim of the hold is under way (within the claim grace, or not resolvable without a Source).",
 		}),
-		mirrorApplies: prometheus.NewCounterVec(prometheus.CounterOpts{
+		followApplies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reservoir_redis_mirror_applies_total",
 			Help: "Change-feed changes applied, by kind and result: state (created, replaced, kept, converted, tombstoned, unchanged, nothing), " +
 				"adjust (applied, duplicate), fence (raised, unchanged), any (error).",
@@ -127,7 +127,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.notDecider.WithLabelValues(op)
 	}
 	for _, c := range []prometheus.Collector{m.claimFailures, m.adjustFailures, m.scriptSeconds, m.scriptErrors, m.reapedHolds, m.reapedUnits,
-		m.reapSettled, m.tombstonesWritten, m.tombstoneHits, m.notDecider, m.claimInProgress, m.mirrorApplies} {
+		m.reapSettled, m.tombstonesWritten, m.tombstoneHits, m.notDecider, m.claimInProgress, m.followApplies} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

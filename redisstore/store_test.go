@@ -104,7 +104,7 @@ func TestLegacyClaimCleanupFails(t *testing.T) {
 			t.Errorf("release of the leftover hold within the grace: %v, want ErrClaimInProgress", err)
 		}
 		d := b.drift(t)
-		if len(d) != 1 || d[0].Kind != redisstore.DriftLeftoverHold || d[0].Token != "cart-1" || fmt.Sprint(d[0].Allocations) != "[{1 1 3}]" {
+		if len(d) != 1 || d[0].Kind != reservation.DriftLeftoverHold || d[0].Token != "cart-1" || fmt.Sprint(d[0].Allocations) != "[{1 1 3}]" {
 			t.Fatalf("drift = %v, want exactly the leftover hold of cart-1", d)
 		}
 		return b
@@ -191,7 +191,7 @@ func TestLegacyClaimCleanupFails(t *testing.T) {
 			t.Fatalf("reap: %+v %v, want the leftover hold of 3", r, err)
 		}
 		d := b.drift(t)
-		if len(d) != 1 || d[0].Kind != redisstore.DriftQuantity || d[0].Have != 8 || d[0].Want != 5 {
+		if len(d) != 1 || d[0].Kind != reservation.DriftQuantity || d[0].Have != 8 || d[0].Want != 5 {
 			t.Fatalf("drift after the reap = %v, want quantity 8 where 5 is right", d)
 		}
 		claimed := reservation.Change{ID: 1, Kind: reservation.ChangeState, Shop: shop, Token: "cart-1",
@@ -397,12 +397,12 @@ func TestDriftAndRewriteRestoreCorruptedShop(t *testing.T) {
 			must(rc.HSet(c, b.key("hold:", "c"), "exp", time.Now().Add(time.Hour).UnixMilli(), "auth", "redis", "a:1:1", 5).Err())
 			must(rc.ZAdd(c, b.key("expiry", ""), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: "c"}).Err()) // a claimed hold back
 
-			kinds := map[redisstore.DriftKind]bool{}
+			kinds := map[reservation.DriftKind]bool{}
 			for _, d := range b.drift(t) {
 				kinds[d.Kind] = true
 			}
-			for _, k := range []redisstore.DriftKind{redisstore.DriftQuantity, redisstore.DriftMissingQuantity, redisstore.DriftExtraQuantity,
-				redisstore.DriftOrphanIndex, redisstore.DriftLeftoverHold} {
+			for _, k := range []reservation.DriftKind{reservation.DriftQuantity, reservation.DriftMissingQuantity, reservation.DriftExtraQuantity,
+				reservation.DriftOrphanIndex, reservation.DriftLeftoverHold} {
 				if !kinds[k] {
 					t.Errorf("drift of the corrupted shop lacks %s (has %v)", k, kinds)
 				}
@@ -473,7 +473,7 @@ func TestDriftAgainstMySQLHolds(t *testing.T) {
 	if _, err := b.s.Apply(c, []reservation.Change{held(1, "same", 2), held(2, "differs", 1), held(3, "extra", 7)}); err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]redisstore.Drift{}
+	got := map[string]reservation.RedisDrift{}
 	for _, d := range b.drift(t) {
 		got[string(d.Kind)+":"+d.Token] = d
 	}
@@ -600,7 +600,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 			_, err := b.s.Adjust(c, &reservation.AdjustParams{Shop: shop, Item: 1, Location: 1, Delta: 1, As: reservation.AsShadow})
 			return err
 		}()},
-		{"drift shop", "shop", func() error { _, err := b.s.Drift(c, &redisstore.DriftParams{}); return err }()},
+		{"drift shop", "shop", func() error { _, err := b.s.Drift(c, &reservation.DriftParams{}); return err }()},
 		{"fence shop", "shop", func() error { _, err := b.s.Fence(c, -1); return err }()},
 		{"yield epoch", "epoch", func() error { _, err := b.s.Yield(c, shop, 0); return err }()},
 		{"force epoch", "epoch", func() error { _, err := b.s.Force(c, shop, -2); return err }()},
@@ -718,7 +718,7 @@ func TestDriftNeedsASource(t *testing.T) {
 	t.Parallel()
 	b := setup(t, testredis.New)
 	s, _ := b.store(t, func(c *redisstore.Config) { c.Source = nil })
-	if _, err := s.Drift(ctx(t), &redisstore.DriftParams{Shop: shop}); !errors.Is(err, redisstore.ErrNoSource) {
+	if _, err := s.Drift(ctx(t), &reservation.DriftParams{Shop: shop}); !errors.Is(err, redisstore.ErrNoSource) {
 		t.Errorf("drift: %v, want ErrNoSource", err)
 	}
 }

@@ -35,6 +35,17 @@ var (
 	// changed; retry. Not a domain answer: the outcome of the claim is
 	// not known yet.
 	ErrClaimInProgress = errors.New("reservation: a claim of this token is in progress, retry")
+	// ErrCopyBusy: the receiving store's BeginCopy, when another copier
+	// (this process or another replica) holds the shop's copy lease. The
+	// caller leaves the copy to that one; the decider decides meanwhile.
+	ErrCopyBusy = errors.New("reservation: another copier is copying the shop")
+	// ErrCopyLost: a copy ahead of a handoff is no longer in force. The
+	// deciding store's log of what changed lapsed or another copy replaced
+	// it (Changed), or the receiving store's shop is no longer marked with
+	// the copy (Copier.Copy, Copier.TakeOver). What was copied can no
+	// longer be trusted to be complete: the copy starts again, or the
+	// handoff takes the whole shop over. Nothing was written.
+	ErrCopyLost = errors.New("reservation: the shop's copy is no longer in force")
 )
 
 // ValidationError names the field that made a call invalid. It matches

@@ -17,8 +17,6 @@ import (
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/internal/history"
 	"github.com/seed31b0e981/reservoir/internal/reconcile"
-	"github.com/seed31b0e981/reservoir/mysqlstore"
-	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
@@ -135,11 +133,11 @@ func (r *run) check(t testing.TB, s server, kind fault) report {
 	// deducted (a leftover) will give units back that the ledger no longer
 	// has, unless the feed settles it first. Log each with what its caller
 	// did and was told, to explain what the reconciliation may report.
-	if found, err := c.rdDirect.Drift(ctx, &redisstore.DriftParams{Shop: shop}); err != nil {
+	if found, err := c.rdDirect.Drift(ctx, &reservation.DriftParams{Shop: shop}); err != nil {
 		t.Errorf("redis drift: %v", err)
 	} else {
 		for _, d := range found {
-			if d.Kind == redisstore.DriftLeftoverHold {
+			if d.Kind == reservation.DriftLeftoverHold {
 				t.Logf("leftover Redis hold before expiry: %s; its calls:%s", d, r.trail(d.Token))
 			}
 		}
@@ -169,7 +167,7 @@ func (r *run) check(t testing.TB, s server, kind fault) report {
 	for _, f := range before.Findings {
 		switch {
 		case f.Note:
-		case f.Kind == string(mysqlstore.DriftOverProjected), f.Kind == string(mysqlstore.DriftOverCap):
+		case f.Kind == string(reservation.DriftOverProjected), f.Kind == string(reservation.DriftOverCap):
 			t.Errorf("pool projection broken: %s", f.Detail)
 		default:
 			t.Errorf("drift once the feed was delivered (Redis must hold what the decider, %s, holds): %s %s %s", f.Decider, f.Side, f.Kind, f.Detail)

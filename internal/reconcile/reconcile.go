@@ -8,13 +8,17 @@
 // redis mode, where MySQL is not written, not compared at all.
 //
 // Each look holds the shop still in MySQL for a few milliseconds
-// (mysqlstore.Store.FreezeShop) and delivers the changes already in the
+// (MySQL.FreezeShop) and delivers the changes already in the
 // feed first, so under live traffic it compares two stores that do not
 // move: what it finds is there. Notes (an empty pool, a shadow that
 // differs) are kept apart from drift and never make a pod unclean. Asked
 // to, it repairs the side that does not decide, never the decider, and
 // looks again to say what the repair fixed. It is resumable per shop and
 // prints progress on long runs.
+//
+// It reads and repairs the stores through the roles it declares (MySQL,
+// Redis, Repairer), which the stores and the mirror satisfy, and imports
+// neither store.
 package reconcile
 
 import (
@@ -29,21 +33,75 @@ import (
 	"strings"
 	"time"
 
-	"github.com/seed31b0e981/reservoir/mirror"
-	"github.com/seed31b0e981/reservoir/mysqlstore"
-	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
-// Pod is one pod's stores and mirror. A pod without a Mirror can be
+// MySQL is what a reconciliation reads and repairs of a pod's MySQL store
+// (*mysqlstore.Store): the ledger against the pools and holds, the feed
+// that explains a difference on its way, and the shadow's repairs where
+// Redis decides.
+type MySQL interface {
+	// Shops lists the shops the ledger knows: a run's default.
+	Shops(ctx context.Context) ([]int64, error)
+	// FreezeShop runs fn with no decision, deduct or adjust of the shop
+	// committing meanwhile: a look compares two stores that do not move.
+	FreezeShop(ctx context.Context, shop int64, fn func(ctx context.Context) error) error
+	// Fence returns the shop's fence in MySQL.
+	Fence(ctx context.Context, shop int64) (reservation.Fence, error)
+	// Reconcile compares the shop's pools and holds with the ledger.
+	Reconcile(ctx context.Context, shop int64) ([]reservation.PoolDrift, error)
+	// Pending returns the shop's changes still in the feed: drift they
+	// explain is on its way, not drift.
+	Pending(ctx context.Context, shop int64, limit int) ([]reservation.Change, error)
+	// Holds lists the shop's holds in MySQL: the shadow's, compared with
+	// Redis's where Redis decides.
+	Holds(ctx context.Context, shop int64) ([]reservation.Hold, error)
+	// Yield moves MySQL's fence off the shop at epoch: a forced handoff's
+	// fence settled.
+	Yield(ctx context.Context, shop, epoch int64) (reservation.Fence, error)
+	// Repair makes MySQL's shadow of a shop Redis decides exactly snap
+	// (Redis's), under the fence lock.
+	Repair(ctx context.Context, snap *reservation.Snapshot) error
+	// TrimPools brings every pool of the shop back within the ledger and
+	// the pool cap, and returns how many it trimmed.
+	TrimPools(ctx context.Context, shop int64) (int, error)
+}
+
+// Redis is what a reconciliation reads of a pod's Redis store
+// (*redisstore.Store). Redis is repaired only through the mirror
+// (Repairer.Resync), never written here.
+type Redis interface {
+	// Fence returns the shop's fence in Redis.
+	Fence(ctx context.Context, shop int64) (reservation.Fence, error)
+	// Drift compares the shop's Redis state with the ledger and the
+	// decider's holds.
+	Drift(ctx context.Context, p *reservation.DriftParams) ([]reservation.RedisDrift, error)
+	// Snapshot reads the shop's fence, holds and tombstones in Redis.
+	Snapshot(ctx context.Context, shop int64) (reservation.Snapshot, error)
+}
+
+// Repairer is what a repair asks of the pod's handoff machinery
+// (*mirror.Mirror): the only way a reconciliation writes Redis or moves a
+// fence to MySQL, so that a repair obeys the rules the handoffs do.
+type Repairer interface {
+	// Flush delivers the shop's pending changes to Redis now.
+	Flush(ctx context.Context, shop int64) error
+	// HandoffWait finishes a handoff of the shop (it is idempotent: any
+	// caller may finish it).
+	HandoffWait(ctx context.Context, shop int64, to reservation.Authority, epoch int64, force bool) (reservation.Fence, error)
+	// Resync rebuilds the shop in Redis from MySQL, which decides it.
+	Resync(ctx context.Context, shop int64) error
+}
+
+// Pod is one pod's stores and mirror. A pod without a Mirror (nil) can be
 // compared, not repaired.
 type Pod struct {
 	Name   string
-	MySQL  *mysqlstore.Store
-	Redis  *redisstore.Store
-	Mirror *mirror.Mirror
+	MySQL  MySQL
+	Redis  Redis
+	Mirror Repairer
 }
 
 // Reconciler reconciles pods. It implements rollout.Reconciler.
@@ -93,7 +151,7 @@ type Options struct {
 }
 
 // The kinds of finding this package adds to the stores' own
-// (mysqlstore.DriftKind and redisstore.DriftKind). Every kind names one
+// (reservation.DriftKind). Every kind names one
 // thing on one side: a kind never needs its side to be told apart.
 const (
 	// KindFence: the two fences of a shop disagree (Side "redis").
@@ -116,8 +174,7 @@ type Finding struct {
 	// Side is the store the finding is about: "mysql" or "redis".
 	Side string `json:"side"`
 	// Kind classifies it, one name everywhere (summary, JSON, each line):
-	// a mysqlstore.DriftKind, a redisstore.DriftKind, or one of this
-	// package's Kind constants.
+	// a reservation.DriftKind, or one of this package's Kind constants.
 	Kind string `json:"kind"`
 	// Where is what it is about: `token "t"`, `item I loc L`, or "" for
 	// the shop's fence.
@@ -452,7 +509,7 @@ func fences(mf, rf reservation.Fence) fenceState {
 }
 
 // find looks at a shop once, with the shop held still in MySQL
-// (mysqlstore.Store.FreezeShop): no decision, deduct or adjust of the shop
+// (MySQL.FreezeShop): no decision, deduct or adjust of the shop
 // commits while it looks, so MySQL's side does not move between its reads,
 // and once the changes already in the feed are delivered to Redis (what
 // the relay does; repeating a delivery changes nothing), Redis's does not
@@ -519,10 +576,10 @@ func (r *Reconciler) read(ctx context.Context, p Pod, shop int64) (look, error) 
 			return look{}, err
 		}
 		for _, d := range pool {
-			add("mysql", string(d.Kind), cellOf(d.Item, d.Location), poolDetail(d), d.Kind == mysqlstore.DriftEmptyPool)
+			add("mysql", string(d.Kind), cellOf(d.Item, d.Location), poolDetail(d), d.Kind == reservation.DriftEmptyPool)
 		}
 	}
-	rd, err := p.Redis.Drift(ctx, &redisstore.DriftParams{Shop: shop})
+	rd, err := p.Redis.Drift(ctx, &reservation.DriftParams{Shop: shop})
 	if err != nil {
 		return look{}, err
 	}
@@ -589,13 +646,13 @@ func allocs(as []reservation.Allocation) string {
 func cellOf(item, location int64) string { return fmt.Sprintf("item %d loc %d", item, location) }
 
 // poolDetail says what is wrong with a MySQL pool, with its numbers.
-func poolDetail(d mysqlstore.Drift) string {
+func poolDetail(d reservation.PoolDrift) string {
 	switch d.Kind {
-	case mysqlstore.DriftOverProjected:
+	case reservation.DriftOverProjected:
 		return fmt.Sprintf("pool %d + held %d is more than the ledger's available %d: units could be reserved that the ledger does not have", d.Pool, d.Held, d.Available)
-	case mysqlstore.DriftOverCap:
+	case reservation.DriftOverCap:
 		return fmt.Sprintf("pool %d is over the pool cap (held %d, available %d)", d.Pool, d.Held, d.Available)
-	case mysqlstore.DriftEmptyPool:
+	case reservation.DriftEmptyPool:
 		return fmt.Sprintf("pool empty, %d unheld in the ledger (available %d, held %d): the next reserve refills it", d.Available-d.Held, d.Available, d.Held)
 	}
 	return fmt.Sprintf("available %d, held %d, pool %d", d.Available, d.Held, d.Pool)
@@ -603,23 +660,23 @@ func poolDetail(d mysqlstore.Drift) string {
 
 // redisDetail says what is wrong with Redis, with its numbers. dec is the
 // store whose holds are the truth.
-func redisDetail(d redisstore.Drift, dec reservation.Authority) string {
+func redisDetail(d reservation.RedisDrift, dec reservation.Authority) string {
 	switch d.Kind {
-	case redisstore.DriftLeftoverHold:
+	case reservation.DriftLeftoverHold:
 		return fmt.Sprintf("Redis still holds %s, which the ledger already claimed", allocs(d.Allocations))
-	case redisstore.DriftOrphanIndex:
+	case reservation.DriftOrphanIndex:
 		return "in Redis's expiry index without a hold"
-	case redisstore.DriftMissingHold:
+	case reservation.DriftMissingHold:
 		return fmt.Sprintf("MySQL (the decider) holds %s, Redis nothing", allocs(d.Allocations))
-	case redisstore.DriftExtraHold:
+	case reservation.DriftExtraHold:
 		return fmt.Sprintf("Redis holds %s, MySQL (the decider) nothing, and the ledger did not claim it", allocs(d.Allocations))
-	case redisstore.DriftHoldMismatch:
+	case reservation.DriftHoldMismatch:
 		return fmt.Sprintf("Redis holds %s, not what MySQL (the decider) holds", allocs(d.Allocations))
-	case redisstore.DriftQuantity:
+	case reservation.DriftQuantity:
 		return fmt.Sprintf("Redis offers %d, want %d (the ledger's available minus %s's holds)", d.Have, d.Want, dec)
-	case redisstore.DriftMissingQuantity:
+	case reservation.DriftMissingQuantity:
 		return fmt.Sprintf("Redis has no quantity, want %d (the ledger's available minus %s's holds)", d.Want, dec)
-	case redisstore.DriftExtraQuantity:
+	case reservation.DriftExtraQuantity:
 		return fmt.Sprintf("Redis offers %d of stock that neither the ledger nor any hold names", d.Have)
 	}
 	return d.String()
@@ -669,7 +726,7 @@ func (fs *feedState) merge(o feedState) {
 	}
 }
 
-func (fs feedState) explains(d redisstore.Drift) bool {
+func (fs feedState) explains(d reservation.RedisDrift) bool {
 	if fs.all || (d.Token != "" && fs.tokens[d.Token]) {
 		return true
 	}
@@ -728,7 +785,7 @@ var errDeciderMoved = errors.New("reconcile: the shop changed hands since it was
 
 // repair fixes the side that does not decide: Redis where MySQL decides
 // (copy and catch-up, mirror.Resync), MySQL's shadow and pools where Redis
-// decides (mysqlstore.Store.Repair from Redis's snapshot), unless the
+// decides (MySQL.Repair from Redis's snapshot), unless the
 // shop is in redis mode (MySQL is not written there; the handoff to MySQL
 // copies Redis's state in anyway). Fences that disagree are settled
 // first: after a forced handoff MySQL yields to the epoch Redis took the

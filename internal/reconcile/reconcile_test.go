@@ -153,7 +153,7 @@ func notes(rep reconcile.Report) []string { return kinds(rep.Notes) }
 func kinds(fs []reconcile.Finding) []string {
 	var out []string
 	for _, f := range fs {
-		if f.Kind != string(mysqlstore.DriftEmptyPool) {
+		if f.Kind != string(reservation.DriftEmptyPool) {
 			out = append(out, f.Side+":"+f.Kind)
 		}
 	}
@@ -308,7 +308,7 @@ func TestPendingChangesAreNotDrift(t *testing.T) {
 	if len(b.pending(t, mysqlShop)) == 0 {
 		t.Fatal("nothing pending: the test shows nothing")
 	}
-	raw, err := b.rd.Drift(ctx(t), &redisstore.DriftParams{Shop: mysqlShop})
+	raw, err := b.rd.Drift(ctx(t), &reservation.DriftParams{Shop: mysqlShop})
 	if err != nil || len(raw) == 0 {
 		t.Fatalf("Redis's own drift check finds %v (%v); want the missing hold c", raw, err)
 	}

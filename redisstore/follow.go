@@ -14,10 +14,12 @@ import (
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
-// This file is the store's side of the handoffs and of the mirror
-// (docs/ownership.md, sections 3 and 4): the fence, the snapshot a handoff
-// to MySQL copies, the change feed applied while MySQL decides, and the
-// rewrite that rebuilds a shop from MySQL.
+// This file is the store as the follower of the shops MySQL decides, and
+// its side of the handoffs (docs/ownership.md, sections 3 and 4): the
+// fence, the snapshot a handoff to MySQL copies, MySQL's change feed
+// applied while MySQL decides, and the rewrite that rebuilds a shop from
+// MySQL. (Package mirror drives all of it; nothing here is called
+// "mirror", so that the one name means the one package.)
 
 // Fence returns the shop's fence: reservation.NoFence (Redis decides)
 // when the shop has none.
@@ -59,7 +61,7 @@ func (s *Store) Force(ctx context.Context, shop, epoch int64) (reservation.Fence
 	return s.raiseFence(ctx, "force", shop, reservation.Fence{Decider: reservation.AuthorityRedis, Epoch: epoch})
 }
 
-// NoteForced records that the mirror is about to take shop for Redis by
+// NoteForced records that the handoff is about to take shop for Redis by
 // force without MySQL's yield (Force after MySQL did not answer): MySQL's
 // fence still names MySQL, and MySQL would decide the shop again with its
 // stale state as soon as it answers. Until FencedOff clears it, the shop
@@ -259,13 +261,6 @@ func (s *Store) Apply(ctx context.Context, changes []reservation.Change) (applie
 	return s.ApplyEvaluating(ctx, changes, nil)
 }
 
-// Evaluated receives Redis's own answer to a change's cart (Change.Cart):
-// what Redis, deciding, would have answered the reserve, against the state
-// the changes before it left. i is the change's index in the slice given
-// to ApplyEvaluating; err is the evaluation's failure (the change itself
-// was applied all the same).
-type Evaluated func(i int, redis reservation.ReserveResult, err error)
-
 // ApplyEvaluating is Apply that also asks Redis about the cart a change
 // carries, read-only, in the same pipeline and just before the change is
 // applied, and hands the answer to eval once the change is applied, also
@@ -277,7 +272,7 @@ type Evaluated func(i int, redis reservation.ReserveResult, err error)
 // of its own), nor when the evaluation script was missing from the
 // server's cache (it is loaded for the next ones). With eval nil no cart
 // is evaluated.
-func (s *Store) ApplyEvaluating(ctx context.Context, changes []reservation.Change, eval Evaluated) (applied int, err error) {
+func (s *Store) ApplyEvaluating(ctx context.Context, changes []reservation.Change, eval reservation.Evaluated) (applied int, err error) {
 	for applied < len(changes) {
 		if changes[applied].Kind == reservation.ChangeFence {
 			if err := s.applyFence(ctx, applied, changes[applied]); err != nil {
@@ -305,21 +300,21 @@ func (s *Store) applyFence(ctx context.Context, i int, c reservation.Change) err
 	}
 	raised, _, err := s.fenceScript(ctx, "apply_fence", c.Shop, c.Fence)
 	if err != nil {
-		s.metrics.mirrorApplies.WithLabelValues(string(c.Kind), "error").Inc()
+		s.metrics.followApplies.WithLabelValues(string(c.Kind), "error").Inc()
 		return fmt.Errorf("redisstore: apply changes[%d] (id %d, fence %s for shop %d): %w", i, c.ID, c.Fence, c.Shop, err)
 	}
 	result := "unchanged"
 	if raised {
 		result = "raised"
 	}
-	s.metrics.mirrorApplies.WithLabelValues(string(c.Kind), result).Inc()
+	s.metrics.followApplies.WithLabelValues(string(c.Kind), result).Inc()
 	return nil
 }
 
 // applyPipelined applies a run of state and adjust changes (offset is the
 // first one's index in Apply's slice, for errors) and returns how many,
 // from the first, were applied.
-func (s *Store) applyPipelined(ctx context.Context, offset int, changes []reservation.Change, eval Evaluated) (int, error) {
+func (s *Store) applyPipelined(ctx context.Context, offset int, changes []reservation.Change, eval reservation.Evaluated) (int, error) {
 	var invalid error
 	for i, c := range changes {
 		if err := validChange(offset+i, c); err != nil {
@@ -329,7 +324,7 @@ func (s *Store) applyPipelined(ctx context.Context, offset int, changes []reserv
 	}
 	if len(changes) > 0 {
 		// Register the shops first, as Adjust does, so the reaper finds
-		// the holds mirrored here once Redis decides again.
+		// the holds followed here once Redis decides again.
 		shops := make([]any, 0, len(changes))
 		for _, c := range changes {
 			shops = append(shops, c.Shop)
@@ -363,7 +358,7 @@ func (s *Store) applyPipelined(ctx context.Context, offset int, changes []reserv
 // applyOnce sends changes in one pipeline and returns how many, from the
 // first, were applied, and whether the first failure was a script missing
 // from the server's cache.
-func (s *Store) applyOnce(ctx context.Context, offset int, changes []reservation.Change, eval Evaluated) (int, bool, error) {
+func (s *Store) applyOnce(ctx context.Context, offset int, changes []reservation.Change, eval reservation.Evaluated) (int, bool, error) {
 	cmds := make([]*redis.Cmd, len(changes))
 	var evals []evaluation
 	if eval != nil {
@@ -394,7 +389,7 @@ func (s *Store) applyOnce(ctx context.Context, offset int, changes []reservation
 	defer s.reloadEvaluate(ctx, evals)
 	for i, c := range changes {
 		if cmds[i] == nil {
-			s.metrics.mirrorApplies.WithLabelValues(string(c.Kind), "nothing").Inc()
+			s.metrics.followApplies.WithLabelValues(string(c.Kind), "nothing").Inc()
 			s.evaluated(evals, offset, i, start, eval)
 			continue
 		}
@@ -413,10 +408,10 @@ func (s *Store) applyOnce(ctx context.Context, offset int, changes []reservation
 			if isNoScript(err) {
 				return i, true, err
 			}
-			s.metrics.mirrorApplies.WithLabelValues(string(c.Kind), "error").Inc()
+			s.metrics.followApplies.WithLabelValues(string(c.Kind), "error").Inc()
 			return i, false, fmt.Errorf("redisstore: apply changes[%d] (id %d, %s of shop %d): %w", offset+i, c.ID, c.Kind, c.Shop, err)
 		}
-		s.metrics.mirrorApplies.WithLabelValues(string(c.Kind), result).Inc()
+		s.metrics.followApplies.WithLabelValues(string(c.Kind), result).Inc()
 		if result == "converted" || result == "tombstoned" {
 			s.metrics.tombstonesWritten.WithLabelValues(string(c.State)).Inc()
 		}
@@ -460,7 +455,7 @@ func (s *Store) evaluate(ctx context.Context, pipe redis.Pipeliner, c reservatio
 
 // evaluated hands the evaluation of changes[i], if any, to eval: the
 // change is applied.
-func (s *Store) evaluated(evals []evaluation, offset, i int, start time.Time, eval Evaluated) {
+func (s *Store) evaluated(evals []evaluation, offset, i int, start time.Time, eval reservation.Evaluated) {
 	if evals == nil || evals[i].p == nil {
 		return
 	}
@@ -578,7 +573,7 @@ func validChange(i int, c reservation.Change) error {
 }
 
 // validAllocations checks allocations the store writes as they are given
-// (the mirror's and the rewrite's): positive ids and quantities, no
+// (Apply's and Rewrite's): positive ids and quantities, no
 // item x location twice.
 func validAllocations(field string, as []reservation.Allocation) error {
 	seen := make(map[cell]bool, len(as))
@@ -651,21 +646,9 @@ func (s *Store) Rewrite(ctx context.Context, snap reservation.Snapshot, ledger [
 		if err != nil {
 			return fmt.Errorf("redisstore: rewrite shop %d: %w", snap.Shop, err)
 		}
-		return &NewerFenceError{Shop: snap.Shop, Fence: f, Snapshot: snap.Fence}
+		return &reservation.NewerFenceError{Shop: snap.Shop, Fence: f, Snapshot: snap.Fence}
 	}
 	return nil
-}
-
-// NewerFenceError is Rewrite's refusal of a shop whose Redis fence has a
-// higher epoch than the snapshot's: Redis took the shop after the snapshot
-// was read (a forced handoff), and nothing was written.
-type NewerFenceError struct {
-	Shop            int64
-	Fence, Snapshot reservation.Fence
-}
-
-func (e *NewerFenceError) Error() string {
-	return fmt.Sprintf("redisstore: rewrite shop %d: Redis's fence %s is newer than the snapshot's %s", e.Shop, e.Fence, e.Snapshot)
 }
 
 func validSnapshot(snap reservation.Snapshot, ledger []reservation.StockLevel) error {
