@@ -34,7 +34,6 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/reservation"
-	"github.com/seed31b0e981/reservoir/rollout"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
@@ -104,7 +103,9 @@ type Pod struct {
 	Mirror Repairer
 }
 
-// Reconciler reconciles pods. It implements rollout.Reconciler.
+// Reconciler reconciles pods. It implements rollout.Reconciler (the
+// controller's check before a kill switch; roles_test.go holds it to it),
+// without importing the controller.
 type Reconciler struct {
 	pods map[string]Pod
 	// Progress receives one line per shop on long runs. Default: io.Discard.
@@ -126,8 +127,6 @@ type Reconciler struct {
 	// still, with the look's context.
 	duringLook func(ctx context.Context)
 }
-
-var _ rollout.Reconciler = (*Reconciler)(nil)
 
 // New returns a reconciler over pods.
 func New(pods []Pod) *Reconciler {
