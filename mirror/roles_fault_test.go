@@ -187,3 +187,50 @@ func TestFakeHandoffToMySQLFailsBetweenCopyAndFenceMove(t *testing.T) {
 	agree(t, my, rd, sh, want)
 	mustDecide(t, my.decide, sh, "after", reservation.StateHeld, unit(12))
 }
+
+// The same failure with no call to finish the handoff: Redis yielded at
+// the flags' epoch and MySQL's takeover failed, so both fences are at
+// that epoch and neither store decides. That is not a newer replica's
+// handoff to leave alone: the sweeper, on the same flags, must finish it
+// (a quiet shop would otherwise stay undecided until a call or a
+// reconciliation came by).
+func TestFakeSweeperFinishesAHalfDoneHandoff(t *testing.T) {
+	t.Parallel()
+	const sh = 12
+	my, rd := newFakeMySQL(), newFakeRedis()
+	for i := range 5 {
+		mustDecide(t, rd.decide, sh, fmt.Sprintf("t%d", i), reservation.StateHeld, unit(int64(i+1)))
+	}
+	my.failTakeOver = 1
+	m := newFakeMirror(t, my, rd, nil)
+	want := reservation.Fence{Decider: reservation.AuthorityMySQL, Epoch: 2}
+	if _, err := m.Handoff(ctx(t), sh, reservation.AuthorityMySQL, 2, false); !errors.Is(err, errFault) {
+		t.Fatalf("handoff with MySQL's takeover failing: %v, want the planted fault", err)
+	}
+	neitherDecides(t, my, rd, sh)
+
+	c, cancel := context.WithCancel(ctx(t))
+	done := make(chan error, 1)
+	go func() {
+		done <- m.RunSweeper(c, mirror.SweeperConfig{
+			Wanted: func(context.Context, int64) (reservation.Authority, int64, bool, error) {
+				return reservation.AuthorityMySQL, 2, false, nil
+			},
+			Version:  func(context.Context) (int64, bool) { return 2, true },
+			Interval: 10 * time.Millisecond,
+		})
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mf, _ := my.state(sh)
+		if mf == want || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("RunSweeper: %v, want context.Canceled", err)
+	}
+	agree(t, my, rd, sh, want)
+}

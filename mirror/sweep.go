@@ -247,12 +247,15 @@ const (
 // is ended by handing the shop to Redis at the new epoch (MySQL's fence
 // change clears the copy, and overtakes its cut-over), so that MySQL
 // keeps shadow holds again. A fence newer than the flags is another
-// replica's newer flags: left alone.
+// replica's newer flags: left alone. A fence at the flags' own epoch that
+// is not done is a handoff at this version that stopped halfway (one
+// store yielded, the other's takeover failed: neither decides): pending,
+// so the sweep finishes it rather than leave a quiet shop undecided.
 func (sw *sweeper) judge(st shopState, to reservation.Authority, epoch int64) judgement {
 	if st.mysql.Decider == to && st.redis.Decider == to && (to == reservation.AuthorityMySQL || st.copying == 0) {
 		return judgedDone
 	}
-	if epoch == 0 || max(st.mysql.Epoch, st.redis.Epoch) >= epoch {
+	if epoch == 0 || max(st.mysql.Epoch, st.redis.Epoch) > epoch {
 		return judgedAhead
 	}
 	return judgedPending
