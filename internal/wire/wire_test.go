@@ -1,0 +1,265 @@
+package wire_test
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seed31b0e981/reservoir/internal/wire"
+)
+
+// bodies is every type of the package: the tests below walk each with
+// reflection. TestEveryTypeIsListed fails when a type is missing here.
+var bodies = []reflect.Type{
+	// The rollout.
+	reflect.TypeFor[wire.Kill](), reflect.TypeFor[wire.Decision](), reflect.TypeFor[wire.Ramp](), reflect.TypeFor[wire.Stage](),
+	reflect.TypeFor[wire.StageGates](), reflect.TypeFor[wire.PlanStatus](), reflect.TypeFor[wire.PlanPod](), reflect.TypeFor[wire.Evidence](),
+	reflect.TypeFor[wire.GateResult](), reflect.TypeFor[wire.Handoffs](), reflect.TypeFor[wire.HandoffReport](), reflect.TypeFor[wire.Replica](),
+	reflect.TypeFor[wire.Obedience](), reflect.TypeFor[wire.AuditEntry](), reflect.TypeFor[wire.History](), reflect.TypeFor[wire.ControllerStatus](),
+	// The admin API's own.
+	reflect.TypeFor[wire.RolloutStatus](), reflect.TypeFor[wire.Pod](), reflect.TypeFor[wire.Shop](), reflect.TypeFor[wire.ScopeState](),
+	reflect.TypeFor[wire.RelayLag](), reflect.TypeFor[wire.FlagsRejected](), reflect.TypeFor[wire.KillRequest](), reflect.TypeFor[wire.KillResponse](),
+	reflect.TypeFor[wire.AdvanceRequest](), reflect.TypeFor[wire.AdvanceResponse](),
+	// The comparer's.
+	reflect.TypeFor[wire.Diffs](), reflect.TypeFor[wire.DiffRecord](), reflect.TypeFor[wire.Outcome](), reflect.TypeFor[wire.Stats](),
+	reflect.TypeFor[wire.Summary](), reflect.TypeFor[wire.Latency](), reflect.TypeFor[wire.Series](), reflect.TypeFor[wire.SeriesPoint](),
+	reflect.TypeFor[wire.Quantiles](),
+	// Reconciliation.
+	reflect.TypeFor[wire.Reconciliation](), reflect.TypeFor[wire.DriftReport](), reflect.TypeFor[wire.ReconcileReport](), reflect.TypeFor[wire.Finding](),
+	// The checkout API.
+	reflect.TypeFor[wire.ReserveRequest](), reflect.TypeFor[wire.Line](), reflect.TypeFor[wire.Reservation](), reflect.TypeFor[wire.Allocation](),
+	reflect.TypeFor[wire.ShortLine](), reflect.TypeFor[wire.ClaimResponse](), reflect.TypeFor[wire.ReleaseResponse](),
+	reflect.TypeFor[wire.AvailabilityResponse](), reflect.TypeFor[wire.LocationAvailability](), reflect.TypeFor[wire.AdjustRequest](),
+	reflect.TypeFor[wire.AdjustResponse](),
+	// Operations and errors.
+	reflect.TypeFor[wire.Health](), reflect.TypeFor[wire.Ready](), reflect.TypeFor[wire.StoreHealth](), reflect.TypeFor[wire.SchemaHealth](),
+	reflect.TypeFor[wire.Problem](),
+}
+
+var snakeCase = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
+
+var (
+	timeType     = reflect.TypeFor[time.Time]()
+	durationType = reflect.TypeFor[time.Duration]()
+)
+
+// wireProblems lists what breaks the package's conventions in t and every
+// type it reaches (doc.go): an exported field without a snake_case json
+// tag (an embedded struct without a tag is inline, and walked), a key used
+// twice in one object, a time.Time without omitzero, a *time.Time, a
+// time.Duration, an interface, or a struct of another package than t's.
+// seen stops the walk at types already walked.
+func wireProblems(t reflect.Type, seen map[reflect.Type]bool) []string {
+	home := t.PkgPath()
+	var (
+		out        []string
+		walkType   func(where string, t reflect.Type)
+		walkStruct func(t reflect.Type, keys map[string]string)
+	)
+	walkType = func(where string, t reflect.Type) {
+		switch t.Kind() {
+		case reflect.Pointer:
+			if t.Elem() == timeType {
+				out = append(out, where+": a *time.Time (use time.Time with omitzero)")
+				return
+			}
+			walkType(where, t.Elem())
+		case reflect.Slice, reflect.Array:
+			walkType(where+"[]", t.Elem())
+		case reflect.Map:
+			if t.Key().Kind() != reflect.String {
+				out = append(out, fmt.Sprintf("%s: a map keyed by %s (JSON keys are strings)", where, t.Key()))
+			}
+			walkType(where+"{}", t.Elem())
+		case reflect.Interface:
+			out = append(out, where+": an interface ("+t.String()+"): what it encodes is not a wire type")
+		case reflect.Struct:
+			switch {
+			case t == timeType:
+			case t.PkgPath() != home:
+				out = append(out, fmt.Sprintf("%s: %s is not a type of package wire: a domain type's encoding would be the wire's", where, t))
+			case !seen[t]:
+				seen[t] = true
+				walkStruct(t, map[string]string{})
+			}
+		default:
+			if t == durationType {
+				out = append(out, where+": a time.Duration (use an int64 whose key ends in _ns)")
+			}
+		}
+	}
+	walkStruct = func(t reflect.Type, keys map[string]string) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			where := t.Name() + "." + f.Name
+			if !f.IsExported() {
+				continue
+			}
+			tag, hasTag := f.Tag.Lookup("json")
+			if f.Anonymous && !hasTag && f.Type.Kind() == reflect.Struct && f.Type.PkgPath() == home {
+				walkStruct(f.Type, keys) // inline: its keys are t's
+				seen[f.Type] = true
+				continue
+			}
+			name, opts, _ := strings.Cut(tag, ",")
+			switch {
+			case !hasTag:
+				out = append(out, where+": no json tag (its Go name would be the key)")
+				continue
+			case !snakeCase.MatchString(name):
+				out = append(out, fmt.Sprintf("%s: key %q is not snake_case", where, name))
+			case keys[name] != "":
+				out = append(out, fmt.Sprintf("%s: key %q is %s's too", where, name, keys[name]))
+			}
+			keys[name] = where
+			if f.Type == timeType && !slices.Contains(strings.Split(opts, ","), "omitzero") {
+				out = append(out, where+": a time.Time without omitzero (a zero time would be written as year 1)")
+			}
+			walkType(where, f.Type)
+		}
+	}
+	walkType(t.Name(), t)
+	return out
+}
+
+// Every field of every wire type has a snake_case json tag, every time is
+// left out when zero, no duration is a time.Duration, and no domain type
+// is encoded as it is: the Go names cannot reach the wire again.
+func TestWireTypesAreSnakeCaseAndTagged(t *testing.T) {
+	t.Parallel()
+	seen := map[reflect.Type]bool{}
+	for _, b := range bodies {
+		for _, p := range wireProblems(b, seen) {
+			t.Error(p)
+		}
+	}
+}
+
+// The checker, shown failing on broken subjects: a field without a tag
+// (what rollout.Status's Next carried: "Name", "MinObservations"), a
+// CamelCase key, a zero time written as year 1, a duration without its
+// unit, a domain type and an interface.
+func TestWireCheckerCatchesBrokenTypes(t *testing.T) {
+	t.Parallel()
+	type inner struct {
+		Name string // no tag
+	}
+	type broken struct {
+		Untagged  string
+		Camel     int           `json:"minObservations"`
+		Since     time.Time     `json:"since"`
+		SincePtr  *time.Time    `json:"since_ptr,omitempty"`
+		Took      time.Duration `json:"took"`
+		Domain    reflect.Method
+		Anything  any                 `json:"anything"`
+		Again     string              `json:"again"`
+		AgainToo  string              `json:"again"`
+		Nested    inner               `json:"nested"`
+		Foreign   reflect.StructField `json:"foreign"`
+		unexposed int
+	}
+	got := strings.Join(wireProblems(reflect.TypeFor[broken](), map[reflect.Type]bool{}), "\n")
+	for _, want := range []string{
+		"broken.Untagged: no json tag",
+		`broken.Camel: key "minObservations" is not snake_case`,
+		"broken.Since: a time.Time without omitzero",
+		"broken.SincePtr: a *time.Time",
+		"broken.Took: a time.Duration",
+		"broken.Domain: no json tag",
+		"broken.Anything: an interface",
+		`broken.AgainToo: key "again" is broken.Again's too`,
+		"inner.Name: no json tag",
+		"broken.Foreign: reflect.StructField is not a type of package wire",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the checker missed %q; it said:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "unexposed") {
+		t.Errorf("an unexported field reported:\n%s", got)
+	}
+}
+
+// parsePackage parses the package's own files (not its tests), by name.
+func parsePackage(t *testing.T) map[string]*ast.File {
+	t.Helper()
+	entries, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]*ast.File{}
+	fset := token.NewFileSet()
+	for _, e := range entries {
+		if name := e.Name(); strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go") {
+			if files[name], err = parser.ParseFile(fset, name, nil, parser.ParseComments); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(files) == 0 {
+		t.Fatal("no Go file here")
+	}
+	return files
+}
+
+// Every exported type of the package is in bodies (so the walk covers
+// it), and it and each of its fields have a doc comment: the wire is
+// documented once, here.
+func TestEveryTypeIsListedAndDocumented(t *testing.T) {
+	t.Parallel()
+	listed := map[string]bool{}
+	for _, b := range bodies {
+		listed[b.Name()] = true
+	}
+	for name, f := range parsePackage(t) {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.TYPE {
+				continue
+			}
+			for _, s := range g.Specs {
+				ts := s.(*ast.TypeSpec)
+				if !ts.Name.IsExported() {
+					continue
+				}
+				if !listed[ts.Name.Name] {
+					t.Errorf("%s: type %s is not in bodies: the walk does not check it", name, ts.Name.Name)
+				}
+				if ts.Doc == nil && g.Doc == nil {
+					t.Errorf("%s: type %s has no doc comment", name, ts.Name.Name)
+				}
+				st, ok := ts.Type.(*ast.StructType)
+				if !ok {
+					continue
+				}
+				for _, fld := range st.Fields.List {
+					if fld.Doc == nil && fld.Comment == nil {
+						t.Errorf("%s: a field of %s (%s) has no doc comment", name, ts.Name.Name, fieldName(fld))
+					}
+					if len(fld.Names) > 1 {
+						t.Errorf("%s: %s declares %s on one line: give each field its own doc", name, ts.Name.Name, fieldName(fld))
+					}
+				}
+			}
+		}
+	}
+}
+
+func fieldName(f *ast.Field) string {
+	if len(f.Names) == 0 {
+		return fmt.Sprint(f.Type)
+	}
+	var names []string
+	for _, n := range f.Names {
+		names = append(names, n.Name)
+	}
+	return strings.Join(names, ", ")
+}
