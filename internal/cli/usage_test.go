@@ -261,14 +261,16 @@ func notSnakeCase(doc string) []string {
 }
 
 // The checker, shown failing on a broken subject: the rollout package's
-// Status encoded as it is, which is what status --json printed before.
+// Status encoded as it is (it has no json tags: package wire says how it
+// goes on the wire), which is what status --json printed before it had a
+// view.
 func TestSnakeCaseCheckerCatchesGoFieldNames(t *testing.T) {
 	raw, err := json.Marshal(rollout.Status{Next: &rollout.Stage{Name: "shadow"}, Pods: []rollout.PodStatus{{Pod: "pod-a"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	bad := notSnakeCase(string(raw))
-	for _, want := range []string{".next.Name", ".next.Gates.MinObservations", ".pods[0].kill.State", ".pods[0].effective.Mode"} {
+	for _, want := range []string{".Next.Name", ".Next.Gates.MinObservations", ".Pods[0].Kill.State", ".Pods[0].Effective.Mode"} {
 		if !slices.Contains(bad, want) {
 			t.Errorf("the checker missed %s in %s (found %v)", want, raw, bad)
 		}
