@@ -1,6 +1,7 @@
 package wire_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -13,7 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/internal/wire"
+	"github.com/seed31b0e981/reservoir/reservation"
+	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // bodies is every type of the package: the tests below walk each with
@@ -262,4 +268,50 @@ func fieldName(f *ast.Field) string {
 		names = append(names, n.Name)
 	}
 	return strings.Join(names, ", ")
+}
+
+// The plan's status as the wire shows it, where the rollout package's own
+// encoding went wrong: a stage never applied and a kill switch never set
+// have no time (not year 1), a switch never set is "off", the next stage
+// and the decisions are snake_case, a pod's handoff report is judged (its
+// ages as of now, in nanoseconds) and an unreadable one says why, and
+// every list is [] rather than null.
+func TestPlanStatusOf(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	report := reservation.HandoffProgress{FlagsVersion: 4, Shops: 3, Done: 1, Pending: 2, OldestPending: now.Add(-2 * time.Second),
+		Started: now.Add(-3 * time.Second), Updated: now, Replica: "r1"}
+	st := rollout.Status{Stage: -1, FlagsVersion: 4,
+		Next: &rollout.Stage{Name: "shadow on pod-a", Mode: authority.ModeShadow, Pods: []string{"pod-a"},
+			Gates: rollout.Gates{MinObservations: 5, MinDuration: rollout.Duration{Duration: time.Minute}, MaxRates: map[compare.Class]float64{compare.ClassShadowMissing: 0.005}}},
+		Pods: []rollout.PodStatus{
+			{Pod: "pod-a", Mode: authority.ModeMySQL, Kill: flagdoc.KillSwitch{State: authority.KillRedis, Reason: "p99", Actor: "ana", Since: now},
+				Effective: authority.Decision{Mode: authority.ModeMySQL, Kill: authority.KillRedis, Version: 4}, Handoffs: &report},
+			{Pod: "pod-b", Effective: authority.Decision{Mode: authority.ModeRedis, Kill: authority.KillOff, Version: 4}, HandoffsError: "pod-b's mysql is down"},
+		}}
+	raw, err := json.Marshal(wire.PlanStatusOf(st, now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	for _, want := range []string{
+		`"stage":-1,"stage_name":"","next":{"index":0,"name":"shadow on pod-a","mode":"shadow","pods":["pod-a"],"percent":0,"state":"next",` +
+			`"gates":{"min_observations":5,"min_duration_ns":60000000000,"max_rates":{"shadow_missing":0.005},"max_shadow_error_rate":0,"max_latency_ratio":0}}`,
+		`"kill":{"state":"redis","reason":"p99","actor":"ana","since":"2026-03-01T12:00:00Z"}`,
+		`"effective":{"mode":"mysql","kill":"redis","authority":"redis","effective":"shadow","version":4}`,
+		`"handoffs":{"state":"pending","line":"2 of 3 shops pending, oldest 2s (flags version 4)","report":{"flags_version":4,"shops":3,"done":1,"pending":2,"failed":0,` +
+			`"oldest_pending":"2026-03-01T11:59:58Z","oldest_pending_age_ns":2000000000,"started":"2026-03-01T11:59:57Z","took_ns":0,"updated":"2026-03-01T12:00:00Z","replica":"r1"}}`,
+		`{"pod":"pod-b","mode":"","kill":{"state":"off"},`,
+		`"handoffs":{"state":"unknown","line":"unknown: pod-b's mysql is down","report":null,"error":"pod-b's mysql is down"}`,
+		`"evidence":{"pods":[],"observations":0,"classes":{},`,
+		`"gates":[],"ready":false}`,
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("the plan's status lacks\n  %s\nin\n  %s", want, doc)
+		}
+	}
+	// The one null is pod-b's report, which could not be read.
+	if strings.Contains(doc, "0001-01-01") || strings.Count(doc, "null") != 1 {
+		t.Errorf("a zero time, or a null besides pod-b's report: %s", doc)
+	}
 }
