@@ -183,7 +183,8 @@ type KillRequest struct {
 type KillResponse struct {
 	// Scope is the scope changed, in its text form.
 	Scope string `json:"scope"`
-	// Kill is the switch now set on the scope in the flags.
+	// Kill is the switch now set on the scope in the flags (all empty, its
+	// state "", in the rare answer whose flags could not be read back).
 	Kill Kill `json:"kill"`
 	// Actor made the change (the X-Reservoir-Actor header, else
 	// "admin-api").
