@@ -1,55 +1,16 @@
 package server_test
 
 import (
-	"encoding/json"
-	"fmt"
-	"slices"
 	"strings"
 	"testing"
-	"unicode"
 
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/internal/wire/wiretest"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
-// wireFaults lists what in the JSON document doc is not the wire's (package
-// wire, doc.go): a key with a capital letter (a Go field name, such as
-// "Name" or "MinObservations", that reached the wire) and a zero time
-// ("0001-01-01T00:00:00Z", a time not known written as year 1), each with
-// its path.
-func wireFaults(doc string) []string {
-	var v any
-	if err := json.Unmarshal([]byte(doc), &v); err != nil {
-		return []string{"invalid JSON: " + err.Error()}
-	}
-	var out []string
-	var walk func(path string, v any)
-	walk = func(path string, v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			for k, e := range v {
-				if strings.ContainsFunc(k, unicode.IsUpper) {
-					out = append(out, path+"."+k+": a key with a capital letter")
-				}
-				walk(path+"."+k, e)
-			}
-		case []any:
-			for i, e := range v {
-				walk(fmt.Sprintf("%s[%d]", path, i), e)
-			}
-		case string:
-			if strings.HasPrefix(v, "0001-01-01") {
-				out = append(out, path+": a zero time ("+v+")")
-			}
-		}
-	}
-	walk("", v)
-	slices.Sort(out)
-	return out
-}
-
-// Every JSON body the admin API answers is the wire's: snake_case keys
-// (no Go field name) and no zero time. GET /admin/rollout/status is read
+// Every JSON body the admin API answers is the wire's: no Go field name as
+// a key and no zero time (wiretest.Faults; its own test shows it failing
+// on rollout.Status encoded as it is). GET /admin/rollout/status is read
 // where the Go names and the zero times used to leak: before the first
 // stage (the plan's since not known), with a pod's kill switch engaged and
 // the other's never set (its since not known), and after an advance. The
@@ -63,7 +24,7 @@ func TestAdminJSONIsTheWires(t *testing.T) {
 			t.Errorf("%s: %d without a body", what, r.status)
 			return
 		}
-		if faults := wireFaults(r.raw); len(faults) > 0 {
+		if faults := wiretest.Faults([]byte(r.raw)); len(faults) > 0 {
 			t.Errorf("%s:\n  %s\nin %s", what, strings.Join(faults, "\n  "), r.raw)
 		}
 	}
@@ -116,30 +77,4 @@ func TestAdminJSONIsTheWires(t *testing.T) {
 	check("GET /admin/reconcile", h.admin("GET", "/admin/reconcile?pod=pod-a", nil))
 	check("gates_fail", h.admin("POST", "/admin/rollout/advance", map[string]any{"from_stage": 0, "from_version": h.admin("POST", "/admin/rollout/advance",
 		map[string]any{"dry_run": true}).body["from_version"]}))
-}
-
-// The checker, shown failing on a broken subject: the rollout controller's
-// Status encoded as it is, as GET /admin/rollout/status's plan was
-// before package wire (a stage never applied, a pod's kill switch never
-// set).
-func TestWireFaultsCatchesGoNamesAndZeroTimes(t *testing.T) {
-	t.Parallel()
-	raw, err := json.Marshal(rollout.Status{Stage: -1, Next: &rollout.Stage{Name: "shadow"}, Pods: []rollout.PodStatus{{Pod: "pod-a"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := wireFaults(string(raw))
-	for _, want := range []string{
-		".Next.Name: a key with a capital letter",
-		".Next.Gates.MinObservations: a key with a capital letter",
-		".Pods[0].Kill.Since: a zero time (0001-01-01T00:00:00Z)",
-		".Since: a zero time (0001-01-01T00:00:00Z)",
-	} {
-		if !slices.Contains(got, want) {
-			t.Errorf("the checker missed %q in %s; it said %v", want, raw, got)
-		}
-	}
-	if got := wireFaults(`{"stage": -1, "next": {"name": "x", "min_duration_ns": 1}, "pods": [{"kill": {"state": "off"}}]}`); len(got) > 0 {
-		t.Errorf("a wire document reported: %v", got)
-	}
 }
