@@ -188,54 +188,54 @@ func (c *Comparer) writeBatchTx(ctx context.Context, b statBatch) error {
 // time, summed over every replica that flushed.
 type Totals struct {
 	// Pod is the pod asked for ("" for every pod).
-	Pod string `json:"pod"`
+	Pod string
 	// Since is the start of the first window counted.
-	Since time.Time `json:"since"`
+	Since time.Time
 	// Observations counts every observation, all modes together.
-	Observations int64 `json:"observations"`
+	Observations int64
 	// ByMode holds one Summary per mode seen. Calibration modes (see
 	// IsCalibration) are here under their own names, never mixed in.
-	ByMode map[string]Summary `json:"by_mode"`
+	ByMode map[string]Summary
 }
 
 // Summary is the counts, rates and latencies of a set of observations.
 type Summary struct {
 	// Observations is how many there were.
-	Observations int64 `json:"observations"`
+	Observations int64
 	// ByClass counts them per class.
-	ByClass map[Class]int64 `json:"by_class"`
+	ByClass map[Class]int64
 	// ByOp counts them per operation and class.
-	ByOp map[Op]map[Class]int64 `json:"by_op"`
+	ByOp map[Op]map[Class]int64
 	// Rates is ByClass divided by Observations.
-	Rates map[Class]float64 `json:"rates"`
+	Rates map[Class]float64
 	// MismatchRate is the rate of the classes that are disagreements about
 	// state (Class.Mismatch: outcome, allocation, shadow missing), without
 	// stock-out races.
-	MismatchRate float64 `json:"mismatch_rate"`
+	MismatchRate float64
 	// ShadowErrorRate is the rate of shadow faults (Class.ShadowFault:
 	// error, panic, timeout) over all observations. Skips are not faults:
 	// see Rates[ClassShadowSkipped].
-	ShadowErrorRate float64 `json:"shadow_error_rate"`
+	ShadowErrorRate float64
 	// Latency is each side's latency over every operation. The shadow's
 	// counts only the calls it ran (not skipped); a timed-out call counts
 	// with the time it ran.
-	Latency map[Side]Latency `json:"latency"`
+	Latency map[Side]Latency
 	// OpLatency is each side's latency per operation.
-	OpLatency map[Op]map[Side]Latency `json:"op_latency"`
+	OpLatency map[Op]map[Side]Latency
 	// LatencyRatio is the shadow's mean latency over the authority's (0
 	// when either is unknown): above 1 the shadow is slower.
-	LatencyRatio float64 `json:"latency_ratio"`
+	LatencyRatio float64
 }
 
 // Latency sums one side's latencies.
 type Latency struct {
 	// Count is how many calls were timed.
-	Count int64 `json:"count"`
+	Count int64
 	// Total is their sum, Max the longest, Mean Total/Count (microsecond
 	// precision).
-	Total time.Duration `json:"total"`
-	Max   time.Duration `json:"max"`
-	Mean  time.Duration `json:"mean"`
+	Total time.Duration
+	Max   time.Duration
+	Mean  time.Duration
 }
 
 func (l Latency) merge(o Latency) Latency {

@@ -58,11 +58,11 @@ func (c *Comparer) Served(pod, mode string, op Op) {
 // that flushed.
 type PodTraffic struct {
 	// Pod is the pod.
-	Pod string `json:"pod"`
+	Pod string
 	// Calls counts every call its facades took, all modes together.
-	Calls int64 `json:"calls"`
+	Calls int64
 	// ByMode counts them per effective mode.
-	ByMode map[string]int64 `json:"by_mode"`
+	ByMode map[string]int64
 }
 
 // Traffic sums compare_traffic per pod over the windows that start at or

@@ -337,29 +337,29 @@ func triple(p string) ([3]int64, error) {
 // and the admin API show it.
 type HandoffProgress struct {
 	// FlagsVersion is the flags version the sweep worked to.
-	FlagsVersion int64 `json:"flags_version"`
+	FlagsVersion int64
 	// Shops is how many shops that version moved to another decider.
-	Shops int64 `json:"shops"`
+	Shops int64
 	// Done is how many of them are handed off (both fences agree with
 	// the flags).
-	Done int64 `json:"done"`
+	Done int64
 	// Pending is how many are still to hand off.
-	Pending int64 `json:"pending"`
+	Pending int64
 	// Failed is how many of the pending failed at their last try.
-	Failed int64 `json:"failed"`
+	Failed int64
 	// OldestPending is since when the oldest pending shop has waited
 	// (zero when none is pending).
-	OldestPending time.Time `json:"oldest_pending,omitzero"`
+	OldestPending time.Time
 	// Started is when the sweep first saw the version; Finished when its
 	// last shop was handed off (zero while some are pending).
-	Started  time.Time `json:"started"`
-	Finished time.Time `json:"finished,omitzero"`
+	Started  time.Time
+	Finished time.Time
 	// Updated is when the report was written.
-	Updated time.Time `json:"updated"`
+	Updated time.Time
 	// Replica ran the sweep.
-	Replica string `json:"replica"`
+	Replica string
 	// LastError is the last handoff failure of the sweep ("" when none).
-	LastError string `json:"last_error,omitempty"`
+	LastError string
 }
 
 // Summary says it in a few words, as of now: "handed off 1,204/1,204

@@ -152,45 +152,45 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 // Status is where the rollout stands.
 type Status struct {
 	// Stage is the index of the stage in force (-1: none applied yet).
-	Stage int `json:"stage"`
+	Stage int
 	// StageName names it ("" before the first).
-	StageName string `json:"stage_name"`
+	StageName string
 	// Since is when it was applied.
-	Since time.Time `json:"since"`
+	Since time.Time
 	// Next is the stage advance would apply (nil at the end).
-	Next *Stage `json:"next,omitempty"`
+	Next *Stage
 	// FlagsVersion is the version of the flags file (Flags.Version).
-	FlagsVersion int64 `json:"flags_version"`
+	FlagsVersion int64
 	// FlagsInvalid says what is wrong with the stored flags document when
 	// it does not parse (with its line and column); Pods then show the
 	// last valid flags, and Ready is false. A kill switch still works.
-	FlagsInvalid string `json:"flags_invalid,omitempty"`
+	FlagsInvalid string
 	// Pods is each pod's decision for a shop without overrides.
-	Pods []PodStatus `json:"pods"`
+	Pods []PodStatus
 	// Evidence is what the gates judged.
-	Evidence Evidence `json:"evidence"`
+	Evidence Evidence
 	// Gates are the current stage's exit gates with their numbers.
-	Gates []GateResult `json:"gates"`
+	Gates []GateResult
 	// Ready is true when every gate passes and a next stage exists.
-	Ready bool `json:"ready"`
+	Ready bool
 }
 
 // PodStatus is one pod's flags, and what its fences say.
 type PodStatus struct {
-	Pod  string             `json:"pod"`
-	Mode authority.Mode     `json:"mode"`
-	Ramp *flagdoc.Ramp      `json:"ramp,omitempty"`
-	Kill flagdoc.KillSwitch `json:"kill"`
+	Pod  string
+	Mode authority.Mode
+	Ramp *flagdoc.Ramp
+	Kill flagdoc.KillSwitch
 	// Effective is the decision for a shop of the pod outside any ramp.
-	Effective authority.Decision `json:"effective"`
+	Effective authority.Decision
 	// Handoffs is the pod's last handoff report (ControllerConfig.Handoffs):
 	// how far the fences have followed the flags. Nil without a reader,
 	// before the pod's first sweep, or when it could not be read
 	// (HandoffsError). JudgeHandoffs says what it means for a version.
-	Handoffs *reservation.HandoffProgress `json:"handoffs,omitempty"`
+	Handoffs *reservation.HandoffProgress
 	// HandoffsError says why the report could not be read; the status is
 	// made all the same (the flags' part does not depend on it).
-	HandoffsError string `json:"handoffs_error,omitempty"`
+	HandoffsError string
 }
 
 // HandoffState is what a pod's handoff report says of the flags at one
@@ -910,15 +910,15 @@ func (c *Controller) mysqlOnlyUnder(f *flagdoc.Flags, scope flagdoc.Scope) []str
 
 // AuditEntry is one recorded change.
 type AuditEntry struct {
-	ID     int64     `json:"id"`
-	At     time.Time `json:"at"`
-	Actor  string    `json:"actor"`
-	Action string    `json:"action"`
-	Scope  string    `json:"scope"`
-	Reason string    `json:"reason"`
-	Stage  int       `json:"stage"`
-	Before string    `json:"before"`
-	After  string    `json:"after"`
+	ID     int64
+	At     time.Time
+	Actor  string
+	Action string
+	Scope  string
+	Reason string
+	Stage  int
+	Before string
+	After  string
 }
 
 // History lists the latest changes, newest first.
@@ -945,9 +945,9 @@ func (c *Controller) History(ctx context.Context, limit int) ([]AuditEntry, erro
 // AutoAction is what one automatic step did.
 type AutoAction struct {
 	// Did is "none", "advanced" or "killed".
-	Did string `json:"did"`
+	Did string
 	// Why explains it with the numbers.
-	Why string `json:"why"`
+	Why string
 }
 
 // AutoStep is one turn of the automatic controller: during a stage where

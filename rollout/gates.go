@@ -19,36 +19,36 @@ type StatsReader interface {
 type GateResult struct {
 	// Gate names it: "min_observations", "min_duration",
 	// "max_rate:<class>", "max_shadow_error_rate", "max_latency_ratio".
-	Gate string `json:"gate"`
+	Gate string
 	// Pass is the verdict.
-	Pass bool `json:"pass"`
+	Pass bool
 	// Value is what was measured, Limit what it is held to.
-	Value float64 `json:"value"`
-	Limit float64 `json:"limit"`
+	Value float64
+	Limit float64
 	// Why says it in words, numbers included.
-	Why string `json:"why"`
+	Why string
 	// Breaking is true for a ceiling (a rate or ratio) that failed with
 	// enough data: what makes the automatic controller pull the kill
 	// switch. A floor not reached yet (too few observations, too early) is
 	// never breaking.
-	Breaking bool `json:"breaking"`
+	Breaking bool
 }
 
 // Evidence is what the stats say about a stage's pods since it started.
 type Evidence struct {
-	Pods         []string  `json:"pods"`
-	Since        time.Time `json:"since"`
-	Observations int64     `json:"observations"`
+	Pods         []string
+	Since        time.Time
+	Observations int64
 	// Classes counts observations per class, calibration excluded.
-	Classes map[compare.Class]int64 `json:"classes"`
+	Classes map[compare.Class]int64
 	// ShadowFaults counts shadow errors, panics and timeouts.
-	ShadowFaults int64 `json:"shadow_faults"`
+	ShadowFaults int64
 	// AuthorityMean and ShadowMean are the sides' mean latencies.
-	AuthorityMean time.Duration `json:"authority_mean"`
-	ShadowMean    time.Duration `json:"shadow_mean"`
+	AuthorityMean time.Duration
+	ShadowMean    time.Duration
 	// LatencySamples is how many observations measured both sides'
 	// latencies (the relay's observations measure none).
-	LatencySamples int64 `json:"latency_samples"`
+	LatencySamples int64
 }
 
 // Rate is the share of observations in class c.

@@ -30,16 +30,16 @@ const (
 // Replica is one replica's last heartbeat.
 type Replica struct {
 	// ID is the replica's id: host, pid and start time.
-	ID string `json:"id"`
+	ID string
 	// Pods are the pods it serves.
-	Pods []string `json:"pods"`
+	Pods []string
 	// AppliedVersion is the flags version its flag source answers with (0:
 	// none loaded).
-	AppliedVersion int64 `json:"applied_version"`
+	AppliedVersion int64
 	// AppliedAt is when it applied that version (the database's clock).
-	AppliedAt time.Time `json:"applied_at"`
+	AppliedAt time.Time
 	// SeenAgo is how long ago it last reported.
-	SeenAgo time.Duration `json:"seen_ago_ns"`
+	SeenAgo time.Duration
 }
 
 // Replicas lists the live replicas: those heard from within LiveWithin.
@@ -62,21 +62,21 @@ func Replicas(ctx context.Context, db *sql.DB) ([]Replica, error) {
 // Obedience says how the fleet obeyed a change of the flags.
 type Obedience struct {
 	// Version is the flags version written.
-	Version int64 `json:"version"`
+	Version int64
 	// Live and Obeyed count the live replicas, and those that applied
 	// Version (or a later one).
-	Live   int `json:"live"`
-	Obeyed int `json:"obeyed"`
+	Live   int
+	Obeyed int
 	// Took is how long after the write the last live replica applied it
 	// (or how long the wait lasted, when some lag).
-	Took time.Duration `json:"took_ns"`
+	Took time.Duration
 	// Since is when the wait began, right after the write (and its
 	// audit): what Took counts from.
-	Since time.Time `json:"-"`
+	Since time.Time
 	// Lagging are the live replicas that had not applied it by then.
-	Lagging []Replica `json:"lagging,omitempty"`
+	Lagging []Replica
 	// Summary is String's line.
-	Summary string `json:"summary"`
+	Summary string
 }
 
 // String is the line the CLI prints: "obeyed by 12/12 replicas in 38 ms",

@@ -26,6 +26,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/seed31b0e981/reservoir/internal/controldb"
+	"github.com/seed31b0e981/reservoir/internal/wire"
 	"github.com/seed31b0e981/reservoir/rollout"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
 	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
@@ -492,19 +493,6 @@ func (k *killFloodRig) waitApplied(ctx context.Context, version int64, written t
 	}
 }
 
-// killAnswer is the part of the admin API's kill switch answer the
-// scenario reads (internal/server.KillResponse).
-type killAnswer struct {
-	ObeyedAfterMs *float64 `json:"obeyed_after_ms"`
-	Fleet         struct {
-		Version int64  `json:"version"`
-		Live    int    `json:"live"`
-		Obeyed  int    `json:"obeyed"`
-		TookNs  int64  `json:"took_ns"`
-		Summary string `json:"summary"`
-	} `json:"fleet"`
-}
-
 // change makes one kill switch change through the first replica's admin
 // API and measures it.
 func (k *killFloodRig) change(ctx context.Context, i int) KillFloodChange {
@@ -515,7 +503,7 @@ func (k *killFloodRig) change(ctx context.Context, i int) KillFloodChange {
 		c.Op, method = "release", http.MethodDelete
 		delete(body, "state")
 	}
-	var ans killAnswer
+	var ans wire.KillResponse
 	start := time.Now()
 	code, raw, err := k.call(ctx, k.replicas[0].admin, method, "/admin/killswitch", k.adminToken, body, &ans)
 	c.Answer, c.Status = ms(time.Since(start)), code
@@ -523,7 +511,7 @@ func (k *killFloodRig) change(ctx context.Context, i int) KillFloodChange {
 		c.Error = fmt.Sprintf("%d %s %v", code, tail(string(raw), 300), err)
 		return c
 	}
-	c.Fleet, c.FleetLine = ms(time.Duration(ans.Fleet.TookNs)), ans.Fleet.Summary
+	c.Fleet, c.FleetLine = ms(time.Duration(ans.Fleet.TookNS)), ans.Fleet.Summary
 	if ans.ObeyedAfterMs != nil {
 		c.Self = *ans.ObeyedAfterMs
 	}

@@ -471,11 +471,11 @@ func pingRedis(ctx context.Context, c redis.UniversalClient) error {
 // dashboard.
 type DriftReport struct {
 	// Clean is true when nothing but notes was found.
-	Clean bool `json:"clean"`
+	Clean bool
 	// Summary is the report in one line.
-	Summary string `json:"summary"`
+	Summary string
 	// Report is the full report, findings included.
-	Report reconcile.Report `json:"report"`
+	Report reconcile.Report
 }
 
 // Reconcile compares a pod's stores now, each shop against its current

@@ -153,7 +153,7 @@ func TestDemoNewcomerPath(t *testing.T) {
 	// Recovery: repaired, released, MySQL decides pod-a again.
 	out.waitFor(t, regexp.MustCompile(`(released the kill switch on pod-a)`), 120*time.Second)
 	st = demoRolloutStatus(t, topo)
-	if p := st.pod("pod-a"); p.Kill.State != "" || p.Mode != "mysql" || p.Effective.Mode != "mysql" || p.Effective.Kill != "off" {
+	if p := st.pod("pod-a"); p.Kill.State != "off" || p.Mode != "mysql" || p.Effective.Mode != "mysql" || p.Effective.Kill != "off" {
 		t.Errorf("pod-a after the recovery: %+v", p)
 	}
 	if rel := findAudit(demoRolloutHistory(t, topo), "release", "demo"); rel == nil || rel.Scope != "pod:pod-a" {

@@ -95,7 +95,7 @@ func TestRolloutStatusShowsTheFences(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("status --json: %d %q", code, errOut)
 	}
-	checkSnakeCase(t, raw)
+	checkWire(t, raw)
 	if err := json.Unmarshal([]byte(raw), &st); err != nil || len(st.Pods) != 1 {
 		t.Fatalf("status --json: %v\n%s", err, raw)
 	}

@@ -2,11 +2,11 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 
 	"github.com/seed31b0e981/reservoir/internal/reconcile"
+	"github.com/seed31b0e981/reservoir/internal/wire"
 )
 
 // runReconcile compares each pod's two stores, each shop against the store
@@ -73,9 +73,7 @@ func runReconcile(ctx context.Context, args []string, out, errOut io.Writer) err
 		}
 	}
 	if *asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(reports); err != nil {
+		if err := writeJSON(out, wire.ReconcileReportsOf(reports)); err != nil {
 			return err
 		}
 	}

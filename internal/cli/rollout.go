@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/internal/wire"
 	"github.com/seed31b0e981/reservoir/rollout"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
 	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
@@ -369,7 +370,11 @@ func rolloutStatus(ctx context.Context, r *rolloutRun) error {
 		return rerr
 	}
 	if r.o.json {
-		return writeJSON(r.out, newStatusView(st, err, replicas, time.Now()))
+		v := wire.ControllerStatus{PlanStatus: wire.PlanStatusOf(st, time.Now()), Replicas: wire.ReplicasOf(replicas)}
+		if err != nil {
+			v.Error = strings.TrimPrefix(err.Error(), "rollout: ")
+		}
+		return writeJSON(r.out, v)
 	}
 	if err != nil {
 		fmt.Fprintln(r.out, strings.TrimPrefix(err.Error(), "rollout: "))
@@ -469,7 +474,7 @@ func rolloutHistory(ctx context.Context, r *rolloutRun) error {
 		return err
 	}
 	if r.o.json {
-		return writeJSON(r.out, newHistoryView(hs))
+		return writeJSON(r.out, wire.AuditEntriesOf(hs))
 	}
 	for _, h := range hs {
 		fmt.Fprintf(r.out, "%s  %-12s %-8s %-14s stage %-2d %s\n", h.At.Format(time.RFC3339), h.Actor, h.Action, h.Scope, h.Stage, h.Reason)
@@ -499,7 +504,8 @@ func rolloutAuto(ctx context.Context, r *rolloutRun) error {
 	}
 }
 
-// writeJSON writes v indented, as every --json output is.
+// writeJSON writes v, a type of package wire, indented, as every --json
+// output is.
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -141,9 +141,7 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 			return errors.Join(err, closeCell())
 		}
 	}
-	srv, err := server.New(server.Config{Cell: c, Controller: ctl, Reconciler: server.ReportFunc(func(ctx context.Context, pod string) (any, error) {
-		return c.Reconcile(ctx, pod)
-	}), Clients: clients, InsecureNoAuth: *noAuth, AdminToken: token, Registry: reg, Logger: log, ShutdownTimeout: *shutdown, MaxConns: *maxConns})
+	srv, err := server.New(server.Config{Cell: c, Controller: ctl, Reconciler: server.ReportFunc(c.Reconcile), Clients: clients, InsecureNoAuth: *noAuth, AdminToken: token, Registry: reg, Logger: log, ShutdownTimeout: *shutdown, MaxConns: *maxConns})
 	if err != nil {
 		return errors.Join(err, closeCell())
 	}

@@ -2,16 +2,13 @@ package cli
 
 import (
 	"bytes"
-	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
-	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/internal/wire/wiretest"
 )
 
 // runAsCLI makes the test binary the reservoir binary when the
@@ -47,7 +44,7 @@ func runProcess(t *testing.T, args ...string) (code int, out, errOut string) {
 // flags, flags go before or after the action, typos get a suggestion, a
 // missing topology says what to set, usage errors exit 2 with the message
 // printed once under one prefix, a gate refusal is a list, and every
-// --json output is snake_case. The rows run in order on one topology:
+// --json output is the wire's (no Go field name, no zero time). The rows run in order on one topology:
 // some change its state (advance, kill).
 func TestCLIUsage(t *testing.T) {
 	topo := operatorTopology(t)
@@ -138,18 +135,18 @@ func TestCLIUsage(t *testing.T) {
 		{name: "flags after the action",
 			args: []string{"rollout", "kill", "--topology", topo, "--scope", "pod:pod-a", "--reason", "drill", "--actor", "ana"}, code: 0,
 			stdout: []string{"kill pod:pod-a: written to the flags file"}},
-		{name: "status --json is snake_case",
+		{name: "status --json is the wire's",
 			args: []string{"rollout", "status", "--json", "--topology", topo}, code: 0,
 			stdout: []string{`"min_observations": 1000`, `"min_duration_ns": 600000000000`, `"state": "redis"`, `"actor": "ana"`, `"replicas": []`},
-			check:  func(t *testing.T, out, _ string) { checkSnakeCase(t, out) }},
-		{name: "history --json is snake_case",
+			check:  func(t *testing.T, out, _ string) { checkWire(t, out) }},
+		{name: "history --json is the wire's",
 			args: []string{"rollout", "history", "--json", "--topology", topo}, code: 0,
 			stdout: []string{`"action": "kill"`, `"actor": "ana"`},
-			check:  func(t *testing.T, out, _ string) { checkSnakeCase(t, out) }},
-		{name: "reconcile --json is snake_case",
+			check:  func(t *testing.T, out, _ string) { checkWire(t, out) }},
+		{name: "reconcile --json is the wire's",
 			args: []string{"reconcile", "--json", "--topology", topo}, code: 0,
 			stdout: []string{`"pod": "pod-a"`},
-			check:  func(t *testing.T, out, _ string) { checkSnakeCase(t, out) }},
+			check:  func(t *testing.T, out, _ string) { checkWire(t, out) }},
 		{name: "release, flags on both sides",
 			args: []string{"rollout", "--actor", "ana", "release", "--topology", topo, "--scope", "pod:pod-a", "--reason", "drill over"}, code: 0,
 			stdout: []string{"release pod:pod-a: written"}},
@@ -220,61 +217,12 @@ func TestLibraryLogsOnlyWithV(t *testing.T) {
 	}
 }
 
-// checkSnakeCase fails t for every key of the JSON document doc that is
-// not snake_case.
-func checkSnakeCase(t *testing.T, doc string) {
+// checkWire fails t for what in the JSON document doc is not the wire's:
+// a Go field name as a key, a zero time (wiretest.Faults).
+func checkWire(t *testing.T, doc string) {
 	t.Helper()
-	if bad := notSnakeCase(doc); len(bad) > 0 {
-		t.Errorf("keys not in snake_case: %v", bad)
-	}
-}
-
-var snakeCase = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
-
-// notSnakeCase lists the keys of doc that are not snake_case (and
-// "invalid JSON" when doc is not JSON).
-func notSnakeCase(doc string) []string {
-	var v any
-	if err := json.Unmarshal([]byte(doc), &v); err != nil {
-		return []string{"invalid JSON: " + err.Error()}
-	}
-	var bad []string
-	var walk func(path string, v any)
-	walk = func(path string, v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			for k, e := range v {
-				if !snakeCase.MatchString(k) {
-					bad = append(bad, path+"."+k)
-				}
-				walk(path+"."+k, e)
-			}
-		case []any:
-			for i, e := range v {
-				walk(fmt.Sprintf("%s[%d]", path, i), e)
-			}
-		}
-	}
-	walk("", v)
-	slices.Sort(bad)
-	return bad
-}
-
-// The checker, shown failing on a broken subject: the rollout package's
-// Status encoded as it is, which is what status --json printed before.
-func TestSnakeCaseCheckerCatchesGoFieldNames(t *testing.T) {
-	raw, err := json.Marshal(rollout.Status{Next: &rollout.Stage{Name: "shadow"}, Pods: []rollout.PodStatus{{Pod: "pod-a"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bad := notSnakeCase(string(raw))
-	for _, want := range []string{".next.Name", ".next.Gates.MinObservations", ".pods[0].kill.State", ".pods[0].effective.Mode"} {
-		if !slices.Contains(bad, want) {
-			t.Errorf("the checker missed %s in %s (found %v)", want, raw, bad)
-		}
-	}
-	if bad := notSnakeCase(`{"stage_name": "x", "next": {"min_duration_ns": 1, "max_rates": {"shadow_missing": 0.1}}}`); len(bad) > 0 {
-		t.Errorf("snake_case keys reported: %v", bad)
+	if bad := wiretest.Faults([]byte(doc)); len(bad) > 0 {
+		t.Errorf("not the wire's: %v", bad)
 	}
 }
 

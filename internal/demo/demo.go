@@ -336,7 +336,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	srv, err := server.New(server.Config{
 		Cell: c, Controller: ctl, Clients: clients, AdminToken: cfg.AdminToken, Registry: reg, Logger: logger,
-		Reconciler: server.ReportFunc(func(ctx context.Context, pod string) (any, error) { return c.Reconcile(ctx, pod) }),
+		Reconciler: server.ReportFunc(c.Reconcile),
 	})
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/seed31b0e981/reservoir/internal/wire"
 	"github.com/seed31b0e981/reservoir/rollout"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
 	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
@@ -28,54 +29,6 @@ func (s *Server) incident(h http.HandlerFunc) http.HandlerFunc {
 		defer cancel()
 		h(w, r.WithContext(ctx))
 	}
-}
-
-// KillRequest is the body of POST and DELETE /admin/killswitch.
-type KillRequest struct {
-	// Scope is "global", "pod:<name>" or "shop:<id>". Required.
-	Scope string `json:"scope"`
-	// State is "redis" (default: Redis decides, MySQL keeps a shadow that
-	// is compared) or "redis_only" (MySQL's reservation tables are not
-	// touched). Engage only.
-	State authority.Kill `json:"state"`
-	// Reason says why, for the on-call engineer who reads the flags file
-	// or the audit. Required.
-	Reason string `json:"reason"`
-	// Resynced confirms that Redis holds what MySQL decided for a scope
-	// that runs mysql_only, without the reconciler's check; without it
-	// such a kill is refused (409) while the reconciler finds drift.
-	// Engage only.
-	Resynced bool `json:"resynced"`
-}
-
-// KillResponse is the answer of a kill switch change.
-type KillResponse struct {
-	// Scope is the scope changed, in its text form.
-	Scope string `json:"scope"`
-	// Kill is the switch now set on the scope in the flags file.
-	Kill KillView `json:"kill"`
-	// Actor made the change.
-	Actor string `json:"actor"`
-	// Audited is always true: every change goes through the rollout
-	// controller and its audit. (Kept for clients of the earlier API, where
-	// a server without a plan wrote the flags unaudited.)
-	Audited bool `json:"audited"`
-	// ObeyedAfterMs is how long after the flags were written (and the
-	// change audited: when the fleet's wait began) this replica's flag
-	// source answered with the new version; null if not within KillWait.
-	ObeyedAfterMs *float64 `json:"obeyed_after_ms"`
-	// Effective is this replica's decision for the scope now.
-	Effective DecisionView `json:"effective"`
-	// Fleet says how the fleet obeyed: the live replicas (those that
-	// report to the control database) and how many applied the change,
-	// within how long ("obeyed by 3/3 replicas in 38 ms" in Summary).
-	Fleet rollout.Obedience `json:"fleet"`
-	// RelayLag is, for an engage, the relay lag of the scope's pods at the
-	// moment of the switch ("pod-a 12 change(s), oldest 40ms"), as the
-	// audit (or, without a controller, the server's log) records it: what
-	// each shop's handoff drains into Redis before Redis decides (and what
-	// a forced handoff would lose). Empty for a release.
-	RelayLag string `json:"relay_lag,omitempty"`
 }
 
 // maxReason caps a kill switch reason, in characters.
@@ -102,8 +55,8 @@ func checkReason(reason string) *problem {
 
 // readKill reads a kill request from the JSON body, or (DELETE only, for
 // curl) from the query parameters scope and reason when there is no body.
-func (s *Server) readKill(w http.ResponseWriter, r *http.Request) (KillRequest, flagdoc.Scope, *problem) {
-	var req KillRequest
+func (s *Server) readKill(w http.ResponseWriter, r *http.Request) (wire.KillRequest, flagdoc.Scope, *problem) {
+	var req wire.KillRequest
 	q := r.URL.Query()
 	for _, k := range []string{"scope", "reason"} {
 		if len(q[k]) > 1 {
@@ -166,7 +119,7 @@ func (s *Server) representative(scope flagdoc.Scope) (string, int64) {
 // Without a version from the fleet (a controller that does not wait for
 // it) the flags store says what to wait for, and the time counts from
 // start.
-func (s *Server) waitObeyed(ctx context.Context, scope flagdoc.Scope, start time.Time, fleet rollout.Obedience) (*float64, DecisionView, *flagdoc.Flags) {
+func (s *Server) waitObeyed(ctx context.Context, scope flagdoc.Scope, start time.Time, fleet rollout.Obedience) (*float64, wire.Decision, *flagdoc.Flags) {
 	pod, shop := s.representative(scope)
 	var (
 		obeys func(authority.Decision) bool
@@ -222,10 +175,11 @@ func (s *Server) engageKill(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, *p)
 		return
 	}
-	if req.State == "" {
-		req.State = authority.KillRedis
+	state := authority.Kill(req.State)
+	if state == "" {
+		state = authority.KillRedis
 	}
-	if req.State != authority.KillRedis && req.State != authority.KillRedisOnly {
+	if state != authority.KillRedis && state != authority.KillRedisOnly {
 		writeProblem(w, r, *badInput("state", `state: want "redis" (MySQL keeps a shadow, compared) or "redis_only" (MySQL untouched), got %q`, req.State))
 		return
 	}
@@ -244,7 +198,7 @@ func (s *Server) engageKill(w http.ResponseWriter, r *http.Request) {
 		out   bytes.Buffer
 		fleet rollout.Obedience
 	)
-	err := s.cfg.Controller.Kill(ctx, scope, req.State, rollout.KillOptions{Actor: who, Reason: req.Reason, Resynced: req.Resynced, Out: &out, Fleet: &fleet})
+	err := s.cfg.Controller.Kill(ctx, scope, state, rollout.KillOptions{Actor: who, Reason: req.Reason, Resynced: req.Resynced, Out: &out, Fleet: &fleet})
 	lag := lagFromOutput(out.String())
 	if s.killFailed(w, r, "engage the kill switch", err) {
 		return
@@ -252,7 +206,7 @@ func (s *Server) engageKill(w http.ResponseWriter, r *http.Request) {
 	if lag == "" {
 		lag = s.lagText(ctx, s.podsUnder(scope)) // a controller without a LagReader
 	}
-	s.log.Warn("server: kill switch engaged", "request_id", RequestID(ctx), "scope", scope.String(), "state", req.State,
+	s.log.Warn("server: kill switch engaged", "request_id", RequestID(ctx), "scope", scope.String(), "state", state,
 		"actor", who, "reason", req.Reason, "relay_lag", lag, "fleet", fleet.Summary)
 	s.killAnswer(w, r, scope, who, start, lag, fleet)
 }
@@ -303,9 +257,9 @@ func (s *Server) releaseKill(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) killAnswer(w http.ResponseWriter, r *http.Request, scope flagdoc.Scope, who string, start time.Time, lag string, fleet rollout.Obedience) {
 	obeyed, eff, flags := s.waitObeyed(r.Context(), scope, start, fleet)
-	resp := KillResponse{Scope: scope.String(), Actor: who, Audited: true, ObeyedAfterMs: obeyed, Effective: eff, RelayLag: lag, Fleet: fleet}
+	resp := wire.KillResponse{Scope: scope.String(), Actor: who, Audited: true, ObeyedAfterMs: obeyed, Effective: eff, RelayLag: lag, Fleet: wire.ObedienceOf(fleet)}
 	if flags != nil {
-		resp.Kill = killView(flags.KillAt(scope))
+		resp.Kill = wire.KillOf(flags.KillAt(scope))
 	}
 	writeJSON(w, http.StatusOK, resp)
 }

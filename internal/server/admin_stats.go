@@ -4,16 +4,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/seed31b0e981/reservoir/compare"
+	"github.com/seed31b0e981/reservoir/internal/wire"
 )
-
-// DiffsResponse is the answer of GET /admin/diffs.
-type DiffsResponse struct {
-	// Pod is the pod asked for ("" for every pod).
-	Pod string `json:"pod"`
-	// Diffs are the records, newest first.
-	Diffs []compare.DiffRecord `json:"diffs"`
-}
 
 func (s *Server) diffs(w http.ResponseWriter, r *http.Request) {
 	pod, p := s.podParam(r, false)
@@ -25,25 +17,11 @@ func (s *Server) diffs(w http.ResponseWriter, r *http.Request) {
 				s.internal(w, r, "read diff records", err)
 				return
 			}
-			if ds == nil {
-				ds = []compare.DiffRecord{}
-			}
-			writeJSON(w, http.StatusOK, DiffsResponse{Pod: pod, Diffs: ds})
+			writeJSON(w, http.StatusOK, wire.Diffs{Pod: pod, Diffs: wire.DiffRecordsOf(ds)})
 			return
 		}
 	}
 	writeProblem(w, r, *p)
-}
-
-// StatsResponse is the answer of GET /admin/stats: the comparer's stats
-// summed over every replica (each flushes every few seconds), plus the
-// live (non-calibration) and calibration summaries.
-type StatsResponse struct {
-	compare.Totals
-	// Live merges every non-calibration mode: what the gates judge.
-	Live compare.Summary `json:"live"`
-	// Calibration merges the calibration modes: the noise floor.
-	Calibration compare.Summary `json:"calibration"`
 }
 
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
@@ -62,7 +40,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, "read compare stats", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, StatsResponse{Totals: t, Live: t.Live(), Calibration: t.Calibration()})
+	writeJSON(w, http.StatusOK, wire.StatsOf(t))
 }
 
 func (s *Server) series(w http.ResponseWriter, r *http.Request) {

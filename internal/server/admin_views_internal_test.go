@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/internal/wire"
 	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
@@ -18,8 +19,11 @@ import (
 func TestStateOfWaitsForTheFences(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	mysql := DecisionView{Mode: authority.ModeMySQL, Kill: authority.KillOff, Authority: "mysql", Effective: authority.ModeMySQL, Version: 12}
-	killed := DecisionView{Mode: authority.ModeMySQL, Kill: authority.KillRedis, Authority: "redis", Effective: authority.ModeShadow, Version: 12}
+	mysql := wire.DecisionOf(authority.Decision{Mode: authority.ModeMySQL, Kill: authority.KillOff, Version: 12})
+	killed := wire.DecisionOf(authority.Decision{Mode: authority.ModeMySQL, Kill: authority.KillRedis, Version: 12})
+	if mysql.Authority != "mysql" || mysql.Effective != "mysql" || killed.Authority != "redis" || killed.Effective != "shadow" {
+		t.Fatalf("routes: %+v %+v", mysql, killed)
+	}
 	done := reservation.HandoffProgress{FlagsVersion: 12, Shops: 1204, Done: 1204, Started: now.Add(-time.Second), Finished: now.Add(-620 * time.Millisecond), Updated: now}
 	pending := reservation.HandoffProgress{FlagsVersion: 12, Shops: 1204, Done: 1201, Pending: 3, OldestPending: now.Add(-2 * time.Second), Started: now.Add(-3 * time.Second), Updated: now}
 	older, newer := done, done
@@ -28,7 +32,7 @@ func TestStateOfWaitsForTheFences(t *testing.T) {
 	stale.Updated = now.Add(-time.Minute)
 	for _, c := range []struct {
 		name     string
-		eff      DecisionView
+		eff      wire.Decision
 		p        reservation.HandoffProgress
 		ok       bool
 		err      error
@@ -57,15 +61,15 @@ func TestStateOfWaitsForTheFences(t *testing.T) {
 			"3 of 1,204 shops pending, oldest 2s (flags version 12)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			hv := handoffView(c.p, c.ok, c.err, c.eff.Version, now)
-			if hv.State != c.state || hv.Line != c.line {
+			h := judgeHandoffs(c.p, c.ok, c.err, c.eff.Version, now)
+			if hv := h.view; hv.State != string(c.state) || hv.Line != c.line {
 				t.Errorf("handoffs %q %q, want %q %q", hv.State, hv.Line, c.state, c.line)
 			}
-			if (hv.Report != nil) != c.ok {
-				t.Errorf("report %+v with ok %v", hv.Report, c.ok)
+			if (h.view.Report != nil) != c.ok {
+				t.Errorf("report %+v with ok %v", h.view.Report, c.ok)
 			}
-			st := stateOf(c.eff, c.eff, KillView{State: c.eff.Kill}, nil, hv)
-			if st.Headline != c.headline || st.Handoffs != c.state || st.Decides != c.eff.Authority {
+			st := stateOf(c.eff, c.eff, wire.Kill{State: c.eff.Kill}, nil, h)
+			if st.Headline != c.headline || st.Handoffs != string(c.state) || st.Decides != c.eff.Authority {
 				t.Errorf("state %+v, want headline %q", st, c.headline)
 			}
 			if fences := strings.Contains(st.Detail, "Fences: "+c.line+"."); fences == (c.state == rollout.HandoffsDone) {
@@ -74,7 +78,7 @@ func TestStateOfWaitsForTheFences(t *testing.T) {
 		})
 	}
 	// A replica that cannot read its flags says that, whatever the fences.
-	st := stateOf(DecisionView{Authority: "none", Error: "not loaded"}, DecisionView{}, KillView{}, nil, handoffView(done, true, nil, 0, now))
+	st := stateOf(wire.Decision{Authority: "none", Error: "not loaded"}, wire.Decision{}, wire.Kill{}, nil, judgeHandoffs(done, true, nil, 0, now))
 	if st.State != "unknown" || st.Headline != "no decision: flags unreadable" {
 		t.Errorf("flags unreadable: %+v", st)
 	}

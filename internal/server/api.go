@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/internal/cell"
+	"github.com/seed31b0e981/reservoir/internal/wire"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
@@ -151,39 +152,6 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, pod *cell.Pod, op 
 	writeProblem(w, r, *p)
 }
 
-// ReserveRequest is the body of POST /v1/shops/{shop}/reservations.
-type ReserveRequest struct {
-	// Token is the checkout token: the idempotency key (1..64 printable
-	// ASCII bytes). Required.
-	Token string `json:"token"`
-	// Lines are the cart's items. Required.
-	Lines []reservation.Line `json:"lines"`
-	// TTLMs is the hold's lifetime in milliseconds (1s..1h). Default:
-	// Config.DefaultTTL.
-	TTLMs int64 `json:"ttl_ms"`
-}
-
-// Reservation is the answer about one reservation (reserve, get).
-type Reservation struct {
-	// Shop and Token identify the reservation.
-	Shop  int64  `json:"shop"`
-	Token string `json:"token"`
-	// Pod is the pod that serves the shop.
-	Pod string `json:"pod"`
-	// Status is "reserved" or "insufficient" (reserve); "held" (get).
-	Status string `json:"status"`
-	// Authority is the store that decided the hold (the shop's decider
-	// when it was placed).
-	Authority reservation.Authority `json:"authority,omitempty"`
-	// Allocations say which location serves how many units of each item.
-	Allocations []reservation.Allocation `json:"allocations,omitempty"`
-	// ExpiresAt is the hold's expiry on the store's clock.
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-	// Replayed is true when a repeated reserve returned the token's first
-	// answer (its hold) instead of deciding again.
-	Replayed bool `json:"replayed,omitempty"`
-}
-
 func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
 	const op = "reserve"
 	shop, pod, p := s.podOf(r)
@@ -191,7 +159,7 @@ func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, pod, op, p)
 		return
 	}
-	var req ReserveRequest
+	var req wire.ReserveRequest
 	if p := s.decodeBody(w, r, &req); p != nil {
 		s.fail(w, r, pod, op, p)
 		return
@@ -209,7 +177,7 @@ func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
 	case req.TTLMs > 0:
 		ttl = time.Duration(req.TTLMs) * time.Millisecond
 	}
-	params := reservation.ReserveParams{Shop: shop, Token: req.Token, Lines: req.Lines, TTL: ttl}
+	params := reservation.ReserveParams{Shop: shop, Token: req.Token, Lines: wire.ReservationLines(req.Lines), TTL: ttl}
 	if err := pod.Limits.ValidateReserve(&params); err != nil {
 		s.fail(w, r, pod, op, validation(err, map[string]string{"ttl": "ttl_ms"}))
 		return
@@ -227,10 +195,9 @@ func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
 	if res.Replayed {
 		status = http.StatusOK
 	}
-	exp := res.ExpiresAt.UTC()
 	s.op(pod, op, status)
-	writeJSON(w, status, Reservation{Shop: shop, Token: req.Token, Pod: pod.Name, Status: string(res.Status),
-		Authority: res.Authority, Allocations: res.Allocations, ExpiresAt: &exp, Replayed: res.Replayed})
+	writeJSON(w, status, wire.Reservation{Shop: shop, Token: req.Token, Pod: pod.Name, Status: string(res.Status),
+		Authority: string(res.Authority), Allocations: wire.AllocationsOf(res.Allocations), ExpiresAt: res.ExpiresAt.UTC(), Replayed: res.Replayed})
 }
 
 // insufficient is the answer of a reserve the decider refused. A refusal
@@ -241,10 +208,9 @@ func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
 func insufficient(pod string, res reservation.ReserveResult) *problem {
 	msg := strconv.Itoa(len(res.Short)) + " line(s) cannot be served from their eligible locations; nothing is held. " +
 		"This token is spent: use a new token to try again"
-	extra := map[string]any{"status": string(reservation.StatusInsufficient), "short": res.Short, "pod": pod}
+	extra := wire.Problem{Status: string(reservation.StatusInsufficient), Short: wire.ShortLinesOf(res.Short), Pod: pod, Replayed: res.Replayed}
 	if res.Replayed {
 		msg = "this token was refused before (this is its first answer, replayed): " + msg
-		extra["replayed"] = true
 	}
 	return &problem{Status: http.StatusConflict, Code: "insufficient", Message: msg, Extra: extra}
 }
@@ -284,62 +250,28 @@ func (s *Server) tokenCall(w http.ResponseWriter, r *http.Request, op string,
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	s.tokenCall(w, r, "get", func(ctx context.Context, pod *cell.Pod, shop int64, token string) (any, error) {
 		h, err := pod.Facade.Get(ctx, &reservation.GetParams{Shop: shop, Token: token})
-		exp := h.ExpiresAt.UTC()
-		return Reservation{Shop: shop, Token: token, Pod: pod.Name, Status: "held",
-			Authority: h.Authority, Allocations: h.Allocations, ExpiresAt: &exp}, err
+		return wire.Reservation{Shop: shop, Token: token, Pod: pod.Name, Status: "held",
+			Authority: string(h.Authority), Allocations: wire.AllocationsOf(h.Allocations), ExpiresAt: h.ExpiresAt.UTC()}, err
 	})
-}
-
-// ClaimResponse is the answer of a claim.
-type ClaimResponse struct {
-	// Shop, Token and Pod identify the reservation and its pod.
-	Shop  int64  `json:"shop"`
-	Token string `json:"token"`
-	Pod   string `json:"pod"`
-	// Outcome is "claimed": the ledger was deducted (now, or before when
-	// Replayed).
-	Outcome reservation.ClaimOutcome `json:"outcome"`
-	// Allocations are what the ledger was deducted by.
-	Allocations []reservation.Allocation `json:"allocations"`
-	// Replayed is true when the token had been claimed before: nothing
-	// changed this time.
-	Replayed bool `json:"replayed,omitempty"`
 }
 
 func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
 	s.tokenCall(w, r, "claim", func(ctx context.Context, pod *cell.Pod, shop int64, token string) (any, error) {
 		res, err := pod.Facade.Claim(ctx, &reservation.ClaimParams{Shop: shop, Token: token})
-		return ClaimResponse{Shop: shop, Token: token, Pod: pod.Name, Outcome: res.Outcome,
-			Allocations: res.Allocations, Replayed: res.Replayed}, err
+		return wire.ClaimResponse{Shop: shop, Token: token, Pod: pod.Name, Outcome: string(res.Outcome),
+			Allocations: wire.AllocationsOf(res.Allocations), Replayed: res.Replayed}, err
 	})
-}
-
-// ReleaseResponse is the answer of a release.
-type ReleaseResponse struct {
-	// Shop, Token and Pod identify the reservation and its pod.
-	Shop  int64  `json:"shop"`
-	Token string `json:"token"`
-	Pod   string `json:"pod"`
-	// Released is false when there was nothing to release (released
-	// before, expired, refused or never reserved): release is idempotent.
-	Released bool `json:"released"`
-	// Allocations are the units given back.
-	Allocations []reservation.Allocation `json:"allocations,omitempty"`
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	s.tokenCall(w, r, "release", func(ctx context.Context, pod *cell.Pod, shop int64, token string) (any, error) {
 		res, err := pod.Facade.Release(ctx, &reservation.ReleaseParams{Shop: shop, Token: token})
-		return ReleaseResponse{Shop: shop, Token: token, Pod: pod.Name, Released: res.Released, Allocations: res.Allocations}, err
+		v := wire.ReleaseResponse{Shop: shop, Token: token, Pod: pod.Name, Released: res.Released}
+		if len(res.Allocations) > 0 {
+			v.Allocations = wire.AllocationsOf(res.Allocations)
+		}
+		return v, err
 	})
-}
-
-// AvailabilityResponse is the answer of an availability read.
-type AvailabilityResponse struct {
-	// Shop and Pod say whose stock this is.
-	Shop int64  `json:"shop"`
-	Pod  string `json:"pod"`
-	reservation.AvailabilityResult
 }
 
 func (s *Server) availability(w http.ResponseWriter, r *http.Request) {
@@ -359,36 +291,8 @@ func (s *Server) availability(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, pod, op, s.storeProblem(r, pod.Name, err))
 		return
 	}
-	if res.Locations == nil {
-		res.Locations = []reservation.LocationAvailability{}
-	}
 	s.op(pod, op, http.StatusOK)
-	writeJSON(w, http.StatusOK, AvailabilityResponse{Shop: shop, Pod: pod.Name, AvailabilityResult: res})
-}
-
-// AdjustRequest is the body of an adjust: exactly one of Available and
-// Delta.
-type AdjustRequest struct {
-	// Available sets the sellable quantity (>= 0).
-	Available *int64 `json:"available"`
-	// Delta moves it (non-zero).
-	Delta *int64 `json:"delta"`
-}
-
-// AdjustResponse is the answer of an adjust.
-type AdjustResponse struct {
-	// Shop, Item, Location and Pod say which stock changed.
-	Shop     int64  `json:"shop"`
-	Item     int64  `json:"item"`
-	Location int64  `json:"location"`
-	Pod      string `json:"pod"`
-	// Available is the ledger's sellable quantity after the change.
-	Available int64 `json:"available"`
-	// Delta is the change applied.
-	Delta int64 `json:"delta"`
-	// Replayed is true when the Idempotency-Key had been applied before:
-	// this is the first call's answer, and nothing changed this time.
-	Replayed bool `json:"replayed,omitempty"`
+	writeJSON(w, http.StatusOK, wire.AvailabilityOf(shop, pod.Name, res))
 }
 
 // IdempotencyKeyHeader names the header that makes an adjust idempotent
@@ -413,7 +317,7 @@ func (s *Server) adjust(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, pod, op, p)
 		return
 	}
-	var req AdjustRequest
+	var req wire.AdjustRequest
 	if p := s.decodeBody(w, r, &req); p != nil {
 		s.fail(w, r, pod, op, p)
 		return
@@ -444,5 +348,5 @@ func (s *Server) adjust(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.op(pod, op, http.StatusOK)
-	writeJSON(w, http.StatusOK, AdjustResponse{Shop: shop, Item: item, Location: loc, Pod: pod.Name, Available: res.Available, Delta: res.Delta, Replayed: res.Replayed})
+	writeJSON(w, http.StatusOK, wire.AdjustResponse{Shop: shop, Item: item, Location: loc, Pod: pod.Name, Available: res.Available, Delta: res.Delta, Replayed: res.Replayed})
 }

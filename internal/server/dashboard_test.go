@@ -252,7 +252,7 @@ func TestDashboardInChromium(t *testing.T) {
 
 	// The next stage's gates with the numbers the controller computed.
 	plan := mapOf(st.body["plan"])
-	if got := text("#next-stage"); got != str(mapOf(plan["next"])["Name"]) {
+	if got := text("#next-stage"); got != str(mapOf(plan["next"])["name"]) {
 		t.Errorf("next stage: page %q, API %v", got, plan["next"])
 	}
 	for _, g := range plan["gates"].([]any) {

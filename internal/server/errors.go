@@ -20,30 +20,31 @@ import (
 
 	"github.com/seed31b0e981/reservoir/dualwrite"
 	"github.com/seed31b0e981/reservoir/internal/breaker"
+	"github.com/seed31b0e981/reservoir/internal/wire"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
-// problem is an error answer. Every non-2xx response body is one, as JSON:
+// problem is an error answer: every non-2xx response body is one, as a
+// wire.Problem:
 //
 //	{"error": "invalid_input", "message": "...", "field": "lines[0].quantity", "request_id": "..."}
 type problem struct {
 	// Status is the HTTP status.
-	Status int `json:"-"`
+	Status int
 	// Code is a stable, machine-readable word (docs/api.md lists them).
-	Code string `json:"error"`
+	Code string
 	// Message says what is wrong in words a caller can act on.
-	Message string `json:"message"`
+	Message string
 	// Field names the offending input, when there is one: a JSON path
 	// ("lines[2].quantity"), a path parameter ("shop") or a query
 	// parameter ("limit").
-	Field string `json:"field,omitempty"`
-	// RequestID is the request's id, to find it in the server's log.
-	RequestID string `json:"request_id,omitempty"`
+	Field string
 	// RetryAfter, when set, becomes a Retry-After header.
-	RetryAfter time.Duration `json:"-"`
-	// Extra holds answer-specific data (the short lines of an
-	// insufficient reserve).
-	Extra map[string]any `json:"-"`
+	RetryAfter time.Duration
+	// Extra holds what a few codes carry beside the message (a refused
+	// reserve's short lines, a refused advance's gates): the fields of
+	// wire.Problem that are not the four above.
+	Extra wire.Problem
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -61,21 +62,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {
-	p.RequestID = RequestID(r.Context())
 	if p.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, p.RetryAfter.Round(time.Second)/time.Second))))
 	}
-	if len(p.Extra) == 0 {
-		writeJSON(w, p.Status, p)
-		return
-	}
-	body := map[string]any{"error": p.Code, "message": p.Message, "request_id": p.RequestID}
-	if p.Field != "" {
-		body["field"] = p.Field
-	}
-	for k, v := range p.Extra {
-		body[k] = v
-	}
+	body := p.Extra
+	body.Error, body.Message, body.Field, body.RequestID = p.Code, p.Message, p.Field, RequestID(r.Context())
 	writeJSON(w, p.Status, body)
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
 	"github.com/seed31b0e981/reservoir/internal/topology"
+	"github.com/seed31b0e981/reservoir/internal/wire"
 	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
@@ -65,7 +66,7 @@ func newEnv(tb testing.TB, o envOptions) *env {
 		_ = c.Close(ctx)
 	})
 	cfg := server.Config{Cell: c, AdminToken: adminToken, Registry: reg, Logger: log, InsecureNoAuth: true,
-		Reconciler:     server.ReportFunc(func(ctx context.Context, pod string) (any, error) { return c.Reconcile(ctx, pod) }),
+		Reconciler:     server.ReportFunc(c.Reconcile),
 		SampleInterval: 100 * time.Millisecond, SeriesWindow: time.Second, RequestTimeout: 10 * time.Second}
 	if o.cfg != nil {
 		o.cfg(&cfg)
@@ -140,7 +141,7 @@ func strictDecode(body []byte, v any) error {
 // documented bounds ("" when it does not): token 1..64 printable ASCII,
 // 1..100 lines, distinct positive items, quantity 1..pool cap, 1..50
 // distinct positive locations, ttl_ms absent (0) or 1000..3600000.
-func reserveWithinBounds(req server.ReserveRequest, maxQty int64) string {
+func reserveWithinBounds(req wire.ReserveRequest, maxQty int64) string {
 	l := reservation.DefaultLimits
 	if n := len(req.Token); n < 1 || n > reservation.MaxTokenBytes {
 		return "token length"
@@ -200,7 +201,7 @@ func FuzzDecodeReserve(f *testing.F) {
 	maxQty := min(reservation.DefaultLimits.MaxQuantity, e.topo.Pods[0].PoolCap)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rec := e.serve("POST", "/v1/shops/1001/reservations", body)
-		var req server.ReserveRequest
+		var req wire.ReserveRequest
 		refErr := strictDecode(body, &req)
 		why := "decode: "
 		if refErr == nil {
@@ -269,7 +270,7 @@ func FuzzDecodeAdjust(f *testing.F) {
 			t.Fatalf("reset the stock: %d %s", r.Code, r.Body)
 		}
 		rec := e.serve("POST", "/v1/shops/1001/items/7/locations/1/adjust", body)
-		var req server.AdjustRequest
+		var req wire.AdjustRequest
 		why := ""
 		if err := strictDecode(body, &req); err != nil {
 			why = "decode: " + err.Error()

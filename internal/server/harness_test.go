@@ -212,7 +212,7 @@ func setup(t *testing.T, o options) *harness {
 	var err error
 	h.srv, err = server.New(server.Config{
 		Cell: c, Controller: h.ctl, AdminToken: token, Registry: reg, Logger: log, Clients: testClients(t, o.clients),
-		Reconciler:     server.ReportFunc(func(ctx context.Context, pod string) (any, error) { return c.Reconcile(ctx, pod) }),
+		Reconciler:     server.ReportFunc(c.Reconcile),
 		SampleInterval: 100 * time.Millisecond, SeriesWindow: time.Second, RequestTimeout: 10 * time.Second,
 	})
 	if err != nil {

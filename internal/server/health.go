@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed31b0e981/reservoir/internal/cell"
+	"github.com/seed31b0e981/reservoir/internal/wire"
 	"github.com/seed31b0e981/reservoir/migrations"
 )
 
@@ -23,43 +24,7 @@ import (
 // else: a liveness probe that failed on a database outage would restart
 // every replica at once and make the outage worse.
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-}
-
-// ReadyView is the answer of /readyz.
-type ReadyView struct {
-	// Ready is true when this replica can serve: it has valid flags in
-	// force, no database it reaches has a schema behind this binary's
-	// migrations, and the server is not shutting down. A failing store
-	// does not make it unready: its pod is listed in Degraded, that pod's
-	// calls that need the store answer 503 store_unavailable at once, and
-	// every other pod is served as before. The control database down
-	// leaves the replica serving on the flags it has (listed too).
-	Ready bool `json:"ready"`
-	// NotReady says why Ready is false, one reason per entry, in words an
-	// operator can act on (none when ready).
-	NotReady []string `json:"not_ready,omitempty"`
-	// Degraded lists what fails while the replica serves, one entry per
-	// pod (or "control"), with why: "pod-b: mysql failed its ping", "pod-b:
-	// mysql breaker open (5 consecutive failures)", "control: the control
-	// database failed its ping (the flags in force stay; they cannot be
-	// changed)". None when every store answers.
-	Degraded []string `json:"degraded,omitempty"`
-	// Draining is true once shutdown began.
-	Draining bool `json:"draining,omitempty"`
-	// Stores is each pod's (and the control database's) reachability.
-	Stores []StoreHealth `json:"stores"`
-	// FlagsLoaded is false while this replica has no valid version of
-	// its flags file in force (docs/ownership.md, section 7): it does not
-	// know which store decides a shop, so it answers every reservation
-	// call 503 flags_unavailable and is not ready. Once loaded, a file
-	// that turns bad leaves the last valid version in force.
-	FlagsLoaded bool `json:"flags_loaded"`
-	// Schema is each database's schema against this binary's migrations
-	// (the control database first), as last checked: at most
-	// schemaTrust ago while every one is current, schemaRetry ago while
-	// one is behind or could not be read.
-	Schema []SchemaHealth `json:"schema"`
+	writeJSON(w, http.StatusOK, wire.Health{Status: "ok"})
 }
 
 // The states of a database's schema in /readyz, besides the store*
@@ -78,39 +43,6 @@ const (
 	schemaAhead = "ahead"
 )
 
-// SchemaHealth is one database's schema against the migration set of its
-// role embedded in this binary, as /readyz shows it.
-type SchemaHealth struct {
-	// Pod names the pod ("control" for the control database).
-	Pod string `json:"pod"`
-	// Set is the migration set the database is checked against: "control"
-	// for the control database, "pod" for a pod's.
-	Set string `json:"set"`
-	// State is "current", "behind" (not ready), "ahead" (ready, logged),
-	// or why the version could not be read: "unreachable", "timeout",
-	// "auth_failed" or "error" (as for a store's ping).
-	State string `json:"state"`
-	// Version is the highest migration of the set the database has
-	// applied (0 when none, or when it could not be read).
-	Version int64 `json:"version"`
-	// Latest is the set's highest migration this binary embeds.
-	Latest int64 `json:"latest"`
-	// Legacy is set when the database was migrated by a release before
-	// the split of the migration sets and not yet by this one: the
-	// version goose_db_version records (`reservoir migrate` adopts it).
-	Legacy int64 `json:"legacy,omitempty"`
-	// Pending lists the migrations this binary needs that the database
-	// has not applied.
-	Pending []int64 `json:"pending,omitempty"`
-	// Unknown lists the migrations the database has applied that this
-	// binary does not know.
-	Unknown []int64 `json:"unknown,omitempty"`
-	// Error is the driver's error when the version could not be read. It
-	// can name users and hosts, so only a caller with the admin token
-	// sees it.
-	Error string `json:"error,omitempty"`
-}
-
 // The states of a store in /readyz: "ok", or why its ping failed, as a
 // class that names no user, host or address.
 const (
@@ -125,32 +57,6 @@ const (
 	// storeError: any other failure.
 	storeError = "error"
 )
-
-// StoreHealth is the reachability of one pod's stores (or of the control
-// database, as pod "control"), as /readyz shows it.
-type StoreHealth struct {
-	// Pod names the pod ("control" for the control database).
-	Pod string `json:"pod"`
-	// MySQL is "ok" or why the ping failed: "unreachable", "timeout",
-	// "auth_failed" or "error".
-	MySQL string `json:"mysql"`
-	// Redis is the same for the pod's Redis ("" for the control
-	// database).
-	Redis string `json:"redis,omitempty"`
-	// OK is true when every store answered.
-	OK bool `json:"ok"`
-	// MySQLBreaker and RedisBreaker are the stores' circuit breakers:
-	// "closed" (calls go through), "open" (calls answer 503 at once) or
-	// "half_open" (one probe call is in flight). Empty for the control
-	// database.
-	MySQLBreaker string `json:"mysql_breaker,omitempty"`
-	RedisBreaker string `json:"redis_breaker,omitempty"`
-	// MySQLError and RedisError are the drivers' own errors. They can
-	// name database users, hosts and addresses, so only a caller with the
-	// admin token sees them; the server logs them for everyone else.
-	MySQLError string `json:"mysql_error,omitempty"`
-	RedisError string `json:"redis_error,omitempty"`
-}
 
 // readyz pings every store (1s budget) and checks that this replica's
 // flags are loaded: a replica that cannot say which store decides a shop
@@ -177,7 +83,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	schema := make(chan []cell.SchemaState, 1)
 	go func() { schema <- s.schema().states(ctx, false) }()
 	hs := s.cfg.Cell.Ping(ctx)
-	v := ReadyView{Draining: s.draining.Load(), Stores: s.storeHealth(r, hs, detail), FlagsLoaded: s.cfg.Cell.Flags.Loaded()}
+	v := wire.Ready{Draining: s.draining.Load(), Stores: s.storeHealth(r, hs, detail), FlagsLoaded: s.cfg.Cell.Flags.Loaded()}
 	states := <-schema
 	if !v.FlagsLoaded {
 		v.NotReady = append(v.NotReady, "flags_not_loaded: this replica has no valid flags file in force (missing, unreadable or invalid since it started); "+
@@ -230,10 +136,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // detail is set). The class of a failure comes from the error's type (a
 // *mysql.MySQLError's number, a net.Error), not from matching words in a
 // message.
-func (s *Server) storeHealth(r *http.Request, hs []cell.Health, detail bool) []StoreHealth {
-	out := make([]StoreHealth, len(hs))
+func (s *Server) storeHealth(r *http.Request, hs []cell.Health, detail bool) []wire.StoreHealth {
+	out := make([]wire.StoreHealth, len(hs))
 	for i, h := range hs {
-		out[i] = StoreHealth{Pod: h.Pod, MySQL: s.storeState(r, h.Pod, "mysql", h.MySQLErr), OK: h.OK}
+		out[i] = wire.StoreHealth{Pod: h.Pod, MySQL: s.storeState(r, h.Pod, "mysql", h.MySQLErr), OK: h.OK}
 		if i > 0 { // index 0 is the control database: no Redis, no breaker
 			out[i].Redis = s.storeState(r, h.Pod, "redis", h.RedisErr)
 			if p := s.cfg.Cell.Pod(h.Pod); p != nil {
@@ -338,8 +244,8 @@ func versionList(vs []int64) string {
 
 // schemaHealth is st as /readyz shows it; the driver's error only with
 // detail.
-func schemaHealth(st cell.SchemaState, detail bool) SchemaHealth {
-	h := SchemaHealth{Pod: st.Pod, Set: st.Set.Name(), Version: st.State.Current, Latest: st.State.Latest,
+func schemaHealth(st cell.SchemaState, detail bool) wire.SchemaHealth {
+	h := wire.SchemaHealth{Pod: st.Pod, Set: st.Set.Name(), Version: st.State.Current, Latest: st.State.Latest,
 		Legacy: st.State.Legacy, Pending: st.State.Pending, Unknown: st.State.Unknown}
 	switch {
 	case st.Err != nil:

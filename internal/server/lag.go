@@ -7,28 +7,9 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/internal/cell"
+	"github.com/seed31b0e981/reservoir/internal/wire"
 	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
-
-// LagView is a pod's relay lag as the admin API shows it: how far the
-// pod's Redis is behind what MySQL decided (docs/ownership.md, section 4).
-// It is what a kill switch engaged now would have to drain into Redis
-// first, and what a forced handoff (redis_only while MySQL does not
-// answer) would lose.
-type LagView struct {
-	// Changes are the changes in MySQL's change feed Redis has not
-	// applied yet.
-	Changes int64 `json:"changes"`
-	// OldestMs is the age of the oldest of them, in milliseconds (0 when
-	// there is none).
-	OldestMs float64 `json:"oldest_ms"`
-	// At is when it was measured (by the pod's relay, about once a
-	// second, or by this call).
-	At *time.Time `json:"at,omitempty"`
-	// Error is set when the lag could not be measured (the pod's MySQL
-	// did not answer): the lag is unknown.
-	Error string `json:"error,omitempty"`
-}
 
 // lagFresh is how old the relay's own measurement (every replica's
 // mirror measures about once a second) may be before the admin API
@@ -37,7 +18,7 @@ const lagFresh = 2 * time.Second
 
 // podLag is the pod's relay lag: the mirror's last measurement when it is
 // recent, else a new one (within a second).
-func (s *Server) podLag(ctx context.Context, p *cell.Pod) LagView {
+func (s *Server) podLag(ctx context.Context, p *cell.Pod) wire.RelayLag {
 	l := p.Mirror.LastLag()
 	if l.At.IsZero() || time.Since(l.At) > lagFresh {
 		mctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -45,11 +26,10 @@ func (s *Server) podLag(ctx context.Context, p *cell.Pod) LagView {
 		var err error
 		if l, err = p.Mirror.Lag(mctx); err != nil {
 			s.log.Warn("server: relay lag not measured", "pod", p.Name, "err", err)
-			return LagView{Error: "unknown: " + err.Error()}
+			return wire.RelayLag{Error: "unknown: " + err.Error()}
 		}
 	}
-	at := l.At.UTC()
-	return LagView{Changes: l.Changes, OldestMs: float64(l.Oldest.Microseconds()) / 1000, At: &at}
+	return wire.RelayLag{Changes: l.Changes, OldestMs: float64(l.Oldest.Microseconds()) / 1000, At: l.At.UTC()}
 }
 
 // lagText measures the relay lag of pods now and says it the way the

@@ -4,31 +4,26 @@ import (
 	"context"
 	"net/http"
 	"time"
+
+	"github.com/seed31b0e981/reservoir/internal/cell"
+	"github.com/seed31b0e981/reservoir/internal/wire"
 )
 
 // Reconciler reports the drift between a pod's two stores (a full-state
 // comparison: ledger, MySQL pool and holds, Redis quantities and holds).
-// The report is any JSON-encodable value; the dashboard shows it as is,
-// and reads a top-level "clean" boolean and "summary" string when present.
+// The cell's Reconcile is one: ReportFunc(cell.Reconcile).
 type Reconciler interface {
 	// Report compares the pod's stores now. It may take a while; it runs
 	// under Config.ReconcileTimeout instead of the request timeout.
-	Report(ctx context.Context, pod string) (any, error)
+	Report(ctx context.Context, pod string) (cell.DriftReport, error)
 }
 
 // ReportFunc adapts a function to a Reconciler.
-type ReportFunc func(ctx context.Context, pod string) (any, error)
+type ReportFunc func(ctx context.Context, pod string) (cell.DriftReport, error)
 
 // Report implements Reconciler.
-func (f ReportFunc) Report(ctx context.Context, pod string) (any, error) { return f(ctx, pod) }
-
-// reconcileView is one pod's last reconciliation, kept by this replica.
-type reconcileView struct {
-	Pod    string    `json:"pod"`
-	At     time.Time `json:"at"`
-	Took   float64   `json:"took_ms"`
-	Report any       `json:"report,omitempty"`
-	Error  string    `json:"error,omitempty"`
+func (f ReportFunc) Report(ctx context.Context, pod string) (cell.DriftReport, error) {
+	return f(ctx, pod)
 }
 
 func (s *Server) noReconciler(w http.ResponseWriter, r *http.Request) bool {
@@ -56,9 +51,11 @@ func (s *Server) reconcile(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	start := time.Now()
 	report, err := s.cfg.Reconciler.Report(ctx, pod)
-	v := reconcileView{Pod: pod, At: start.UTC(), Took: float64(time.Since(start).Microseconds()) / 1000, Report: report}
+	v := wire.Reconciliation{Pod: pod, At: start.UTC(), TookMs: float64(time.Since(start).Microseconds()) / 1000}
 	if err != nil {
 		v.Error = "the reconcile failed (" + failureClass(err) + "); the server's log has the error under request id " + RequestID(r.Context())
+	} else {
+		v.Report = &wire.DriftReport{Clean: report.Clean, Summary: report.Summary, Report: wire.ReconcileReportOf(report.Report)}
 	}
 	s.reconcileMu.Lock()
 	s.reconciled[pod] = v

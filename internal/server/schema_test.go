@@ -12,6 +12,7 @@ import (
 
 	"github.com/seed31b0e981/reservoir/internal/server"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
+	"github.com/seed31b0e981/reservoir/internal/wire"
 	"github.com/seed31b0e981/reservoir/migrations"
 )
 
@@ -89,22 +90,22 @@ func schemaHarness(t *testing.T, swap map[string]string) (*harness, *server.Serv
 	return &harness{t: t, cell: c, srv: srv, http: hs, topo: topo, logBuf: logBuf}, srv
 }
 
-func readyView(t *testing.T, r response) server.ReadyView {
+func readyView(t *testing.T, r response) wire.Ready {
 	t.Helper()
-	var v server.ReadyView
+	var v wire.Ready
 	if err := json.Unmarshal([]byte(r.raw), &v); err != nil {
 		t.Fatalf("readyz: %d %s: %v", r.status, r.raw, err)
 	}
 	return v
 }
 
-func schemaOf(v server.ReadyView, pod string) server.SchemaHealth {
+func schemaOf(v wire.Ready, pod string) wire.SchemaHealth {
 	for _, s := range v.Schema {
 		if s.Pod == pod {
 			return s
 		}
 	}
-	return server.SchemaHealth{}
+	return wire.SchemaHealth{}
 }
 
 // A pod's database and the control database one migration behind the

@@ -30,6 +30,7 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/server"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/topology"
+	"github.com/seed31b0e981/reservoir/internal/wire"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
 
@@ -405,13 +406,13 @@ func TestReadyzHidesDriverErrors(t *testing.T) {
 
 	for _, token := range []string{"", adminToken + "x"} {
 		r := h.do("GET", "/readyz", nil, token)
-		var v server.ReadyView
+		var v wire.Ready
 		// Failing pods are degraded, not a reason to take the replica
 		// out of service.
 		if err := json.Unmarshal([]byte(r.raw), &v); err != nil || r.status != http.StatusOK || !v.Ready || len(v.Degraded) == 0 {
 			t.Fatalf("readyz (token %t): %d %s, want 200, ready, degraded pods listed", token != "", r.status, r.raw)
 		}
-		want := map[string]server.StoreHealth{
+		want := map[string]wire.StoreHealth{
 			"control": {Pod: "control", MySQL: "ok", OK: true},
 			"pod-a":   {Pod: "pod-a", MySQL: "ok", Redis: "ok", OK: true},
 			"pod-b":   {Pod: "pod-b", MySQL: "auth_failed", Redis: "ok"},
@@ -444,7 +445,7 @@ func TestReadyzHidesDriverErrors(t *testing.T) {
 	}
 
 	r := h.admin("GET", "/readyz", nil)
-	var v server.ReadyView
+	var v wire.Ready
 	if err := json.Unmarshal([]byte(r.raw), &v); err != nil || r.status != http.StatusOK {
 		t.Fatalf("readyz with the token: %d %s", r.status, r.raw)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/internal/cell"
+	"github.com/seed31b0e981/reservoir/internal/wire"
 )
 
 // maxSamples is how many samples the sampler keeps (at the default 2s,
@@ -152,59 +153,17 @@ func (s *sampler) take() {
 	}
 }
 
-// Quantiles are a store's latency for one operation over a series window,
-// interpolated from histogram buckets the way PromQL's histogram_quantile
-// does: accurate to a bucket, not to the microsecond.
-type Quantiles struct {
-	// P50Ms and P99Ms are the median and the 99th percentile, in
-	// milliseconds.
-	P50Ms float64 `json:"p50_ms"`
-	P99Ms float64 `json:"p99_ms"`
-	// CallsPerSec is how many calls the quantiles are over, per second.
-	CallsPerSec float64 `json:"calls_per_sec"`
-}
-
-// SeriesPoint is one pod's rates over the window ending at At.
-type SeriesPoint struct {
-	// At is the end of the window.
-	At time.Time `json:"at"`
-	// OpsPerSec is the pod's checkout API operations per second (every
-	// operation and status), ByOp per operation.
-	OpsPerSec float64 `json:"ops_per_sec"`
-	// ByOp is OpsPerSec per operation.
-	ByOp map[string]float64 `json:"by_op"`
-	// ObservationsPerSec is the dual-written calls compared per second.
-	ObservationsPerSec float64 `json:"observations_per_sec"`
-	// ClassRates is, per class other than match, its share of the
-	// observations in the window (absent classes are 0).
-	ClassRates map[string]float64 `json:"class_rates"`
-	// Latency is per store, per operation of the checkout path.
-	Latency map[string]map[string]Quantiles `json:"latency"`
-}
-
-// SeriesResponse is the answer of GET /admin/series.
-type SeriesResponse struct {
-	// IntervalMs is the time between samples; WindowMs the trailing window
-	// each point's rates cover.
-	IntervalMs int64 `json:"interval_ms"`
-	WindowMs   int64 `json:"window_ms"`
-	// Source says where the numbers come from.
-	Source string `json:"source"`
-	// Pods holds each pod's points, oldest first.
-	Pods map[string][]SeriesPoint `json:"pods"`
-}
-
 const seriesSource = "this replica only: its API operation counters, store call histograms and compare counters, " +
 	"sampled in process; latency quantiles are interpolated from histogram buckets"
 
 // series returns the last n points of each pod.
-func (s *sampler) series(pods []string, n int) SeriesResponse {
+func (s *sampler) series(pods []string, n int) wire.Series {
 	s.mu.Lock()
 	samples := s.samples
 	s.mu.Unlock()
-	out := SeriesResponse{IntervalMs: s.every.Milliseconds(), WindowMs: s.window.Milliseconds(), Source: seriesSource, Pods: map[string][]SeriesPoint{}}
+	out := wire.Series{IntervalMs: s.every.Milliseconds(), WindowMs: s.window.Milliseconds(), Source: seriesSource, Pods: map[string][]wire.SeriesPoint{}}
 	for _, pod := range pods {
-		out.Pods[pod] = []SeriesPoint{}
+		out.Pods[pod] = []wire.SeriesPoint{}
 	}
 	first := max(0, len(samples)-n)
 	for i := first; i < len(samples); i++ {
@@ -224,9 +183,9 @@ func (s *sampler) series(pods []string, n int) SeriesResponse {
 	return out
 }
 
-func point(a, b snapshot, pod string) SeriesPoint {
+func point(a, b snapshot, pod string) wire.SeriesPoint {
 	secs := b.at.Sub(a.at).Seconds()
-	p := SeriesPoint{At: b.at.UTC(), ByOp: map[string]float64{}, ClassRates: map[string]float64{}, Latency: map[string]map[string]Quantiles{}}
+	p := wire.SeriesPoint{At: b.at.UTC(), ByOp: map[string]float64{}, ClassRates: map[string]float64{}, Latency: map[string]map[string]wire.Quantiles{}}
 	pa, pb := a.pods[pod], b.pods[pod]
 	if pb == nil {
 		return p
@@ -269,7 +228,7 @@ func point(a, b snapshot, pod string) SeriesPoint {
 				continue
 			}
 			if p.Latency[store] == nil {
-				p.Latency[store] = map[string]Quantiles{}
+				p.Latency[store] = map[string]wire.Quantiles{}
 			}
 			p.Latency[store][op] = q
 		}
@@ -279,7 +238,7 @@ func point(a, b snapshot, pod string) SeriesPoint {
 
 // quantiles computes p50 and p99 of the observations between two
 // cumulative histograms.
-func quantiles(a, b *bucket, secs float64) (Quantiles, bool) {
+func quantiles(a, b *bucket, secs float64) (wire.Quantiles, bool) {
 	count := b.count
 	cum := append([]float64(nil), b.cum...)
 	if a != nil && len(a.cum) == len(cum) {
@@ -289,7 +248,7 @@ func quantiles(a, b *bucket, secs float64) (Quantiles, bool) {
 		}
 	}
 	if count <= 0 {
-		return Quantiles{}, false
+		return wire.Quantiles{}, false
 	}
 	q := func(phi float64) float64 {
 		rank := phi * count
@@ -310,5 +269,5 @@ func quantiles(a, b *bucket, secs float64) (Quantiles, bool) {
 		// Above the highest finite bucket: the best bound there is.
 		return lower
 	}
-	return Quantiles{P50Ms: q(0.5) * 1000, P99Ms: q(0.99) * 1000, CallsPerSec: count / secs}, true
+	return wire.Quantiles{P50Ms: q(0.5) * 1000, P99Ms: q(0.99) * 1000, CallsPerSec: count / secs}, true
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/seed31b0e981/reservoir/internal/cell"
+	"github.com/seed31b0e981/reservoir/internal/wire"
 	"github.com/seed31b0e981/reservoir/rollout"
 )
 
@@ -236,7 +237,7 @@ type Server struct {
 	schemaCheck *schemaCheck // each database's migrations, cached for /readyz
 
 	reconcileMu sync.Mutex
-	reconciled  map[string]reconcileView // last report per pod
+	reconciled  map[string]wire.Reconciliation // last report per pod
 
 	closeOnce sync.Once
 }
@@ -256,7 +257,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		cfg.Controller = ctl
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, reconciled: map[string]reconcileView{},
+	s := &Server{cfg: cfg, log: cfg.Logger, reconciled: map[string]wire.Reconciliation{},
 		adminSlots: make(chan struct{}, cfg.AdminMaxInFlight), gates: map[string]*podGate{},
 		schemaCheck: &schemaCheck{cell: cfg.Cell, log: cfg.Logger}}
 	for _, p := range cfg.Cell.Pods() {

@@ -306,13 +306,13 @@ function renderPlan(st) {
   const next = plan.next;
   $("#stage-note").textContent = plan.stage < 0 ? "no stage applied yet" : "stage " + plan.stage + " “" + plan.stage_name + "” since " + time(plan.since);
   box.append(el("p", {},
-    next ? ["next stage: ", el("b", { id: "next-stage" }, next.Name), " — ", next.Mode, " on ", next.Pods.join(", "),
-      next.Percent ? " (" + next.Percent + "% of shops)" : ""] : "the plan is complete",
+    next ? ["next stage: ", el("b", { id: "next-stage" }, next.name), " — ", next.mode, " on ", next.pods.join(", "),
+      next.percent ? " (" + next.percent + "% of shops)" : ""] : "the plan is complete",
     " — ", el("span", { id: "ready", class: plan.ready ? "good" : "warn" }, plan.ready ? "gates pass: ready to advance" : "not ready")));
   if (plan.evidence && plan.evidence.pods) {
     box.append(el("p", { class: "sub" }, "evidence on " + plan.evidence.pods.join(", ") + ": " + plan.evidence.observations +
-      " observations since " + time(plan.evidence.since) + "; mean latency authority " + nsToMs(plan.evidence.authority_mean) +
-      ", shadow " + nsToMs(plan.evidence.shadow_mean)));
+      " observations since " + time(plan.evidence.since) + "; mean latency authority " + nsToMs(plan.evidence.authority_mean_ns) +
+      ", shadow " + nsToMs(plan.evidence.shadow_mean_ns)));
   }
   const tb = $("#gates tbody");
   tb.replaceChildren();
@@ -327,7 +327,7 @@ function renderPlan(st) {
   gates.hidden = !(plan.gates && plan.gates.length);
   if (gates.hidden && plan.stage < 0) box.append(el("p", { class: "sub" }, "the first stage needs no evidence"));
   if (next) {
-    box.append(el("p", {}, el("button", { id: "advance-open", type: "button", onclick: openAdvance }, "Advance to “" + next.Name + "”…")));
+    box.append(el("p", {}, el("button", { id: "advance-open", type: "button", onclick: openAdvance }, "Advance to “" + next.name + "”…")));
   }
 }
 
@@ -613,7 +613,7 @@ function renderStats(st, stats) {
       el("td", { class: "num", "data-stat": "shadow_error_rate", "data-pod": pod.pod }, pct(live.shadow_error_rate || 0)),
       el("td", { class: "sub" }, Object.keys(byClass).filter((c) => c !== "match").sort().map((c) =>
         el("span", { class: "pill", "data-class": c }, c + " " + byClass[c]))),
-      el("td", { class: "num" }, nsToMs(lat.authority && lat.authority.mean) + " / " + nsToMs(lat.shadow && lat.shadow.mean))));
+      el("td", { class: "num" }, nsToMs(lat.authority && lat.authority.mean_ns) + " / " + nsToMs(lat.shadow && lat.shadow.mean_ns))));
   });
 }
 
