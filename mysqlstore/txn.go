@@ -61,9 +61,10 @@ func begin() []stmt {
 // (BEGIN, the writes and COMMIT have none): in a batch, the reader hands
 // each result set to the scan of the statement that produced it, so
 // statements are added, moved or removed without any position to keep in
-// step. A SELECT without a scan, or a write with one, fails the batch
-// (readSets counts the result sets): it cannot pass a result set on to
-// the wrong scan unnoticed.
+// step. In a batch, a SELECT without a scan, or a write with one, fails
+// the batch (readSets counts the result sets): it cannot pass a result
+// set on to the wrong scan unnoticed. (Unbatched, each statement is its
+// own round trip, read by its own scan or none.)
 type stmt struct {
 	sql  string
 	args []any
