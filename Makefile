@@ -10,6 +10,11 @@ help: ## list the targets
 test: ## run every test (starts MariaDB, Redis and a Redis Cluster itself)
 	scripts/test
 
+.PHONY: check
+check: vet ## the inner loop, no servers needed: gofmt, go vet, staticcheck and go test -short (under a minute warm; make test is the full suite)
+	$(GO) tool staticcheck ./...
+	$(GO) test -short ./...
+
 .PHONY: services
 services: ## start the throwaway servers; eval "$$(scripts/services env)" to use them
 	scripts/services start mysql redis cluster redis-secure

@@ -109,52 +109,48 @@ func (s *Store) claimGroup(ctx context.Context, group []*claimCall) error {
 		states := map[tokenKey]stateRow{}
 		claimed := map[tokenKey][]reservation.Allocation{}
 		var now time.Time
-		err := t.query(func(i int, rows *sql.Rows) (err error) {
-			if i == 3 {
+		err := t.query(
+			stmt{sql: groupFencesQuery(callerClaim, slots), args: fenceArgs, scan: eachRow(func(rows *sql.Rows) error {
+				var shop, slot, epoch int64
+				var decider string
+				if err := rows.Scan(&shop, &slot, &decider, &epoch); err != nil {
+					return err
+				}
+				fences[[2]int64{shop, slot}] = fenceRow{found: true, fence: reservation.Fence{Decider: reservation.Authority(decider), Epoch: epoch}}
+				return nil
+			})},
+			stmt{sql: groupStatesQuery(callerClaim, len(group)), args: tokens, scan: eachRow(func(rows *sql.Rows) (err error) {
+				var k tokenKey
+				var state, allocs string
+				var exp sql.NullTime
+				if err := rows.Scan(&k.shop, &k.token, &state, &allocs, &exp); err != nil {
+					return err
+				}
+				st := stateRow{found: true, state: reservation.State(state), expiresAt: exp.Time}
+				if st.allocs, err = reservation.DecodeAllocations(allocs); err != nil {
+					return err
+				}
+				states[k] = st
+				return nil
+			})},
+			stmt{sql: groupClaimedQuery(callerClaim, len(group)), args: tokens, scan: eachRow(func(rows *sql.Rows) error {
+				var k tokenKey
+				var doc string
+				if err := rows.Scan(&k.shop, &k.token, &doc); err != nil {
+					return err
+				}
+				var allocs []reservation.Allocation
+				if err := json.Unmarshal([]byte(doc), &allocs); err != nil {
+					return fmt.Errorf("mysqlstore: claims row of shop %d token %q: %w", k.shop, k.token, err)
+				}
+				reservation.SortAllocations(allocs)
+				claimed[k] = allocs
+				return nil
+			})},
+			stmt{sql: tag(callerClaim) + sqlNow, scan: func(rows *sql.Rows) (err error) {
 				now, err = scanNow(rows)
 				return err
-			}
-			for rows.Next() {
-				switch i {
-				case 0:
-					var shop, epoch int64
-					var slot int64
-					var decider string
-					if err := rows.Scan(&shop, &slot, &decider, &epoch); err != nil {
-						return err
-					}
-					fences[[2]int64{shop, slot}] = fenceRow{found: true, fence: reservation.Fence{Decider: reservation.Authority(decider), Epoch: epoch}}
-				case 1:
-					var k tokenKey
-					var state, allocs string
-					var exp sql.NullTime
-					if err := rows.Scan(&k.shop, &k.token, &state, &allocs, &exp); err != nil {
-						return err
-					}
-					st := stateRow{found: true, state: reservation.State(state), expiresAt: exp.Time}
-					if st.allocs, err = reservation.DecodeAllocations(allocs); err != nil {
-						return err
-					}
-					states[k] = st
-				case 2:
-					var k tokenKey
-					var doc string
-					if err := rows.Scan(&k.shop, &k.token, &doc); err != nil {
-						return err
-					}
-					var allocs []reservation.Allocation
-					if err := json.Unmarshal([]byte(doc), &allocs); err != nil {
-						return fmt.Errorf("mysqlstore: claims row of shop %d token %q: %w", k.shop, k.token, err)
-					}
-					reservation.SortAllocations(allocs)
-					claimed[k] = allocs
-				}
-			}
-			return nil
-		}, stmt{groupFencesQuery(callerClaim, slots), fenceArgs},
-			stmt{groupStatesQuery(callerClaim, len(group)), tokens},
-			stmt{groupClaimedQuery(callerClaim, len(group)), tokens},
-			stmt{tag(callerClaim) + sqlNow, nil})
+			}})
 		if err != nil {
 			return fmt.Errorf("mysqlstore: claim: lock reservations: %w", err)
 		}
@@ -309,7 +305,7 @@ func (s *Store) Release(ctx context.Context, p *reservation.ReleaseParams) (rese
 	var res reservation.ReleaseResult
 	err := s.inBatch(ctx, callerRelease, func(t *txn) error {
 		res = reservation.ReleaseResult{}
-		fence, st, err := readFenceAndState(t, fenceAndState(tag(callerRelease)+sqlFenceAndStateLock, p.Shop, p.Token, true), p.Shop, p.Token)
+		fence, st, err := readFenceAndState(t, tag(callerRelease)+sqlFenceAndStateLock, p.Shop, p.Token, true)
 		if err != nil {
 			return fmt.Errorf("mysqlstore: release: lock reservation: %w", err)
 		}

@@ -145,21 +145,21 @@ func (s *Store) deductGroup(ctx context.Context, group []*deduct) error {
 		holding := map[tok]bool{}
 		var holders []any // (shop, token) of the calls this store holds something for
 		var refused error
-		err := t.query(func(i int, rows *sql.Rows) error {
-			for rows.Next() {
-				if i == 0 {
-					var k holdKey
-					var q int64
-					if err := rows.Scan(&k.shop, &k.token, &k.item, &k.loc, &q); err != nil {
-						return err
-					}
-					if tk := (tok{k.shop, k.token}); !holding[tk] {
-						holding[tk] = true
-						holders = append(holders, k.shop, k.token)
-					}
-					held[k] += q
-					continue
+		err := t.query(
+			stmt{sql: groupHoldsQuery(callerDeduct, len(group)), args: tokens, scan: eachRow(func(rows *sql.Rows) error {
+				var k holdKey
+				var q int64
+				if err := rows.Scan(&k.shop, &k.token, &k.item, &k.loc, &q); err != nil {
+					return err
 				}
+				if tk := (tok{k.shop, k.token}); !holding[tk] {
+					holding[tk] = true
+					holders = append(holders, k.shop, k.token)
+				}
+				held[k] += q
+				return nil
+			})},
+			stmt{sql: groupFencesQuery(callerDeduct, slots), args: fenceArgs, scan: eachRow(func(rows *sql.Rows) error {
 				var shop, epoch int64
 				var slot int
 				var decider string
@@ -169,9 +169,8 @@ func (s *Store) deductGroup(ctx context.Context, group []*deduct) error {
 				if d := reservation.Authority(decider); d == reservation.AuthorityMySQL && refused == nil {
 					refused = &reservation.NotDeciderError{Shop: shop, Store: reservation.AuthorityMySQL, Fence: reservation.Fence{Decider: d, Epoch: epoch}}
 				}
-			}
-			return nil
-		}, stmt{groupHoldsQuery(callerDeduct, len(group)), tokens}, stmt{groupFencesQuery(callerDeduct, slots), fenceArgs})
+				return nil
+			})})
 		if err != nil {
 			return fmt.Errorf("mysqlstore: deduct: %w", err)
 		}

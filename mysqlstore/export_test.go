@@ -1,5 +1,10 @@
 package mysqlstore
 
+import (
+	"context"
+	"database/sql"
+)
+
 // Test-only access to the store's knobs and statements.
 
 // SetUnorderedLedger makes claims update ledger rows in random order.
@@ -42,4 +47,35 @@ func WaitingDeducts(s *Store) int {
 	s.deducts.mu.Lock()
 	defer s.deducts.mu.Unlock()
 	return len(s.deducts.waiting)
+}
+
+// Stmt is a statement of a test's transaction (stmt): its text, its
+// parameters, and the scan of its rows (nil for a statement that returns
+// none).
+type Stmt struct {
+	SQL  string
+	Args []any
+	Scan func(*sql.Rows) error
+}
+
+// Txn is a test's handle on one of the store's transactions (txn).
+type Txn struct{ t *txn }
+
+// Exec queues a statement that returns no rows (txn.exec).
+func (x Txn) Exec(query string, args ...any) error { return x.t.exec(query, args...) }
+
+// Query sends the queue and qs, each SELECT read by its own scan
+// (txn.query).
+func (x Txn) Query(qs ...Stmt) error {
+	ss := make([]stmt, len(qs))
+	for i, q := range qs {
+		ss[i] = stmt{sql: q.SQL, args: q.Args, scan: q.Scan}
+	}
+	return x.t.query(ss...)
+}
+
+// InBatch runs fn in one of the store's transactions, batched or not as
+// the store is configured, and commits it (inBatch).
+func InBatch(ctx context.Context, s *Store, fn func(Txn) error) error {
+	return s.inBatch(ctx, "txn_test", func(t *txn) error { return fn(Txn{t}) })
 }

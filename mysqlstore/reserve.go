@@ -147,11 +147,7 @@ func (r *reserveCall) attempt(ctx context.Context) (res reservation.ReserveResul
 		}
 		var fence fenceRow
 		var st stateRow
-		units, now, err := r.takeUnits(t, fenceAndState(sqlReserveExisting, r.p.Shop, r.p.Token, false),
-			func(rows *sql.Rows) (err error) {
-				fence, st, err = scanFenceAndState(rows, r.p.Shop, r.p.Token)
-				return err
-			})
+		units, now, err := r.takeUnits(t, fenceAndState(sqlReserveExisting, r.p.Shop, r.p.Token, false, &fence, &st))
 		if err != nil {
 			return fmt.Errorf("mysqlstore: reserve: %w", err)
 		}
@@ -244,8 +240,8 @@ func (r *reserveCall) existing(fence fenceRow, st stateRow, res *reservation.Res
 }
 
 // takeUnits locks up to each line's quantity of units at its current
-// location, all lines in one round trip together with first (read by
-// scanFirst), and returns the database's clock.
+// location, all lines in one round trip together with first (read by its
+// own scan), and returns the database's clock.
 //
 // Every reserve of a pool used to scan it from its head (lowest unit id).
 // Under concurrency each scan then walks over the units the other
@@ -260,18 +256,15 @@ func (r *reserveCall) existing(fence fenceRow, st stateRow, res *reservation.Res
 // line it leaves short gets a second pass from the head up to that point:
 // together the two passes see every unit once, so "short" means what it
 // meant before. (Config.ScanFromHead keeps the old scan, for comparison.)
-func (r *reserveCall) takeUnits(t *txn, first stmt, scanFirst func(*sql.Rows) error) ([][]int64, time.Time, error) {
+func (r *reserveCall) takeUnits(t *txn, first stmt) ([][]int64, time.Time, error) {
 	units := make([][]int64, len(r.lines))
 	var now time.Time
-	scan := func(i int, rows *sql.Rows) (err error) {
-		if i == 0 {
-			return scanFirst(rows)
-		}
+	scan := func(rows *sql.Rows) (err error) {
 		now, err = r.scanUnits(rows, units)
 		return err
 	}
 	if r.s.cfg.ScanFromHead {
-		err := t.query(scan, first, r.unitsFromHead())
+		err := t.query(first, r.unitsFromHead(scan))
 		return units, now, err
 	}
 	from := make([]int64, len(r.lines))
@@ -280,7 +273,7 @@ func (r *reserveCall) takeUnits(t *txn, first stmt, scanFirst func(*sql.Rows) er
 		from[i] = r.s.pivots.pick(r.key(i), r.s.cfg.PoolCap)
 		all[i] = i
 	}
-	if err := t.query(scan, first, r.unitsRange(units, all, from, nil)); err != nil {
+	if err := t.query(first, r.unitsRange(units, all, from, nil, scan)); err != nil {
 		return nil, time.Time{}, err
 	}
 	var wrap []int
@@ -291,10 +284,7 @@ func (r *reserveCall) takeUnits(t *txn, first stmt, scanFirst func(*sql.Rows) er
 	}
 	if wrap != nil {
 		firstNow := now
-		err := t.query(func(_ int, rows *sql.Rows) (err error) {
-			now, err = r.scanUnits(rows, units)
-			return err
-		}, r.unitsRange(units, wrap, nil, from))
+		err := t.query(r.unitsRange(units, wrap, nil, from, scan))
 		if err != nil {
 			return nil, time.Time{}, err
 		}
@@ -309,9 +299,9 @@ func (r *reserveCall) key(i int) key { return key{r.p.Shop, r.lines[i].Item, r.l
 
 // unitsRange selects, for each line i of lines, the units it still needs
 // (beyond units[i]) with ids in [from[i], below[i]) (nil from: 0; nil
-// below: no bound). The first pass (nil below) also reads each pool's top
-// for the next reserve's starting point.
-func (r *reserveCall) unitsRange(units [][]int64, lines []int, from, below []int64) stmt {
+// below: no bound), read by scan. The first pass (nil below) also reads
+// each pool's top for the next reserve's starting point.
+func (r *reserveCall) unitsRange(units [][]int64, lines []int, from, below []int64, scan func(*sql.Rows) error) stmt {
 	first := below == nil
 	args := make([]any, 0, 11*len(lines))
 	for _, i := range lines {
@@ -329,17 +319,17 @@ func (r *reserveCall) unitsRange(units [][]int64, lines []int, from, below []int
 			args = append(args, -1-i, r.p.Shop, r.lines[i].Item, r.loc(i))
 		}
 	}
-	return stmt{reserveUnitsRangeQuery(len(lines), first), args}
+	return stmt{sql: reserveUnitsRangeQuery(len(lines), first), args: args, scan: scan}
 }
 
 // unitsFromHead selects each line's units from its pool's head
-// (Config.ScanFromHead).
-func (r *reserveCall) unitsFromHead() stmt {
+// (Config.ScanFromHead), read by scan.
+func (r *reserveCall) unitsFromHead(scan func(*sql.Rows) error) stmt {
 	args := make([]any, 0, 5*len(r.lines))
 	for i, ln := range r.lines {
 		args = append(args, i, r.p.Shop, ln.Item, r.loc(i), ln.Quantity)
 	}
-	return stmt{reserveUnitsQuery(len(r.lines)), args}
+	return stmt{sql: reserveUnitsQuery(len(r.lines)), args: args, scan: scan}
 }
 
 // scanUnits adds the rows of a units statement to units (line number,
@@ -499,7 +489,7 @@ func (r *reserveCall) insufficient(ctx context.Context) (reservation.ReserveResu
 		return res, nil
 	}
 	err := r.s.inBatch(ctx, callerRefuse, func(t *txn) error {
-		fence, st, err := readFenceAndState(t, fenceAndState(tag(callerRefuse)+sqlFenceAndState, r.p.Shop, r.p.Token, false), r.p.Shop, r.p.Token)
+		fence, st, err := readFenceAndState(t, tag(callerRefuse)+sqlFenceAndState, r.p.Shop, r.p.Token, false)
 		if err != nil {
 			return fmt.Errorf("mysqlstore: refuse: %w", err)
 		}

@@ -44,23 +44,23 @@ type stateRow struct {
 }
 
 // fenceAndState is one of the sqlFenceAndState statements for a token
-// (withClaim: the one that also reads the claims row), to be read by
-// scanFenceAndState.
-func fenceAndState(query string, shop int64, token string, withClaim bool) stmt {
+// (withClaim: the one that also reads the claims row); its scan sets *f
+// and *st (scanFenceAndState).
+func fenceAndState(query string, shop int64, token string, withClaim bool, f *fenceRow, st *stateRow) stmt {
 	args := []any{shop, fenceSlot(token), shop, token}
 	if withClaim {
 		args = append(args, shop, token)
 	}
-	return stmt{query, args}
+	return stmt{sql: query, args: args, scan: func(rows *sql.Rows) (err error) {
+		*f, *st, err = scanFenceAndState(rows, shop, token)
+		return err
+	}}
 }
 
 // readFenceAndState runs a fenceAndState statement on its own.
-func readFenceAndState(t *txn, st stmt, shop int64, token string) (f fenceRow, sr stateRow, err error) {
-	err = t.query(func(_ int, rows *sql.Rows) error {
-		f, sr, err = scanFenceAndState(rows, shop, token)
-		return err
-	}, st)
-	return f, sr, err
+func readFenceAndState(t *txn, query string, shop int64, token string, withClaim bool) (f fenceRow, st stateRow, err error) {
+	err = t.query(fenceAndState(query, shop, token, withClaim, &f, &st))
+	return f, st, err
 }
 
 // scanFenceAndState reads the rows of a fenceAndState statement.
@@ -139,7 +139,7 @@ func (s *Store) decides(shop int64, f fenceRow) error {
 func (s *Store) checkShadowFence(t *txn, caller string, shop int64, token string, atStart fenceRow) error {
 	f := atStart
 	if !f.found {
-		err := t.query(func(_ int, rows *sql.Rows) error {
+		err := t.query(stmt{sql: tag(caller) + sqlShadowFence, args: []any{shop, fenceSlot(token)}, scan: func(rows *sql.Rows) error {
 			if !rows.Next() {
 				return nil
 			}
@@ -150,7 +150,7 @@ func (s *Store) checkShadowFence(t *txn, caller string, shop int64, token string
 			}
 			f = fenceRow{found: true, fence: reservation.Fence{Decider: reservation.Authority(d), Epoch: e}, copying: copying != 0}
 			return nil
-		}, stmt{tag(caller) + sqlShadowFence, []any{shop, fenceSlot(token)}})
+		}})
 		if err != nil {
 			return fmt.Errorf("mysqlstore: %s: read fence of shop %d: %w", caller, shop, err)
 		}

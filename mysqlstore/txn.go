@@ -55,79 +55,49 @@ func begin() []stmt {
 	return []stmt{{sql: sqlReadCommitted}, {sql: sqlStart}}
 }
 
-// exec adds a statement. Unbatched it is sent now.
+// stmt is one statement of a transaction: constant text from sql.go, its
+// parameters, and, for a statement that returns rows, scan, which reads
+// them. A statement returns a result set if and only if it has a scan
+// (BEGIN, the writes and COMMIT have none): in a batch, the reader hands
+// each result set to the scan of the statement that produced it, so
+// statements are added, moved or removed without any position to keep in
+// step. In a batch, a SELECT without a scan, or a write with one, fails
+// the batch (readSets counts the result sets): it cannot pass a result
+// set on to the wrong scan unnoticed. (Unbatched, each statement is its
+// own round trip, read by its own scan or none.)
+type stmt struct {
+	sql  string
+	args []any
+	scan func(*sql.Rows) error
+}
+
+// eachRow is a scan that reads every row of its result set with fn.
+func eachRow(fn func(*sql.Rows) error) func(*sql.Rows) error {
+	return func(rows *sql.Rows) error {
+		for rows.Next() {
+			if err := fn(rows); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// exec adds a statement that returns no rows. Unbatched it is sent now.
 func (t *txn) exec(query string, args ...any) error {
-	t.queue = append(t.queue, stmt{query, args})
+	t.queue = append(t.queue, stmt{sql: query, args: args})
 	if t.unbatched {
 		return t.flush()
 	}
 	return nil
 }
 
-// query sends the queue and the statements of qs, each a SELECT, and
-// hands each one's rows to scan, in order.
-func (t *txn) query(scan func(i int, rows *sql.Rows) error, qs ...stmt) error {
-	if t.unbatched {
-		if err := t.flush(); err != nil {
-			return err
-		}
-		for i, q := range qs {
-			if err := t.read(q.sql, q.args, func(rows *sql.Rows) error { return scan(i, rows) }); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+// query sends the queue and the statements of qs at once, each SELECT
+// read by its own scan (a statement of qs without one is a write that
+// rides along).
+func (t *txn) query(qs ...stmt) error {
 	t.queue = append(t.queue, qs...)
-	text, args := t.take()
-	i := 0
-	return t.read(text, args, func(rows *sql.Rows) error {
-		for {
-			if i == len(qs) {
-				return fmt.Errorf("mysqlstore: batch returned more than its %d result sets", len(qs))
-			}
-			if err := scan(i, rows); err != nil {
-				return err
-			}
-			i++
-			if !rows.NextResultSet() {
-				break
-			}
-		}
-		if err := rows.Err(); err != nil {
-			// A later statement failed (a lock wait timeout, say): that
-			// is the batch's error, not the missing result sets.
-			return err
-		}
-		if i != len(qs) {
-			return fmt.Errorf("mysqlstore: batch returned %d of its %d result sets", i, len(qs))
-		}
-		return nil
-	})
-}
-
-// stmt is one SELECT of a query batch.
-type stmt struct {
-	sql  string
-	args []any
-}
-
-// read runs one query text (possibly several statements) and checks the
-// rows' error after scan, whatever scan read: a statement that failed
-// after the first result set reports there.
-func (t *txn) read(text string, args []any, scan func(*sql.Rows) error) error {
-	rows, err := t.c.QueryContext(t.ctx, text, args...)
-	if err != nil {
-		return err
-	}
-	err = scan(rows)
-	if cerr := rows.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = rows.Err()
-	}
-	return err
+	return t.flush()
 }
 
 // commit sends the queue with the COMMIT.
@@ -150,38 +120,21 @@ func (t *txn) commit() error {
 	return nil
 }
 
-// flush sends the queue (BEGIN first if it was not sent yet) and discards
-// what it answers.
+// flush sends the queue (BEGIN first if it was not sent yet): batched as
+// one multi-statement round trip, unbatched one statement a round trip.
+// Each result set goes to its own statement's scan.
 func (t *txn) flush() error {
 	if len(t.queue) == 0 && t.began {
 		return nil
 	}
+	q := t.take()
 	if t.unbatched {
-		q := t.queue
-		t.queue = nil
-		if !t.began {
-			q = append(begin(), q...)
-			t.began = true
-		}
 		for _, st := range q {
-			if _, err := t.c.ExecContext(t.ctx, st.sql, st.args...); err != nil {
+			if err := t.send(st.sql, st.args, []stmt{st}); err != nil {
 				return err
 			}
 		}
 		return nil
-	}
-	text, args := t.take()
-	_, err := t.c.ExecContext(t.ctx, text, args...)
-	return err
-}
-
-// take empties the queue into one text, BEGIN first when not sent yet.
-func (t *txn) take() (string, []any) {
-	q := t.queue
-	t.queue = nil
-	if !t.began {
-		q = append(begin(), q...)
-		t.began = true
 	}
 	var text strings.Builder
 	var args []any
@@ -192,7 +145,76 @@ func (t *txn) take() (string, []any) {
 		text.WriteString(st.sql)
 		args = append(args, st.args...)
 	}
-	return text.String(), args
+	return t.send(text.String(), args, q)
+}
+
+// take empties the queue, BEGIN first when not sent yet.
+func (t *txn) take() []stmt {
+	q := t.queue
+	t.queue = nil
+	if !t.began {
+		q = append(begin(), q...)
+		t.began = true
+	}
+	return q
+}
+
+// send runs text, the statements of q (one or several), in one round
+// trip. The driver skips the results of statements that return no rows
+// (an OK packet has no result set), so the n-th result set is that of the
+// n-th statement of q that has a scan, and goes to that scan. Whatever a
+// scan read, the rows' error is checked after it: a statement that failed
+// after the first result set reports there.
+func (t *txn) send(text string, args []any, q []stmt) error {
+	var scans []func(*sql.Rows) error
+	for _, st := range q {
+		if st.scan != nil {
+			scans = append(scans, st.scan)
+		}
+	}
+	if len(scans) == 0 {
+		_, err := t.c.ExecContext(t.ctx, text, args...)
+		return err
+	}
+	rows, err := t.c.QueryContext(t.ctx, text, args...)
+	if err != nil {
+		return err
+	}
+	err = readSets(rows, scans)
+	if cerr := rows.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = rows.Err()
+	}
+	return err
+}
+
+// readSets hands rows' result sets to scans, the n-th to the n-th, and
+// fails unless there is exactly one for each.
+func readSets(rows *sql.Rows, scans []func(*sql.Rows) error) error {
+	n := 0
+	for {
+		if n == len(scans) {
+			return fmt.Errorf("mysqlstore: batch returned more than its %d result sets", len(scans))
+		}
+		if err := scans[n](rows); err != nil {
+			return err
+		}
+		n++
+		if !rows.NextResultSet() {
+			break
+		}
+	}
+	if err := rows.Err(); err != nil {
+		// A later statement failed (a lock wait timeout, say): that is
+		// the batch's error, not the missing result sets.
+		return err
+	}
+	if n != len(scans) {
+		return fmt.Errorf("mysqlstore: batch returned %d of its %d result sets", n, len(scans))
+	}
+	return nil
 }
 
 // end rolls back a transaction that did not commit. When the ROLLBACK

@@ -11,6 +11,7 @@ import (
 
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
+	"github.com/seed31b0e981/reservoir/internal/testtier"
 )
 
 // buildReservoir builds the reservoir binary once for the test: the
@@ -31,9 +32,7 @@ func buildReservoir(t *testing.T) string {
 // write to each replica's heartbeat, and reported in the tables and the
 // targets. The run leaves no replica, attacker or database behind.
 func TestRunKillFlood(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the reservoir binary and runs two replicas")
-	}
+	testtier.Needs(t, "the reservoir binary (go build) and two replicas of it")
 	bin := buildReservoir(t)
 	opts := Options{
 		MySQLDSN:          testdb.ServerDSN(t),

@@ -95,7 +95,7 @@ func TestFleetObeysTheDatabaseFlags(t *testing.T) {
 		if i%2 == 1 {
 			action, want = "release", "off"
 		}
-		cmd := exec.Command(binary, "rollout", "--topology", "topology.toml", "--actor", "fleet-test", action,
+		cmd := exec.Command(reservoirBinary(t), "rollout", "--topology", "topology.toml", "--actor", "fleet-test", action,
 			"--scope", "pod:pod-a", "--reason", "fleet drill "+strconv.Itoa(i))
 		cmd.Dir = cli
 		out, err := cmd.CombinedOutput()
@@ -130,7 +130,7 @@ func TestFleetObeysTheDatabaseFlags(t *testing.T) {
 		t.Errorf("time to full obedience: p50 %s (want at most 100 ms), max %s (want at most 2 s)", p50, max)
 	}
 	// The audit holds every change.
-	hist := exec.Command(binary, "rollout", "--topology", "topology.toml", "history", "--limit", "200")
+	hist := exec.Command(reservoirBinary(t), "rollout", "--topology", "topology.toml", "history", "--limit", "200")
 	hist.Dir = cli
 	out, err := hist.CombinedOutput()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -22,14 +23,28 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/internal/testbuf"
+	"github.com/seed31b0e981/reservoir/internal/testtier"
 )
 
-// binary is the reservoir binary TestMain builds once.
+// binary is the reservoir binary TestMain builds once ("" under -short:
+// see reservoirBinary).
 var binary string
+
+// reservoirBinary is the binary TestMain built. Under -short none is
+// built (every test here needs servers too), and the test skips.
+func reservoirBinary(t *testing.T) string {
+	t.Helper()
+	testtier.Needs(t, "the reservoir binary (built by TestMain)")
+	return binary
+}
 
 func TestMain(m *testing.M) {
 	if os.Getenv(envFloodBase) != "" {
 		os.Exit(m.Run()) // the flood test's attackers: they need no binary
+	}
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run()) // the fast tier builds nothing
 	}
 	dir, err := os.MkdirTemp("", "reservoir-soak-")
 	if err != nil {
@@ -88,7 +103,7 @@ func startServe(t *testing.T, name, topo, token string) *proc {
 // startServeIn is startServe with dir as the process's working directory.
 func startServeIn(t *testing.T, name, dir, topo, token string) *proc {
 	t.Helper()
-	cmd := exec.Command(binary, "serve", "--topology", topo, "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
+	cmd := exec.Command(reservoirBinary(t), "serve", "--topology", topo, "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
 		"--log-level", "warn", "--shutdown-timeout", "10s", "--drain-timeout", "10s")
 	cmd.Env = append(os.Environ(), "RESERVOIR_ADMIN_TOKEN="+token, "RESERVOIR_CLIENTS="+clientsEntry)
 	cmd.Dir = dir

@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/seed31b0e981/reservoir/internal/testtier"
 	"github.com/seed31b0e981/reservoir/internal/tlsclient"
 	"github.com/seed31b0e981/reservoir/migrations"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
@@ -46,8 +47,10 @@ var (
 
 // ServerDSN returns the server DSN or fails the test with what to run.
 // Integration tests never skip silently: a missing server is a failure.
+// Under -short the test skips, saying it needs MariaDB (testtier).
 func ServerDSN(t testing.TB) string {
 	t.Helper()
+	testtier.Needs(t, "MariaDB ("+EnvDSN+")")
 	dsn := os.Getenv(EnvDSN)
 	if dsn == "" {
 		t.Fatalf("%s is not set: start the servers with `eval \"$(scripts/services start)\"` or run `make test`", EnvDSN)
@@ -57,9 +60,10 @@ func ServerDSN(t testing.TB) string {
 
 // TLSServerDSN returns the TLS user's DSN, set to verify the server against
 // the CA of EnvTLSCA (tlsclient.MySQLDSN), or fails the test with what to
-// run. Like ServerDSN, it never skips.
+// run. Like ServerDSN, it never skips, but under -short.
 func TLSServerDSN(t testing.TB) string {
 	t.Helper()
+	testtier.Needs(t, "MariaDB over TLS ("+EnvTLSDSN+", "+EnvTLSCA+")")
 	dsn, ca := os.Getenv(EnvTLSDSN), os.Getenv(EnvTLSCA)
 	if dsn == "" || ca == "" {
 		t.Fatalf("%s or %s is not set: start the servers with `eval \"$(scripts/services start)\"` or run `make test`; "+

@@ -49,6 +49,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/seed31b0e981/reservoir/internal/testtier"
 )
 
 // target is a scripts/services target.
@@ -84,7 +86,8 @@ type Server struct {
 
 // MySQL starts a private MariaDB for the test (root over TCP, no
 // password, no database but the system ones) and stops it when the test
-// ends. It skips the test if MariaDB's programs are not installed.
+// ends. It skips the test if MariaDB's programs are not installed, and
+// under -short (testtier).
 func MySQL(t testing.TB) *Server {
 	t.Helper()
 	return newServer(t, targetMySQL)
@@ -92,7 +95,7 @@ func MySQL(t testing.TB) *Server {
 
 // Redis starts a private standalone Redis for the test, with an
 // append-only file, and stops it when the test ends. It skips the test if
-// Redis's programs are not installed.
+// Redis's programs are not installed, and under -short (testtier).
 func Redis(t testing.TB) *Server {
 	t.Helper()
 	return newServer(t, targetRedis)
@@ -667,10 +670,12 @@ var programs = map[target][]string{
 }
 
 // requirePrograms skips the test if a program the target needs is not
-// installed. The search path adds the sbin directories the script adds:
+// installed, and under -short (testtier): a private server is a process
+// to start. The search path adds the sbin directories the script adds:
 // Debian keeps mariadbd in /usr/sbin.
 func requirePrograms(t testing.TB, tg target) {
 	t.Helper()
+	testtier.Needs(t, fmt.Sprintf("a private %s server process (scripts/services start %s)", tg, tg))
 	dirs := append(filepath.SplitList(os.Getenv("PATH")), "/usr/local/sbin", "/usr/sbin", "/sbin")
 	var missing []string
 	for _, p := range programs[tg] {

@@ -178,6 +178,7 @@ func TestRedisKillPauseAndStart(t *testing.T) {
 // and removes their directories.
 func TestCleanupStopsEveryServer(t *testing.T) {
 	t.Parallel()
+	requirePrograms(t, targetRedis) // here, not in "use" only: what follows reads its servers
 	var paused, killed *Server
 	var pid int
 	t.Run("use", func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed31b0e981/reservoir/internal/testtier"
 	"github.com/seed31b0e981/reservoir/internal/tlsclient"
 )
 
@@ -69,9 +70,10 @@ var standalone, cluster, secure shared
 
 // Addr returns the standalone server's address or fails the test with what
 // to run. Integration tests never skip silently: a missing server is a
-// failure.
+// failure. Under -short the test skips, saying it needs Redis (testtier).
 func Addr(t testing.TB) string {
 	t.Helper()
+	testtier.Needs(t, "Redis ("+EnvAddr+")")
 	addr := os.Getenv(EnvAddr)
 	if addr == "" {
 		t.Fatalf("%s is not set: start the servers with `eval \"$(scripts/services start mysql redis cluster)\"` or run `make test`", EnvAddr)
@@ -79,9 +81,11 @@ func Addr(t testing.TB) string {
 	return addr
 }
 
-// ClusterAddrs returns the cluster's node addresses or fails the test.
+// ClusterAddrs returns the cluster's node addresses or fails the test
+// (skips it under -short).
 func ClusterAddrs(t testing.TB) []string {
 	t.Helper()
+	testtier.Needs(t, "a Redis Cluster ("+EnvClusterAddrs+")")
 	v := os.Getenv(EnvClusterAddrs)
 	if v == "" {
 		t.Fatalf("%s is not set: start the cluster with `eval \"$(scripts/services start mysql redis cluster)\"` or run `make test`", EnvClusterAddrs)
@@ -103,9 +107,10 @@ type Secure struct {
 }
 
 // SecureServer returns the secure server's settings or fails the test with
-// what to run (never a skip).
+// what to run (never a skip, but under -short).
 func SecureServer(t testing.TB) Secure {
 	t.Helper()
+	testtier.Needs(t, "the TLS-only Redis ("+EnvSecureAddr+")")
 	s := Secure{
 		Addr: os.Getenv(EnvSecureAddr), User: os.Getenv(EnvSecureUser), Password: os.Getenv(EnvSecurePassword),
 		DefaultPassword: os.Getenv(EnvSecureDefaultPassword), CA: os.Getenv(EnvTLSCA),

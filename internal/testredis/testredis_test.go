@@ -15,9 +15,14 @@ func TestPrefixIsIsolatedAndCleanedUp(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		new  func(testing.TB) *Redis
-	}{{"standalone", New}, {"cluster", NewCluster}} {
+		need func(testing.TB) // here, not in "use" only: what follows reads its keys
+	}{
+		{"standalone", New, func(tb testing.TB) { Addr(tb) }},
+		{"cluster", NewCluster, func(tb testing.TB) { ClusterAddrs(tb) }},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			tc.need(t)
 			var used *Redis
 			t.Run("use", func(t *testing.T) {
 				a, b := tc.new(t), tc.new(t)
@@ -42,10 +47,12 @@ func TestPrefixIsIsolatedAndCleanedUp(t *testing.T) {
 	}
 }
 
-// fatalTB records the failure instead of failing the real test.
+// fatalTB records the failure (or the skip) instead of failing (or
+// skipping) the real test.
 type fatalTB struct {
 	testing.TB
-	msg string
+	msg     string
+	skipped bool
 }
 
 func (f *fatalTB) Helper() {}
@@ -55,8 +62,15 @@ func (f *fatalTB) Fatalf(format string, args ...any) {
 	runtime.Goexit()
 }
 
-// A missing server is a failure that says what to run, never a skip. (Not
-// parallel: it changes the environment while no parallel test runs.)
+func (f *fatalTB) Skipf(format string, args ...any) {
+	f.msg, f.skipped = fmt.Sprintf(format, args...), true
+	runtime.Goexit()
+}
+
+// A missing server is a failure that says what to run, never a skip; but
+// under -short (the fast tier, testtier) every test that needs a server
+// skips, saying which variable it needs. (Not parallel: it changes the
+// environment while no parallel test runs.)
 func TestMissingServerFails(t *testing.T) {
 	for _, tc := range []struct {
 		env  string
@@ -73,7 +87,13 @@ func TestMissingServerFails(t *testing.T) {
 			tc.call(f)
 		}()
 		<-done
-		if !strings.Contains(f.msg, tc.env) || !strings.Contains(f.msg, "scripts/services") {
+		if testing.Short() {
+			if !f.skipped || !strings.Contains(f.msg, tc.env) || !strings.Contains(f.msg, "-short") {
+				t.Errorf("without %s under -short: skipped %v with %q, want a skip naming the variable and -short", tc.env, f.skipped, f.msg)
+			}
+			continue
+		}
+		if f.skipped || !strings.Contains(f.msg, tc.env) || !strings.Contains(f.msg, "scripts/services") {
 			t.Errorf("without %s: failure %q, want one naming the variable and how to start the servers", tc.env, f.msg)
 		}
 	}

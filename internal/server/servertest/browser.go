@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/seed31b0e981/reservoir/internal/testtier"
 )
 
 // EnvChromium names a Chromium binary to use instead of asking
@@ -43,9 +45,11 @@ func moduleRoot() (string, error) {
 // Chromium returns the path of a Chromium binary: $RESERVOIR_CHROMIUM, or
 // what scripts/chromium prints (it installs Debian's chromium package when
 // it is missing and the test runs as root). It fails the test with what to
-// run when there is none: a browser test never skips silently.
+// run when there is none: a browser test never skips silently (but under
+// -short, saying it needs a browser: testtier).
 func Chromium(t testing.TB) string {
 	t.Helper()
+	testtier.Needs(t, "a headless Chromium ("+EnvChromium+" or scripts/chromium)")
 	if p := os.Getenv(EnvChromium); p != "" {
 		return p
 	}

@@ -1,0 +1,15 @@
+package mysqlstore_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/seed31b0e981/reservoir/internal/testtier"
+)
+
+// TestMain skips, under -short, the examples that need servers: an
+// example cannot skip itself (testtier.SkipExamples).
+func TestMain(m *testing.M) {
+	testtier.SkipExamples("MariaDB (RESERVOIR_MYSQL_DSN)", "Example")
+	os.Exit(m.Run())
+}
