@@ -78,6 +78,7 @@ type Server struct {
 	dir    string // RESERVOIR_RUN_DIR
 	port   int
 	script string
+	env    []string // more of scripts/services' settings, NAME=value
 
 	mu     sync.Mutex // serialises the signals and the script runs
 	pid    int        // 0 while killed or stopped
@@ -91,6 +92,15 @@ type Server struct {
 func MySQL(t testing.TB) *Server {
 	t.Helper()
 	return newServer(t, targetMySQL)
+}
+
+// MySQLWith is MySQL with more of scripts/services' settings for the
+// server, as NAME=value: RESERVOIR_MYSQL_FLUSH, RESERVOIR_MYSQL_BINLOG,
+// RESERVOIR_MYSQL_FSYNC_DELAY. A private server takes none of them from
+// the test's own environment, so without them it starts as MySQL's does.
+func MySQLWith(t testing.TB, settings ...string) *Server {
+	t.Helper()
+	return newServer(t, targetMySQL, settings...)
 }
 
 // Redis starts a private standalone Redis for the test, with an
@@ -277,8 +287,10 @@ func (s *Server) run(args ...string) (string, error) {
 	if s.target == targetRedis {
 		port = "RESERVOIR_REDIS_PORT"
 	}
-	cmd.Env = append(withoutEnv(os.Environ(), "RESERVOIR_RUN_DIR", "RESERVOIR_MYSQL_PORT", "RESERVOIR_REDIS_PORT", "RESERVOIR_REDIS_AOF"),
+	cmd.Env = append(withoutEnv(os.Environ(), "RESERVOIR_RUN_DIR", "RESERVOIR_MYSQL_PORT", "RESERVOIR_REDIS_PORT", "RESERVOIR_REDIS_AOF",
+		"RESERVOIR_MYSQL_FLUSH", "RESERVOIR_MYSQL_BINLOG", "RESERVOIR_MYSQL_FSYNC_DELAY"),
 		"RESERVOIR_RUN_DIR="+s.dir, port+"="+strconv.Itoa(s.port), "RESERVOIR_REDIS_AOF=1")
+	cmd.Env = append(cmd.Env, s.env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -340,7 +352,7 @@ func exported(out, name string) string {
 
 // newServer starts a server for t, picking another port if the one it
 // picked turns out to be taken.
-func newServer(t testing.TB, tg target) *Server {
+func newServer(t testing.TB, tg target, settings ...string) *Server {
 	t.Helper()
 	requirePrograms(t, tg)
 	script, err := scriptPath()
@@ -358,7 +370,7 @@ func newServer(t testing.TB, tg target) *Server {
 		}
 	}
 	for attempt := 1; ; attempt++ {
-		s, err := launch(tg, script, template)
+		s, err := launch(tg, script, template, settings...)
 		if err == nil {
 			t.Cleanup(func() {
 				if err := s.stop(); err != nil {
@@ -376,7 +388,7 @@ func newServer(t testing.TB, tg target) *Server {
 
 // launch makes a directory (a copy of template, if one is given), picks a
 // port and starts the server there.
-func launch(tg target, script, template string) (*Server, error) {
+func launch(tg target, script, template string, settings ...string) (*Server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -391,7 +403,7 @@ func launch(tg target, script, template string) (*Server, error) {
 			return nil, fmt.Errorf("testproc: copy the MariaDB template: %w", err)
 		}
 	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), target: tg, dir: dir, port: port, script: script}
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), target: tg, dir: dir, port: port, script: script, env: settings}
 	s.mu.Lock()
 	err = s.startLocked()
 	s.mu.Unlock()

@@ -271,3 +271,29 @@ func TestOrphansAreReaped(t *testing.T) {
 		t.Errorf("the directory of a live process (pid %d) was removed: %v", os.Getppid(), err)
 	}
 }
+
+// RESERVOIR_MYSQL_FSYNC_DELAY puts the shim in force: with a commit that
+// syncs its redo log (innodb_flush_log_at_trx_commit=1), each commit waits
+// at least the delay. A lower bound only (the machine may add to it, never
+// take from it): without the shim these commits take a few milliseconds
+// in all, far under the bound.
+func TestMySQLFsyncDelay(t *testing.T) {
+	const delay, commits = 40 * time.Millisecond, 5
+	s := MySQLWith(t, "RESERVOIR_MYSQL_FSYNC_DELAY=40ms", "RESERVOIR_MYSQL_FLUSH=1")
+	db := openMySQL(t, s)
+	ctx := context.Background()
+	for _, q := range []string{"CREATE DATABASE fsd", "CREATE TABLE fsd.t (id INT PRIMARY KEY AUTO_INCREMENT, v INT) ENGINE=InnoDB"} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	for range commits {
+		if _, err := db.ExecContext(ctx, "INSERT INTO fsd.t (v) VALUES (1)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if took := time.Since(start); took < commits*delay {
+		t.Errorf("%d commits took %v with a %v fsync delay, want at least %v: the shim is not in force", commits, took, delay, commits*delay)
+	}
+}
