@@ -59,6 +59,9 @@ import (
 // refused: label the block sh. A transcript whose output is a usage error
 // ("Run '... -h' for usage.") shows a mistake on purpose and is not held
 // to the rest.
+//
+// TestDocCommandsAgainstAServedExample (commands_served_test.go) then
+// sends every curl to a real replica, on the listener its port names.
 
 // docBlock is one fenced block of a Markdown page.
 type docBlock struct {
@@ -484,8 +487,20 @@ type docPage struct {
 	set       map[string]bool        // variables set (export, read, NAME=value) so far
 	listeners map[string]docListener // ports of serve or demo commands on the page
 	problems  []string
-	reservoir int // reservoir commands checked
-	curls     int // curl commands checked
+	reservoir int       // reservoir commands checked
+	curls     int       // curl commands checked
+	calls     []docCall // the curl commands to a known listener, to send to a served example
+}
+
+// docCall is an HTTP call a page makes with curl.
+type docCall struct {
+	where    string // page:line
+	listener string // "checkout", "admin" or "both"
+	method   string
+	target   string // path and query, as written ($VARs unexpanded)
+	headers  []string
+	body     string
+	hasBody  bool
 }
 
 func (p *docPage) errorf(line int, format string, a ...any) {
@@ -921,6 +936,12 @@ func (p *docPage) checkCurl(line int, words []string, forwards map[string]docLis
 		p.errorf(line, "%s: port %q is no listener of the example (%s)", cmd, port, listenerList(env))
 		return
 	}
+	sent := slices.Clone(headers)
+	if jsonFlag {
+		sent = append(sent, "Content-Type: application/json")
+	}
+	p.calls = append(p.calls, docCall{where: fmt.Sprintf("%s:%d", p.rel, line), listener: ls.name, method: method,
+		target: u.RequestURI(), headers: sent, body: body, hasBody: hasBody})
 	route, problem := matchRoute(env.routes, ls.name, method, u.Path)
 	if problem != "" {
 		p.errorf(line, "%s: %s %s on port %s (%s): %s", cmd, method, u.Path, port, ls.how, problem)
