@@ -289,9 +289,9 @@ func (rep Report) Summary() string {
 // noteRepairs says, per kind of note a repair rewrites, what it did to
 // MySQL's shadow (where Redis decides, a repair makes the shadow Redis's).
 var noteRepairs = map[string]string{
-	KindShadowExtraHold:    "the repair removed %d of MySQL's shadow holds that Redis does not have",
-	KindShadowMissingHold:  "the repair copied %d of Redis's holds into MySQL's shadow",
-	KindShadowHoldMismatch: "the repair rewrote %d of MySQL's shadow holds to Redis's allocations",
+	KindShadowExtraHold:    "removed %d of MySQL's shadow holds that Redis does not have",
+	KindShadowMissingHold:  "copied %d of Redis's holds into MySQL's shadow",
+	KindShadowHoldMismatch: "rewrote %d of MySQL's shadow holds to Redis's allocations",
 }
 
 // notesRepaired says, for a run that repaired, what became of its notes:
@@ -313,10 +313,14 @@ func (rep Report) notesRepaired() string {
 		remain += n
 	}
 	var parts []string
+	said := false // "the repair" is said once
 	for _, k := range slices.Sorted(maps.Keys(fixed)) {
 		did, ok := noteRepairs[k]
-		if !ok {
+		switch {
+		case !ok:
 			did = "the look after the repair no longer finds %d"
+		case !said:
+			did, said = "the repair "+did, true
 		}
 		parts = append(parts, fmt.Sprintf(did+" (%s), %s", fixed[k], k, remains(left[k], "of them")))
 	}
