@@ -386,7 +386,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	gen := newTraffic(base, clientToken, cfg, p)
 	var wg sync.WaitGroup
 	wg.Go(func() { gen.run(runCtx) })
-	w := &walker{ctl: ctl, c: c, p: p, plan: plan, since: started}
+	w := &walker{ctl: ctl, c: c, p: p, plan: plan, since: started, series: srv.Series}
 	if !cfg.SkipIncident {
 		w.inc = &incident{cfg: cfg, c: c, ctl: ctl, srv: srv, p: p, podDSN: env.dsnFor(env.dbName(incidentPod))}
 	}

@@ -175,6 +175,13 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Errorf("the token stays in the address bar: %s", u)
 	}
 
+	// The pods table's rates are the series' last point: the label says
+	// the series' window (1 s here; it said 10 s whatever the window), the
+	// window the demo's progress lines name too (issue 27, 7).
+	if got := text("#pods-window"); got != "rates and latency: this replica, last 1 s" {
+		t.Errorf("the pods table's window: %q, want the series' 1 s", got)
+	}
+
 	// The replicas, with the flags version each applied.
 	if got := text(`#replicas tr[data-replica="dashboard-replica"]`); !strings.Contains(got, "pod-a, pod-b") {
 		waitRefresh(2) // its first heartbeat may have come after the first refresh (or during the next)

@@ -788,6 +788,10 @@ async function refresh() {
     const recs = rest.slice(pods.length);
     state.history = hist.status === 200 ? hist.data.entries : [];
     state.reconciler = !recs.some((r) => r.status === 501);
+    // The window the rates cover is the server's (Config.SeriesWindow).
+    if (series.status === 200 && series.data.window_ms) {
+      $("#pods-window").textContent = "rates and latency: this replica, last " + +(series.data.window_ms / 1000).toFixed(1) + " s";
+    }
     for (const pod of pods) {
       const cur = state.series[pod] || [];
       const seen = new Set(cur.map((p) => p.at));
