@@ -508,3 +508,20 @@ func randomDemoName() string {
 	_, _ = rand.Read(b[:])
 	return "rsv_demo_" + hex.EncodeToString(b[:])
 }
+
+// Issue 27 (7): the demo's commands name the program as it was run, the
+// spelling that works from where it was run.
+func TestDemoProgramName(t *testing.T) {
+	for arg0, want := range map[string]string{
+		"bin/reservoir":                        "bin/reservoir", // make demo
+		"./bin/reservoir":                      "./bin/reservoir",
+		"reservoir":                            "reservoir", // on $PATH
+		"/usr/local/bin/reservoir":             "/usr/local/bin/reservoir",
+		"/tmp/go-build2871/b001/exe/reservoir": "go run ./cmd/reservoir", // go run ./cmd/reservoir demo
+		"/tmp/go-build2871/b001/cli.test":      "reservoir",
+	} {
+		if got := programNameOf(arg0); got != want {
+			t.Errorf("run as %s: %q, want %q", arg0, got, want)
+		}
+	}
+}

@@ -29,6 +29,9 @@ type walker struct {
 	// series reads the server's last series points (server.Server.Series):
 	// the progress lines show the dashboard's rates, over its window.
 	series func(points int) wire.Series
+	// program names the reservoir binary in the commands printed
+	// (Config.Program).
+	program string
 	// inc is the tour's incident (nil with Config.SkipIncident): it takes
 	// over once the walk reached walkTo.
 	inc *incident
@@ -134,7 +137,7 @@ func (w *walker) progress(ctx context.Context, gen *traffic) {
 		}
 		if st.Stage >= walkTo && !w.announced && (w.inc == nil || w.inc.done()) {
 			w.announced = true
-			defer w.p.say("the demo walked as far as it goes by itself; the next stages are yours: `reservoir rollout --topology %s/topology.toml advance`", dirOf(w.c))
+			defer w.p.say("the demo walked as far as it goes by itself; the next stages are yours: `%s rollout --topology %s/topology.toml advance`", w.program, dirOf(w.c))
 		}
 	}
 	w.p.say("%s", b.String())
