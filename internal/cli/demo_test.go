@@ -218,7 +218,7 @@ func TestDemoNewcomerPath(t *testing.T) {
 	// One spelling of every command printed (issue 27, 7): the program as
 	// it was run (here a test binary: reservoir).
 	spellings := map[string]bool{}
-	for _, m := range regexp.MustCompile("(\\S*reservoir) (?:rollout|reconcile|demo clean)\\b").FindAllStringSubmatch(out.String(), -1) {
+	for _, m := range regexp.MustCompile(`(\S*reservoir) (?:rollout|reconcile|demo clean)\b`).FindAllStringSubmatch(out.String(), -1) {
 		spellings[strings.TrimLeft(m[1], "`")] = true
 	}
 	if len(spellings) != 1 || !spellings["reservoir"] {

@@ -14,7 +14,7 @@ import (
 
 // commandRE finds a reservoir command in the demo's output or in a string
 // of its code: the program, then one of the subcommands a person runs.
-var commandRE = regexp.MustCompile("(\\S*)reservoir (rollout|reconcile|demo clean|migrate|serve|clients|bench)\\b")
+var commandRE = regexp.MustCompile(`(\S*)reservoir (rollout|reconcile|demo clean|migrate|serve|clients|bench)\b`)
 
 // Issue 27 (7): the banner mixed `reservoir rollout ...` and
 // `bin/reservoir ...`, and only the second works from the checkout (make
