@@ -24,8 +24,10 @@ services-stop: ## stop the throwaway servers
 	scripts/services stop all
 
 .PHONY: build
-build: ## build bin/reservoir
-	$(GO) build -o bin/reservoir ./cmd/reservoir
+build: ## build bin/reservoir (a first build compiles for a couple of minutes)
+	@echo "building bin/reservoir: $(GO) build -o bin/reservoir ./cmd/reservoir (the first run compiles every dependency, a couple of minutes; later runs take seconds) ..."
+	@(n=0; while sleep 20 </dev/null >/dev/null 2>&1; do n=$$((n + 20)); echo "  still compiling bin/reservoir ($${n}s) ..."; done) & ticker=$$!; \
+	$(GO) build -o bin/reservoir ./cmd/reservoir; status=$$?; kill $$ticker 2>/dev/null; exit $$status
 
 .PHONY: vet
 vet: ## gofmt check and go vet

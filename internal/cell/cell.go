@@ -482,7 +482,18 @@ type DriftReport struct {
 // authority, and repairs nothing. Reservations in flight while it runs can
 // show up as findings that the next run no longer has.
 func (c *Cell) Reconcile(ctx context.Context, pod string) (DriftReport, error) {
-	rep, err := c.Reconciler.Run(ctx, pod, reconcile.Options{})
+	return c.reconcile(ctx, pod, reconcile.Options{})
+}
+
+// Repair reconciles a pod and repairs what it finds on the side that does
+// not decide each shop, as `reservoir reconcile --pod POD --repair` does:
+// Clean then says that no drift is left.
+func (c *Cell) Repair(ctx context.Context, pod string) (DriftReport, error) {
+	return c.reconcile(ctx, pod, reconcile.Options{Repair: true})
+}
+
+func (c *Cell) reconcile(ctx context.Context, pod string, o reconcile.Options) (DriftReport, error) {
+	rep, err := c.Reconciler.Run(ctx, pod, o)
 	if err != nil {
 		return DriftReport{}, err
 	}

@@ -101,13 +101,24 @@ func stopSignals(ctx context.Context) (context.Context, func()) {
 }
 
 // programName is how the demo's printed commands name this binary: as it
-// was run when that was a path to it (bin/reservoir), else reservoir (a
-// test binary, or a bare name found on $PATH).
+// was run (bin/reservoir from `make demo`, or a bare name found on $PATH),
+// `go run ./cmd/reservoir` when go run built it in a temporary directory
+// that goes when it exits, else reservoir (a test binary).
 func programName() string {
-	if len(os.Args) > 0 && filepath.Base(os.Args[0]) == "reservoir" {
-		return os.Args[0]
+	if len(os.Args) == 0 {
+		return "reservoir"
 	}
-	return "reservoir"
+	return programNameOf(os.Args[0])
+}
+
+func programNameOf(arg0 string) string {
+	switch {
+	case filepath.Base(arg0) != "reservoir":
+		return "reservoir"
+	case strings.Contains(filepath.ToSlash(arg0), "/go-build") && strings.HasSuffix(filepath.ToSlash(arg0), "/exe/reservoir"):
+		return "go run ./cmd/reservoir"
+	}
+	return arg0
 }
 
 func runDemoClean(ctx context.Context, args []string, out io.Writer) error {

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -107,7 +108,7 @@ func TestDemoNewcomerPath(t *testing.T) {
 	t.Logf("rollout walked to mysql on pod-a %s after the start", time.Since(started).Round(time.Millisecond))
 
 	// The incident: the fault, then the controller's kill switch.
-	out.waitFor(t, regexp.MustCompile(`(INCIDENT: a maintenance script writes [1-9][0-9]* holds)`), 30*time.Second)
+	injectedHolds := out.waitFor(t, regexp.MustCompile(`INCIDENT: a maintenance script writes ([1-9][0-9]*) holds`), 30*time.Second)
 	injected := time.Now()
 	out.waitFor(t, regexp.MustCompile(`(the automatic controller engaged the kill switch on pod-a)`), 90*time.Second)
 	t.Logf("incident: the kill switch engaged %s after the fault", time.Since(injected).Round(time.Millisecond))
@@ -159,10 +160,70 @@ func TestDemoNewcomerPath(t *testing.T) {
 	if rel := findAudit(demoRolloutHistory(t, topo), "release", "demo"); rel == nil || rel.Scope != "pod:pod-a" {
 		t.Errorf("the release in the audit: %+v", rel)
 	}
-	if o := out.String(); !strings.Contains(o, "the leaked ones gone") {
-		t.Errorf("the repair:\n%s", o)
+	released := time.Now()
+	// Issue 27 (7): the repair says what it removed and what remains, in
+	// its own words and in reconcile's summary ...
+	if o := out.String(); !strings.Contains(o, "removed the "+injectedHolds+" holds the maintenance script injected, 0 remain") ||
+		!regexp.MustCompile(`Reconcile's summary: pod pod-a: .*: the repair removed [1-9][0-9]* of MySQL's shadow holds that Redis does not have \(shadow_extra_hold\), [0-9]+ of them remains?`).MatchString(o) {
+		t.Errorf("the repair does not say that it removed the %s injected holds and that none remain:\n%s", injectedHolds, o)
+	}
+	// ... and it is this replica's last reconcile of pod-a: the drift
+	// panel (GET /admin/reconcile) shows it, a repair, clean after it. It
+	// said "not run by this replica yet" (404 not_run).
+	if code, rec := get("/admin/reconcile?pod=pod-a", token); code != 200 || !strings.Contains(rec, `"clean":true`) || !strings.Contains(rec, `"repair":true`) ||
+		!strings.Contains(rec, "the repair removed") {
+		t.Errorf("the drift panel's pod-a after the demo's repair: %d %s", code, trimOut(rec))
 	}
 	t.Logf("recovered %s after the start", time.Since(started).Round(time.Millisecond))
+
+	// Issue 27 (7): the progress lines show pod-a's mismatch over the
+	// dashboard's window, and say which; they showed the rate since the
+	// start (8.50% after the recovery) beside the page's last 10 s. Once
+	// the window holds nothing of the incident, the console and the
+	// page's series agree (read as soon as the line is printed: the
+	// series moves on every 2 s).
+	time.Sleep(time.Until(released.Add(11 * time.Second)))
+	from := len(out.String())
+	progressRE := regexp.MustCompile(`pod-a mysql \[relay lag [^\]]*\] \[[0-9.]+ compared/s, mismatch ([0-9.<]+)%, last 10 s\]`)
+	var console string
+	for deadline := time.Now().Add(15 * time.Second); console == ""; {
+		if m := progressRE.FindStringSubmatch(out.String()[from:]); m != nil {
+			console = m[1]
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no progress line with pod-a's mismatch over the last 10 s after the recovery:\n%s", out.String()[from:])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var ser struct {
+		WindowMs int64 `json:"window_ms"`
+		Pods     map[string][]struct {
+			ClassRates map[string]float64 `json:"class_rates"`
+		} `json:"pods"`
+	}
+	if code, body := get("/admin/series?pod=pod-a&points=1", token); code != 200 || json.Unmarshal([]byte(body), &ser) != nil || len(ser.Pods["pod-a"]) != 1 || ser.WindowMs != 10000 {
+		t.Fatalf("the dashboard's series: %d %s", code, trimOut(body))
+	}
+	page := 0.0
+	for c, r := range ser.Pods["pod-a"][0].ClassRates {
+		if c == "outcome_mismatch" || c == "allocation_mismatch" || c == "shadow_missing" {
+			page += 100 * r
+		}
+	}
+	shown, _ := strconv.ParseFloat(strings.TrimPrefix(console, "<"), 64)
+	t.Logf("pod-a's mismatch %s after the recovery: console %s%%, dashboard %.2f%% (last 10 s)", time.Since(released).Round(time.Second), console, page)
+	if d := shown - page; d > 5 || d < -5 {
+		t.Errorf("pod-a's mismatch after the recovery: console %s%%, dashboard %.2f%%: not the same window", console, page)
+	}
+
+	// One spelling of every command printed (issue 27, 7): the program as
+	// it was run (here a test binary: reservoir).
+	spellings := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(\S*reservoir) (?:rollout|reconcile|demo clean)\b`).FindAllStringSubmatch(out.String(), -1) {
+		spellings[strings.TrimLeft(m[1], "`")] = true
+	}
+	if len(spellings) != 1 || !spellings["reservoir"] {
+		t.Errorf("the demo spells its commands %v, want one way", spellings)
+	}
 
 	stop() // Ctrl-C
 	select {
@@ -507,4 +568,21 @@ func randomDemoName() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return "rsv_demo_" + hex.EncodeToString(b[:])
+}
+
+// Issue 27 (7): the demo's commands name the program as it was run, the
+// spelling that works from where it was run.
+func TestDemoProgramName(t *testing.T) {
+	for arg0, want := range map[string]string{
+		"bin/reservoir":                        "bin/reservoir", // make demo
+		"./bin/reservoir":                      "./bin/reservoir",
+		"reservoir":                            "reservoir", // on $PATH
+		"/usr/local/bin/reservoir":             "/usr/local/bin/reservoir",
+		"/tmp/go-build2871/b001/exe/reservoir": "go run ./cmd/reservoir", // go run ./cmd/reservoir demo
+		"/tmp/go-build2871/b001/cli.test":      "reservoir",
+	} {
+		if got := programNameOf(arg0); got != want {
+			t.Errorf("run as %s: %q, want %q", arg0, got, want)
+		}
+	}
 }

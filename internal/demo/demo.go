@@ -386,9 +386,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	gen := newTraffic(base, clientToken, cfg, p)
 	var wg sync.WaitGroup
 	wg.Go(func() { gen.run(runCtx) })
-	w := &walker{ctl: ctl, c: c, p: p, plan: plan, since: started}
+	w := &walker{ctl: ctl, c: c, p: p, plan: plan, since: started, series: srv.Series, program: cfg.Program}
 	if !cfg.SkipIncident {
-		w.inc = &incident{cfg: cfg, c: c, ctl: ctl, p: p, podDSN: env.dsnFor(env.dbName(incidentPod))}
+		w.inc = &incident{cfg: cfg, c: c, ctl: ctl, srv: srv, p: p, podDSN: env.dsnFor(env.dbName(incidentPod))}
 	}
 	w.loop(runCtx, gen, cfg.ProgressEvery)
 	wg.Wait()
@@ -448,6 +448,6 @@ func printWelcome(p *printer, info Info, cfg Config) {
 	p.say(`        curl -s -X POST -H "Authorization: Bearer $TOKEN" -d '{"scope":"pod:pod-a","reason":"trying the demo"}' http://%s/admin/killswitch`, host)
 	p.say("        export API_TOKEN=%s", info.ClientToken)
 	p.say(`        curl -s -X POST -H "Authorization: Bearer $API_TOKEN" -H 'Content-Type: application/json' -d '{"token":"my-cart","lines":[{"item":5,"quantity":1,"locations":[1,2]}]}' http://%s/v1/shops/1001/reservations`, host)
-	p.say(`        reservoir rollout --topology %s status`, info.Topology)
+	p.say(`        %s rollout --topology %s status`, cfg.Program, info.Topology)
 	p.say("")
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/seed31b0e981/reservoir/internal/cell"
-	"github.com/seed31b0e981/reservoir/internal/reconcile"
+	"github.com/seed31b0e981/reservoir/internal/server"
 	"github.com/seed31b0e981/reservoir/rollout"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
 	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
@@ -89,12 +89,15 @@ type incident struct {
 	cfg    Config
 	c      *cell.Cell
 	ctl    *rollout.Controller
+	srv    *server.Server
 	p      *printer
 	podDSN string
 
 	phase incidentPhase
 	at    time.Time // when the phase began
 	left  int       // a refused repair or release, retried on the next steps
+	// repaired: the repair is done (a refused release is retried alone).
+	repaired bool
 }
 
 // faultWindow bounds how long the fault stays in without a gate breaking
@@ -194,27 +197,18 @@ func (in *incident) inject(ctx context.Context) (int64, error) {
 }
 
 // repairAndRelease repairs pod-a's MySQL from Redis, checks that the leaked holds
-// are gone, and releases the kill switch, saying each step's command.
+// are gone, and releases the kill switch, saying each step's command. The
+// repair runs through the server (server.Server.RunReconcile), so that the
+// dashboard's drift panel shows it; once done, a retry (a refused
+// release) only retries the release.
 func (in *incident) repairAndRelease(ctx context.Context) error {
 	killed := in.killed(ctx)
-	rep, err := in.c.Reconciler.Run(ctx, incidentPod, reconcile.Options{Repair: true})
-	if err != nil {
-		return fmt.Errorf("reconcile --repair: %w", err)
+	if !in.repaired {
+		if err := in.repair(ctx); err != nil {
+			return err
+		}
+		in.repaired = true
 	}
-	db, err := sql.Open("mysql", in.podDSN)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	var left int
-	if err := db.QueryRowContext(ctx, sqlLeakLeft, leakPrefix).Scan(&left); err != nil {
-		return err
-	}
-	if left > 0 {
-		return fmt.Errorf("reconcile --repair left %d leaked hold line(s) in %s's MySQL (%s)", left, incidentPod, rep.Summary())
-	}
-	in.p.say("incident: repaired, as `%s reconcile --topology %s --pod %s --repair` does: MySQL's shadow holds rewritten from Redis's, "+
-		"the leaked ones gone (%s)", in.cfg.Program, in.topology(), incidentPod, rep.Summary())
 	if !killed {
 		return nil
 	}
@@ -226,6 +220,41 @@ func (in *incident) repairAndRelease(ctx context.Context) error {
 		"MySQL decides %s again, each shop's handoff copying Redis's state in first. Recovered. "+
 		"The release started the stage's gates again, from the comparer's next minute (docs/rollout.md).",
 		incidentPod, in.cfg.Program, in.topology(), incidentPod, incidentPod)
+	return nil
+}
+
+// repair runs `reconcile --repair` on pod-a through the server and says
+// how many of the leaked holds it removed and how many remain (none, or
+// it fails).
+func (in *incident) repair(ctx context.Context) error {
+	db, err := sql.Open("mysql", in.podDSN)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	leaked := func() (int, error) {
+		var n int
+		err := db.QueryRowContext(ctx, sqlLeakLeft, leakPrefix).Scan(&n)
+		return n, err
+	}
+	before, err := leaked()
+	if err != nil {
+		return err
+	}
+	v, err := in.srv.RunReconcile(ctx, incidentPod, in.c.Repair)
+	if err != nil {
+		return fmt.Errorf("reconcile --repair: %w", err)
+	}
+	left, err := leaked()
+	if err != nil {
+		return err
+	}
+	if left > 0 {
+		return fmt.Errorf("reconcile --repair left %d of the %d leaked hold line(s) in %s's MySQL (%s)", left, before, incidentPod, v.Report.Summary)
+	}
+	in.p.say("incident: repaired, as `%s reconcile --topology %s --pod %s --repair` does: MySQL's shadow holds rewritten from Redis's; "+
+		"removed the %d holds the maintenance script injected, %d remain. Reconcile's summary: %s. The dashboard's drift panel shows this run.",
+		in.cfg.Program, in.topology(), incidentPod, before-left, left, v.Report.Summary)
 	return nil
 }
 

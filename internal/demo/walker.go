@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/internal/cell"
+	"github.com/seed31b0e981/reservoir/internal/wire"
 	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
@@ -23,6 +26,12 @@ type walker struct {
 	p     *printer
 	plan  *rollout.Plan
 	since time.Time
+	// series reads the server's last series points (server.Server.Series):
+	// the progress lines show the dashboard's rates, over its window.
+	series func(points int) wire.Series
+	// program names the reservoir binary in the commands printed
+	// (Config.Program).
+	program string
 	// inc is the tour's incident (nil with Config.SkipIncident): it takes
 	// over once the walk reached walkTo.
 	inc *incident
@@ -96,6 +105,10 @@ func (w *walker) progress(ctx context.Context, gen *traffic) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[%5s] %3.0f req/s, %d reserved (%d insufficient), %d claimed, %d released, %d failed |",
 		now.Sub(w.since).Round(time.Second), rps, gen.reserved.Load(), gen.insufficient.Load(), gen.claimed.Load(), gen.released.Load(), gen.failed.Load())
+	var ser wire.Series
+	if w.series != nil {
+		ser = w.series(1)
+	}
 	for _, p := range w.c.Pods() {
 		d, _ := w.c.Flags.Decide(ctx, p.Name, 0)
 		rt := d.Route()
@@ -108,11 +121,8 @@ func (w *walker) progress(ctx context.Context, gen *traffic) {
 			l := p.Mirror.LastLag()
 			fmt.Fprintf(&b, " [relay lag %d, oldest %s]", l.Changes, l.Oldest.Round(time.Millisecond))
 		}
-		if rt.Shadow {
-			if t, err := w.c.Comparer.Totals(ctx, p.Name, w.since); err == nil {
-				live := t.Live()
-				fmt.Fprintf(&b, " [%d compared, mismatch %.2f%%]", live.Observations, 100*live.MismatchRate)
-			}
+		if rt.Shadow && w.series != nil {
+			fmt.Fprintf(&b, " [%s]", compared(ser, p.Name))
 		}
 		b.WriteString(";")
 	}
@@ -127,10 +137,52 @@ func (w *walker) progress(ctx context.Context, gen *traffic) {
 		}
 		if st.Stage >= walkTo && !w.announced && (w.inc == nil || w.inc.done()) {
 			w.announced = true
-			defer w.p.say("the demo walked as far as it goes by itself; the next stages are yours: `reservoir rollout --topology %s/topology.toml advance`", dirOf(w.c))
+			defer w.p.say("the demo walked as far as it goes by itself; the next stages are yours: `%s rollout --topology %s/topology.toml advance`", w.program, dirOf(w.c))
 		}
 	}
 	w.p.say("%s", b.String())
+}
+
+// compared says a pod's compared calls and mismatch rate as the
+// dashboard's pods table does (compared/s, mismatch), from the same
+// series point, over the same window, which it names: "12.0 compared/s,
+// mismatch 2.50%, last 10 s". The mismatch classes are compare's
+// (outcome, allocation, shadow missing), the page's too.
+func compared(ser wire.Series, pod string) string {
+	window := fmt.Sprintf("last %s s", strconv.FormatFloat(float64(ser.WindowMs)/1000, 'f', -1, 64))
+	pts := ser.Pods[pod]
+	if len(pts) == 0 || pts[len(pts)-1].ObservationsPerSec <= 0 {
+		return "nothing compared, " + window
+	}
+	pt := pts[len(pts)-1]
+	mismatch := 0.0
+	for c, r := range pt.ClassRates {
+		if compare.Class(c).Mismatch() {
+			mismatch += r
+		}
+	}
+	return fmt.Sprintf("%s compared/s, mismatch %s, %s", rate(pt.ObservationsPerSec), pct(mismatch), window)
+}
+
+// rate and pct print a number as the dashboard does (app.js's rate and
+// pct), so that the console and the page read alike.
+func rate(x float64) string {
+	if x < 10 {
+		return strconv.FormatFloat(x, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(x, 'f', 0, 64)
+}
+
+func pct(x float64) string {
+	switch {
+	case x == 0:
+		return "0%"
+	case x < 0.0001:
+		return "<0.01%"
+	case x < 0.01:
+		return strconv.FormatFloat(100*x, 'f', 2, 64) + "%"
+	}
+	return strconv.FormatFloat(100*x, 'f', 1, 64) + "%"
 }
 
 // waiting names the gates that do not pass yet, briefly.

@@ -235,6 +235,9 @@ type Report struct {
 	MySQLNotWritten int `json:"mysql_not_written"`
 	// Skipped counts shops before the checkpoint on a resumed run.
 	Skipped int `json:"skipped"`
+	// Repair is true for a run that repaired (Options.Repair): its
+	// Repaired flags say what the look after the repair no longer finds.
+	Repair bool `json:"repair"`
 }
 
 // Drift counts the drift findings, repaired or not.
@@ -253,7 +256,9 @@ func (r *Reconciler) Clean(ctx context.Context, pod string) (bool, string, error
 
 // Summary is the report in one line: drift per kind, what was repaired
 // and is left, the shops whose MySQL side is not written, and the notes
-// counted per kind, apart from the drift.
+// counted per kind, apart from the drift; after a repair, what it did to
+// the notes (the shadow holds it removed, copied or rewrote) and which
+// remain.
 func (rep Report) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pod %s: %s", rep.Pod, plural(rep.Shops, "shop"))
@@ -267,14 +272,83 @@ func (rep Report) Summary() string {
 		b.WriteString(", no drift")
 	} else {
 		fmt.Fprintf(&b, ", %s (%s)", plural(len(rep.Findings), "drift finding"), counts(rep.Counts))
-		if rep.Repaired > 0 {
+		if rep.Repaired > 0 || rep.Repair {
 			fmt.Fprintf(&b, ", %d repaired, %d left", rep.Repaired, rep.Left)
 		}
 	}
 	if len(rep.Notes) > 0 {
 		fmt.Fprintf(&b, "; %s, not drift (%s)", plural(len(rep.Notes), "note"), counts(rep.NoteCounts))
+		if rep.Repair {
+			b.WriteString(": ")
+			b.WriteString(rep.notesRepaired())
+		}
 	}
 	return b.String()
+}
+
+// noteRepairs says, per kind of note a repair rewrites, what it did to
+// MySQL's shadow (where Redis decides, a repair makes the shadow Redis's).
+var noteRepairs = map[string]string{
+	KindShadowExtraHold:    "removed %d of MySQL's shadow holds that Redis does not have",
+	KindShadowMissingHold:  "copied %d of Redis's holds into MySQL's shadow",
+	KindShadowHoldMismatch: "rewrote %d of MySQL's shadow holds to Redis's allocations",
+}
+
+// notesRepaired says, for a run that repaired, what became of its notes:
+// per kind, how many the repair fixed and how many of those remain, then
+// every note that remains ("the repair removed 80 of MySQL's shadow holds
+// that Redis does not have (shadow_extra_hold), 0 of them remain; 79
+// notes remain (empty_pool 79)").
+func (rep Report) notesRepaired() string {
+	fixed, left := map[string]int{}, map[string]int{}
+	for _, f := range rep.Notes {
+		if f.Repaired {
+			fixed[f.Kind]++
+		} else {
+			left[f.Kind]++
+		}
+	}
+	remain := 0
+	for _, n := range left {
+		remain += n
+	}
+	var parts []string
+	said := false // "the repair" is said once
+	for _, k := range slices.Sorted(maps.Keys(fixed)) {
+		did, ok := noteRepairs[k]
+		switch {
+		case !ok:
+			did = "the look after the repair no longer finds %d"
+		case !said:
+			did, said = "the repair "+did, true
+		}
+		parts = append(parts, fmt.Sprintf(did+" (%s), %s", fixed[k], k, remains(left[k], "of them")))
+	}
+	switch {
+	case len(parts) == 0:
+		return fmt.Sprintf("the repair changed none of them, %s (%s)", remains(remain, noun(remain, "note")), counts(left))
+	case remain == 0:
+		parts = append(parts, "no note remains")
+	default:
+		parts = append(parts, fmt.Sprintf("%s (%s)", remains(remain, noun(remain, "note")), counts(left)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// remains says "1 of them remains", "0 of them remain", "79 notes remain".
+func remains(n int, what string) string {
+	if n == 1 {
+		return fmt.Sprintf("1 %s remains", what)
+	}
+	return fmt.Sprintf("%d %s remain", n, what)
+}
+
+// noun is what, for n of them: "note" or "notes".
+func noun(n int, what string) string {
+	if n == 1 {
+		return what
+	}
+	return what + "s"
 }
 
 func plural(n int, what string) string {
@@ -310,7 +384,7 @@ func (r *Reconciler) Run(ctx context.Context, pod string, o Options) (Report, er
 	if o.Resume && o.Checkpoint != "" {
 		after = readCheckpoint(o.Checkpoint)
 	}
-	rep := Report{Pod: pod, Counts: map[string]int{}, NoteCounts: map[string]int{}, Findings: []Finding{}, Notes: []Finding{}}
+	rep := Report{Pod: pod, Counts: map[string]int{}, NoteCounts: map[string]int{}, Findings: []Finding{}, Notes: []Finding{}, Repair: o.Repair}
 	start := time.Now()
 	for i, shop := range shops {
 		if shop <= after {

@@ -389,6 +389,13 @@ func TestRedisDecidesShadowDifferencesAreNotes(t *testing.T) {
 			t.Errorf("note not repaired: %+v", f)
 		}
 	}
+	// The summary says what the repair did to them, and what remains.
+	for _, want := range []string{"the repair removed 1 of MySQL's shadow holds that Redis does not have (shadow_extra_hold), 0 of them remain",
+		"copied 1 of Redis's holds into MySQL's shadow (shadow_missing_hold), 0 of them remain"} {
+		if s := rep.Summary(); !rep.Repair || !strings.Contains(s, want) {
+			t.Errorf("the repair's summary %q (repair %v): want %q in it", s, rep.Repair, want)
+		}
+	}
 	rep = b.run(t, redisShop, false)
 	if got := notes(rep); len(got) != 0 || rep.Drift() != 0 {
 		t.Errorf("after the repair: notes %v, %s", got, rep.Summary())

@@ -43,6 +43,15 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wire.StatsOf(t))
 }
 
+// Series returns the last points of every pod's series, as GET
+// /admin/series?points=N answers them: this replica's rates over the
+// trailing Config.SeriesWindow, what the dashboard's pods table shows.
+// The demo's progress lines read it, so that the console and the
+// dashboard show the same window.
+func (s *Server) Series(points int) wire.Series {
+	return s.sampler.series(s.cfg.Cell.Topology.PodNames(), min(max(points, 1), maxSamples))
+}
+
 func (s *Server) series(w http.ResponseWriter, r *http.Request) {
 	pod, p := s.podParam(r, false)
 	if p != nil {

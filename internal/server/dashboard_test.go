@@ -175,6 +175,13 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Errorf("the token stays in the address bar: %s", u)
 	}
 
+	// The pods table's rates are the series' last point: the label says
+	// the series' window (1 s here; it said 10 s whatever the window), the
+	// window the demo's progress lines name too (issue 27, 7).
+	if got := text("#pods-window"); got != "rates and latency: this replica, last 1 s" {
+		t.Errorf("the pods table's window: %q, want the series' 1 s", got)
+	}
+
 	// The replicas, with the flags version each applied.
 	if got := text(`#replicas tr[data-replica="dashboard-replica"]`); !strings.Contains(got, "pod-a, pod-b") {
 		waitRefresh(2) // its first heartbeat may have come after the first refresh (or during the next)
@@ -216,6 +223,22 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	if got := text(`#pods tr[data-pod="pod-a"] [data-field="handoffs"]`); !regexp.MustCompile(`^fences: handed off 1/1 shops in [0-9.]+m?s `).MatchString(got) {
 		t.Errorf("pod-a's handoffs: %q, want shop 1001 handed off to MySQL", got)
+	}
+	// Issue 27 (7): the store's badge. Redis deciding pod-b in redis mode
+	// is the normal legacy state: a neutral colour, not the kill switch's
+	// red (the badge was red for both).
+	badge := func(pod string) (string, badgeColor) {
+		t.Helper()
+		got := eval(`(() => { const b = document.querySelector('#pods tr[data-pod="` + pod + `"] .badge');
+			return b ? b.textContent + "|" + getComputedStyle(b).backgroundColor : "none"; })()`)
+		word, rgb, _ := strings.Cut(got, "|")
+		return word, parseRGB(t, rgb)
+	}
+	if word, c := badge("pod-b"); word != "redis" || !c.neutral() {
+		t.Errorf("pod-b's badge (redis mode, no kill switch): %s %v, want redis in a neutral colour", word, c)
+	}
+	if word, c := badge("pod-a"); word != "mysql" || c.red() || c.neutral() {
+		t.Errorf("pod-a's badge (mysql mode): %s %v, want mysql in its own colour", word, c)
 	}
 
 	// Every shop the topology routes is listed, though none has flags of
@@ -399,6 +422,29 @@ func TestDashboardInChromium(t *testing.T) {
 		!strings.HasSuffix(got, fmt.Sprintf("(flags version %d)", killVersion)) {
 		t.Errorf("pod-a's handoffs on the page after the kill: %q", got)
 	}
+	// Red only under the kill switch: pod-a's badge is, pod-b's is not.
+	if word, c := badge("pod-a"); word != "redis" || !c.red() {
+		t.Errorf("pod-a's badge under the kill switch: %s %v, want redis in red", word, c)
+	}
+	if word, c := badge("pod-b"); word != "redis" || !c.neutral() {
+		t.Errorf("pod-b's badge (redis mode, no kill switch) beside pod-a's kill: %s %v, want a neutral colour", word, c)
+	}
+	// Issue 27 (7): a reconcile this replica's process runs by itself
+	// (the demo's recovery repairs pod-a so) shows in the drift panel,
+	// said to be a repair; it said "not run by this replica yet".
+	if v, err := h.srv.RunReconcile(ctx, "pod-a", h.cell.Repair); err != nil || v.Report == nil || !v.Report.Report.Repair {
+		t.Fatalf("a repair through the server: %+v %v", v, err)
+	}
+	waitRefresh(2)
+	if got := text(`#reconcile tr[data-pod="pod-a"] [data-field="result"]`); !strings.HasPrefix(got, "clean after the repair: pod pod-a: ") {
+		t.Errorf("the drift panel after a repair of pod-a: %q", got)
+	}
+	if got := text(`#reconcile tr[data-pod="pod-a"] [data-field="at"]`); !strings.Contains(got, "a repair") {
+		t.Errorf("the drift panel's last run of pod-a: %q, want it said to be a repair", got)
+	}
+	if got := text(`#reconcile tr[data-pod="pod-b"] [data-field="result"]`); !strings.HasPrefix(got, "clean: pod pod-b") {
+		t.Errorf("the drift panel's pod-b after pod-a's repair: %q", got)
+	}
 	// The kill is marked on pod-a's charts, and only there.
 	if got := eval(`[...document.querySelectorAll("#class-charts figure, #latency figure")].map(f => f.querySelectorAll('g.mark[data-action="kill"]').length).join(",")`); got != "1,0,1,0" {
 		t.Errorf("kill marks per chart (pod-a, pod-b, pod-a latency, pod-b latency): %s", got)
@@ -507,3 +553,24 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Errorf("the page with a wrong token says %q (%v)", got, err)
 	}
 }
+
+// badgeColor is an element's computed colour.
+type badgeColor struct{ r, g, b int }
+
+// parseRGB reads getComputedStyle's "rgb(r, g, b)".
+func parseRGB(t *testing.T, s string) badgeColor {
+	t.Helper()
+	var c badgeColor
+	if _, err := fmt.Sscanf(s, "rgb(%d, %d, %d)", &c.r, &c.g, &c.b); err != nil {
+		t.Fatalf("colour %q: %v", s, err)
+	}
+	return c
+}
+
+// neutral: a grey (its channels within 40 of each other).
+func (c badgeColor) neutral() bool {
+	return max(c.r, c.g, c.b)-min(c.r, c.g, c.b) <= 40
+}
+
+// red: red well above green and blue.
+func (c badgeColor) red() bool { return c.r >= 150 && c.g < 90 && c.b < 90 }

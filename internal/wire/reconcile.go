@@ -60,6 +60,10 @@ type ReconcileReport struct {
 	MySQLNotWritten int `json:"mysql_not_written"`
 	// Skipped counts the shops before the checkpoint on a resumed run.
 	Skipped int `json:"skipped"`
+	// Repair is true for a run that repaired (`reconcile --repair`): each
+	// finding's and note's repaired says whether the look after the
+	// repair no longer finds it.
+	Repair bool `json:"repair"`
 }
 
 // Finding is one difference between a pod's stores: drift, or a note.
@@ -88,7 +92,7 @@ type Finding struct {
 func ReconcileReportOf(rep reconcile.Report) ReconcileReport {
 	return ReconcileReport{Pod: rep.Pod, Shops: rep.Shops, Findings: findingsOf(rep.Findings), Notes: findingsOf(rep.Notes),
 		Counts: stringKeys(rep.Counts), NoteCounts: stringKeys(rep.NoteCounts), Repaired: rep.Repaired, Left: rep.Left,
-		MySQLNotWritten: rep.MySQLNotWritten, Skipped: rep.Skipped}
+		MySQLNotWritten: rep.MySQLNotWritten, Skipped: rep.Skipped, Repair: rep.Repair}
 }
 
 // ReconcileReportsOf is reps as the wire shows them ([] for none).

@@ -189,11 +189,13 @@ function latencyCell(p, store) {
 
 // stateCell is a scope's state in one cell: the store that decides, in a
 // few words, and why (the API's state: mode, kill switch and route said
-// once, not three ways).
+// once, not three ways). The store's badge is neutral for Redis deciding
+// as it always has (the legacy state), blue for MySQL, and red only while
+// a kill switch holds the mode back.
 function stateCell(stv, attrs) {
   const cls = stv.state === "killed" ? "bad" : stv.handoffs && stv.handoffs !== "done" ? "warn" : "";
   return el("td", Object.assign({ "data-field": "state", "data-state": stv.state, "data-handoffs": stv.handoffs || "", class: cls }, attrs || {}),
-    el("span", { class: "badge " + stv.decides }, stv.decides), " ", el("b", {}, stv.headline),
+    el("span", { class: "badge " + stv.decides + (stv.state === "killed" ? " killed" : "") }, stv.decides), " ", el("b", {}, stv.headline),
     el("div", { class: "sub" }, stv.detail));
 }
 
@@ -632,14 +634,18 @@ function renderReconcile(st, recs) {
     const r = recs[i];
     let result = "not run by this replica yet";
     let cls = "sub";
+    // A repair (the demo's recovery runs one through this replica) says
+    // so: its verdict is what is left after it.
+    const repair = !!(r && r.report && r.report.report && r.report.report.repair);
     if (r && r.error) { result = r.error; cls = "bad"; }
     else if (r && r.report) {
       const rep = r.report;
-      result = rep.summary !== undefined ? (rep.clean ? "clean: " : "DRIFT: ") + rep.summary : JSON.stringify(rep);
+      result = rep.summary !== undefined ? (rep.clean ? "clean" : "DRIFT") + (repair ? " after the repair: " : ": ") + rep.summary : JSON.stringify(rep);
       cls = rep.clean === false ? "bad" : rep.clean === true ? "good" : "";
     }
-    tb.append(el("tr", { "data-pod": pod.pod }, el("td", {}, pod.pod), el("td", {}, r ? time(r.at) + " (" + r.took_ms.toFixed(0) + " ms)" : "–"),
-      el("td", { class: cls }, result),
+    tb.append(el("tr", { "data-pod": pod.pod, "data-repair": repair ? "1" : false }, el("td", {}, pod.pod),
+      el("td", { "data-field": "at" }, r ? time(r.at) + " (" + r.took_ms.toFixed(0) + " ms" + (repair ? ", a repair" : "") + ")" : "–"),
+      el("td", { "data-field": "result", class: cls }, result),
       el("td", {}, el("button", { type: "button", class: "small", onclick: () => runReconcile(pod.pod) }, "Reconcile now"))));
   });
   table.append(tb);
@@ -782,6 +788,10 @@ async function refresh() {
     const recs = rest.slice(pods.length);
     state.history = hist.status === 200 ? hist.data.entries : [];
     state.reconciler = !recs.some((r) => r.status === 501);
+    // The window the rates cover is the server's (Config.SeriesWindow).
+    if (series.status === 200 && series.data.window_ms) {
+      $("#pods-window").textContent = "rates and latency: this replica, last " + +(series.data.window_ms / 1000).toFixed(1) + " s";
+    }
     for (const pod of pods) {
       const cur = state.series[pod] || [];
       const seen = new Set(cur.map((p) => p.at));
