@@ -206,3 +206,23 @@ func TestReleaseThroughTheCLIRestartsTheGates(t *testing.T) {
 		t.Errorf("advance after the release: %d %q", code, errOut)
 	}
 }
+
+// A plan file that does not load never stands between an operator and the
+// kill switch: the kill and the release are written all the same, and the
+// release says that the gates of the stage in force were not started
+// again.
+func TestKillSwitchWithABrokenPlan(t *testing.T) {
+	topo := operatorTopology(t)
+	if code, out, errOut := run(t, "rollout", "--topology", topo, "--actor", "ana", "advance"); code != 0 {
+		t.Fatalf("advance: %d %q %q", code, out, errOut)
+	}
+	write(t, filepath.Join(filepath.Dir(topo), "plan.toml"), "pods = [\n")
+	if code, out, errOut := run(t, "rollout", "--topology", topo, "--actor", "ana", "kill", "--scope", "pod:pod-a", "--reason", "drill"); code != 0 || errOut != "" {
+		t.Fatalf("kill with a broken plan: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut := run(t, "rollout", "--topology", topo, "--actor", "ana", "release", "--scope", "pod:pod-a", "--reason", "drill over")
+	if code != 0 || !strings.Contains(out, "release pod:pod-a: written") ||
+		!strings.HasPrefix(errOut, "warning: the plan did not load (plan: ") || !strings.Contains(errOut, "the gates of the stage in force were not started again") {
+		t.Errorf("release with a broken plan: %d %q %q", code, out, errOut)
+	}
+}
