@@ -189,8 +189,12 @@ func (c *Comparer) writeBatchTx(ctx context.Context, b statBatch) error {
 type Totals struct {
 	// Pod is the pod asked for ("" for every pod).
 	Pod string
-	// Since is the start of the first window counted.
+	// Since is where the count starts: Totals' since truncated to the
+	// window, TotalsFrom's from.
 	Since time.Time
+	// First is the start of the earliest window that held an observation
+	// counted; zero when none did.
+	First time.Time
 	// Observations counts every observation, all modes together.
 	Observations int64
 	// ByMode holds one Summary per mode seen. Calibration modes (see
@@ -362,7 +366,20 @@ func (c *Comparer) Window() time.Duration { return c.cfg.Window }
 // window holding since counts whole. It reads what every replica has
 // flushed; this replica's last FlushInterval is included only after Flush.
 func (c *Comparer) Totals(ctx context.Context, pod string, since time.Time) (Totals, error) {
-	start := since.UTC().Truncate(c.cfg.Window)
+	return c.totals(ctx, pod, since.UTC().Truncate(c.cfg.Window))
+}
+
+// TotalsFrom sums compare_stats for pod (every pod when pod is "") over the
+// windows that start at or after from: a window that began before from is
+// left out whole, whatever width of window the replicas that wrote it
+// count in. The rollout's gates count a stage's evidence so: no call
+// observed before the stage was applied counts for it. First says where
+// the count really starts.
+func (c *Comparer) TotalsFrom(ctx context.Context, pod string, from time.Time) (Totals, error) {
+	return c.totals(ctx, pod, from.UTC())
+}
+
+func (c *Comparer) totals(ctx context.Context, pod string, start time.Time) (Totals, error) {
 	sums, err := controldb.SumStats(ctx, c.db, pod, start)
 	if err != nil {
 		return Totals{}, fmt.Errorf("compare: totals: %w", err)
@@ -387,6 +404,9 @@ func (c *Comparer) Totals(ctx context.Context, pod string, since time.Time) (Tot
 		}
 		byMode[mode] = s
 		t.Observations += n
+		if t.First.IsZero() || r.First.Before(t.First) {
+			t.First = r.First
+		}
 	}
 	for m, s := range byMode {
 		t.ByMode[m] = s.finish()

@@ -155,8 +155,17 @@ type Status struct {
 	Stage int
 	// StageName names it ("" before the first).
 	StageName string
-	// Since is when it was applied.
+	// Since is when it was applied, or when a release covering its pods
+	// started its gates again: min_duration counts from it.
 	Since time.Time
+	// CountingFrom is when the gates' evidence counts from: the start of
+	// the first whole stats window (the comparer's, one minute by
+	// default) at or after Since, so that no call observed before the
+	// stage was applied counts for it: the first window counted, or,
+	// before any is, where the next window starts. It may be ahead of
+	// now, for up to a window: no observation counts until then. Zero
+	// before the first stage (Evidence.Since is the same).
+	CountingFrom time.Time
 	// Next is the stage advance would apply (nil at the end).
 	Next *Stage
 	// FlagsVersion is the version of the flags file (Flags.Version).
@@ -317,13 +326,43 @@ func (c *Controller) Status(ctx context.Context) (Status, error) {
 	}
 	cur := c.cfg.Plan.Stages[stage]
 	st.StageName = cur.Name
-	st.Evidence, err = gather(ctx, c.cfg.Stats, cur.Pods, since)
+	st.Evidence, err = gather(ctx, c.cfg.Stats, cur.Pods, since, c.nextWindow(since))
 	if err != nil {
 		return Status{}, err
 	}
+	st.CountingFrom = st.Evidence.Since
 	st.Gates = cur.Gates.Evaluate(st.Evidence, c.cfg.Now().Sub(since))
 	st.Ready = allPass(st.Gates) && st.Next != nil && st.FlagsInvalid == ""
 	return st, nil
+}
+
+// windowed is a StatsReader that counts in windows of a fixed width, as
+// the comparer does (compare_stats rows per window_start).
+type windowed interface{ Window() time.Duration }
+
+// nextWindow is where the first stats window at or after since starts, by
+// this controller's stats reader's windows (since itself without them):
+// where a stage applied at since is expected to start counting, until a
+// window the replicas wrote says where it does.
+func (c *Controller) nextWindow(since time.Time) time.Time {
+	w, ok := c.cfg.Stats.(windowed)
+	if !ok || w.Window() <= 0 {
+		return since
+	}
+	if start := since.Truncate(w.Window()); !start.Equal(since) {
+		return start.Add(w.Window())
+	}
+	return since
+}
+
+// startStage records stage as in force from now: the time min_duration
+// counts from, and from whose next whole stats window the gates count
+// (gather). Advance (the CLI's, the admin API's, the dashboard's,
+// auto's) and a release that covers the stage's pods both start it here,
+// the same way.
+func (c *Controller) startStage(ctx context.Context, stage int) (time.Time, error) {
+	now := c.cfg.Now().UTC()
+	return now, controldb.WriteState(ctx, c.cfg.DB, stage, now)
 }
 
 // handoffReadTimeout bounds the read of one pod's handoff report: a pod
@@ -466,8 +505,8 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 		return next, err
 	}
 	c.obey(ctx, after, o.Out, o.Fleet)
-	now := c.cfg.Now().UTC()
-	if err := controldb.WriteState(ctx, c.cfg.DB, st.Stage+1, now); err != nil {
+	now, err := c.startStage(ctx, st.Stage+1)
+	if err != nil {
 		return Stage{}, fmt.Errorf("rollout: advance: flags written, state not recorded: %w", err)
 	}
 	return next, c.audit(ctx, now, o.Actor, action, strings.Join(next.Pods, ","), reasonOr(o.Reason, next.Name), st.Stage+1, before, after)
@@ -540,11 +579,13 @@ func (c *Controller) checkLeavingMySQLOnly(ctx context.Context, st Status, next 
 	return nil
 }
 
+// failing lists the gates that do not pass, each with its verdict and
+// numbers: "min_duration not yet: in force for 27s, need 30s; ...".
 func failing(rs []GateResult) string {
 	var parts []string
 	for _, r := range rs {
 		if !r.Pass {
-			parts = append(parts, r.Gate+": "+r.Why)
+			parts = append(parts, r.Line())
 		}
 	}
 	return strings.Join(parts, "; ")
@@ -803,12 +844,16 @@ func (c *Controller) Release(ctx context.Context, scope flagdoc.Scope, o KillOpt
 	return c.restartWindow(ctx, scope)
 }
 
-// restartWindow starts the gates' window of the stage in force again when
-// a released kill switch covered its pods: what the gates counted before
-// the release is the incident the switch was engaged for, and judged on
-// it the stage would stay failing (and the automatic controller would
-// engage the switch again at once) however well the stores now agree.
-// The stage's min_duration runs again too.
+// restartWindow starts the gates of the stage in force again when a
+// released kill switch covered its pods (its pod switch, or the global
+// one): what the gates counted before the release is the incident the
+// switch was engaged for, and judged on it the stage would stay failing
+// (and the automatic controller would engage the switch again at once)
+// however well the stores now agree. The stage starts again as an advance
+// starts it (startStage): min_duration counts from the release, the
+// evidence from the stats' next whole window. It needs the plan (which
+// pods the stage covers): every controller that releases should have it
+// when there is one.
 func (c *Controller) restartWindow(ctx context.Context, scope flagdoc.Scope) error {
 	if c.cfg.Plan == nil || scope.Kind == flagdoc.ScopeShop {
 		return nil
@@ -820,13 +865,7 @@ func (c *Controller) restartWindow(ctx context.Context, scope flagdoc.Scope) err
 	if cur := c.cfg.Plan.Stages[stage]; scope.Kind == flagdoc.ScopePod && !slices.Contains(cur.Pods, scope.Pod) {
 		return nil
 	}
-	// A stats reader that counts in windows counts the window holding
-	// since whole: the window starts at the next one, after the incident.
-	since := c.cfg.Now().UTC()
-	if w, ok := c.cfg.Stats.(interface{ Window() time.Duration }); ok && w.Window() > 0 && since.Truncate(w.Window()) != since {
-		since = since.Truncate(w.Window()).Add(w.Window())
-	}
-	if err := controldb.WriteState(ctx, c.cfg.DB, stage, since); err != nil {
+	if _, err := c.startStage(ctx, stage); err != nil {
 		return fmt.Errorf("rollout: release: restart the gates' window: %w", err)
 	}
 	return nil

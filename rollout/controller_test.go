@@ -138,7 +138,10 @@ func setupController(t *testing.T, clean bool) *ctlBundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmp.Close(context.Background()) })
-	b := &ctlBundle{cmp: cmp, db: db, plan: plan, flags: ff, clk: &clock{now: time.Now().UTC()}, rc: &fakeReconciler{clean: clean}}
+	// The clock starts half way through a comparer window (one minute), so
+	// a stage applied now counts from the next window, 30 s later.
+	start := time.Now().UTC().Truncate(time.Minute).Add(30 * time.Second)
+	b := &ctlBundle{cmp: cmp, db: db, plan: plan, flags: ff, clk: &clock{now: start}, rc: &fakeReconciler{clean: clean}}
 	b.ctl = b.controller(t, func(c *rollout.ControllerConfig) { c.Reconciler = b.rc })
 	return b
 }
@@ -176,6 +179,13 @@ func (b *ctlBundle) decision(t *testing.T, pod string) authority.Decision {
 		t.Fatal(err)
 	}
 	return f.Resolve(pod, 1)
+}
+
+// nextWindow moves the clock one second into the comparer's next window
+// (its windows are a minute wide): the first a stage applied now counts.
+func (b *ctlBundle) nextWindow() {
+	now := b.clk.Now()
+	b.clk.Add(now.Truncate(time.Minute).Add(time.Minute + time.Second).Sub(now))
 }
 
 // observe feeds n observations of pod, mismatches of them outcome
@@ -222,10 +232,11 @@ func TestAdvanceIsGated(t *testing.T) {
 	}
 	// No data: refused, and the error says which gate and the numbers.
 	_, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana"})
-	if !errors.Is(err, rollout.ErrGatesFail) || !strings.Contains(err.Error(), "min_observations: 0 observations on [pod-a], need 100") {
+	if !errors.Is(err, rollout.ErrGatesFail) || !strings.Contains(err.Error(), "min_observations not yet: 0 observations on [pod-a], need 100") {
 		t.Fatalf("advance with no data: %v", err)
 	}
 	// Enough data, too early.
+	b.nextWindow() // the first window the stage counts
 	b.observe(t, "pod-a", "shadow", 150, 0)
 	_, err = b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana"})
 	if !errors.Is(err, rollout.ErrGatesFail) || !strings.Contains(err.Error(), "min_duration") || strings.Contains(err.Error(), "min_observations") {
@@ -243,6 +254,7 @@ func TestAdvanceIsGated(t *testing.T) {
 		t.Fatal("stage 1 not applied to pod-a alone")
 	}
 	// mysql_only needs confirmation, even with passing gates.
+	b.nextWindow() // the first window the stage counts
 	b.observe(t, "pod-a", "mysql", 150, 0)
 	b.clk.Add(2 * time.Minute)
 	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana"}); err == nil || !strings.Contains(err.Error(), "confirm") {
@@ -269,6 +281,7 @@ func TestAdvanceIntoMySQLNeedsNoReconcile(t *testing.T) {
 		if _, err := ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana"}); err != nil {
 			t.Fatal(err)
 		}
+		b.nextWindow() // the first window the stage counts
 		b.observe(t, "pod-a", "shadow", 150, 0)
 		b.clk.Add(2 * time.Minute)
 		if _, err := ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "gates pass"}); err != nil {
@@ -278,6 +291,7 @@ func TestAdvanceIntoMySQLNeedsNoReconcile(t *testing.T) {
 			t.Fatalf("reconciler %v: pod-a after the advance: %+v", withReconciler, d)
 		}
 		// mysql_only, confirmed: no reconcile either.
+		b.nextWindow() // the first window the stage counts
 		b.observe(t, "pod-a", "mysql", 150, 0)
 		b.clk.Add(2 * time.Minute)
 		if _, err := ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "gates pass", ConfirmMySQLOnly: true}); err != nil {
@@ -302,12 +316,14 @@ func TestAutoKillsOnBrokenGateAndHistoryRecordsIt(t *testing.T) {
 	if err != nil || a.Did != "advanced" {
 		t.Fatalf("first auto step: %+v %v", a, err)
 	}
+	b.nextWindow() // the first window the stage counts
 	b.observe(t, "pod-a", "shadow", 120, 0)
 	b.clk.Add(2 * time.Minute)
 	if a, err = b.ctl.AutoStep(ctx, "auto"); err != nil || a.Did != "advanced" {
 		t.Fatalf("second auto step: %+v %v", a, err)
 	}
 	// In the mysql stage, 5% outcome mismatches against a 1% ceiling.
+	b.nextWindow() // the first window the stage counts
 	b.observe(t, "pod-a", "mysql", 200, 10)
 	a, err = b.ctl.AutoStep(ctx, "auto")
 	if err != nil || a.Did != "killed" || !strings.Contains(a.Why, "max_rate:outcome_mismatch") {
@@ -334,7 +350,7 @@ func TestAutoKillsOnBrokenGateAndHistoryRecordsIt(t *testing.T) {
 	if a, err = b.ctl.AutoStep(ctx, "auto"); err != nil || a.Did != "none" || !strings.HasPrefix(a.Why, "waiting") {
 		t.Errorf("auto step after the release: %+v %v, want waiting", a, err)
 	}
-	b.clk.Add(time.Minute)
+	b.nextWindow() // the first window the stage counts
 	b.observe(t, "pod-a", "mysql", 200, 0)
 	if st, err := b.ctl.Status(ctx); err != nil || st.Evidence.Observations != 200 {
 		t.Errorf("evidence after the release: %+v %v, want the 200 observations since it", st.Evidence, err)
@@ -378,11 +394,13 @@ func TestAutoStepSaysWhatItWaitsFor(t *testing.T) {
 		!strings.Contains(a.Why, "min_observations") || !strings.Contains(a.Why, "min_duration") || strings.Contains(a.Why, "complete") {
 		t.Errorf("auto step with the gates failing: %+v %v; want it waiting on min_observations and min_duration", a, err)
 	}
+	b.nextWindow() // the first window the stage counts
 	b.observe(t, "pod-a", "shadow", 150, 0)
 	b.clk.Add(2 * time.Minute)
 	if a, err := b.ctl.AutoStep(ctx, "auto"); err != nil || a.Did != "advanced" {
 		t.Fatalf("auto step into mysql: %+v %v", a, err)
 	}
+	b.nextWindow() // the first window the stage counts
 	b.observe(t, "pod-a", "mysql", 150, 0)
 	b.clk.Add(2 * time.Minute)
 	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "gates pass", ConfirmMySQLOnly: true}); err != nil {
@@ -874,5 +892,144 @@ func TestSwitchToAStoreThatDoesNotAnswerIsRefused(t *testing.T) {
 	stores.down = nil
 	if err := ctl.Release(ctx, flagdoc.PodScope("pod-a"), rollout.KillOptions{Actor: "ana", Reason: "over"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Issue 27, observation 2: right after an advance to mysql the gates said
+// "in force for 3s" and counted 329 observations, the whole one-minute
+// bucket the advance fell in, shadow traffic included. The evidence of a
+// stage counts only the comparer's whole windows that start at or after
+// the stage was applied: calls before it in the same window (the stage
+// before's shadow traffic) and after it (in the window it began in) do
+// not count; those of the next window do.
+func TestEvidenceStartsAtTheFirstWholeWindow(t *testing.T) {
+	b := setupController(t, true)
+	ctx := context.Background()
+	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana"}); err != nil {
+		t.Fatal(err)
+	}
+	b.nextWindow()
+	b.observe(t, "pod-a", "shadow", 150, 0)
+	b.clk.Add(2 * time.Minute)
+	// Shadow traffic in the window the advance falls in, 20 s before it.
+	window := b.clk.Now().Truncate(time.Minute)
+	b.clk.Add(window.Add(10 * time.Second).Sub(b.clk.Now()))
+	b.observe(t, "pod-a", "shadow", 277, 0)
+	b.clk.Add(20 * time.Second)
+	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana", Reason: "gates pass"}); err != nil {
+		t.Fatal(err)
+	}
+	advanced := b.clk.Now()
+	// And mysql traffic after it, in the same window.
+	b.clk.Add(3 * time.Second)
+	b.observe(t, "pod-a", "mysql", 52, 0)
+	st, err := b.ctl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := window.Add(time.Minute)
+	if st.Evidence.Observations != 0 || !st.Evidence.Since.Equal(next) {
+		t.Errorf("3 s after the advance at %s: %d observations counted from %s; want 0, counted from the next window, %s",
+			advanced.Format(time.TimeOnly), st.Evidence.Observations, st.Evidence.Since.Format(time.TimeOnly), next.Format(time.TimeOnly))
+	}
+	if !st.CountingFrom.Equal(next) || !st.Since.Equal(advanced) {
+		t.Errorf("status: since %s, counting from %s; want %s and %s", st.Since, st.CountingFrom, advanced, next)
+	}
+	for _, g := range st.Gates {
+		if g.Gate == "min_observations" && g.Pass {
+			t.Errorf("min_observations passes 3 s into the stage: %s", g.Why)
+		}
+	}
+	// The next window counts.
+	b.nextWindow()
+	b.observe(t, "pod-a", "mysql", 40, 0)
+	if st, err = b.ctl.Status(ctx); err != nil || st.Evidence.Observations != 40 {
+		t.Errorf("in the stage's first whole window: %d observations, %v; want the 40 made in it", st.Evidence.Observations, err)
+	}
+}
+
+// A release that covers the stage in force starts its gates again as an
+// advance starts them: min_duration from the release (never negative: a
+// release used to write the start of the next window, ahead of the clock,
+// and the stage said "in force for -24s"), the evidence from the next
+// whole window. A kill does not restart them (docs/rollout.md).
+func TestReleaseStartsTheGatesAgain(t *testing.T) {
+	b := setupController(t, true)
+	ctx := context.Background()
+	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana"}); err != nil {
+		t.Fatal(err)
+	}
+	applied := b.clk.Now()
+	b.nextWindow()
+	b.observe(t, "pod-a", "shadow", 150, 10)
+	b.clk.Add(5 * time.Second)
+	if err := b.ctl.Kill(ctx, flagdoc.PodScope("pod-a"), authority.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "mismatches"}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := b.ctl.Status(ctx); err != nil || !st.Since.Equal(applied) {
+		t.Errorf("after the kill: since %s, %v; want it kept, %s", st.Since, err, applied)
+	}
+	b.clk.Add(7 * time.Second)
+	if err := b.ctl.Release(ctx, flagdoc.PodScope("pod-a"), rollout.KillOptions{Actor: "ana", Reason: "fixed"}); err != nil {
+		t.Fatal(err)
+	}
+	released := b.clk.Now()
+	b.clk.Add(2 * time.Second)
+	st, err := b.ctl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Since.Equal(released) || st.Evidence.Observations != 0 {
+		t.Errorf("after the release at %s: since %s, %d observations; want since the release, none counted", released, st.Since, st.Evidence.Observations)
+	}
+	for _, g := range st.Gates {
+		if g.Gate == "min_duration" && (g.Value != 2 || g.Why != "in force for 2s, need 1m0s") {
+			t.Errorf("min_duration 2 s after the release: value %v, %q; want 2 and %q", g.Value, g.Why, "in force for 2s, need 1m0s")
+		}
+	}
+}
+
+// The evidence is the windows the replicas wrote that start at or after
+// the stage was applied, whatever width of window the reader counts in: a
+// CLI (one-minute windows) and the replicas of a demo (five-second ones)
+// judge a stage on the same calls, and say the same counting_from once a
+// window is written.
+func TestEvidenceIsTheWritersWindows(t *testing.T) {
+	b := setupController(t, true)
+	ctx := context.Background()
+	fine, err := compare.New(compare.Config{DB: b.db.DB, Registerer: prometheus.NewRegistry(), Window: 5 * time.Second, FlushInterval: time.Hour, CleanupInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fine.Close(context.Background()) })
+	b.clk.Add(2 * time.Second)
+	if _, err := b.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "ana"}); err != nil {
+		t.Fatal(err)
+	}
+	applied := b.clk.Now() // 32 s into a minute, in the five-second window from 30 s
+	observe := func(at time.Time, n int) {
+		t.Helper()
+		for range n {
+			fine.Observe(compare.Observation{Op: compare.OpReserve, Pod: "pod-a", Shop: 1, Token: "t", Mode: "shadow", At: at,
+				Authority: compare.Outcome{Store: reservation.AuthorityRedis, Result: compare.ResultReserved},
+				Shadow:    compare.Outcome{Store: reservation.AuthorityMySQL, Result: compare.ResultReserved}})
+		}
+		if err := fine.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	observe(applied.Add(-1*time.Second), 7) // before the stage, in its five-second window
+	observe(applied.Add(2*time.Second), 11) // after it, in the same window
+	st, err := b.ctl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next := applied.Truncate(time.Minute).Add(time.Minute); st.Evidence.Observations != 0 || !st.CountingFrom.Equal(next) {
+		t.Errorf("before any whole window: %d observations, counting from %s; want 0, from the reader's next window %s", st.Evidence.Observations, st.CountingFrom, next)
+	}
+	observe(applied.Add(4*time.Second), 13) // the next five-second window, from 35 s
+	st, err = b.ctl.Status(ctx)
+	if next := applied.Add(3 * time.Second); err != nil || st.Evidence.Observations != 13 || !st.CountingFrom.Equal(next) || !st.Evidence.Since.Equal(next) {
+		t.Errorf("after the first whole five-second window: %d observations, counting from %s, %v; want 13, from %s", st.Evidence.Observations, st.CountingFrom, err, next)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/seed31b0e981/reservoir/compare"
@@ -12,17 +13,46 @@ import (
 // StatsReader is where gate numbers come from: the comparer's persisted
 // stats, summed over every replica. *compare.Comparer implements it.
 type StatsReader interface {
-	Totals(ctx context.Context, pod string, since time.Time) (compare.Totals, error)
+	// TotalsFrom sums pod's stats over the windows that start at or after
+	// from (a window that began before it is left out whole), and says in
+	// Totals.First where the first of them starts.
+	TotalsFrom(ctx context.Context, pod string, from time.Time) (compare.Totals, error)
 }
+
+// Verdict is a gate's verdict in the words every surface uses: the CLI
+// prints it, the admin API sends it (wire.GateResult.Verdict) and the
+// dashboard shows it, each the same string.
+type Verdict string
+
+// The three verdicts.
+const (
+	// VerdictPass: the gate is met.
+	VerdictPass Verdict = "pass"
+	// VerdictNotYet: the gate cannot pass yet, and nothing measured is
+	// wrong: a floor not reached (too few observations, too little time
+	// in force), a ceiling not judged yet because there are fewer
+	// observations than min_observations (whatever its rate so far), or
+	// a latency ratio with no latency measured.
+	VerdictNotYet Verdict = "not yet"
+	// VerdictBreaking: the evidence already breaks a limit: a ceiling (a
+	// rate or the latency ratio) above its maximum with at least
+	// min_observations observations. What makes the automatic controller
+	// engage the kill switch during a stage where MySQL decides.
+	VerdictBreaking Verdict = "breaking"
+)
+
+// Verdicts lists the verdicts, in the order they are reported.
+var Verdicts = []Verdict{VerdictPass, VerdictNotYet, VerdictBreaking}
 
 // GateResult is one gate's verdict with its numbers.
 type GateResult struct {
 	// Gate names it: "min_observations", "min_duration",
 	// "max_rate:<class>", "max_shadow_error_rate", "max_latency_ratio".
 	Gate string
-	// Pass is the verdict.
+	// Pass is true when the gate is met (Verdict "pass").
 	Pass bool
-	// Value is what was measured, Limit what it is held to.
+	// Value is what was measured, Limit what it is held to. For
+	// min_duration, Value is the seconds in force, never negative.
 	Value float64
 	Limit float64
 	// Why says it in words, numbers included.
@@ -34,9 +64,23 @@ type GateResult struct {
 	Breaking bool
 }
 
+// Verdict is the result's verdict: pass, not yet or breaking.
+func (r GateResult) Verdict() Verdict {
+	switch {
+	case r.Pass:
+		return VerdictPass
+	case r.Breaking:
+		return VerdictBreaking
+	}
+	return VerdictNotYet
+}
+
 // Evidence is what the stats say about a stage's pods since it started.
 type Evidence struct {
-	Pods         []string
+	Pods []string
+	// Since is when the evidence counts from: the start of the first
+	// whole stats window at or after the time the stage was applied (or
+	// its gates were started again by a release); Status.CountingFrom.
 	Since        time.Time
 	Observations int64
 	// Classes counts observations per class, calibration excluded.
@@ -59,15 +103,23 @@ func (e Evidence) Rate(c compare.Class) float64 {
 	return float64(e.Classes[c]) / float64(e.Observations)
 }
 
-// gather sums the live (non-calibration) stats of pods since a time.
-func gather(ctx context.Context, stats StatsReader, pods []string, since time.Time) (Evidence, error) {
-	e := Evidence{Pods: slices.Clone(pods), Since: since, Classes: map[compare.Class]int64{}}
+// gather sums the live (non-calibration) stats of pods over the windows
+// that start at or after since, the time a stage was applied: the window
+// holding since also holds calls from before the stage, so it is left out
+// whole. Evidence.Since says where the count starts: the first window
+// counted, or, before any is, next (where the next window is expected to
+// start).
+func gather(ctx context.Context, stats StatsReader, pods []string, since, next time.Time) (Evidence, error) {
+	e := Evidence{Pods: slices.Clone(pods), Classes: map[compare.Class]int64{}}
 	var aTotal, sTotal time.Duration
 	var aN, sN int64
 	for _, pod := range pods {
-		t, err := stats.Totals(ctx, pod, since)
+		t, err := stats.TotalsFrom(ctx, pod, since)
 		if err != nil {
 			return Evidence{}, fmt.Errorf("rollout: stats of pod %s: %w", pod, err)
+		}
+		if !t.First.IsZero() && (e.Since.IsZero() || t.First.Before(e.Since)) {
+			e.Since = t.First
 		}
 		live := t.Live()
 		e.Observations += live.Observations
@@ -81,6 +133,9 @@ func gather(ctx context.Context, stats StatsReader, pods []string, since time.Ti
 		aTotal, aN = aTotal+a.Total, aN+a.Count
 		sTotal, sN = sTotal+s.Total, sN+s.Count
 	}
+	if e.Since.IsZero() {
+		e.Since = next
+	}
 	e.LatencySamples = min(aN, sN)
 	if aN > 0 {
 		e.AuthorityMean = aTotal / time.Duration(aN)
@@ -92,8 +147,10 @@ func gather(ctx context.Context, stats StatsReader, pods []string, since time.Ti
 }
 
 // Evaluate judges evidence against gates, the stage having been in force
-// for age. Every gate is reported, in a fixed order, with its numbers.
+// for age (a negative age, from clocks that disagree, counts as 0). Every
+// gate is reported, in a fixed order, with its numbers.
 func (g Gates) Evaluate(e Evidence, age time.Duration) []GateResult {
+	age = max(age, 0)
 	enough := e.Observations >= g.MinObservations
 	out := []GateResult{{
 		Gate: "min_observations", Pass: enough, Value: float64(e.Observations), Limit: float64(g.MinObservations),
@@ -102,9 +159,15 @@ func (g Gates) Evaluate(e Evidence, age time.Duration) []GateResult {
 		Gate: "min_duration", Pass: age >= g.MinDuration.Duration, Value: age.Seconds(), Limit: g.MinDuration.Seconds(),
 		Why: fmt.Sprintf("in force for %s, need %s", age.Round(time.Second), g.MinDuration.Duration),
 	}}
+	// A ceiling is judged once there are min_observations: before, its
+	// rate is reported, and the gate is "not yet" whatever it says.
+	notJudged := ""
+	if !enough {
+		notJudged = fmt.Sprintf(" (judged from %d observations)", g.MinObservations)
+	}
 	ceiling := func(name string, value, limit float64, why string) {
 		pass := value <= limit
-		out = append(out, GateResult{Gate: name, Pass: pass && enough, Value: value, Limit: limit, Why: why, Breaking: !pass && enough})
+		out = append(out, GateResult{Gate: name, Pass: pass && enough, Value: value, Limit: limit, Why: why + notJudged, Breaking: !pass && enough})
 	}
 	classes := make([]compare.Class, 0, len(g.MaxRates))
 	for c := range g.MaxRates {
@@ -145,4 +208,26 @@ func allPass(rs []GateResult) bool {
 		}
 	}
 	return true
+}
+
+// Line says the result in one line: "min_duration not yet: in force for
+// 27s, need 30s".
+func (r GateResult) Line() string {
+	return r.Gate + " " + string(r.Verdict()) + ": " + r.Why
+}
+
+// CountVerdicts says how many results have each verdict, the verdicts
+// none has left out: "2 not yet, 1 breaking, 3 pass".
+func CountVerdicts(rs []GateResult) string {
+	n := map[Verdict]int{}
+	for _, r := range rs {
+		n[r.Verdict()]++
+	}
+	var parts []string
+	for _, v := range []Verdict{VerdictBreaking, VerdictNotYet, VerdictPass} {
+		if n[v] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n[v], v))
+		}
+	}
+	return strings.Join(parts, ", ")
 }

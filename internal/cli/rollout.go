@@ -352,8 +352,33 @@ func (r *rolloutRun) controller(withPlan bool) (*rollout.Controller, error) {
 			return nil, err
 		}
 	}
+	return r.newController(plan)
+}
+
+func (r *rolloutRun) newController(plan *rollout.Plan) (*rollout.Controller, error) {
 	return rollout.NewController(rollout.ControllerConfig{DB: r.env.cell.Control, Flags: r.env.cell.FlagStore(), Plan: plan, Pods: r.env.topo.PodNames(),
 		Stats: r.env.cell.Comparer, Reconciler: r.env.cell.Reconciler, Lag: r.env.cell, Handoffs: r.env.cell, Stores: r.env.cell})
+}
+
+// switchController is the controller of the kill switch: with the
+// topology's plan when it loads, as a replica's admin API has it, so a
+// release that covers the pods of the stage in force starts the stage's
+// gates again here as it does there (rollout.Controller.Release). A plan
+// that does not load never stands in the switch's way: the controller
+// goes without, and warn says what that leaves undone.
+func (r *rolloutRun) switchController() (ctl *rollout.Controller, warn string, err error) {
+	if path := r.env.topo.PlanFile; path != "" {
+		plan, perr := rollout.LoadPlan(path)
+		if perr == nil {
+			if ctl, perr = r.newController(plan); perr == nil {
+				return ctl, "", nil
+			}
+		}
+		warn = fmt.Sprintf("the plan did not load (%v): the gates of the stage in force were not started again; "+
+			"fix the plan, then release again to start them", strings.TrimPrefix(perr.Error(), "rollout: "))
+	}
+	ctl, err = r.newController(nil)
+	return ctl, warn, err
 }
 
 func rolloutStatus(ctx context.Context, r *rolloutRun) error {
@@ -412,13 +437,7 @@ type gateRefusal struct{ *rollout.GatesError }
 
 func (g gateRefusal) Error() string {
 	var b strings.Builder
-	failing := 0
-	for _, r := range g.Gates {
-		if !r.Pass {
-			failing++
-		}
-	}
-	fmt.Fprintf(&b, "refused: the gates of stage %q do not pass (%d of %d fail):\n", g.Stage, failing, len(g.Gates))
+	fmt.Fprintf(&b, "refused: the gates of stage %q do not all pass (%s):\n", g.Stage, rollout.CountVerdicts(g.Gates))
 	for _, r := range g.Gates {
 		if r.Pass {
 			continue
@@ -426,8 +445,10 @@ func (g gateRefusal) Error() string {
 		why := r.Why
 		if _, class, ok := strings.Cut(r.Gate, ":"); ok {
 			why = strings.TrimPrefix(why, class+": ") // "max_rate:shadow_missing" says the class already
+		} else if _, n, ok := strings.Cut(why, ": "); ok && r.Gate == "max_shadow_error_rate" {
+			why = n // and this one what it counts
 		}
-		fmt.Fprintf(&b, "  %-32s %s\n", r.Gate, why)
+		fmt.Fprintf(&b, "  %-32s %-8s  %s\n", r.Gate, r.Verdict(), why)
 	}
 	b.WriteString("`reservoir rollout status` shows every gate; `reservoir rollout advance --override --reason R` advances anyway (audited)")
 	return b.String()
@@ -445,7 +466,7 @@ func rolloutKill(ctx context.Context, r *rolloutRun) error {
 		// An unknown pod would be written and obeyed by nobody.
 		return usagef("--scope: no pod %q in the topology (pods: %s)", sc.Pod, strings.Join(r.env.topo.PodNames(), ", "))
 	}
-	ctl, err := r.controller(false)
+	ctl, warn, err := r.switchController()
 	if err != nil {
 		return err
 	}
@@ -460,6 +481,9 @@ func rolloutKill(ctx context.Context, r *rolloutRun) error {
 	}
 	if !o.dryRun {
 		fmt.Fprintf(r.out, "%s %s: written to the %s\n", r.action, sc, r.env.cell.FlagStore())
+		if warn != "" && r.action == "release" && sc.Kind != flagdoc.ScopeShop {
+			fmt.Fprintf(r.errOut, "warning: %s\n", warn)
+		}
 	}
 	return nil
 }
@@ -589,6 +613,14 @@ func printStatus(w io.Writer, st rollout.Status, now time.Time) {
 	if !st.Since.IsZero() {
 		fmt.Fprintf(w, " since %s", st.Since.Format(time.RFC3339))
 	}
+	if !st.CountingFrom.IsZero() {
+		// The gates count from the comparer's first whole window after
+		// the stage was applied (or started again by a release).
+		fmt.Fprintf(w, ", gates counting from %s UTC", st.CountingFrom.UTC().Format(time.TimeOnly))
+		if ahead := st.CountingFrom.Sub(now); ahead > 0 {
+			fmt.Fprintf(w, " (in %s)", ahead.Round(time.Second))
+		}
+	}
 	fmt.Fprintln(w)
 	for _, p := range st.Pods {
 		mode := string(p.Mode)
@@ -607,11 +639,7 @@ func printStatus(w io.Writer, st rollout.Status, now time.Time) {
 		fmt.Fprintf(w, "    fences: %s\n", fences)
 	}
 	for _, g := range st.Gates {
-		verdict := "pass"
-		if !g.Pass {
-			verdict = "FAIL"
-		}
-		fmt.Fprintf(w, "  gate %-32s %s  %s\n", g.Gate, verdict, g.Why)
+		fmt.Fprintf(w, "  gate %-32s %-8s  %s\n", g.Gate, g.Verdict(), g.Why)
 	}
 	switch {
 	case st.Next == nil:
@@ -619,6 +647,6 @@ func printStatus(w io.Writer, st rollout.Status, now time.Time) {
 	case st.Ready:
 		fmt.Fprintf(w, "next: %q (%s on %s): ready to advance\n", st.Next.Name, st.Next.Mode, strings.Join(st.Next.Pods, ", "))
 	default:
-		fmt.Fprintf(w, "next: %q (%s on %s): blocked by the failing gates above\n", st.Next.Name, st.Next.Mode, strings.Join(st.Next.Pods, ", "))
+		fmt.Fprintf(w, "next: %q (%s on %s): blocked until every gate above passes\n", st.Next.Name, st.Next.Mode, strings.Join(st.Next.Pods, ", "))
 	}
 }

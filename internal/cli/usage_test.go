@@ -118,8 +118,8 @@ func TestCLIUsage(t *testing.T) {
 			stdout: []string{`applied stage "shadow pod-a"`}},
 		{name: "a gate refusal is a list, one gate a line",
 			args: []string{"rollout", "--topology", topo, "advance"}, code: 1,
-			stderr: []string{`reservoir rollout advance: refused: the gates of stage "shadow pod-a" do not pass (6 of 6 fail):` + "\n",
-				"\n  min_observations                 0 observations on [pod-a], need 1000", "\n  max_rate:shadow_missing          0 of 0",
+			stderr: []string{`reservoir rollout advance: refused: the gates of stage "shadow pod-a" do not all pass (6 not yet):` + "\n",
+				"\n  min_observations                 not yet   0 observations on [pod-a], need 1000", "\n  max_rate:shadow_missing          not yet   0 of 0",
 				"advances anyway (audited)\n"},
 			check: func(t *testing.T, _, errOut string) {
 				for l := range strings.Lines(errOut) {

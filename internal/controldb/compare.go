@@ -53,7 +53,7 @@ const (
 	sqlFlushInsert = `/*caller='compare_flush'*/ INSERT INTO compare_flushes (flush_id) VALUES (?)`
 
 	sqlStatsSums = `SUM(n), SUM(authority_n), SUM(authority_us_sum), MAX(authority_us_max),
-  SUM(shadow_n), SUM(shadow_us_sum), MAX(shadow_us_max)`
+  SUM(shadow_n), SUM(shadow_us_sum), MAX(shadow_us_max), MIN(window_start)`
 	// On the primary key (pod, window_start, ...).
 	sqlTotalsPod = `/*caller='compare_totals'*/ SELECT mode, op, class, ` + sqlStatsSums + `
   FROM compare_stats WHERE pod = ? AND window_start >= ? GROUP BY mode, op, class`
@@ -244,6 +244,8 @@ type StatsSum struct {
 	N                                          int64
 	AuthorityN, AuthorityUsSum, AuthorityUsMax int64
 	ShadowN, ShadowUsSum, ShadowUsMax          int64
+	// First is the start of the earliest window summed.
+	First time.Time
 }
 
 // SumStats sums compare_stats of pod (every pod when pod is "") over the
@@ -262,9 +264,10 @@ func SumStats(ctx context.Context, q Querier, pod string, since time.Time) ([]St
 	for rows.Next() {
 		var s StatsSum
 		if err := rows.Scan(&s.Mode, &s.Op, &s.Class, &s.N, &s.AuthorityN, &s.AuthorityUsSum, &s.AuthorityUsMax,
-			&s.ShadowN, &s.ShadowUsSum, &s.ShadowUsMax); err != nil {
+			&s.ShadowN, &s.ShadowUsSum, &s.ShadowUsMax, &s.First); err != nil {
 			return nil, err
 		}
+		s.First = s.First.UTC()
 		out = append(out, s)
 	}
 	return out, rows.Err()

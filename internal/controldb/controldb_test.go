@@ -310,12 +310,17 @@ func TestStatsAndTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := controldb.StatsSum{Mode: "shadow", Op: "reserve", Class: "match", N: 4, AuthorityN: 4, AuthorityUsSum: 60, AuthorityUsMax: 20,
-		ShadowN: 2, ShadowUsSum: 10, ShadowUsMax: 500}
-	if len(sums) != 1 || sums[0] != want {
+		ShadowN: 2, ShadowUsSum: 10, ShadowUsMax: 500, First: w0.Add(500 * time.Minute)}
+	if len(sums) != 1 || !sums[0].First.Equal(want.First) {
+		t.Fatalf("SumStats of the last window = %+v, want %+v", sums, want)
+	}
+	sum := sums[0]
+	sum.First = want.First // compared with Equal above
+	if sum != want {
 		t.Errorf("SumStats of the last window = %+v, want %+v", sums, want)
 	}
-	if sums, err := controldb.SumStats(c, q, "", w0); err != nil || len(sums) != 1 || sums[0].N != 2004 {
-		t.Errorf("SumStats of every pod = %+v, %v, want n 2004", sums, err)
+	if sums, err := controldb.SumStats(c, q, "", w0.Add(time.Second)); err != nil || len(sums) != 1 || sums[0].N != 2000 || !sums[0].First.Equal(w0.Add(time.Minute)) {
+		t.Errorf("SumStats of every pod from a second into the first window = %+v, %v, want n 2000 from the second window", sums, err)
 	}
 	if sums, err := controldb.SumStats(c, q, "pod-b", w0); err != nil || len(sums) != 0 {
 		t.Errorf("SumStats of a pod with none = %+v, %v", sums, err)

@@ -292,7 +292,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	reg := server.NewRegistry()
 	c, err := cell.Open(ctx, cell.Config{
 		Topology: env.topo, Registerer: reg, Logger: logger, FlagPollInterval: 200 * time.Millisecond, ShadowTimeout: cfg.ShadowTimeout,
-		Compare: compare.Config{FlushInterval: time.Second},
+		// Five-second windows: a stage's gates count from the first whole
+		// window after it was applied, so the walk does not wait for the
+		// next minute at each stage (a CLI reading these stats counts the
+		// same windows: rollout.StatsReader).
+		Compare: compare.Config{FlushInterval: time.Second, Window: 5 * time.Second},
 		// As serve does: the dashboard lists the replica, and every flip
 		// reports "obeyed by 1/1 replicas".
 		Heartbeat: true,

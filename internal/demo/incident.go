@@ -218,7 +218,7 @@ func (in *incident) repairAndRelease(ctx context.Context) error {
 	}
 	in.p.say("incident: released the kill switch on %s, as `%s rollout --topology %s release --scope pod:%s --reason ...` does: "+
 		"MySQL decides %s again, each shop's handoff copying Redis's state in first. Recovered. "+
-		"The release started the stage's gates again, from the comparer's next minute (docs/rollout.md).",
+		"The release started the stage's gates again, from the comparer's next window (docs/rollout.md).",
 		incidentPod, in.cfg.Program, in.topology(), incidentPod, incidentPod)
 	return nil
 }

@@ -62,7 +62,7 @@ func (s *Server) advance(w http.ResponseWriter, r *http.Request) {
 		Stage: wire.StageOf(st.Stage+1, *st.Next, st.Stage), Gates: wire.GateResultsOf(st.Gates), Needs: []string{}, Blocked: []string{}}
 	for _, g := range st.Gates {
 		if !g.Pass {
-			resp.Blocked = append(resp.Blocked, g.Gate+": "+g.Why)
+			resp.Blocked = append(resp.Blocked, g.Line())
 		}
 	}
 	for _, p := range st.Pods {

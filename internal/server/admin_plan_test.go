@@ -6,7 +6,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/seed31b0e981/reservoir/rollout"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
 	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
@@ -167,5 +169,57 @@ func TestPodStateIsOneThing(t *testing.T) {
 	}
 	if strings.Join(shops, ",") != "pod-a:killed,pod-a:killed,pod-b:redis" {
 		t.Errorf("shops: %v", shops)
+	}
+}
+
+// A release through DELETE /admin/killswitch (the dashboard's release
+// too) starts the gates of the stage in force again, as `reservoir
+// rollout release` does: the stage's since moves to the release, the
+// gates count from the comparer's next whole window (counting_from), and
+// min_duration's value is never negative. A kill does not move it.
+func TestReleaseThroughTheAPIRestartsTheGates(t *testing.T) {
+	t.Parallel()
+	h := setup(t, options{plan: dashboardPlan})
+	ctx := context.Background()
+	if _, err := h.ctl.Advance(ctx, rollout.AdvanceOptions{Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	plan := func() map[string]any {
+		t.Helper()
+		r := h.admin("GET", "/admin/rollout/status", nil)
+		if r.status != 200 || r.body["plan"] == nil {
+			t.Fatalf("status: %d %s", r.status, r.raw)
+		}
+		return mapOf(r.body["plan"])
+	}
+	applied := str(plan()["since"])
+	if r := h.admin("POST", "/admin/killswitch", map[string]any{"scope": "pod:pod-a", "reason": "drill"}); r.status != 200 {
+		t.Fatalf("kill: %d %s", r.status, r.raw)
+	}
+	if got := str(plan()["since"]); got != applied {
+		t.Errorf("the kill moved the stage's since from %s to %s", applied, got)
+	}
+	time.Sleep(50 * time.Millisecond)
+	released := time.Now().Truncate(time.Millisecond)
+	if r := h.admin("DELETE", "/admin/killswitch?scope=pod:pod-a&reason=drill+over", nil); r.status != 200 {
+		t.Fatalf("release: %d %s", r.status, r.raw)
+	}
+	p := plan()
+	since, err := time.Parse(time.RFC3339Nano, str(p["since"]))
+	if err != nil || since.Before(released) || since.After(time.Now()) {
+		t.Errorf("after the release at %s the stage's since is %v (applied %s); want the release's time, neither before it nor ahead of the clock (%v)",
+			released.UTC().Format(time.RFC3339Nano), p["since"], applied, err)
+	}
+	next := since.UTC().Truncate(time.Minute)
+	if !next.Equal(since) {
+		next = next.Add(time.Minute)
+	}
+	if got := str(p["counting_from"]); got != next.Format(time.RFC3339) || str(mapOf(p["evidence"])["since"]) != got {
+		t.Errorf("counting_from %q, evidence since %v; want the comparer's next window, %s", got, mapOf(p["evidence"])["since"], next.Format(time.RFC3339))
+	}
+	for _, g := range p["gates"].([]any) {
+		if gv := mapOf(g); str(gv["gate"]) == "min_duration" && (num(gv["value"]) < 0 || strings.Contains(str(gv["why"]), "for -")) {
+			t.Errorf("min_duration after the release: %v: a negative duration", gv)
+		}
 	}
 }

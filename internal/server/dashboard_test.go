@@ -288,6 +288,41 @@ func TestDashboardInChromium(t *testing.T) {
 			t.Errorf("min_observations: page %s, API %s", got, want)
 		}
 	}
+	// Each gate's verdict in the API's words, which the CLI prints too:
+	// pass, not yet or breaking. The stage was applied by an override a
+	// moment ago, with a dozen calls since: too few to judge on, and
+	// nothing wrong, so "not yet". The page says when the gates count
+	// from: the comparer's next whole window.
+	if len(plan["gates"].([]any)) == 0 {
+		t.Error("no gates in the API's plan")
+	}
+	for _, g := range plan["gates"].([]any) {
+		gv := mapOf(g)
+		name, verdict := str(gv["gate"]), str(gv["verdict"])
+		if !slices.Contains([]string{"pass", "not yet", "breaking"}, verdict) || name == "min_observations" && verdict != "not yet" {
+			t.Errorf("gate %s just after the stage was applied: verdict %q in the API", name, verdict)
+		}
+		if got := text(`#gates tr[data-gate="` + name + `"] td:nth-child(2)`); got != verdict {
+			t.Errorf("gate %s: verdict %q on the page, %q in the API", name, got, verdict)
+		}
+	}
+	if from := str(plan["counting_from"]); from == "" {
+		t.Errorf("the API's plan says no counting_from: %v", plan)
+	} else if got, want := text("#stage-note"), eval(`new Date(`+strconv.Quote(from)+`).toLocaleTimeString()`); !strings.Contains(got, "gates counting from "+want) {
+		t.Errorf("the stage note %q does not say the gates count from %s (%s)", got, want, from)
+	}
+	// The three words, each with its colour, rendered from a status that
+	// has them all.
+	if got := eval(`(() => {
+		renderPlan({ plan: { stage: 1, stage_name: "s", since: "2026-03-01T12:00:37Z", counting_from: "2026-03-01T12:01:00Z", next: null, ready: false,
+			gates: [{ gate: "min_observations", verdict: "pass", pass: true, breaking: false, value: 9, limit: 5, why: "" },
+				{ gate: "min_duration", verdict: "not yet", pass: false, breaking: false, value: 3, limit: 60, why: "" },
+				{ gate: "max_rate:outcome_mismatch", verdict: "breaking", pass: false, breaking: true, value: 0.5, limit: 0.001, why: "" }] } });
+		return [...document.querySelectorAll("#gates tbody tr")].map((r) => r.dataset.gate + "=" + r.cells[1].textContent + "/" + r.cells[1].className).join(",");
+	})()`); got != "min_observations=pass/good,min_duration=not yet/warn,max_rate:outcome_mismatch=breaking/bad" {
+		t.Errorf("the verdicts rendered: %s", got)
+	}
+	waitRefresh(1) // the page's own status again
 
 	// The recent diffs are the API's, newest first, both sides shown.
 	d := h.admin("GET", "/admin/diffs?limit=20", nil)

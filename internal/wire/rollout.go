@@ -168,8 +168,16 @@ type PlanStatus struct {
 	Stage int `json:"stage"`
 	// StageName names it ("" before the first).
 	StageName string `json:"stage_name"`
-	// Since is when it was applied; left out before the first.
+	// Since is when it was applied, or when a release covering its pods
+	// started its gates again (min_duration counts from it); left out
+	// before the first.
 	Since time.Time `json:"since,omitzero"`
+	// CountingFrom is when the gates' evidence counts from: the start of
+	// the comparer's first whole window (one minute) at or after Since,
+	// so no call observed before the stage counts for it. It can be up to
+	// a window ahead of now: nothing counts until then. Left out before
+	// the first stage.
+	CountingFrom time.Time `json:"counting_from,omitzero"`
 	// Next is the stage advance would apply; null when the plan is
 	// complete (or, in the CLI's output, when there is no plan: Error
 	// says so).
@@ -212,7 +220,7 @@ type PlanPod struct {
 
 // PlanStatusOf is st as of now (the handoffs' ages are as of now).
 func PlanStatusOf(st rollout.Status, now time.Time) PlanStatus {
-	v := PlanStatus{Stage: st.Stage, StageName: st.StageName, Since: utc(st.Since), FlagsVersion: st.FlagsVersion, FlagsInvalid: st.FlagsInvalid,
+	v := PlanStatus{Stage: st.Stage, StageName: st.StageName, Since: utc(st.Since), CountingFrom: utc(st.CountingFrom), FlagsVersion: st.FlagsVersion, FlagsInvalid: st.FlagsInvalid,
 		Pods: []PlanPod{}, Evidence: EvidenceOf(st.Evidence), Gates: GateResultsOf(st.Gates), Ready: st.Ready}
 	if st.Next != nil {
 		n := StageOf(st.Stage+1, *st.Next, st.Stage)
@@ -230,7 +238,8 @@ func PlanStatusOf(st rollout.Status, now time.Time) PlanStatus {
 type Evidence struct {
 	// Pods are the stage's pods.
 	Pods []string `json:"pods"`
-	// Since is when the stage started; left out before the first stage.
+	// Since is when the evidence counts from (PlanStatus.CountingFrom);
+	// left out before the first stage.
 	Since time.Time `json:"since,omitzero"`
 	// Observations counts the compared calls (calibration excluded).
 	Observations int64 `json:"observations"`
@@ -260,19 +269,26 @@ type GateResult struct {
 	// Gate names it: "min_observations", "min_duration",
 	// "max_rate:<class>", "max_shadow_error_rate", "max_latency_ratio".
 	Gate string `json:"gate"`
-	// Pass is the verdict.
+	// Verdict is "pass", "not yet" (the gate cannot pass yet, and nothing
+	// measured is wrong: too few observations, too little time in force,
+	// a ceiling not judged before min_observations, no latency measured)
+	// or "breaking" (a rate or the latency ratio above its maximum with
+	// at least min_observations): the words `reservoir rollout status`
+	// prints and the dashboard shows.
+	Verdict string `json:"verdict"`
+	// Pass is true when Verdict is "pass".
 	Pass bool `json:"pass"`
 	// Value is what was measured, in the gate's unit: a count for
-	// min_observations, seconds for min_duration, a fraction for the
-	// rates, a ratio for max_latency_ratio.
+	// min_observations, seconds for min_duration (never negative), a
+	// fraction for the rates, a ratio for max_latency_ratio.
 	Value float64 `json:"value"`
 	// Limit is what Value is held to, in the same unit.
 	Limit float64 `json:"limit"`
 	// Why says it in words, numbers included.
 	Why string `json:"why"`
-	// Breaking is true for a ceiling (a rate or ratio) that failed with
-	// enough data: what makes the automatic controller pull the kill
-	// switch. A floor not reached yet is never breaking.
+	// Breaking is true when Verdict is "breaking": what makes the
+	// automatic controller pull the kill switch. A floor not reached yet
+	// is never breaking.
 	Breaking bool `json:"breaking"`
 }
 
@@ -280,7 +296,7 @@ type GateResult struct {
 func GateResultsOf(gs []rollout.GateResult) []GateResult {
 	out := make([]GateResult, 0, len(gs))
 	for _, g := range gs {
-		out = append(out, GateResult{Gate: g.Gate, Pass: g.Pass, Value: g.Value, Limit: g.Limit, Why: g.Why, Breaking: g.Breaking})
+		out = append(out, GateResult{Gate: g.Gate, Verdict: string(g.Verdict()), Pass: g.Pass, Value: g.Value, Limit: g.Limit, Why: g.Why, Breaking: g.Breaking})
 	}
 	return out
 }

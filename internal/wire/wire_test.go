@@ -324,3 +324,50 @@ func TestPlanStatusOf(t *testing.T) {
 		t.Errorf("a zero time, or a null besides pod-b's report: %s", doc)
 	}
 }
+
+// Each gate carries its verdict in words, "pass", "not yet" or "breaking",
+// the strings `reservoir rollout status` prints and the dashboard shows;
+// pass and breaking say the same in booleans. A stage's status says when
+// its evidence counts from (counting_from), and min_duration's value is
+// never negative.
+func TestGateVerdictsOnTheWire(t *testing.T) {
+	t.Parallel()
+	g := rollout.Gates{MinObservations: 100, MinDuration: rollout.Duration{Duration: time.Minute},
+		MaxRates: map[compare.Class]float64{compare.ClassAllocationMismatch: 0.001, compare.ClassOutcomeMismatch: 0.001}, MaxShadowErrorRate: 0.01}
+	e := rollout.Evidence{Pods: []string{"pod-a"}, Observations: 1000,
+		Classes: map[compare.Class]int64{compare.ClassMatch: 998, compare.ClassAllocationMismatch: 2}}
+	since := time.Date(2026, 3, 1, 12, 0, 37, 0, time.UTC)
+	st := rollout.Status{Stage: 0, StageName: "shadow on pod-a", Since: since, CountingFrom: since.Truncate(time.Minute).Add(time.Minute),
+		Evidence: e, Gates: g.Evaluate(e, -5*time.Second)}
+	raw, err := json.Marshal(wire.PlanStatusOf(st, since))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		CountingFrom string           `json:"counting_from"`
+		Gates        []map[string]any `json:"gates"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.CountingFrom != "2026-03-01T12:01:00Z" {
+		t.Errorf("counting_from %q, want 2026-03-01T12:01:00Z", doc.CountingFrom)
+	}
+	want := map[string]string{"min_observations": "pass", "min_duration": "not yet", "max_rate:allocation_mismatch": "breaking",
+		"max_rate:outcome_mismatch": "pass", "max_shadow_error_rate": "pass"}
+	for _, gv := range doc.Gates {
+		name, verdict := gv["gate"].(string), gv["verdict"]
+		if verdict != want[name] {
+			t.Errorf("gate %s: verdict %v, want %q", name, verdict, want[name])
+		}
+		if gv["pass"] != (verdict == "pass") || gv["breaking"] != (verdict == "breaking") {
+			t.Errorf("gate %s: pass %v, breaking %v, verdict %v disagree", name, gv["pass"], gv["breaking"], verdict)
+		}
+		if name == "min_duration" && gv["value"].(float64) < 0 {
+			t.Errorf("min_duration: value %v, a negative duration", gv["value"])
+		}
+	}
+	if len(doc.Gates) != len(want) {
+		t.Errorf("%d gates, want %d: %s", len(doc.Gates), len(want), raw)
+	}
+}

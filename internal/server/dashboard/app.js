@@ -306,7 +306,8 @@ function renderPlan(st) {
   }
   const plan = st.plan;
   const next = plan.next;
-  $("#stage-note").textContent = plan.stage < 0 ? "no stage applied yet" : "stage " + plan.stage + " “" + plan.stage_name + "” since " + time(plan.since);
+  $("#stage-note").textContent = plan.stage < 0 ? "no stage applied yet" : "stage " + plan.stage + " “" + plan.stage_name + "” since " + time(plan.since) +
+    (plan.counting_from ? ", gates counting from " + time(plan.counting_from) : "");
   box.append(el("p", {},
     next ? ["next stage: ", el("b", { id: "next-stage" }, next.name), " — ", next.mode, " on ", next.pods.join(", "),
       next.percent ? " (" + next.percent + "% of shops)" : ""] : "the plan is complete",
@@ -321,7 +322,8 @@ function renderPlan(st) {
   for (const g of plan.gates || []) {
     tb.append(el("tr", { "data-gate": g.gate },
       el("td", {}, g.gate),
-      el("td", { class: g.pass ? "good" : (g.breaking ? "bad" : "warn") }, g.pass ? "pass" : (g.breaking ? "BREAKING" : "not yet")),
+      // The verdict as the API and the CLI word it: pass, not yet, breaking.
+      el("td", { "data-field": "verdict", class: { pass: "good", breaking: "bad" }[g.verdict] || "warn" }, g.verdict),
       el("td", { "data-field": "value", class: "num" }, fmtGate(g.gate, g.value)),
       el("td", { "data-field": "limit", class: "num" }, fmtGate(g.gate, g.limit)),
       el("td", { class: "sub" }, g.why)));
