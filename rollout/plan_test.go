@@ -28,7 +28,7 @@ func TestPlanErrorsNameTheField(t *testing.T) {
 		{"pods = [\"a\"]\n[[stages]]\nname = \"s\"\nmode = \"mysqll\"\npods = [\"a\"]", `stages[0].mode "mysqll"`},
 		{"pods = [\"a\"]\n[[stages]]\nname = \"s\"\nmode = \"mysql\"\npods = [\"b\"]", `stages[0].pods: "b" is not in the plan's pods`},
 		{"pods = [\"a\"]\n[[stages]]\nname = \"s\"\nmode = \"mysql\"\npods = [\"a\"]\n[stages.gates]\nmax_rates = { nope = 0.1 }", `unknown class "nope"`},
-		{"pods = [\"a\"]\n[[stages]]\nname = \"s\"\nmode = \"mysql\"\npods = [\"a\"]\npercnt = 5", "unknown key(s): stages.percnt"},
+		{"pods = [\"a\"]\n[[stages]]\nname = \"s\"\nmode = \"mysql\"\npods = [\"a\"]\npercnt = 5", "rollout: plan: line 6: unknown key stages[0].percnt; did you mean percent?"},
 	} {
 		_, err := rollout.ParsePlan([]byte(tc.text))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
