@@ -170,7 +170,7 @@ func (s *Server) flagsNotLoaded(controlPing string, detail bool) string {
 		case readErr != nil:
 			cause = "the flags cannot be read from the control database (" + failureClass(readErr) + ")" + because(readErr)
 		case rejected != nil:
-			cause = "the flags document there was refused" + because(rejected) + " (`reservoir rollout status` says why; a kill switch or `reservoir rollout init` writes a valid one)"
+			cause = "the flags document there was rejected" + because(rejected) + " (`reservoir rollout status` says why; a kill switch or `reservoir rollout init` writes a valid one)"
 		}
 	case topology.FlagsFromFlagd:
 		where = `the flagd daemon at flagd_addr (flags_source = "flagd")`
@@ -179,7 +179,7 @@ func (s *Server) flagsNotLoaded(controlPing string, detail bool) string {
 		case readErr != nil:
 			cause = "the daemon cannot be reached or does not answer" + because(readErr)
 		case rejected != nil:
-			cause = "the daemon's document was refused" + because(rejected)
+			cause = "the daemon's document was rejected" + because(rejected)
 		}
 	default:
 		where = `the flags file (flags_source = "file", flags_file)`
@@ -190,7 +190,7 @@ func (s *Server) flagsNotLoaded(controlPing string, detail bool) string {
 		case readErr != nil:
 			cause = "the file cannot be read" + because(readErr)
 		case rejected != nil:
-			cause = "the file's content was refused" + because(rejected)
+			cause = "the file's content was rejected" + because(rejected)
 		}
 	}
 	msg := "flags_not_loaded: this replica has no valid flags in force from " + where
@@ -209,7 +209,7 @@ func pingWords(class string) string {
 	case storeTimeout:
 		return "timeout: no answer within 1s"
 	case storeAuthFailed:
-		return "auth_failed: the credentials were refused"
+		return "auth_failed: the credentials were not accepted"
 	}
 	return class
 }
