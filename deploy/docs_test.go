@@ -379,7 +379,7 @@ func TestExamplePlanMatchesTheExampleTopology(t *testing.T) {
 	// Its secrets: the variables it names set, its files mounted here.
 	dir := t.TempDir()
 	text := strings.ReplaceAll(string(b), "/etc/reservoir/secrets/", dir+"/")
-	for _, m := range regexp.MustCompile(`"file:` + regexp.QuoteMeta(dir) + `/([^"]+)"`).FindAllStringSubmatch(text, -1) {
+	for _, m := range regexp.MustCompile(`"file:`+regexp.QuoteMeta(dir)+`/([^"]+)"`).FindAllStringSubmatch(text, -1) {
 		secret := "secret"
 		if strings.HasSuffix(m[1], "-dsn") {
 			secret = "reservoir:pw@tcp(mysql:3306)/reservoir"
