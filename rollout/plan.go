@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -102,7 +103,7 @@ func parsePlan(b []byte, path string) (*Plan, error) {
 		where += " " + path
 	}
 	var p Plan
-	err := tomlstrict.Decode(b, &p)
+	lines, err := tomlstrict.DecodeLines(b, &p)
 	var unknown *tomlstrict.UnknownKeysError
 	switch {
 	case errors.As(err, &unknown):
@@ -127,15 +128,24 @@ func parsePlan(b []byte, path string) (*Plan, error) {
 	}
 	p.applyDefaults()
 	if err := p.Validate(); err != nil {
-		if path != "" {
-			if rest, ok := strings.CutPrefix(err.Error(), "rollout: plan: "); ok {
-				return nil, fmt.Errorf("%s: %s", where, rest)
-			}
+		// Validate names the key first ("stages[1].mode ..."): say its line.
+		rest, ok := strings.CutPrefix(err.Error(), "rollout: plan: ")
+		if !ok {
+			return nil, err
 		}
-		return nil, err
+		at := where
+		if n := lines.Line(planKey.FindString(rest)); n > 0 && path != "" {
+			at = fmt.Sprintf("%s:%d", where, n)
+		} else if n > 0 {
+			at = fmt.Sprintf("%s: line %d", where, n)
+		}
+		return nil, fmt.Errorf("%s: %s", at, rest)
 	}
 	return &p, nil
 }
+
+// planKey is the key a Validate error starts with: "stages[1].gates.min_duration".
+var planKey = regexp.MustCompile(`^[a-z_]+(\[\d+\])?(\.[a-z_]+(\[\d+\])?)*`)
 
 // CheckPods refuses a plan that names a pod the deployment (the
 // topology's pods) does not have: its stages could never be applied.
