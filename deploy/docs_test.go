@@ -364,3 +364,47 @@ func TestDefaultGatesDocumented(t *testing.T) {
 		t.Errorf("docs/rollout.md's default gates: the max_rates row %q names %d classes, the default has %d", row, n, len(g.MaxRates))
 	}
 }
+
+// The example plan and the example topology are one deployment: the
+// topology loads (given its secrets), and the plan checks against it as
+// serve and every rollout action check it (Plan.CheckPods): every pod the
+// plan names is one the topology defines, and the plan lists every pod
+// the topology has. Before, the plan named pod-a, which the topology did
+// not define: `reservoir serve` with both refused to start.
+func TestExamplePlanMatchesTheExampleTopology(t *testing.T) {
+	b, err := os.ReadFile("topology.example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its secrets: the variables it names set, its files mounted here.
+	dir := t.TempDir()
+	text := strings.ReplaceAll(string(b), "/etc/reservoir/secrets/", dir+"/")
+	for _, m := range regexp.MustCompile(`"file:`+regexp.QuoteMeta(dir)+`/([^"]+)"`).FindAllStringSubmatch(text, -1) {
+		secret := "secret"
+		if strings.HasSuffix(m[1], "-dsn") {
+			secret = "reservoir:pw@tcp(mysql:3306)/reservoir"
+		}
+		if err := os.WriteFile(filepath.Join(dir, m[1]), []byte(secret+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`).FindAllStringSubmatch(text, -1) {
+		t.Setenv(m[1], "pw")
+	}
+	topo, err := topology.Parse([]byte(text))
+	if err != nil {
+		t.Fatalf("deploy/topology.example.toml: %v", err)
+	}
+	plan, err := rollout.LoadPlan("plan.example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plan.CheckPods(topo.PodNames()); err != nil {
+		t.Errorf("deploy/plan.example.toml against deploy/topology.example.toml: %v", err)
+	}
+	for _, p := range topo.PodNames() {
+		if !slices.Contains(plan.Pods, p) {
+			t.Errorf("deploy/plan.example.toml leaves out pod %q of deploy/topology.example.toml: its pods list every pod", p)
+		}
+	}
+}

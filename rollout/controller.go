@@ -131,10 +131,8 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 		if len(cfg.Pods) == 0 {
 			cfg.Pods = cfg.Plan.Pods
 		}
-		for _, p := range cfg.Plan.Pods {
-			if !slices.Contains(cfg.Pods, p) {
-				return nil, fmt.Errorf("rollout: the plan's pod %q is not among ControllerConfig.Pods (%s)", p, strings.Join(cfg.Pods, ", "))
-			}
+		if err := cfg.Plan.CheckPods(cfg.Pods); err != nil {
+			return nil, err
 		}
 	}
 	if cfg.Now == nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -79,26 +80,82 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // MarshalText writes the duration as text.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
-// LoadPlan reads and validates a plan file (TOML).
+// LoadPlan reads and validates a plan file (TOML). Its errors name the
+// file, and the line of an unknown key.
 func LoadPlan(path string) (*Plan, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("rollout: plan: %w", err)
 	}
-	return ParsePlan(b)
+	return parsePlan(b, path)
 }
 
 // ParsePlan decodes and validates a plan. Unknown keys are errors.
 func ParsePlan(b []byte) (*Plan, error) {
+	return parsePlan(b, "")
+}
+
+// parsePlan is ParsePlan; path, when not "", names the plan's file in its
+// errors.
+func parsePlan(b []byte, path string) (*Plan, error) {
+	where := "rollout: plan"
+	if path != "" {
+		where += " " + path
+	}
 	var p Plan
-	if err := tomlstrict.Decode(b, &p); err != nil {
-		return nil, fmt.Errorf("rollout: plan: %w", err)
+	lines, err := tomlstrict.DecodeLines(b, &p)
+	var unknown *tomlstrict.UnknownKeysError
+	switch {
+	case errors.As(err, &unknown):
+		errs := make([]error, len(unknown.Keys))
+		for i, k := range unknown.Keys {
+			msg := "unknown key " + k.Key
+			if k.Hint != "" {
+				msg += "; " + k.Hint
+			}
+			switch {
+			case path != "" && k.Line > 0:
+				errs[i] = fmt.Errorf("%s:%d: %s", where, k.Line, msg)
+			case k.Line > 0:
+				errs[i] = fmt.Errorf("%s: line %d: %s", where, k.Line, msg)
+			default:
+				errs[i] = fmt.Errorf("%s: %s", where, msg)
+			}
+		}
+		return nil, errors.Join(errs...)
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	p.applyDefaults()
 	if err := p.Validate(); err != nil {
-		return nil, err
+		// Validate names the key first ("stages[1].mode ..."): say its line.
+		rest, ok := strings.CutPrefix(err.Error(), "rollout: plan: ")
+		if !ok {
+			return nil, err
+		}
+		at := where
+		if n := lines.Line(planKey.FindString(rest)); n > 0 && path != "" {
+			at = fmt.Sprintf("%s:%d", where, n)
+		} else if n > 0 {
+			at = fmt.Sprintf("%s: line %d", where, n)
+		}
+		return nil, fmt.Errorf("%s: %s", at, rest)
 	}
 	return &p, nil
+}
+
+// planKey is the key a Validate error starts with: "stages[1].gates.min_duration".
+var planKey = regexp.MustCompile(`^[a-z_]+(\[\d+\])?(\.[a-z_]+(\[\d+\])?)*`)
+
+// CheckPods refuses a plan that names a pod the deployment (the
+// topology's pods) does not have: its stages could never be applied.
+func (p *Plan) CheckPods(pods []string) error {
+	for _, pod := range p.Pods {
+		if !slices.Contains(pods, pod) {
+			return fmt.Errorf("rollout: the plan names pod %q, which the topology does not define (its pods: %s)", pod, strings.Join(pods, ", "))
+		}
+	}
+	return nil
 }
 
 func (p *Plan) applyDefaults() {

@@ -1,6 +1,8 @@
 package rollout_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -28,11 +30,29 @@ func TestPlanErrorsNameTheField(t *testing.T) {
 		{"pods = [\"a\"]\n[[stages]]\nname = \"s\"\nmode = \"mysqll\"\npods = [\"a\"]", `stages[0].mode "mysqll"`},
 		{"pods = [\"a\"]\n[[stages]]\nname = \"s\"\nmode = \"mysql\"\npods = [\"b\"]", `stages[0].pods: "b" is not in the plan's pods`},
 		{"pods = [\"a\"]\n[[stages]]\nname = \"s\"\nmode = \"mysql\"\npods = [\"a\"]\n[stages.gates]\nmax_rates = { nope = 0.1 }", `unknown class "nope"`},
-		{"pods = [\"a\"]\n[[stages]]\nname = \"s\"\nmode = \"mysql\"\npods = [\"a\"]\npercnt = 5", "unknown key(s): stages.percnt"},
+		{"pods = [\"a\"]\n[[stages]]\nname = \"s\"\nmode = \"mysql\"\npods = [\"a\"]\npercnt = 5", "rollout: plan: line 6: unknown key stages[0].percnt; did you mean percent?"},
 	} {
 		_, err := rollout.ParsePlan([]byte(tc.text))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("want error containing %q, got %v", tc.want, err)
+		}
+	}
+}
+
+// A plan's mistakes say where they are: the file, the line, the key.
+func TestLoadPlanSaysWhere(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "plan.toml")
+	for _, tc := range []struct{ text, want string }{
+		{"pods = [\"a\"]\n\n[[stages]]\nname = \"s\"\nmode = \"mysqll\"\npods = [\"a\"]\n", path + `:5: stages[0].mode "mysqll" is not one of`},
+		{"pods = [\"a\"]\n[[stages]]\nname = \"s\"\nmode = \"mysql\"\npods = [\"a\"]\n[stages.gates]\nmin_duraton = \"1h\"\n", path + ":7: unknown key stages[0].gates.min_duraton; did you mean min_duration?"},
+		{"pods = [\"a\"]\n[[stages]]\nmode = \"mysql\"\npods = [\"a\"]\n", path + ":2: stages[0].name is required"},
+	} {
+		if err := os.WriteFile(path, []byte(tc.text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := rollout.LoadPlan(path)
+		if err == nil || !strings.Contains(err.Error(), "rollout: plan "+tc.want) {
+			t.Errorf("want an error containing %q, got %v", "rollout: plan "+tc.want, err)
 		}
 	}
 }

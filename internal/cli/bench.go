@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -14,6 +16,17 @@ import (
 
 	"github.com/seed31b0e981/reservoir/internal/bench"
 )
+
+// benchOptionFlags names bench.Options' fields in msg by their flags.
+func benchOptionFlags(msg string) string {
+	msg = regexp.MustCompile(`bench: Options\.Sweeps(\[\d+\])?`).ReplaceAllString(msg, "--scenarios and --variants")
+	return strings.NewReplacer(
+		"bench: Options.MySQLDSN", "--mysql-dsn", "bench: Options.RedisAddr", "--redis-addr", "bench: Options.Duration", "--duration",
+		"bench: Options.Rate", "--rate", "bench: Options.Warmup", "--warmup", "bench: Options.Flush", "--flush", "bench: Options.Buckets", "--buckets",
+		"bench: Options.PoolCap", "--pool-cap", "bench: Options.KillFloodSwitches", "--killflood-switches", "bench: Options.KillFloodNice", "--killflood-nice",
+		"bench: Options.KillFloodTarget", "--killflood-target", "bench: Options.ServeBinaries", "--serve", "bench: ", "",
+	).Replace(msg)
+}
 
 func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if spec := os.Getenv(bench.FloodEnv); spec != "" {
@@ -98,6 +111,14 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 		opts.Flush = *flush
 	default:
 		return oneOf("flush", *flush, "0", "1", "2", "keep")
+	}
+	// The options' own check, with the servers filled in (their absence
+	// is said below, after --plan, which needs none): a value out of
+	// range is bad usage, named by its flag.
+	check := opts
+	check.MySQLDSN, check.RedisAddr = cmp.Or(check.MySQLDSN, "-"), cmp.Or(check.RedisAddr, "-")
+	if err := check.WithDefaults().Validate(); err != nil {
+		return usagef("%s", benchOptionFlags(err.Error()))
 	}
 	if *planOnly {
 		for i, p := range bench.Plan(opts.Sweeps) {

@@ -45,9 +45,17 @@ func runClients(_ context.Context, args []string, out, errOut io.Writer) error {
 			ids = append(ids, id)
 		}
 	}
-	token, entry, err := server.NewClientCredential(*name, strings.Split(*roles, ","), ids)
+	rs := strings.Split(*roles, ",")
+	for i, r := range rs {
+		rs[i] = strings.TrimSpace(r)
+		if err := oneOf("roles", rs[i], server.RoleCheckout, server.RoleInventory); err != nil {
+			return inAction("new", err)
+		}
+	}
+	token, entry, err := server.NewClientCredential(*name, rs, ids)
 	if err != nil {
-		return err
+		// What it refuses is the arguments (the name): bad usage.
+		return inAction("new", usagef("%s", strings.Replace(err.Error(), "clients: new client.", "--", 1)))
 	}
 	if *appendTo != "" {
 		if err := appendEntry(*appendTo, entry); err != nil {

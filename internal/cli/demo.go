@@ -65,6 +65,9 @@ func runDemo(ctx context.Context, args []string, out, errOut io.Writer) error {
 	cfg.SkipIncident = !*incident
 	cfg.Program = programName()
 	cfg.Out = out
+	if err := cfg.WithDefaults().Validate(); err != nil {
+		return usagef("%s", strings.TrimPrefix(err.Error(), "demo: "))
+	}
 	ctx, stop := stopSignals(ctx)
 	defer stop()
 	return demo.Run(ctx, cfg)
@@ -139,6 +142,9 @@ func runDemoClean(ctx context.Context, args []string, out io.Writer) error {
 		return usagef("--name is required: the demo's name, as it printed it (reservoir demo NAME: ...)")
 	}
 	cfg.Out = out
+	if err := (demo.Config{Name: cfg.Name, Out: out}).WithDefaults().Validate(); err != nil {
+		return usagef("--%s", strings.TrimPrefix(err.Error(), "demo: "))
+	}
 	return demo.Clean(ctx, cfg)
 }
 

@@ -27,9 +27,10 @@ const migrateSynopsis = "migrate up|status (--topology FILE | --dsn DSN --set po
 
 // migrateTarget is one database to migrate and the sets it gets.
 type migrateTarget struct {
-	what string // names it in output and errors, never by its DSN
-	dsn  string
-	sets []*migrations.Set
+	what  string // names it in output and errors, never by its DSN
+	field string // where its DSN comes from: "the topology's pods[0].mysql_dsn", "--dsn"
+	dsn   string
+	sets  []*migrations.Set
 }
 
 func runMigrate(ctx context.Context, args []string, out, errOut io.Writer) error {
@@ -91,7 +92,7 @@ func runMigrate(ctx context.Context, args []string, out, errOut io.Writer) error
 				return fmt.Errorf("--tls-ca: %w", err)
 			}
 		}
-		targets = []migrateTarget{{what: "--dsn's database", dsn: d, sets: sets}}
+		targets = []migrateTarget{{what: "--dsn's database", field: "--dsn", dsn: d, sets: sets}}
 	}
 	for _, tg := range targets {
 		prefix := ""
@@ -159,13 +160,14 @@ func topologyTargets(topo *topology.Config) ([]migrateTarget, error) {
 		key := cfg.Net + "(" + cfg.Addr + ")/" + cfg.DBName
 		if i, ok := at[key]; ok {
 			out[i].what += " and " + what
+			out[i].field += " and " + field
 			if !slices.Contains(out[i].sets, set) {
 				out[i].sets = append(out[i].sets, set)
 			}
 			return nil
 		}
 		at[key] = len(out)
-		out = append(out, migrateTarget{what: what, dsn: dsn, sets: []*migrations.Set{set}})
+		out = append(out, migrateTarget{what: what, field: "the topology's " + field, dsn: dsn, sets: []*migrations.Set{set}})
 		return nil
 	}
 	if err := add("the control database", "control_dsn", topo.ControlDSN, "control_tls_ca", topo.ControlTLSCA, migrations.Control); err != nil {
@@ -192,7 +194,7 @@ func migrateOne(ctx context.Context, tg migrateTarget, action string, create boo
 	}
 	defer db.Close()
 	if err := db.PingContext(ctx); err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return fmt.Errorf("cannot connect (check %s): %w", tg.field, err)
 	}
 	if action == "status" {
 		return migrateStatus(ctx, db, tg.sets, out)

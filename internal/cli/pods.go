@@ -14,6 +14,7 @@ import (
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/internal/cell"
 	"github.com/seed31b0e981/reservoir/internal/topology"
+	"github.com/seed31b0e981/reservoir/rollout"
 )
 
 // operatorEnv is what the operator commands (reconcile, rollout) open from
@@ -21,8 +22,9 @@ import (
 // and mirror, the flags, the comparer on the control database), without
 // its background work (no reaper, no relay: the running replicas do that).
 type operatorEnv struct {
-	topo *topology.Config
-	cell *cell.Cell
+	topo     *topology.Config
+	topoPath string
+	cell     *cell.Cell
 }
 
 func (e *operatorEnv) Close() {
@@ -46,7 +48,24 @@ func openOperatorEnv(ctx context.Context, path string, log *slog.Logger) (*opera
 	if err != nil {
 		return nil, err
 	}
-	return &operatorEnv{topo: topo, cell: c}, nil
+	return &operatorEnv{topo: topo, topoPath: path, cell: c}, nil
+}
+
+// loadPlan loads the plan at path and refuses one that names a pod the
+// topology (read from topoPath) does not define, naming both files: its
+// stages could never be applied.
+func loadPlan(path, topoPath string, topo *topology.Config) (*rollout.Plan, error) {
+	plan, err := rollout.LoadPlan(path)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range plan.Pods {
+		if _, err := topo.Pod(p); err != nil {
+			return nil, fmt.Errorf("plan %s names pod %q, which topology %s does not define (its pods: %s): "+
+				"add the pod to the topology, or remove it from the plan's pods and stages", path, p, topoPath, strings.Join(topo.PodNames(), ", "))
+		}
+	}
+	return plan, nil
 }
 
 // orderPods prints the pods by the calls each served since, lowest first:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/seed31b0e981/reservoir/internal/reconcile"
 	"github.com/seed31b0e981/reservoir/internal/wire"
@@ -32,10 +33,10 @@ func runReconcile(ctx context.Context, args []string, out, errOut io.Writer) err
 		return err
 	}
 	if *shop < 0 {
-		return fmt.Errorf("--shop must be a positive id, got %d", *shop)
+		return usagef("--shop must be a positive id, got %d", *shop)
 	}
 	if *resume && *checkpoint == "" {
-		return fmt.Errorf("--resume needs --checkpoint")
+		return usagef("--resume needs --checkpoint")
 	}
 	env, err := openOperatorEnv(ctx, *topo, libraryLogger(*verbose, errOut))
 	if err != nil {
@@ -47,7 +48,7 @@ func runReconcile(ctx context.Context, args []string, out, errOut io.Writer) err
 	pods := env.topo.PodNames()
 	if *pod != "" {
 		if _, err := env.topo.Pod(*pod); err != nil {
-			return err
+			return usagef("--pod: no pod %q in the topology (pods: %s)%s", *pod, strings.Join(pods, ", "), didYouMean(*pod, pods))
 		}
 		pods = []string{*pod}
 	}

@@ -370,7 +370,7 @@ func TestSuggestedCommandsParse(t *testing.T) {
 			t.Logf("ok: %s (%s)", s.cmd, s.where)
 		}
 	}
-	for _, planted := range []string{"reservoir reconcile --from mysql", "reservoir rollout undo", "reservoir recon --pod x", "reservoir rollout kill --force=true"} {
+	for _, planted := range []string{"reservoir reconcile --from mysql", "reservoir rollout undo", "reservoir recon --pod x", "reservoir rollout status --force=true"} {
 		if bad(planted) == "" {
 			t.Errorf("the checker accepts the planted `%s`", planted)
 		}

@@ -29,7 +29,7 @@ type rolloutOptions struct {
 	plan, actor, reason, scope, state string
 	from                              string
 	json, dryRun, override, confirm   bool
-	resynced, once                    bool
+	resynced, once, force             bool
 	limit                             int
 	interval, since                   time.Duration
 }
@@ -94,7 +94,7 @@ var rolloutActions = []rolloutAction{
 		run: rolloutAdvance,
 	},
 	{
-		name: "kill", args: "--scope S --reason R [--state redis|redis_only] [--resynced] [--dry-run] [--actor NAME]",
+		name: "kill", args: "--scope S --reason R [--state redis|redis_only] [--resynced] [--force] [--dry-run] [--actor NAME]",
 		summary: "engage the kill switch (S: global, pod:NAME, shop:ID); prints the relay lag at the switch (each shop's handoff drains it into Redis); " +
 			"over mysql_only it is refused while the reconciler finds drift: reconcile --pod NAME --repair",
 		flags: func(fs *flag.FlagSet, o *rolloutOptions) {
@@ -103,6 +103,7 @@ var rolloutActions = []rolloutAction{
 			fs.StringVar(&o.reason, "reason", "", "why, in words an on-call engineer understands: a `REASON` (required; kept in the flags and the audit)")
 			fs.StringVar(&o.state, "state", "redis", "the switch's `STATE`: redis (MySQL keeps a shadow, compared) or redis_only (stop touching MySQL's reservation tables)")
 			fs.BoolVar(&o.resynced, "resynced", false, "a scope running mysql_only: skip the check that Redis holds what MySQL decided (you checked it)")
+			forceFlag(fs, o)
 			dryRunFlag(fs, o)
 		},
 		check: func(o *rolloutOptions) error {
@@ -114,12 +115,13 @@ var rolloutActions = []rolloutAction{
 		run: rolloutKill,
 	},
 	{
-		name: "release", args: "--scope S --reason R [--dry-run] [--actor NAME]",
+		name: "release", args: "--scope S --reason R [--force] [--dry-run] [--actor NAME]",
 		summary: "turn the kill switch off (nothing to repair first: each shop's handoff copies Redis's state into MySQL)",
 		flags: func(fs *flag.FlagSet, o *rolloutOptions) {
 			actorFlag(fs, o)
 			scopeFlag(fs, o)
 			fs.StringVar(&o.reason, "reason", "", "why: a `REASON` (required; kept in the audit)")
+			forceFlag(fs, o)
 			dryRunFlag(fs, o)
 		},
 		check: requireScopeAndReason,
@@ -177,6 +179,11 @@ func actorFlag(fs *flag.FlagSet, o *rolloutOptions) {
 
 func dryRunFlag(fs *flag.FlagSet, o *rolloutOptions) {
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print exactly what would change in the flags, change nothing")
+}
+
+func forceFlag(fs *flag.FlagSet, o *rolloutOptions) {
+	fs.BoolVar(&o.force, "force", false, "with --scope shop:ID, write the switch although no pod of the topology lists the shop "+
+		"(it is about to be added, or default_rule routes it); without it such a scope is refused as a likely typo")
 }
 
 func scopeFlag(fs *flag.FlagSet, o *rolloutOptions) {
@@ -348,7 +355,7 @@ func (r *rolloutRun) controller(withPlan bool) (*rollout.Controller, error) {
 	path := cmp.Or(r.o.plan, r.env.topo.PlanFile)
 	if withPlan && path != "" {
 		var err error
-		if plan, err = rollout.LoadPlan(path); err != nil {
+		if plan, err = loadPlan(path, r.env.topoPath, r.env.topo); err != nil {
 			return nil, err
 		}
 	}
@@ -466,6 +473,15 @@ func rolloutKill(ctx context.Context, r *rolloutRun) error {
 		// An unknown pod would be written and obeyed by nobody.
 		return usagef("--scope: no pod %q in the topology (pods: %s)", sc.Pod, strings.Join(r.env.topo.PodNames(), ", "))
 	}
+	if sc.Kind == flagdoc.ScopeShop && !o.force {
+		// A shop no pod lists is most likely a typo, and a switch on it
+		// protects nothing: refused unless --force says the shop is
+		// about to be added (or default_rule serves it). A release of a
+		// shop the flags name (one forced before) is let through.
+		if err := r.env.topo.UnlistedShop(sc.Shop); err != nil && !(r.action == "release" && flagsName(r.env, sc.Shop)) {
+			return usagef("--scope %s: %v. Give --force if the shop is about to be added, or is served by the default rule", sc, err)
+		}
+	}
 	ctl, warn, err := r.switchController()
 	if err != nil {
 		return err
@@ -488,6 +504,17 @@ func rolloutKill(ctx context.Context, r *rolloutRun) error {
 	return nil
 }
 
+// flagsName reports whether the flags hold a setting of shop (a mode or a
+// kill switch of its own).
+func flagsName(env *operatorEnv, shop int64) bool {
+	f, err := env.cell.FlagStore().Read()
+	if err != nil {
+		return false
+	}
+	_, ok := f.Shops[shop]
+	return ok
+}
+
 func rolloutHistory(ctx context.Context, r *rolloutRun) error {
 	ctl, err := r.controller(false)
 	if err != nil {
@@ -498,7 +525,11 @@ func rolloutHistory(ctx context.Context, r *rolloutRun) error {
 		return err
 	}
 	if r.o.json {
-		return writeJSON(r.out, wire.AuditEntriesOf(hs))
+		return writeJSON(r.out, wire.AuditEntriesOf(hs)) // [] when empty
+	}
+	if len(hs) == 0 {
+		fmt.Fprintln(r.out, "no changes recorded yet: every advance, kill and release made through reservoir is listed here (who, when, why)")
+		return nil
 	}
 	for _, h := range hs {
 		fmt.Fprintf(r.out, "%s  %-12s %-8s %-14s stage %-2d %s\n", h.At.Format(time.RFC3339), h.Actor, h.Action, h.Scope, h.Stage, h.Reason)

@@ -34,18 +34,64 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, oneOf("log-format", format, "json", "text")
 }
 
-// adminToken reads the admin token: --admin-token-file, else
-// $RESERVOIR_ADMIN_TOKEN. A token is never taken from the command line,
-// where any user of the host could read it in the process list.
+// minAdminToken is the shortest admin token serve accepts (as the server
+// does).
+const minAdminToken = 16
+
+// adminToken reads the admin token: the content of --admin-token-file,
+// else the value of $RESERVOIR_ADMIN_TOKEN (the token itself, not a
+// path). A token is never taken from the command line, where any user of
+// the host could read it in the process list. One shorter than 16 bytes
+// is a usage error naming where it came from.
 func adminToken(file string) (string, error) {
+	token, from := os.Getenv(adminTokenEnv), "$"+adminTokenEnv+" (the token itself)"
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			return "", fmt.Errorf("--admin-token-file: %w", err)
 		}
-		return strings.TrimSpace(string(b)), nil
+		token, from = strings.TrimSpace(string(b)), "--admin-token-file "+file
 	}
-	return os.Getenv("RESERVOIR_ADMIN_TOKEN"), nil
+	if token != "" && len(token) < minAdminToken {
+		return "", usagef("the admin token in %s is %d bytes: it must be at least %d (e.g. `openssl rand -hex 32`), or none to disable the admin API",
+			from, len(token), minAdminToken)
+	}
+	return token, nil
+}
+
+// adminTokenEnv holds the admin token itself, when --admin-token-file is
+// not given.
+const adminTokenEnv = "RESERVOIR_ADMIN_TOKEN"
+
+// logSchemaCheck logs what serve's schema check at start found (err is
+// CheckSchema's): each database it could not reach as the connection
+// problem it is (its pod is degraded, the others are served), apart from
+// each one behind this binary (this replica is not ready until it is
+// migrated).
+func logSchemaCheck(log *slog.Logger, err error) {
+	if err == nil {
+		return
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		var se *server.SchemaError
+		switch {
+		case errors.As(e, &se) && se.Behind:
+			log.Error("serve: a database's schema is behind this binary: not ready until it is migrated (/readyz says the same)", "err", e)
+		case errors.As(e, &se) && se.Connect():
+			what := "its pod is degraded until it answers, the other pods are served"
+			if se.Pod == "control" {
+				what = "this replica serves on the flags it has; they cannot be changed until it answers"
+			}
+			log.Error("serve: cannot connect to a database at start (not a schema problem): "+what+"; its schema is checked once it answers (/readyz)",
+				"pod", se.Pod, "reason", se.Class, "err", e)
+		default:
+			log.Error("serve: a database's schema version could not be read at start (/readyz says what it means for this replica)", "err", e)
+		}
+	}
 }
 
 // loadClients reads the checkout API's clients: the file, else the
@@ -82,7 +128,7 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	adminAddr := fs.String("admin-addr", "127.0.0.1:8081", "the admin listener's address, `HOST:PORT`: admin API, dashboard, /metrics, /healthz, /readyz")
 	clientsFile := envString(fs, "clients", "RESERVOIR_CLIENTS_FILE", "the checkout API's clients `FILE` (else the file's content in $RESERVOIR_CLIENTS); make entries with reservoir clients new")
 	noAuth := fs.Bool("insecure-no-auth", false, "serve the checkout API to anyone who reaches it, without client tokens (development only)")
-	tokenFile := fs.String("admin-token-file", "", "`FILE` holding the admin API's bearer token (default $RESERVOIR_ADMIN_TOKEN; none: admin API disabled)")
+	tokenFile := fs.String("admin-token-file", "", "`FILE` holding the admin API's bearer token, at least 16 bytes (without it: the token itself in $RESERVOIR_ADMIN_TOKEN; neither: admin API disabled)")
 	shutdown := fs.Duration("shutdown-timeout", 15*time.Second, "on SIGTERM/Ctrl-C, how long requests in flight may take to finish")
 	drain := fs.Duration("drain-timeout", 10*time.Second, "then, how long shadow calls and the comparer's last flush may take")
 	maxConns := fs.Int("max-conns", 0, "checkout connections kept open at most; more wait unread (0: 32 per CPU, and at least the pods' slots; -1: no cap)")
@@ -132,7 +178,7 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	var ctl *rollout.Controller
 	if topo.PlanFile != "" {
-		plan, err := rollout.LoadPlan(topo.PlanFile)
+		plan, err := loadPlan(topo.PlanFile, *topoPath, topo)
 		if err == nil {
 			ctl, err = rollout.NewController(rollout.ControllerConfig{DB: c.Control, Flags: c.FlagStore(), Plan: plan, Pods: topo.PodNames(),
 				Stats: c.Comparer, Reconciler: c.Reconciler, Lag: c, Handoffs: c, Stores: c, InForce: c.Flags.InForce})
@@ -152,9 +198,7 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	// (/readyz) and the others are served. The check is bounded, so a
 	// database that hangs cannot keep the replica from listening.
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	if err := srv.CheckSchema(sctx); err != nil {
-		log.Error("serve: the schema check at start found a database behind this binary or one that did not answer; /readyz says what it means for this replica", "err", err)
-	}
+	logSchemaCheck(log, srv.CheckSchema(sctx))
 	cancel()
 	if token == "" {
 		log.Warn("serve: no admin token ($RESERVOIR_ADMIN_TOKEN or --admin-token-file): the admin API and the dashboard's data are disabled")

@@ -350,3 +350,62 @@ shops = [1001]
 		t.Fatal("serve did not stop")
 	}
 }
+
+// A pod's database that cannot be reached is a connection problem, said
+// as one: serve's log says it cannot connect (and which topology field to
+// check), not that the schema is behind, and /readyz has the pod degraded
+// ("cannot connect"), with no schema_behind among the reasons it is not
+// ready. Before, the log read "not ready until the schema is migrated" for
+// a pod DSN on a dead port.
+func TestServeSaysCannotConnectNotSchemaBehind(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	control := testdb.New(t)
+	r := testredis.New(t)
+	clients := filepath.Join(dir, "clients.toml")
+	newClient(t, clients, "dead-port")
+	flags := filepath.Join(dir, "flags.json")
+	if err := (flagdoc.FlagsFile{Path: flags}).Write(flagdoc.NewFlags()); err != nil {
+		t.Fatal(err)
+	}
+	topo := filepath.Join(dir, "topology.toml")
+	writeServeFile(t, topo, fmt.Sprintf(`control_dsn = %q
+flags_file = %q
+[[pods]]
+name = "pod-a"
+mysql_dsn = "root@tcp(127.0.0.1:1)/nothing?timeout=1s"
+redis_addr = %q
+redis_prefix = %q
+`, control.DSN, flags, testredis.Addr(t), r.Prefix))
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	out, errOut := &serveOutput{}, &serveOutput{}
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, []string{"serve", "--topology", topo, "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
+			"--clients", clients, "--log-level", "warn", "--log-format", "text"}, out, errOut)
+	}()
+	admin := out.waitFor(t, adminRE, 30*time.Second)
+	log := errOut.String()
+	for _, want := range []string{"cannot connect to a database at start (not a schema problem)",
+		"cannot connect to pod pod-a's database (unreachable; check the topology's mysql_dsn of pod pod-a)"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("serve's log does not say %q:\n%s", want, log)
+		}
+	}
+	for _, wrong := range []string{"migrated", "behind"} {
+		if strings.Contains(log, wrong) {
+			t.Errorf("serve's log says %q for a database it cannot reach:\n%s", wrong, log)
+		}
+	}
+	code, body := apiCall(t, "GET", admin+"/readyz", "", nil)
+	if strings.Contains(fmt.Sprint(body["not_ready"]), "schema") || !strings.Contains(fmt.Sprint(body["degraded"]), "pod-a: mysql failed its ping (unreachable: cannot connect)") {
+		t.Errorf("readyz with pod-a's database unreachable: %d %v", code, body)
+	}
+	stop()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}

@@ -86,13 +86,33 @@ func (s *Server) readKill(w http.ResponseWriter, r *http.Request) (wire.KillRequ
 	if scope.Kind == flagdoc.ScopePod && s.cfg.Cell.Pod(scope.Pod) == nil {
 		return req, flagdoc.Scope{}, badInput("scope", "scope: no pod %q in the topology (pods: %s)", scope.Pod, strings.Join(s.cfg.Cell.Topology.PodNames(), ", "))
 	}
+	if scope.Kind == flagdoc.ScopeShop && !req.Force {
+		// A shop no pod lists is most likely a typo, and a switch on it
+		// protects nothing. A release of a shop the flags name (one
+		// forced before) goes through.
+		if err := s.cfg.Cell.Topology.UnlistedShop(scope.Shop); err != nil && !(r.Method == http.MethodDelete && s.flagsName(scope.Shop)) {
+			return req, flagdoc.Scope{}, &problem{Status: http.StatusBadRequest, Code: "unknown_shop", Field: "scope",
+				Message: "scope: " + err.Error() + `; send "force": true if the shop is about to be added, or is served by the default rule`}
+		}
+	}
 	if strings.TrimSpace(req.Reason) == "" {
-		return req, flagdoc.Scope{}, badInput("reason", "reason: required: say why, for whoever reads the flags file in an incident")
+		return req, flagdoc.Scope{}, badInput("reason", "reason: required: say why, for whoever reads the flags in an incident")
 	}
 	if p := checkReason(req.Reason); p != nil {
 		return req, flagdoc.Scope{}, p
 	}
 	return req, scope, nil
+}
+
+// flagsName reports whether the flags hold a setting of shop (a mode or a
+// kill switch of its own).
+func (s *Server) flagsName(shop int64) bool {
+	f, err := s.cfg.Cell.FlagStore().Read()
+	if err != nil {
+		return false
+	}
+	_, ok := f.Shops[shop]
+	return ok
 }
 
 // representative is the (pod, shop) whose decision shows whether this

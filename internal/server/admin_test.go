@@ -450,3 +450,37 @@ func TestDeciderUnreachable(t *testing.T) {
 		t.Error("the unreachable decider is not counted")
 	}
 }
+
+// A kill switch on a shop no pod lists is refused, 400 unknown_shop,
+// naming the shop, the shops each pod lists and where default_rule would
+// route it, and nothing is written; "force": true writes it (the shop is
+// about to be added), and its release goes through without force (the
+// flags name the shop). Before, shop:9999 was written and answered 200.
+func TestKillSwitchRefusesAShopNoPodLists(t *testing.T) {
+	t.Parallel()
+	h := setup(t, options{})
+	before, err := h.flags.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := h.admin("POST", "/admin/killswitch", map[string]any{"scope": "shop:9999", "reason": "typo"})
+	want := `scope: no pod of the topology lists shop 9999 (the pods' shops: pod-a: 1001, 1002; pod-b: 2001); default_rule "pod:pod-a" would route it to pod pod-a; send "force": true`
+	if r.status != http.StatusBadRequest || str(r.body["error"]) != "unknown_shop" || str(r.body["field"]) != "scope" || !strings.Contains(str(r.body["message"]), want) {
+		t.Fatalf("kill shop:9999: %d %s, want 400 unknown_shop saying %s", r.status, r.raw, want)
+	}
+	if after, _ := h.flags.Read(); after.Version != before.Version {
+		t.Fatalf("a refused kill switch wrote the flags: version %d -> %d", before.Version, after.Version)
+	}
+	if r := h.admin("POST", "/admin/killswitch", map[string]any{"scope": "shop:1001", "reason": "listed"}); r.status != http.StatusOK {
+		t.Fatalf("kill shop:1001 (listed): %d %s", r.status, r.raw)
+	}
+	if r := h.admin("POST", "/admin/killswitch", map[string]any{"scope": "shop:9999", "reason": "about to be added", "force": true}); r.status != http.StatusOK {
+		t.Fatalf("kill shop:9999 with force: %d %s", r.status, r.raw)
+	}
+	if r := h.admin("DELETE", "/admin/killswitch", map[string]any{"scope": "shop:9999", "reason": "over"}); r.status != http.StatusOK {
+		t.Fatalf("release shop:9999, which the flags name: %d %s", r.status, r.raw)
+	}
+	if r := h.admin("DELETE", "/admin/killswitch", map[string]any{"scope": "shop:8888", "reason": "typo"}); r.status != http.StatusBadRequest || str(r.body["error"]) != "unknown_shop" {
+		t.Fatalf("release shop:8888, which nothing names: %d %s", r.status, r.raw)
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/seed31b0e981/reservoir/dualwrite"
 	"github.com/seed31b0e981/reservoir/reservation"
+	"github.com/seed31b0e981/reservoir/rollout/flagsource"
 )
 
 // Every error a facade call can return maps to the status and code
@@ -37,7 +38,7 @@ func TestStoreProblemMapsEveryAnswer(t *testing.T) {
 		{&reservation.ValidationError{Field: "token", Reason: "bad"}, http.StatusBadRequest, "invalid_input"},
 		{reservation.ErrContention, http.StatusServiceUnavailable, "contention"},
 		{fmt.Errorf("redisstore: release: %w", reservation.ErrClaimInProgress), http.StatusServiceUnavailable, "claim_in_progress"},
-		{fmt.Errorf("%w: %w", dualwrite.ErrFlagsUnavailable, errors.New("rollout: flags file not loaded")), http.StatusServiceUnavailable, "flags_unavailable"},
+		{fmt.Errorf("%w: %w", dualwrite.ErrFlagsUnavailable, flagsource.ErrFlagsNotLoaded), http.StatusServiceUnavailable, "flags_unavailable"},
 		{fmt.Errorf("%w: shop 1: %w", dualwrite.ErrDeciderUnreachable, errors.New("dial tcp: refused")), http.StatusServiceUnavailable, "unavailable"},
 		// Unknown outcomes win over whatever they wrap.
 		{fmt.Errorf("%w: shop 1: %w", dualwrite.ErrDeciderUnreachable, reservation.ErrNotFound), http.StatusServiceUnavailable, "unavailable"},

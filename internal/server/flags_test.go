@@ -10,7 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/seed31b0e981/reservoir/internal/server"
+	"github.com/seed31b0e981/reservoir/internal/testdb"
+	"github.com/seed31b0e981/reservoir/internal/topology"
+	"github.com/seed31b0e981/reservoir/migrations"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
 	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
@@ -51,6 +56,10 @@ func TestFlagsNotLoadedNotReady(t *testing.T) {
 	if r.status != http.StatusServiceUnavailable || r.body["ready"] != false || r.body["flags_loaded"] != false ||
 		!strings.Contains(r.raw, "flags_not_loaded") || strings.Count(r.raw, `"ok":true`) != 3 {
 		t.Fatalf("readyz without flags: %d %s", r.status, r.raw)
+	}
+	if want := `flags_not_loaded: this replica has no valid flags in force from the flags file (flags_source = \"file\", flags_file): the file cannot be read; ` +
+		`it answers every reservation call 503 flags_unavailable until a valid file is in place (it watches the file)`; !strings.Contains(r.raw, want) {
+		t.Errorf("readyz without flags does not say %s:\n%s", want, r.raw)
 	}
 	for _, call := range []struct{ method, path string }{
 		{"POST", "/v1/shops/1001/reservations"},
@@ -101,5 +110,71 @@ func TestFlagsNotLoadedNotReady(t *testing.T) {
 	h.stock(1001, 7, 1, 5)
 	if r := h.reserve(1001, "t1", 7, 1); r.status != http.StatusCreated || str(r.body["authority"]) != "redis" {
 		t.Fatalf("reserve once the flags loaded: %d %s", r.status, r.raw)
+	}
+}
+
+// /readyz's flags_not_loaded names the flags source in use and what is
+// wrong with it, in the topology's terms. Before, it said "no valid flags
+// file ... (it watches the file)" whatever the source: with flags_source
+// = "database" that sent the operator looking for a file that does not
+// exist, when the control database was the wrong one.
+func TestFlagsNotLoadedNamesTheSource(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		control func(t *testing.T) string // the control DSN
+		want    []string
+	}{
+		{"no flags document yet", func(t *testing.T) string { return testdb.New(t).DSN },
+			[]string{"holds no flags document yet", "reservoir rollout --topology FILE init"}},
+		{"a pod's database as the control database", func(t *testing.T) string { return testdb.NewSets(t, migrations.Pod).DSN },
+			[]string{"has no rollout_flags table: control_dsn names another database, or it is not migrated"}},
+		{"a control database that does not exist", func(t *testing.T) string {
+			cfg, err := mysql.ParseDSN(testdb.New(t).DSN)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.DBName += "_missing"
+			return cfg.FormatDSN()
+		}, []string{"the control database fails its ping (", "check control_dsn"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			topo, _ := topologyFor(t, t.TempDir())
+			topo.FlagsSource, topo.FlagsFile, topo.ControlDSN = topology.FlagsFromDatabase, "", tc.control(t)
+			c, reg, log, _ := openCell(t, topo)
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = c.Close(ctx)
+			})
+			srv, err := server.New(server.Config{Cell: c, AdminToken: adminToken, InsecureNoAuth: true, Registry: reg, Logger: log})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(srv.Close)
+			hs := httptest.NewServer(srv.Handler())
+			t.Cleanup(hs.Close)
+			h := &harness{t: t, cell: c, srv: srv, http: hs, topo: topo}
+			r := h.do("GET", "/readyz", nil, "")
+			v := readyView(t, r)
+			reason := ""
+			for _, s := range v.NotReady {
+				if strings.HasPrefix(s, "flags_not_loaded: ") {
+					reason = s
+				}
+			}
+			want := append([]string{`from the control database's flags document (flags_source = "database")`, "it polls the control database"}, tc.want...)
+			for _, w := range want {
+				if !strings.Contains(reason, w) {
+					t.Errorf("flags_not_loaded does not say %q:\n%s", w, reason)
+				}
+			}
+			for _, wrong := range []string{"flags file", "watches the file"} {
+				if strings.Contains(reason, wrong) {
+					t.Errorf("flags_not_loaded says %q under flags_source = \"database\":\n%s", wrong, reason)
+				}
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,8 +17,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed31b0e981/reservoir/internal/cell"
+	"github.com/seed31b0e981/reservoir/internal/topology"
 	"github.com/seed31b0e981/reservoir/internal/wire"
 	"github.com/seed31b0e981/reservoir/migrations"
+	"github.com/seed31b0e981/reservoir/rollout/flagsource"
 )
 
 // healthz says the process is up and serving HTTP. It checks nothing
@@ -86,8 +89,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	v := wire.Ready{Draining: s.draining.Load(), Stores: s.storeHealth(r, hs, detail), FlagsLoaded: s.cfg.Cell.Flags.Loaded()}
 	states := <-schema
 	if !v.FlagsLoaded {
-		v.NotReady = append(v.NotReady, "flags_not_loaded: this replica has no valid flags file in force (missing, unreadable or invalid since it started); "+
-			"it answers every reservation call 503 flags_unavailable until a valid file is in place (it watches the file)")
+		v.NotReady = append(v.NotReady, s.flagsNotLoaded(v.Stores[0].MySQL, detail))
 	}
 	for i, h := range hs {
 		if i == 0 {
@@ -98,6 +100,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		for _, why := range s.cfg.Cell.Degraded(h) {
+			switch why {
+			case "mysql failed its ping":
+				why += " (" + pingWords(v.Stores[i].MySQL) + ")"
+			case "redis failed its ping":
+				why += " (" + pingWords(v.Stores[i].Redis) + ")"
+			}
 			v.Degraded = append(v.Degraded, h.Pod+": "+why)
 		}
 	}
@@ -128,6 +136,82 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusServiceUnavailable
 	}
 	writeJSON(w, status, v)
+}
+
+// flagsNotLoaded says why this replica has no valid flags in force, in
+// the terms of the topology's flags_source: where its flags are, what is
+// wrong there (the control database's ping, the source's last failure to
+// read them, or its refusal of what it read), and what the replica does
+// until they are fixed. The file's, the driver's or the daemon's own words
+// only with detail (a caller with the admin token; the log has them).
+func (s *Server) flagsNotLoaded(controlPing string, detail bool) string {
+	src := s.cfg.Cell.Flags
+	readErr := src.ReadError()
+	_, rejected := src.Rejected()
+	because := func(err error) string {
+		if detail && err != nil {
+			return ": " + err.Error()
+		}
+		return ""
+	}
+	var where, cause, until string
+	switch s.cfg.Cell.Topology.FlagsSource {
+	case topology.FlagsFromDatabase:
+		where = `the control database's flags document (flags_source = "database")`
+		until = "until it reads a valid document there (it polls the control database)"
+		var my *mysql.MySQLError
+		switch {
+		case controlPing != storeOK:
+			cause = "the control database fails its ping (" + controlPing + ", stores[0] here; its error with the admin token): check control_dsn"
+		case errors.Is(readErr, flagsource.ErrNoFlagsDocument):
+			cause = "the control database holds no flags document yet: `reservoir rollout --topology FILE init` writes the first"
+		case errors.As(readErr, &my) && my.Number == 1146: // no such table
+			cause = "the control database has no rollout_flags table: control_dsn names another database, or it is not migrated (`reservoir migrate --topology FILE up`)" + because(readErr)
+		case readErr != nil:
+			cause = "the flags cannot be read from the control database (" + failureClass(readErr) + ")" + because(readErr)
+		case rejected != nil:
+			cause = "the flags document there was rejected" + because(rejected) + " (`reservoir rollout status` says why; a kill switch or `reservoir rollout init` writes a valid one)"
+		}
+	case topology.FlagsFromFlagd:
+		where = `the flagd daemon at flagd_addr (flags_source = "flagd")`
+		until = "until the daemon sends a valid document (it keeps reconnecting)"
+		switch {
+		case readErr != nil:
+			cause = "the daemon cannot be reached or does not answer" + because(readErr)
+		case rejected != nil:
+			cause = "the daemon's document was rejected" + because(rejected)
+		}
+	default:
+		where = `the flags file (flags_source = "file", flags_file)`
+		until = "until a valid file is in place (it watches the file)"
+		switch {
+		case errors.Is(readErr, fs.ErrNotExist):
+			cause = "the file does not exist" + because(readErr)
+		case readErr != nil:
+			cause = "the file cannot be read" + because(readErr)
+		case rejected != nil:
+			cause = "the file's content was rejected" + because(rejected)
+		}
+	}
+	msg := "flags_not_loaded: this replica has no valid flags in force from " + where
+	if cause != "" {
+		msg += ": " + cause
+	}
+	return msg + "; it answers every reservation call 503 flags_unavailable " + until
+}
+
+// pingWords says a failed ping's class in words: "cannot connect" is not
+// "the schema is behind".
+func pingWords(class string) string {
+	switch class {
+	case storeUnreachable:
+		return "unreachable: cannot connect"
+	case storeTimeout:
+		return "timeout: no answer within 1s"
+	case storeAuthFailed:
+		return "auth_failed: the credentials were not accepted"
+	}
+	return class
 }
 
 // storeHealth is a ping of the control database and of every pod's MySQL
@@ -265,26 +349,67 @@ func schemaHealth(st cell.SchemaState, detail bool) wire.SchemaHealth {
 
 // CheckSchema checks the control database's and every pod's schema
 // against this binary's migrations now, as /readyz does (and refreshes
-// what /readyz answers from). It returns an error naming each database
-// that is behind, with the command that migrates it, or whose version
-// could not be read; nil when none is. A schema ahead of the binary is
-// logged as a warning and is not an error. serve calls it at start, so
-// the log says at once what the readiness probe will answer: the process
-// keeps running either way and turns ready once the schema is migrated.
+// what /readyz answers from). It returns nil when every database is
+// current (or ahead), else a *SchemaError per database that is behind or
+// could not be checked, joined: one that could not be reached is not a
+// schema behind, and says so. A schema ahead of the binary is logged as a
+// warning and is not an error. serve calls it at start, so the log says at
+// once what the readiness probe will answer: the process keeps running
+// either way, ready once every schema is migrated, each pod served while
+// its database answers.
 func (s *Server) CheckSchema(ctx context.Context) error {
 	var errs []error
 	for _, st := range s.schema().states(ctx, true) {
 		switch {
 		case st.Err != nil:
-			errs = append(errs, fmt.Errorf("%s: schema version: %w", schemaSubject(st.Pod), st.Err))
+			errs = append(errs, &SchemaError{Pod: st.Pod, Class: failureClass(st.Err), Err: st.Err})
 		case st.State.Behind():
-			errs = append(errs, errors.New(schemaBehindReason(st)))
+			errs = append(errs, &SchemaError{Pod: st.Pod, Behind: true, Err: errors.New(schemaBehindReason(st))})
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("server: %w", errors.Join(errs...))
+	return errors.Join(errs...)
+}
+
+// SchemaError is a database CheckSchema found behind this binary, or
+// could not check: it did not answer, or refused the credentials, or its
+// version could not be read.
+type SchemaError struct {
+	// Pod names the database's pod ("control" for the control database).
+	Pod string
+	// Behind: a migration this binary needs is not applied.
+	Behind bool
+	// Class is why the version could not be read ("unreachable",
+	// "timeout", "auth_failed", "error"), when not Behind.
+	Class string
+	// Err is the schema_behind reason, or the driver's error.
+	Err error
+}
+
+func (e *SchemaError) Error() string {
+	if e.Behind {
+		return e.Err.Error()
 	}
-	return nil
+	what, field := schemaSubject(e.Pod), "the topology's mysql_dsn of pod "+e.Pod
+	if e.Pod == "control" {
+		field = "the topology's control_dsn"
+	}
+	switch e.Class {
+	case storeUnreachable:
+		return fmt.Sprintf("cannot connect to %s (%s; check %s): %v", what, e.Class, field, e.Err)
+	case storeTimeout:
+		return fmt.Sprintf("%s did not answer in time (%s; check %s): %v", what, e.Class, field, e.Err)
+	case storeAuthFailed:
+		return fmt.Sprintf("%s refused the credentials of %s (%s): %v", what, field, e.Class, e.Err)
+	}
+	return fmt.Sprintf("the schema version of %s could not be read (%s): %v", what, e.Class, e.Err)
+}
+
+func (e *SchemaError) Unwrap() error { return e.Err }
+
+// Connect reports whether the database could not be reached or refused
+// the credentials: a connection problem, not a schema one.
+func (e *SchemaError) Connect() bool {
+	return !e.Behind && (e.Class == storeUnreachable || e.Class == storeTimeout || e.Class == storeAuthFailed)
 }
 
 const (
@@ -366,9 +491,14 @@ func (c *schemaCheck) logChange() {
 			"databases", ahead, "pod_latest", podLatest, "control_latest", controlLatest)
 	}
 	for _, st := range c.last {
-		if st.Err != nil {
-			c.log.Warn("server: schema version could not be read", "pod", st.Pod, "reason", failureClass(st.Err), "err", st.Err)
+		if st.Err == nil {
+			continue
 		}
+		msg := "server: schema version could not be read"
+		if e := (&SchemaError{Pod: st.Pod, Class: failureClass(st.Err)}); e.Connect() {
+			msg = "server: cannot connect to a database to read its schema version (not a schema problem)"
+		}
+		c.log.Warn(msg, "pod", st.Pod, "reason", failureClass(st.Err), "err", st.Err)
 	}
 	if len(behind)+len(ahead)+len(unread) == 0 && !first {
 		c.log.Info("server: schema current: every database has this binary's migrations of its set", "pod_latest", podLatest, "control_latest", controlLatest)

@@ -202,7 +202,7 @@ func (c Config) Validate() error {
 	case c.AdminMaxInFlight < 1:
 		return fmt.Errorf("server: Config.AdminMaxInFlight must be >= 1, got %d", c.AdminMaxInFlight)
 	case c.AdminToken != "" && len(c.AdminToken) < 16:
-		return errors.New("server: Config.AdminToken must be at least 16 bytes (or empty to disable the admin API)")
+		return errors.New("server: the admin token must be at least 16 bytes (or none, to disable the admin API)")
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ func (c *Config) resolveSecrets(env func(string) (string, bool), readFile func(s
 	for _, f := range fields {
 		v, err := resolveSecret(*f.v, env, readFile)
 		if err != nil {
-			return fmt.Errorf("topology: %s: %w", f.name, err)
+			return &Error{Key: f.name, Msg: f.name + ": " + err.Error(), Err: err}
 		}
 		*f.v = v
 	}

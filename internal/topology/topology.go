@@ -106,13 +106,16 @@ type Pod struct {
 	PoolCap int64 `toml:"pool_cap"`
 }
 
-// Load reads and validates a topology file.
+// Load reads and validates a topology file. Its errors name the file and,
+// where one is at fault, the line ("topology FILE:14: ..."): an *Error, or
+// several joined (every unknown key, each where it is written).
 func Load(path string) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("topology: %w", err)
 	}
-	return Parse(b)
+	c, err := parse(b, os.LookupEnv, os.ReadFile)
+	return c, inFile(err, path)
 }
 
 // Parse decodes a topology, resolves its secrets (from the environment and
@@ -125,17 +128,114 @@ func Parse(b []byte) (*Config, error) {
 // parse is Parse with the environment and the file system given.
 func parse(b []byte, env func(string) (string, bool), readFile func(string) ([]byte, error)) (*Config, error) {
 	var c Config
-	if err := tomlstrict.Decode(b, &c); err != nil {
+	lines, err := tomlstrict.DecodeLines(b, &c)
+	var unknown *tomlstrict.UnknownKeysError
+	switch {
+	case errors.As(err, &unknown):
+		return nil, c.unknownKeys(unknown)
+	case err != nil:
 		return nil, fmt.Errorf("topology: %w", err)
 	}
 	if err := c.resolveSecrets(env, readFile); err != nil {
-		return nil, err
+		return nil, at(err, lines)
 	}
 	c = c.WithDefaults()
 	if err := c.Validate(); err != nil {
-		return nil, err
+		return nil, at(err, lines)
 	}
 	return &c, nil
+}
+
+// Error is a problem of a topology: what, and where when known (Load
+// gives the file, a key the line).
+type Error struct {
+	// File is the topology file ("" from Parse).
+	File string
+	// Line is the line at fault, from 1 (0: none in particular).
+	Line int
+	// Key is the key at fault, with array indexes ("pods[1].mysql_dsn"),
+	// or "" for the whole file.
+	Key string
+	// Msg says what is wrong, naming the key.
+	Msg string
+	// Err is the cause, when another package's error is (nil otherwise).
+	Err error
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func (e *Error) Error() string {
+	where := "topology"
+	switch {
+	case e.File != "" && e.Line > 0:
+		where += fmt.Sprintf(" %s:%d", e.File, e.Line)
+	case e.File != "":
+		where += " " + e.File
+	case e.Line > 0:
+		where += fmt.Sprintf(" line %d", e.Line)
+	}
+	return where + ": " + e.Msg
+}
+
+// fieldError is the *Error of key (with array indexes; "" for none).
+func fieldError(key, format string, a ...any) *Error {
+	return &Error{Key: key, Msg: fmt.Sprintf(format, a...)}
+}
+
+// at gives err, an *Error, the line of its key.
+func at(err error, lines *tomlstrict.Lines) error {
+	var e *Error
+	if errors.As(err, &e) && e.Key != "" && e.Line == 0 {
+		e.Line = lines.Line(e.Key)
+	}
+	return err
+}
+
+// inFile names the file in err's *Errors.
+func inFile(err error, path string) error {
+	if err == nil {
+		return nil
+	}
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	for _, e := range errs {
+		if te, ok := e.(*Error); ok {
+			te.File = path
+			continue
+		}
+		if !strings.HasPrefix(e.Error(), "topology: ") {
+			continue
+		}
+		// The TOML library's own errors (syntax, a value of the wrong type)
+		// name their line already.
+		return fmt.Errorf("topology %s: %w", path, errors.Unwrap(e))
+	}
+	return err
+}
+
+// unknownKeys is one *Error per unknown key, where it is written, naming
+// the pod of a pod's key and the key it most likely meant.
+func (c *Config) unknownKeys(u *tomlstrict.UnknownKeysError) error {
+	errs := make([]error, len(u.Keys))
+	for i, k := range u.Keys {
+		msg := "unknown key " + k.Key
+		var n int
+		if _, err := fmt.Sscanf(k.Key, "pods[%d]", &n); err == nil && n < len(c.Pods) && c.Pods[n].Name != "" {
+			msg += fmt.Sprintf(" (pod %q)", c.Pods[n].Name)
+		}
+		if k.Hint != "" {
+			msg += "; " + k.Hint
+		}
+		errs[i] = &Error{Line: k.Line, Key: k.Key, Msg: msg}
+	}
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
 }
 
 // WithDefaults fills in the defaults.
@@ -168,30 +268,34 @@ const (
 	FlagsFromFlagd = "flagd"
 )
 
+// maxPoolCap is the largest pool_cap: the MySQL store's bound on its unit
+// pool (mysqlstore.Config.PoolCap), said here in the topology's words.
+const maxPoolCap = 100000
+
 // Validate reports the first problem, naming the field.
 func (c Config) Validate() error {
 	if c.ControlDSN == "" {
-		return errors.New("topology: control_dsn is required")
+		return fieldError("control_dsn", "control_dsn is required")
 	}
 	switch {
 	case c.FlagsSource != FlagsFromFile && c.FlagsSource != FlagsFromDatabase && c.FlagsSource != FlagsFromFlagd:
-		return fmt.Errorf("topology: flags_source %q must be %q, %q or %q", c.FlagsSource, FlagsFromFile, FlagsFromDatabase, FlagsFromFlagd)
+		return fieldError("flags_source", "flags_source %q must be %q, %q or %q", c.FlagsSource, FlagsFromFile, FlagsFromDatabase, FlagsFromFlagd)
 	case c.FlagsSource == FlagsFromFile && c.FlagsFile == "":
-		return errors.New(`topology: flags_file is required (or flags_source = "database" or "flagd")`)
+		return fieldError("flags_source", `flags_file is required (or flags_source = "database" or "flagd")`)
 	case c.FlagsSource != FlagsFromFile && c.FlagsFile != "":
-		return fmt.Errorf("topology: flags_file is set but flags_source is %q: the replicas would not read it; remove one", c.FlagsSource)
+		return fieldError("flags_file", "flags_file is set but flags_source is %q: the replicas would not read it; remove one", c.FlagsSource)
 	case c.FlagsSource == FlagsFromFlagd && c.FlagdAddr == "":
-		return errors.New(`topology: flagd_addr is required with flags_source = "flagd" (the daemon's sync service, host:port)`)
+		return fieldError("flags_source", `flagd_addr is required with flags_source = "flagd" (the daemon's sync service, host:port)`)
 	case c.FlagsSource != FlagsFromFlagd && c.FlagdAddr != "":
-		return fmt.Errorf(`topology: flagd_addr is set but flags_source is %q: the replicas would not use it; set flags_source = "flagd" or remove flagd_addr`, c.FlagsSource)
+		return fieldError("flagd_addr", `flagd_addr is set but flags_source is %q: the replicas would not use it; set flags_source = "flagd" or remove flagd_addr`, c.FlagsSource)
 	}
 	if c.FlagdAddr != "" {
 		if err := netaddr.HostPort(c.FlagdAddr); err != nil {
-			return fmt.Errorf("topology: flagd_addr %w", err)
+			return &Error{Key: "flagd_addr", Msg: "flagd_addr " + err.Error(), Err: err}
 		}
 	}
 	if len(c.Pods) == 0 {
-		return errors.New("topology: at least one [[pods]] is required")
+		return fieldError("", "at least one [[pods]] is required")
 	}
 	names := map[string]bool{}
 	prefixes := map[string]string{} // Redis and prefix -> pod
@@ -200,23 +304,23 @@ func (c Config) Validate() error {
 		f := fmt.Sprintf("pods[%d]", i)
 		switch {
 		case !authority.ValidPodName(p.Name):
-			return fmt.Errorf("topology: %s.name %q must be %s (the flags' rule: a pod the flags cannot name could never be switched)", f, p.Name, authority.PodNameRule)
+			return fieldError(f+".name", "%s.name %q must be %s (the flags' rule: a pod the flags cannot name could never be switched)", f, p.Name, authority.PodNameRule)
 		case names[p.Name]:
-			return fmt.Errorf("topology: %s.name %q is used twice", f, p.Name)
+			return fieldError(f+".name", "%s.name %q is used twice", f, p.Name)
 		case p.MySQLDSN == "":
-			return fmt.Errorf("topology: %s.mysql_dsn is required", f)
+			return fieldError(f, "%s.mysql_dsn is required", f)
 		case (p.RedisAddr == "") == (len(p.RedisCluster) == 0):
-			return fmt.Errorf("topology: %s: give exactly one of redis_addr and redis_cluster", f)
+			return fieldError(f, "%s: give exactly one of redis_addr and redis_cluster", f)
 		case strings.ContainsAny(p.RedisPrefix, "{}"):
-			return fmt.Errorf("topology: %s.redis_prefix must not contain braces", f)
-		case p.PoolCap < 1:
-			return fmt.Errorf("topology: %s.pool_cap must be >= 1", f)
+			return fieldError(f+".redis_prefix", "%s.redis_prefix must not contain braces", f)
+		case p.PoolCap < 1 || p.PoolCap > maxPoolCap:
+			return fieldError(f+".pool_cap", "%s.pool_cap must be between 1 and %d, got %d", f, maxPoolCap, p.PoolCap)
 		case p.RedisUsername != "" && p.RedisPassword == "":
-			return fmt.Errorf("topology: %s.redis_username is set but redis_password is empty: an ACL user needs its password", f)
+			return fieldError(f+".redis_username", "%s.redis_username is set but redis_password is empty: an ACL user needs its password", f)
 		case p.RedisTLSCA != "" && !p.RedisTLS:
-			return fmt.Errorf("topology: %s.redis_tls_ca is set but redis_tls is not: set redis_tls = true to use TLS", f)
+			return fieldError(f+".redis_tls_ca", "%s.redis_tls_ca is set but redis_tls is not: set redis_tls = true to use TLS", f)
 		case p.RedisTLSServerName != "" && !p.RedisTLS:
-			return fmt.Errorf("topology: %s.redis_tls_server_name is set but redis_tls is not: set redis_tls = true to use TLS", f)
+			return fieldError(f+".redis_tls_server_name", "%s.redis_tls_server_name is set but redis_tls is not: set redis_tls = true to use TLS", f)
 		}
 		names[p.Name] = true
 		// Two pods on one Redis with one prefix would share keys: each
@@ -224,15 +328,15 @@ func (c Config) Validate() error {
 		// ledger.
 		where := p.RedisAddr + "|" + strings.Join(p.RedisCluster, ",") + "|" + p.RedisPrefix
 		if other, dup := prefixes[where]; dup {
-			return fmt.Errorf("topology: %s.redis_prefix %q: pod %q uses the same Redis with the same prefix; give each pod its own prefix", f, p.RedisPrefix, other)
+			return fieldError(f+".redis_prefix", "%s.redis_prefix %q: pod %q uses the same Redis with the same prefix; give each pod its own prefix", f, p.RedisPrefix, other)
 		}
 		prefixes[where] = p.Name
 		for _, s := range p.Shops {
 			if s <= 0 {
-				return fmt.Errorf("topology: %s.shops: %d is not a positive shop id", f, s)
+				return fieldError(f+".shops", "%s.shops: %d is not a positive shop id", f, s)
 			}
 			if o, dup := owner[s]; dup {
-				return fmt.Errorf("topology: shop %d is listed by pods %q and %q", s, o, p.Name)
+				return fieldError(f+".shops", "%s.shops: shop %d is listed by pods %q and %q", f, s, o, p.Name)
 			}
 			owner[s] = p.Name
 		}
@@ -240,7 +344,7 @@ func (c Config) Validate() error {
 	if c.DefaultRule != "modulo" {
 		name, ok := strings.CutPrefix(c.DefaultRule, "pod:")
 		if !ok || !names[name] {
-			return fmt.Errorf("topology: default_rule %q must be \"modulo\" or \"pod:<a pod's name>\"", c.DefaultRule)
+			return fieldError("default_rule", "default_rule %q must be \"modulo\" or \"pod:<a pod's name>\"", c.DefaultRule)
 		}
 	}
 	return nil
@@ -279,4 +383,47 @@ func (c *Config) PodNames() []string {
 		out[i] = p.Name
 	}
 	return out
+}
+
+// Lists reports whether a pod lists shop in its shops.
+func (c *Config) Lists(shop int64) bool {
+	for _, p := range c.Pods {
+		if slices.Contains(p.Shops, shop) {
+			return true
+		}
+	}
+	return false
+}
+
+// maxShopsNamed is how many of a pod's shops UnlistedShop names.
+const maxShopsNamed = 8
+
+// UnlistedShop is the error for a shop that no pod lists, given where
+// one was expected (a kill switch's scope: a typo there writes a switch
+// that protects nothing): it names the shop, the shops each pod lists,
+// and where default_rule routes the shop. nil when a pod lists it.
+func (c *Config) UnlistedShop(shop int64) error {
+	if c.Lists(shop) {
+		return nil
+	}
+	var pods []string
+	for _, p := range c.Pods {
+		shops := make([]string, 0, min(len(p.Shops), maxShopsNamed))
+		for _, s := range p.Shops[:min(len(p.Shops), maxShopsNamed)] {
+			shops = append(shops, fmt.Sprint(s))
+		}
+		switch {
+		case len(p.Shops) == 0:
+			pods = append(pods, p.Name+": none")
+		case len(p.Shops) > maxShopsNamed:
+			pods = append(pods, fmt.Sprintf("%s: %s and %d more", p.Name, strings.Join(shops, ", "), len(p.Shops)-maxShopsNamed))
+		default:
+			pods = append(pods, p.Name+": "+strings.Join(shops, ", "))
+		}
+	}
+	route := ""
+	if p, err := c.PodOf(shop); err == nil {
+		route = fmt.Sprintf("; default_rule %q would route it to pod %s", c.DefaultRule, p.Name)
+	}
+	return fmt.Errorf("no pod of the topology lists shop %d (the pods' shops: %s)%s", shop, strings.Join(pods, "; "), route)
 }

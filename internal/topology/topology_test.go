@@ -2,6 +2,7 @@ package topology
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -41,11 +42,11 @@ func TestParseAndRoute(t *testing.T) {
 
 func TestParseErrorsNameTheField(t *testing.T) {
 	for _, tc := range []struct{ edit, want string }{
-		{strings.Replace(sample, `control_dsn`, `contrl_dsn`, 1), "unknown key(s): contrl_dsn"},
+		{strings.Replace(sample, `control_dsn`, `contrl_dsn`, 1), "unknown key contrl_dsn; did you mean control_dsn?"},
 		{strings.Replace(sample, `name = "pod-b"`, `name = "pod-a"`, 1), `pods[1].name "pod-a" is used twice`},
 		{strings.Replace(sample, `redis_cluster = ["127.0.0.1:37001"]`, ``, 1), "pods[1]: give exactly one of redis_addr and redis_cluster"},
 		{strings.Replace(sample, `shops = [1, 2]`, `shops = [1, -2]`, 1), "pods[0].shops: -2"},
-		{sample + "\ndefault_rule = \"pod:nope\"\n", "unknown key"}, // after [[pods]] it is a pod key
+		{sample + "\ndefault_rule = \"pod:nope\"\n", `unknown key pods[1].default_rule (pod "pod-b"); default_rule is a top-level key`}, // after [[pods]] it is a pod key
 		{strings.Replace(sample, "flags_file = \"flags.json\"", "flags_file = \"flags.json\"\ndefault_rule = \"pod:nope\"", 1), `default_rule "pod:nope"`},
 		// One pod-name rule with the flags: a pod they cannot name could
 		// never be switched.
@@ -69,7 +70,8 @@ func TestExampleFileParses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"RESERVOIR_CONTROL_DB_PASSWORD": "cpw", "RESERVOIR_REDIS_C_PASSWORD": "rpw", "RESERVOIR_POD_B_DB_PASSWORD": "bpw"}
+	env := map[string]string{"RESERVOIR_CONTROL_DB_PASSWORD": "cpw", "RESERVOIR_REDIS_C_PASSWORD": "rpw", "RESERVOIR_POD_B_DB_PASSWORD": "bpw",
+		"RESERVOIR_POD_A_DB_PASSWORD": "apw", "RESERVOIR_REDIS_A_PASSWORD": "rapw"}
 	files := map[string]string{
 		"/etc/reservoir/secrets/pod-c-mysql-dsn":  "reservoir:cdb@tcp(mysql-c:3306)/reservoir\n",
 		"/etc/reservoir/secrets/redis-b-password": "bredis\n",
@@ -78,16 +80,18 @@ func TestExampleFileParses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Pods) != 2 || c.Pods[1].PoolCap != 1000 {
+	if len(c.Pods) != 3 || c.Pods[1].PoolCap != 1000 || c.Pods[2].PoolCap != 5000 {
 		t.Fatalf("example topology: %d pods", len(c.Pods))
 	}
 	c0, c1 := c.Pods[0], c.Pods[1]
 	for got, want := range map[string]string{
-		c.ControlDSN:     "reservoir:cpw@tcp(mysql-control:3306)/reservoir_control",
-		c0.MySQLDSN:      "reservoir:cdb@tcp(mysql-c:3306)/reservoir",
-		c0.RedisPassword: "rpw",
-		c1.MySQLDSN:      "reservoir:bpw@tcp(mysql-b:3306)/reservoir?tls=true",
-		c1.RedisPassword: "bredis",
+		c.ControlDSN:            "reservoir:cpw@tcp(mysql-control:3306)/reservoir_control",
+		c0.MySQLDSN:             "reservoir:cdb@tcp(mysql-c:3306)/reservoir",
+		c0.RedisPassword:        "rpw",
+		c1.MySQLDSN:             "reservoir:bpw@tcp(mysql-b:3306)/reservoir?tls=true",
+		c1.RedisPassword:        "bredis",
+		c.Pods[2].MySQLDSN:      "reservoir:apw@tcp(mysql-a:3306)/reservoir",
+		c.Pods[2].RedisPassword: "rapw",
 	} {
 		if got != want {
 			t.Errorf("resolved %q, want %q", got, want)
@@ -95,5 +99,45 @@ func TestExampleFileParses(t *testing.T) {
 	}
 	if !c0.RedisTLS || c0.RedisTLSCA == "" || c0.MySQLTLSCA == "" || c.ControlTLSCA == "" || c1.RedisTLSServerName == "" {
 		t.Errorf("TLS settings of the example: %+v %+v", c0, c1)
+	}
+}
+
+// A topology's mistakes are told where they are: the file, the line, the
+// pod (its index and name), and what was most likely meant, each once.
+// Before, the same typo in two pods read "unknown key(s): pods.redis_adr,
+// pods.redis_adr": twice, no file, no line, no pod, no suggestion.
+func TestLoadSaysWhere(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "topology.toml")
+	write := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	typo := strings.Replace(strings.Replace(sample, "redis_addr", "redis_adr", 1), "redis_cluster", "redis_adr", 1)
+	write(typo)
+	_, err := Load(path)
+	want := "topology " + path + `:8: unknown key pods[0].redis_adr (pod "pod-a"); did you mean redis_addr?` + "\n" +
+		"topology " + path + `:14: unknown key pods[1].redis_adr (pod "pod-b"); did you mean redis_addr?`
+	if err == nil || err.Error() != want {
+		t.Errorf("two pods with one typo:\n got %v\nwant %s", err, want)
+	}
+	for _, tc := range []struct{ edit, want string }{
+		// A field refused: its line.
+		{strings.Replace(sample, "pool_cap = 50", "pool_cap = 50\nredis_tls_ca = \"ca.pem\"", 1),
+			":16: pods[1].redis_tls_ca is set but redis_tls is not"},
+		// A field missing: its pod's line.
+		{strings.Replace(sample, `mysql_dsn = "root@tcp(127.0.0.1:33306)/b"`, "", 1), ":11: pods[1].mysql_dsn is required"},
+		{strings.Replace(sample, `shops = [1, 2]`, `shops = [1, -2]`, 1), ":9: pods[0].shops: -2 is not a positive shop id"},
+		// A secret that cannot be resolved: its key's line.
+		{strings.Replace(sample, `"root@tcp(127.0.0.1:33306)/b"`, `"${RSV_TOPOLOGY_TEST_UNSET}"`, 1), ":13: pods[1].mysql_dsn: ${RSV_TOPOLOGY_TEST_UNSET} is not set"},
+		// The TOML library's own errors name their line; the file is said.
+		{strings.Replace(sample, "pool_cap = 50", `pool_cap = "many"`, 1), "topology " + path + ": toml: line 15"},
+	} {
+		write(tc.edit)
+		_, err := Load(path)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "topology "+path) {
+			t.Errorf("want an error of %s containing %q, got %v", path, tc.want, err)
+		}
 	}
 }

@@ -177,6 +177,11 @@ type KillRequest struct {
 	// such a kill is refused (409 refused) while the reconciler finds
 	// drift. Engage only.
 	Resynced bool `json:"resynced"`
+	// Force writes a switch on a shop scope although no pod of the
+	// topology lists the shop (it is about to be added, or default_rule
+	// routes it). Without it such a scope is refused, 400 unknown_shop, as
+	// a likely typo; a release of a shop the flags name is never refused.
+	Force bool `json:"force"`
 }
 
 // KillResponse is the answer of a kill switch change.

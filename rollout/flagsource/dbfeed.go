@@ -18,6 +18,10 @@ import (
 // dbSource names the control database as flagd's sync source.
 const dbSource = "reservoir-control-db"
 
+// ErrNoFlagsDocument is the read failure of a control database that
+// holds no flags document yet.
+var ErrNoFlagsDocument = errors.New("the control database holds no flags document yet: `reservoir rollout --topology FILE init` writes the first")
+
 // dbFeed feeds the control database's flags document (FlagsTable) to
 // flagd's in-process provider, as fileFeed feeds a file. It polls the
 // document's row, one primary key read, every poll interval, and the
@@ -49,6 +53,8 @@ type dbFeed struct {
 
 	// rej is the refusal Source.Rejected reports.
 	rej rejection
+	// readFail is the read failure Source.ReadError reports.
+	readFail readFailure
 }
 
 var _ isync.ISync = (*dbFeed)(nil)
@@ -119,8 +125,9 @@ func (f *dbFeed) fetch(ctx context.Context) ([]byte, error) {
 	f.mu.Unlock()
 	row, doc, err := controldb.PollFlags(ctx, f.db, seen, refused)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errors.New("no flags document yet (write one: `reservoir rollout` or FlagsTable)")
+		err = ErrNoFlagsDocument
 	}
+	f.readFail.set(err)
 	if err != nil {
 		return nil, err
 	}

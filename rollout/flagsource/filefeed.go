@@ -3,6 +3,7 @@ package flagsource
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -26,6 +27,9 @@ const settleDelay = 5 * time.Millisecond
 // at start: flagd needs a valid first version to finish starting. Decide
 // does not evaluate it (the feed is not loaded), so it answers nothing.
 const noFlags = `{"flags": {}}`
+
+// errEmptyFile is the read failure of an empty flags file.
+var errEmptyFile = errors.New("the file is empty")
 
 // fileFeed feeds the flags file to flagd's in-process provider (it is the
 // provider's sync.ISync). It watches the file's directory rather than the
@@ -58,6 +62,8 @@ type fileFeed struct {
 
 	// rej is the refusal Source.Rejected reports.
 	rej rejection
+	// readFail is the read failure Source.ReadError reports.
+	readFail readFailure
 }
 
 var _ isync.ISync = (*fileFeed)(nil)
@@ -77,11 +83,15 @@ func (f *fileFeed) prime() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	data, fi, err := f.read()
+	f.readFail.set(err)
 	if err != nil {
 		f.log.Error("rollout: flags file cannot be read; no decisions until it can (watching for it)", "err", err)
 		return
 	}
 	f.seen = fi
+	if len(data) == 0 {
+		f.readFail.set(errEmptyFile)
+	}
 	version, err := f.validate(data)
 	if err != nil {
 		f.rejected = data
@@ -171,6 +181,7 @@ func (f *fileFeed) refresh(ctx context.Context, out chan<- isync.DataSync, polle
 		}
 	}
 	data, fi, err := f.read()
+	f.readFail.set(err)
 	if err != nil {
 		f.mu.Unlock()
 		if f.loaded.Load() {
@@ -194,6 +205,7 @@ func (f *fileFeed) refresh(ctx context.Context, out chan<- isync.DataSync, polle
 		// Most likely a write in place caught between its truncate and
 		// its write: the next event or poll reads the result. Not
 		// rejected, so a file left empty is still reported, rate-limited.
+		f.readFail.set(errEmptyFile)
 		f.mu.Unlock()
 		if f.loaded.Load() {
 			f.problem("feed/empty", slog.LevelWarn, "rollout: flags file is empty (a write in progress?); keeping the last valid flags")

@@ -23,10 +23,11 @@ import (
 )
 
 // ErrFlagsNotLoaded is returned by Source.Decide, with RedisSafe, while
-// no valid version of the flags file has loaded (it was missing,
-// unreadable, invalid or empty when the source started and has not been
-// fixed yet) and after Close.
-var ErrFlagsNotLoaded = errors.New("rollout: flags file not loaded")
+// no valid version of the flags has loaded from their source (a file,
+// the control database or a flagd daemon: missing, unreachable, invalid
+// or empty when the source started and not fixed yet) and after Close.
+// ReadError and Rejected say why.
+var ErrFlagsNotLoaded = errors.New("rollout: flags not loaded (no valid version from their source yet)")
 
 // ErrVersionMismatch is wrapped by the error Source.Decide returns,
 // with RedisSafe, when the two flags it evaluated report different
@@ -302,7 +303,7 @@ func (s *Source) Decide(ctx context.Context, pod string, shop int64) (authority.
 		return authority.RedisSafe, ErrFlagsNotLoaded
 	}
 	if !s.loaded() {
-		s.problem("not-loaded", slog.LevelError, "rollout: flags file not loaded; no decision until it is")
+		s.problem("not-loaded", slog.LevelError, "rollout: flags not loaded; no decision until they are")
 		return authority.RedisSafe, ErrFlagsNotLoaded
 	}
 	ec := openfeature.NewEvaluationContext(strconv.FormatInt(shop, 10), map[string]any{"pod": pod, "shop": shop})

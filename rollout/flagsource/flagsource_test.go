@@ -308,7 +308,7 @@ func TestFlagSourceBadFiles(t *testing.T) {
 			if fx.logs.count("flags file could not be loaded; no decisions until it is fixed") != 1 {
 				t.Errorf("want one clear log line:\n%s", fx.logs)
 			}
-			if fx.logs.count("flags file not loaded; no decision until it is") != 1 {
+			if fx.logs.count("flags not loaded; no decision until they are") != 1 {
 				t.Errorf("want one rate-limited line for the 20 calls:\n%s", fx.logs)
 			}
 			fx.replace(t, string(good))

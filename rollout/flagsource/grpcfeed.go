@@ -77,6 +77,8 @@ type grpcFeed struct {
 
 	// rej is the refusal Source.Rejected reports.
 	rej rejection
+	// readFail is the read failure Source.ReadError reports.
+	readFail readFailure
 }
 
 var _ feed = (*grpcFeed)(nil)
@@ -115,6 +117,7 @@ func (f *grpcFeed) dial() (*grpc.ClientConn, syncv1grpc.FlagSyncServiceClient, e
 func (f *grpcFeed) prime() {
 	conn, client, err := f.dial()
 	if err != nil {
+		f.readFail.set(err)
 		f.log.Error("rollout: flags cannot be read from the flagd daemon; no decisions until they can (retrying)", "err", err)
 		return
 	}
@@ -122,6 +125,7 @@ func (f *grpcFeed) prime() {
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
 	res, err := client.FetchAllFlags(ctx, &syncv1.FetchAllFlagsRequest{})
+	f.readFail.set(err)
 	if err != nil {
 		f.log.Error("rollout: flags cannot be read from the flagd daemon; no decisions until they can (retrying)", "err", err)
 		return
@@ -161,6 +165,7 @@ func (f *grpcFeed) Sync(ctx context.Context, out chan<- isync.DataSync) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		f.readFail.set(err)
 		// A stream that delivered and broke is logged each time (once per
 		// connection); failing to open one again only now and then.
 		switch loaded := f.loaded.Load(); {
@@ -221,6 +226,7 @@ func (f *grpcFeed) stream(ctx context.Context, client syncv1grpc.FlagSyncService
 // refused is logged once, however often the daemon sends it again (it
 // does at every reconnect).
 func (f *grpcFeed) accept(data []byte) []byte {
+	f.readFail.set(nil) // a document arrived
 	f.mu.Lock()
 	if bytes.Equal(data, f.current) && f.rejected != nil {
 		// Put back as it was: the version in force is the newest again.

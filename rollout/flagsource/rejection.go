@@ -48,6 +48,45 @@ func (r *rejection) refusal() (time.Time, error) {
 	return r.at, r.err
 }
 
+// readFailure is a feed's last failure to read its flags at all (a file
+// missing or unreadable or empty, a database or a daemon that does not
+// answer, no document there yet), until a read succeeds: with rejection,
+// it says why a source is not loaded.
+type readFailure struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (r *readFailure) set(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.err = err
+}
+
+func (r *readFailure) get() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// ReadError is the last failure to read the flags from where they are (a
+// file missing, unreadable or empty; a control database or a flagd daemon
+// that does not answer; no flags document there yet), and nil once a
+// read succeeds (a document read but refused is Rejected's). A replica
+// that is not Loaded says why with it. nil with a Provider.
+func (s *Source) ReadError() error {
+	if f, ok := s.feed.(interface{ readErr() error }); ok {
+		return f.readErr()
+	}
+	return nil
+}
+
+func (f *fileFeed) readErr() error { return f.readFail.get() }
+
+func (f *dbFeed) readErr() error { return f.readFail.get() }
+
+func (f *grpcFeed) readErr() error { return f.readFail.get() }
+
 // rejecter is a feed that reports its refusals (fileFeed, dbFeed,
 // grpcFeed).
 type rejecter interface {

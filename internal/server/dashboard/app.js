@@ -706,6 +706,8 @@ function openKill(scope, action) {
   if (scope.startsWith("shop:")) { sel.value = "shop"; $("#kill-shop").value = scope.slice(5); }
   else sel.value = scope;
   $("#kill-shop-label").hidden = sel.value !== "shop";
+  $("#kill-force-label").hidden = true;
+  $("#kill-force").checked = false;
   $("#kill-state-label").hidden = action !== "engage";
   $("#kill-title").textContent = action === "engage" ? "Engage the kill switch" : "Release the kill switch";
   $("#kill-reason").value = "";
@@ -723,7 +725,8 @@ function killScope() {
 
 function initKill() {
   $("#kill-global").addEventListener("click", () => openKill("global", "engage"));
-  $("#kill-scope").addEventListener("change", () => { $("#kill-shop-label").hidden = $("#kill-scope").value !== "shop"; });
+  $("#kill-scope").addEventListener("change", () => { $("#kill-shop-label").hidden = $("#kill-scope").value !== "shop"; $("#kill-force-label").hidden = true; });
+  $("#kill-shop").addEventListener("input", () => { $("#kill-force-label").hidden = true; $("#kill-force").checked = false; });
   $("#kill-cancel").addEventListener("click", () => $("#kill-dialog").close());
   $("#kill-back").addEventListener("click", () => { $("#kill-step1").hidden = false; $("#kill-step2").hidden = true; });
   $("#kill-continue").addEventListener("click", () => {
@@ -744,6 +747,7 @@ function initKill() {
   $("#kill-confirm").addEventListener("click", async () => {
     const body = { scope: kill.scope, reason: kill.reason };
     if (kill.action === "engage") body.state = $("#kill-state").value;
+    if (!$("#kill-force-label").hidden && $("#kill-force").checked) body.force = true;
     $("#kill-confirm").disabled = true;
     try {
       const r = await api(kill.action === "engage" ? "POST" : "DELETE", "/admin/killswitch", body);
@@ -758,6 +762,8 @@ function initKill() {
         $("#kill-step1").hidden = false;
         $("#kill-step2").hidden = true;
         $("#kill-error").textContent = (r.data && r.data.message) || ("failed: HTTP " + r.status);
+        // A shop no pod lists: say it, and offer to write it anyway.
+        if (r.data && r.data.error === "unknown_shop") $("#kill-force-label").hidden = false;
       }
     } catch (e) {
       $("#kill-error").textContent = String(e);
