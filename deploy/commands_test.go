@@ -1122,7 +1122,7 @@ reservoir rollout advance: refused: the gates of stage "shadow" do not pass (2 o
 		{block("sh", `go run ./cmd/reservoir demo`), "instead of go run"},
 		{block("sh", `bin/reservoir rollout --topology /t stauts`), "no rollout action"},
 		{block("sh", `bin/reservoir deploy`), `no command "deploy"`},
-		{block("sh", `bin/reservoir rollout --topology /t kill --scope global --reason r --force`), "has no flag --force"},
+		{block("sh", `bin/reservoir rollout --topology /t kill --scope global --reason r --forcibly`), "has no flag --forcibly"},
 		{block("sh", `bin/reservoir rollout --topology FILE init`), "--topology FILE is a placeholder"},
 		{block("sh", `bin/reservoir rollout status`), "no topology"},
 		{block("sh", `bin/reservoir migrate --create up`), "no topology"},

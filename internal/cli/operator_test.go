@@ -222,7 +222,7 @@ func TestKillSwitchWithABrokenPlan(t *testing.T) {
 	}
 	code, out, errOut := run(t, "rollout", "--topology", topo, "--actor", "ana", "release", "--scope", "pod:pod-a", "--reason", "drill over")
 	if code != 0 || !strings.Contains(out, "release pod:pod-a: written") ||
-		!strings.HasPrefix(errOut, "warning: the plan did not load (plan: ") || !strings.Contains(errOut, "the gates of the stage in force were not started again") {
+		!strings.HasPrefix(errOut, "warning: the plan did not load (plan ") || !strings.Contains(errOut, "the gates of the stage in force were not started again") {
 		t.Errorf("release with a broken plan: %d %q %q", code, out, errOut)
 	}
 }
