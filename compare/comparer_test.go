@@ -150,9 +150,9 @@ func TestObserveCountsOnRegistry(t *testing.T) {
 		labels []string
 		want   float64
 	}{
-		{"reservoir_compare_observations_total", []string{"op", "reserve", "class", "match", "pod", "p1", "mode", "shadow"}, 3},
-		{"reservoir_compare_observations_total", []string{"class", "outcome_mismatch", "pod", "p2", "mode", "mysql"}, 100},
-		{"reservoir_compare_observations_total", []string{"class", "shadow_skipped", "pod", "p1"}, 1},
+		{"reservoir_compare_observations_total", []string{"op", "reserve", "class", "match", "reservoir_pod", "p1", "mode", "shadow"}, 3},
+		{"reservoir_compare_observations_total", []string{"class", "outcome_mismatch", "reservoir_pod", "p2", "mode", "mysql"}, 100},
+		{"reservoir_compare_observations_total", []string{"class", "shadow_skipped", "reservoir_pod", "p1"}, 1},
 		{"reservoir_compare_latency_seconds", []string{"store", "redis", "side", "authority", "op", "reserve", "mode", "shadow"}, 4},
 		// The skipped shadow is not timed.
 		{"reservoir_compare_latency_seconds", []string{"store", "mysql", "side", "shadow", "mode", "shadow"}, 3},

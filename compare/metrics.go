@@ -34,7 +34,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "reservoir_compare_observations_total",
 			Help: "Dual-written calls by operation, class (see compare.Classify), pod and mode. " +
 				"A shop is never a label: shops live in the sampled diff records.",
-		}, []string{"op", "class", "pod", "mode"}),
+		}, []string{"op", "class", "reservoir_pod", "mode"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "reservoir_compare_latency_seconds",
 			Help: "Latency of each store in dual-written calls, by store, side (authority or shadow), " +

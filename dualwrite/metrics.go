@@ -19,7 +19,7 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer, pod string) (*metrics, error) {
-	labels := prometheus.Labels{"pod": pod}
+	labels := prometheus.Labels{"reservoir_pod": pod}
 	m := &metrics{
 		shadowSkipped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "reservoir_dualwrite_shadow_skipped_total", ConstLabels: labels,

@@ -39,7 +39,7 @@ import (
 
 // Config configures a Mirror. New applies WithDefaults, then Validate.
 type Config struct {
-	// Pod names the pod; it labels the metrics. Required.
+	// Pod names the pod; it labels the metrics (reservoir_pod). Required.
 	Pod string
 	// MySQL is the pod's MySQL store: the feed, its fences, the target of
 	// handoffs to MySQL (*mysqlstore.Store). Required.
@@ -213,7 +213,7 @@ func New(cfg Config) (*Mirror, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"pod": cfg.Pod}, cfg.Registerer))
+	m, err := newMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"reservoir_pod": cfg.Pod}, cfg.Registerer))
 	if err != nil {
 		return nil, fmt.Errorf("mirror: register metrics: %w", err)
 	}

@@ -455,7 +455,7 @@ func TestRelayDeliversMySQLDecisions(t *testing.T) {
 				t.Errorf("redis snapshot: %s, want %s", strings.Join(got, ","), want)
 			}
 
-			if n := metric(t, b.reg, "reservoir_mirror_applied_total", "kind", "state", "pod", pod); n != 7 {
+			if n := metric(t, b.reg, "reservoir_mirror_applied_total", "kind", "state", "reservoir_pod", pod); n != 7 {
 				t.Errorf("applied state changes = %v, want 7 (4 reserves, a release, a claim, an expiry)", n)
 			}
 			if n := metric(t, b.reg, "reservoir_mirror_applied_total", "kind", "adjust"); n != 2 {
@@ -467,7 +467,7 @@ func TestRelayDeliversMySQLDecisions(t *testing.T) {
 			if n := metric(t, b.reg, "reservoir_mirror_apply_failures_total"); n != 0 {
 				t.Errorf("apply failures = %v, want 0", n)
 			}
-			if n := metric(t, b.reg, "reservoir_mirror_relay_active", "pod", pod); n != 1 {
+			if n := metric(t, b.reg, "reservoir_mirror_relay_active", "reservoir_pod", pod); n != 1 {
 				t.Errorf("relay_active = %v, want 1 while the only relay runs", n)
 			}
 			if n := metric(t, b.reg, "reservoir_mirror_backlog_changes"); n != 0 {
@@ -504,7 +504,9 @@ func TestOneActiveRelayPerPod(t *testing.T) {
 	for _, r := range rs {
 		r.stop = run(t, r.m)
 	}
-	active := func(r *replica) float64 { return metric(t, r.reg, "reservoir_mirror_relay_active", "pod", pod) }
+	active := func(r *replica) float64 {
+		return metric(t, r.reg, "reservoir_mirror_relay_active", "reservoir_pod", pod)
+	}
 	// A refused attempt returns its connection at once (and is observed);
 	// the lease held keeps its connection.
 	refusals := func(r *replica) uint64 {
@@ -1041,7 +1043,7 @@ func TestPoisonedShopStopsOnlyItself(t *testing.T) {
 			if got := b.pendingOf(t, stuck); !slices.Equal(got, []string{"bogus ", "state a"}) {
 				t.Errorf("the stuck shop's pending changes: %q", got)
 			}
-			if n := metric(t, b.reg, "reservoir_mirror_apply_failures_total", "pod", pod); n < 1 {
+			if n := metric(t, b.reg, "reservoir_mirror_apply_failures_total", "reservoir_pod", pod); n < 1 {
 				t.Errorf("apply failures = %v, want at least 1", n)
 			}
 			if err := b.m.Flush(c, stuck); err == nil || !strings.Contains(err.Error(), "bogus") {

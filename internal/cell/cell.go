@@ -263,7 +263,7 @@ func Open(ctx context.Context, cfg Config) (_ *Cell, err error) {
 		Name: DegradedMetric,
 		Help: "1 while a pod is degraded: one of its stores failed the cell's last health check (each second) " +
 			"or its circuit breaker refuses calls; its calls that need that store answer 503, other pods are untouched. By pod.",
-	}, []string{"pod"})
+	}, []string{"reservoir_pod"})
 	if err := cfg.Registerer.Register(c.degradedGauge); err != nil {
 		return nil, fmt.Errorf("cell: register metrics: %w", err)
 	}
@@ -350,9 +350,11 @@ func (c *Cell) openPod(tp topology.Pod, timer *storeTimer, bm *breakerMetrics) (
 	if err != nil {
 		return nil, err
 	}
-	// The stores' metric names carry no pod: the pod becomes a label, so
-	// every pod's stores share one registry.
-	reg := prometheus.WrapRegistererWith(prometheus.Labels{"pod": tp.Name}, c.cfg.Registerer)
+	// The stores' metric names carry no pod: the pod becomes the label
+	// reservoir_pod, so every pod's stores share one registry. Not "pod":
+	// the Prometheus Operator's target label, which would rename it
+	// exported_pod (docs/runbooks.md, "The label reservoir_pod").
+	reg := prometheus.WrapRegistererWith(prometheus.Labels{"reservoir_pod": tp.Name}, c.cfg.Registerer)
 	limits := reservation.Limits{MaxQuantity: min(reservation.DefaultLimits.MaxQuantity, tp.PoolCap)}.WithDefaults()
 	my, err := mysqlstore.New(mysqlstore.Config{DB: db, PoolCap: tp.PoolCap, Limits: limits, Registerer: reg})
 	if err != nil {

@@ -174,7 +174,7 @@ func applied(t *testing.T, reg *prometheus.Registry, pod, kind string) float64 {
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["pod"] == pod && labels["kind"] == kind {
+			if labels["reservoir_pod"] == pod && labels["kind"] == kind {
 				n += m.GetCounter().GetValue()
 			}
 		}

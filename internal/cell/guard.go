@@ -36,7 +36,7 @@ type breakerMetrics struct {
 }
 
 // BreakerOpenMetric is the gauge that is 1 while a pod's store's breaker
-// refuses calls (open or half-open), labelled pod and store.
+// refuses calls (open or half-open), labelled reservoir_pod and store.
 const BreakerOpenMetric = "reservoir_store_breaker_open"
 
 func newBreakerMetrics(reg prometheus.Registerer) (*breakerMetrics, error) {
@@ -44,12 +44,12 @@ func newBreakerMetrics(reg prometheus.Registerer) (*breakerMetrics, error) {
 		opened: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reservoir_store_breaker_opened_total",
 			Help: "Times a pod's store's circuit breaker opened (consecutive failed calls, or a failed health check), by pod and store.",
-		}, []string{"pod", "store"}),
+		}, []string{"reservoir_pod", "store"}),
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: BreakerOpenMetric,
 			Help: "1 while a pod's store's circuit breaker refuses calls (open, or half-open with its probe in flight): " +
 				"the pod's calls that need that store answer 503 store_unavailable at once; by pod and store.",
-		}, []string{"pod", "store"}),
+		}, []string{"reservoir_pod", "store"}),
 	}
 	for _, c := range []prometheus.Collector{m.opened, m.open} {
 		if err := reg.Register(c); err != nil {

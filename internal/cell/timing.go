@@ -10,8 +10,9 @@ import (
 )
 
 // StoreCallMetric is the name of the histogram of every store call the
-// facades make (authority and shadow alike), labelled pod, store, op and
-// result. The dashboard's per-store latency and the Grafana board read it.
+// facades make (authority and shadow alike), labelled reservoir_pod,
+// store, op and result. The dashboard's per-store latency and the Grafana
+// board read it.
 const StoreCallMetric = "reservoir_store_call_seconds"
 
 // Results of a store call (the result label of StoreCallMetric).
@@ -41,7 +42,7 @@ func newStoreTimer(reg prometheus.Registerer) (*storeTimer, error) {
 		Help: "Time of each call the facade makes to a store (as authority or as shadow), by pod, store, " +
 			"operation and result (ok, domain: a sentinel error such as not_found, error: the store failed).",
 		Buckets: storeBuckets,
-	}, []string{"pod", "store", "op", "result"})
+	}, []string{"reservoir_pod", "store", "op", "result"})
 	if err := reg.Register(h); err != nil {
 		return nil, err
 	}

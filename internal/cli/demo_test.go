@@ -90,8 +90,8 @@ func TestDemoNewcomerPath(t *testing.T) {
 		code, stats := get("/admin/stats?since=10m", token)
 		_, metrics := get("/metrics", "")
 		if code == 200 && live.MatchString(stats) &&
-			regexp.MustCompile(`reservoir_api_operations_total\{code="201",op="reserve",pod="pod-c"\} [1-9]`).MatchString(metrics) &&
-			strings.Contains(metrics, `reservoir_compare_observations_total{class="match",mode="shadow",op="reserve",pod="pod-a"}`) {
+			regexp.MustCompile(`reservoir_api_operations_total\{code="201",op="reserve",reservoir_pod="pod-c"\} [1-9]`).MatchString(metrics) &&
+			strings.Contains(metrics, `reservoir_compare_observations_total{class="match",mode="shadow",op="reserve",reservoir_pod="pod-a"}`) {
 			t.Logf("live data %s after the start: %s", time.Since(started).Round(time.Millisecond), live.FindStringSubmatch(stats)[0])
 			break
 		}

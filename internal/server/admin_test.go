@@ -188,22 +188,22 @@ func TestHealthAndMetrics(t *testing.T) {
 	h.flush()
 	m := h.do("GET", "/metrics", nil, "")
 	for _, want := range []string{
-		`reservoir_api_operations_total{code="201",op="reserve",pod="pod-a"} 1`,
-		`reservoir_compare_observations_total{class="match",mode="shadow",op="reserve",pod="pod-a"} 1`,
-		`reservoir_store_call_seconds_count{op="reserve",pod="pod-a",result="ok",store="mysql"} 1`,
-		`reservoir_mysql_conn_hold_seconds_count{caller="reserve",pod="pod-a"}`,
-		`reservoir_redis_script_seconds_count{pod="pod-a",script="reserve"}`,
-		`reservoir_dualwrite_shadow_skipped_total{pod="pod-a"} 0`,
-		`reservoir_rollout_mode{mode="shadow",pod="pod-a"} 1`,
-		`reservoir_rollout_kill_switch{pod="pod-a",state="off"} 1`,
+		`reservoir_api_operations_total{code="201",op="reserve",reservoir_pod="pod-a"} 1`,
+		`reservoir_compare_observations_total{class="match",mode="shadow",op="reserve",reservoir_pod="pod-a"} 1`,
+		`reservoir_store_call_seconds_count{op="reserve",reservoir_pod="pod-a",result="ok",store="mysql"} 1`,
+		`reservoir_mysql_conn_hold_seconds_count{caller="reserve",reservoir_pod="pod-a"}`,
+		`reservoir_redis_script_seconds_count{reservoir_pod="pod-a",script="reserve"}`,
+		`reservoir_dualwrite_shadow_skipped_total{reservoir_pod="pod-a"} 0`,
+		`reservoir_rollout_mode{mode="shadow",reservoir_pod="pod-a"} 1`,
+		`reservoir_rollout_kill_switch{reservoir_pod="pod-a",state="off"} 1`,
 		`reservoir_http_requests_total{code="201",route="POST /v1/shops/{shop}/reservations"} 1`,
 		`reservoir_rollout_flags_loaded 1`,
-		`reservoir_dualwrite_flags_unavailable_total{pod="pod-a"} 0`,
-		`reservoir_mirror_backlog_changes{pod="pod-a"}`,
-		`reservoir_mirror_lag_seconds{pod="pod-a"}`,
-		`reservoir_mirror_relay_active{pod="pod-a"}`,
-		`reservoir_redis_not_decider_total{op="reserve",pod="pod-a"} 0`,
-		`reservoir_redis_tombstones_written_total{pod="pod-a",state="refused"} 0`,
+		`reservoir_dualwrite_flags_unavailable_total{reservoir_pod="pod-a"} 0`,
+		`reservoir_mirror_backlog_changes{reservoir_pod="pod-a"}`,
+		`reservoir_mirror_lag_seconds{reservoir_pod="pod-a"}`,
+		`reservoir_mirror_relay_active{reservoir_pod="pod-a"}`,
+		`reservoir_redis_not_decider_total{op="reserve",reservoir_pod="pod-a"} 0`,
+		`reservoir_redis_tombstones_written_total{reservoir_pod="pod-a",state="refused"} 0`,
 		`go_goroutines`,
 		`process_open_fds`,
 	} {
@@ -446,7 +446,7 @@ func TestDeciderUnreachable(t *testing.T) {
 	if strings.Contains(r.raw, "127.0.0.1:1") {
 		t.Errorf("the answer leaks the store's error: %s", r.raw)
 	}
-	if m := h.do("GET", "/metrics", nil, ""); !strings.Contains(m.raw, `reservoir_dualwrite_owner_unreachable_total{pod="pod-b",reason="handoff"} 1`) {
+	if m := h.do("GET", "/metrics", nil, ""); !strings.Contains(m.raw, `reservoir_dualwrite_owner_unreachable_total{reason="handoff",reservoir_pod="pod-b"} 1`) {
 		t.Error("the unreachable decider is not counted")
 	}
 }

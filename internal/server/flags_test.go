@@ -86,8 +86,8 @@ func TestFlagsNotLoadedNotReady(t *testing.T) {
 		t.Errorf("status without flags: %d %s", st.status, trim(st.raw))
 	}
 	if m := h.do("GET", "/metrics", nil, ""); !strings.Contains(m.raw, "reservoir_rollout_flags_loaded 0") ||
-		!strings.Contains(m.raw, `reservoir_dualwrite_flags_unavailable_total{pod="pod-a"} 4`) ||
-		!strings.Contains(m.raw, `reservoir_rollout_mode{mode="redis",pod="pod-a"} 0`) {
+		!strings.Contains(m.raw, `reservoir_dualwrite_flags_unavailable_total{reservoir_pod="pod-a"} 4`) ||
+		!strings.Contains(m.raw, `reservoir_rollout_mode{mode="redis",reservoir_pod="pod-a"} 0`) {
 		t.Error("the metrics do not say the flags are unavailable")
 	}
 

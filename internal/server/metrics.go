@@ -41,7 +41,7 @@ func newMetrics(reg prometheus.Registerer, c *cell.Cell) (*metrics, error) {
 			Name: OperationsMetric,
 			Help: "Checkout API operations by pod, operation (reserve, claim, release, get, availability, adjust) " +
 				"and status code (201 reserved, 409 insufficient or conflict, 503 outcome unknown: retry, ...).",
-		}, []string{"pod", "op", "code"}),
+		}, []string{"reservoir_pod", "op", "code"}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reservoir_admin_auth_failures_total",
 			Help: "Admin API calls refused for a missing or wrong bearer token, and /readyz calls with a wrong one, by reason.",
@@ -81,13 +81,13 @@ type rolloutCollector struct {
 var (
 	descMode = prometheus.NewDesc("reservoir_rollout_mode",
 		"The share (0 to 1) of the pod's shops without an override that this replica's flags put in each mode: 1 for the pod's mode, or split by a percentage ramp.",
-		[]string{"pod", "mode"}, nil)
+		[]string{"reservoir_pod", "mode"}, nil)
 	descKill = prometheus.NewDesc("reservoir_rollout_kill_switch",
 		"1 for the kill switch state this replica's flag source answers for a shop of the pod, 0 for the others.",
-		[]string{"pod", "state"}, nil)
+		[]string{"reservoir_pod", "state"}, nil)
 	descAuthority = prometheus.NewDesc("reservoir_rollout_mysql_authority",
 		"The share (0 to 1) of the pod's shops without an override that this replica's flags give MySQL to decide (after the kill switch); each shop's fence follows on its next call.",
-		[]string{"pod"}, nil)
+		[]string{"reservoir_pod"}, nil)
 	descLoaded = prometheus.NewDesc("reservoir_rollout_flags_loaded",
 		"1 when this replica's flag source has a valid flags file in force; 0 means it answers every reservation call 503 flags_unavailable and is not ready.",
 		nil, nil)
@@ -100,7 +100,7 @@ var (
 		nil, nil)
 	descPoolMax = prometheus.NewDesc("reservoir_mysql_pool_max_connections",
 		"The size of this replica's MySQL connection pool for the pod: what its callers can occupy at most (and its checkout slots).",
-		[]string{"pod"}, nil)
+		[]string{"reservoir_pod"}, nil)
 	descShopKills = prometheus.NewDesc("reservoir_rollout_shop_kill_switches",
 		"Shops whose own kill switch is engaged in the flags file (shops are never a label).",
 		nil, nil)

@@ -22,11 +22,11 @@ func TestRolloutGaugesReportRampShares(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		`reservoir_rollout_mode{mode="shadow",pod="pod-a"} 0.7`,
-		`reservoir_rollout_mode{mode="mysql",pod="pod-a"} 0.3`,
-		`reservoir_rollout_mode{mode="redis",pod="pod-a"} 0`,
-		`reservoir_rollout_mysql_authority{pod="pod-a"} 0.3`,
-		`reservoir_rollout_mode{mode="redis",pod="pod-b"} 1`,
+		`reservoir_rollout_mode{mode="shadow",reservoir_pod="pod-a"} 0.7`,
+		`reservoir_rollout_mode{mode="mysql",reservoir_pod="pod-a"} 0.3`,
+		`reservoir_rollout_mode{mode="redis",reservoir_pod="pod-a"} 0`,
+		`reservoir_rollout_mysql_authority{reservoir_pod="pod-a"} 0.3`,
+		`reservoir_rollout_mode{mode="redis",reservoir_pod="pod-b"} 1`,
 	}
 	var raw string
 	for deadline := time.Now().Add(10 * time.Second); ; {

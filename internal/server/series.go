@@ -110,18 +110,18 @@ func (s *sampler) take() {
 		switch f.GetName() {
 		case OperationsMetric:
 			for _, m := range f.GetMetric() {
-				s.pod(&snap, label(m, "pod")).ops[label(m, "op")] += m.GetCounter().GetValue()
+				s.pod(&snap, label(m, "reservoir_pod")).ops[label(m, "op")] += m.GetCounter().GetValue()
 			}
 		case "reservoir_compare_observations_total":
 			for _, m := range f.GetMetric() {
 				if compare.IsCalibration(label(m, "mode")) {
 					continue
 				}
-				s.pod(&snap, label(m, "pod")).classes[label(m, "class")] += m.GetCounter().GetValue()
+				s.pod(&snap, label(m, "reservoir_pod")).classes[label(m, "class")] += m.GetCounter().GetValue()
 			}
 		case cell.StoreCallMetric:
 			for _, m := range f.GetMetric() {
-				p := s.pod(&snap, label(m, "pod"))
+				p := s.pod(&snap, label(m, "reservoir_pod"))
 				store, op := label(m, "store"), label(m, "op")
 				if p.lat[store] == nil {
 					p.lat[store] = map[string]*bucket{}

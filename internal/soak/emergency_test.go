@@ -537,7 +537,7 @@ func (e *emergency) backlog() float64 {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return m.sum("reservoir_mirror_backlog_changes", "pod", nil)["pod-a"]
+	return m.sum("reservoir_mirror_backlog_changes", "reservoir_pod", nil)["pod-a"]
 }
 
 // TestEmergencyRedisKilled: pod-a's redis-server is killed while MySQL
