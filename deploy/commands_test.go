@@ -41,7 +41,7 @@ import (
 //   - `curl ...`: the URL's port is a listener (serve's --addr and
 //     --admin-addr defaults, the demo's --addr, a serve command of the
 //     page, or a `kubectl port-forward` of a Service in
-//     deploy/kubernetes/service.yaml), that listener has a route for
+//     deploy/kubernetes/base/service.yaml), that listener has a route for
 //     the path with the method (the routes are read from
 //     internal/server/api.go, and matched by net/http's own ServeMux),
 //     an admin API call carries the admin bearer token, a checkout call
@@ -49,7 +49,7 @@ import (
 //     and a JSON body parses;
 //   - a pod a command names (`pod:NAME`, --pod NAME) is a pod of an
 //     example topology (deploy/topology.example.toml, or the one in
-//     deploy/kubernetes/configmap.yaml);
+//     deploy/kubernetes/base/configmap.yaml);
 //   - a path into the repository (deploy/..., scripts/...) exists, and
 //     `make TARGET` is a target of the Makefile.
 //
@@ -403,7 +403,7 @@ func newDocEnv(t testing.TB, root string) *docEnv {
 		env.listeners[p] = docListener{l.name, l.how + " " + l.addr}
 	}
 	// The Kubernetes Services, by the container port each targets.
-	b, err := os.ReadFile(filepath.Join(root, "deploy", "kubernetes", "service.yaml"))
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "kubernetes", "base", "service.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +439,7 @@ func newDocEnv(t testing.TB, root string) *docEnv {
 	if _, err := toml.DecodeFile(filepath.Join(root, "deploy", "topology.example.toml"), &example); err != nil {
 		t.Fatal(err)
 	}
-	b, err = os.ReadFile(filepath.Join(root, "deploy", "kubernetes", "configmap.yaml"))
+	b, err = os.ReadFile(filepath.Join(root, "deploy", "kubernetes", "base", "configmap.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -544,7 +544,7 @@ func commandProblems(rel, doc string, env *docEnv) *docPage {
 					if ls, ok := env.services[svc][remote]; ok {
 						forwards[local] = ls
 					} else {
-						page.errorf(l.line, "kubectl port-forward %s %s: deploy/kubernetes/service.yaml has no Service %s with port %s", words[2], words[3], svc, remote)
+						page.errorf(l.line, "kubectl port-forward %s %s: deploy/kubernetes/base/service.yaml has no Service %s with port %s", words[2], words[3], svc, remote)
 					}
 				}
 			}
@@ -695,7 +695,12 @@ func podList(env *docEnv) string {
 // checkPaths checks that the words naming a path of the repository
 // (deploy/..., ./scripts/...) name one that exists.
 func (p *docPage) checkPaths(line int, words []string, env *docEnv) {
-	for _, w := range words[1:] {
+	for i, w := range words[1:] {
+		if words[0] == "kubectl" && i > 0 && !strings.HasPrefix(w, "-") && !strings.HasPrefix(words[i], "-") {
+			// kubectl's positional words are TYPE/NAME (deploy/reservoir),
+			// not paths: only a flag's value (-f FILE, -k DIR) is one.
+			continue
+		}
 		if strings.HasPrefix(w, "-") {
 			_, v, ok := strings.Cut(w, "=")
 			if !ok {
@@ -1092,7 +1097,7 @@ read -rs RESERVOIR_DSN && export RESERVOIR_DSN
 bin/reservoir migrate --set control --create up
 bin/reservoir clients new --name checkout-web --roles checkout
 make demo
-kubectl apply -f deploy/kubernetes/configmap.yaml
+kubectl apply -f deploy/kubernetes/base/configmap.yaml
 kubectl port-forward svc/reservoir-admin 9000:8081 &
 curl -s localhost:9000/healthz`) +
 		block("", `reservoir rollout   init|status|advance|kill|release|history|auto|order-pods --topology FILE [the action's flags]
@@ -1130,6 +1135,7 @@ reservoir rollout advance: refused: the gates of stage "shadow" do not pass (2 o
 		{block("sh", `bin/reservoir rollout --topology /t kill --scope pod:pod-x --reason r`), `names pod "pod-x"`},
 		{block("sh", `bin/reservoir reconcile --topology /t --pod pod-x`), `names pod "pod-x"`},
 		{block("sh", `bin/reservoir serve --topology deploy/topology.toml`), "deploy/topology.toml is no file of the repository"},
+		{block("sh", `kubectl apply -n reservoir -f deploy/kubernetes/servicemonitor.yaml`), "deploy/kubernetes/servicemonitor.yaml is no file of the repository"},
 		{block("sh", `make nosuchtarget`), `no target "nosuchtarget"`},
 		{block("", `reservoir rollout status --topology FILE      # stage, each pod's mode`), "label the block sh"},
 		{block("", `reservoir rollout [--topology FILE] [--bogus]`), "has no flag --bogus"},

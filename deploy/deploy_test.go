@@ -69,9 +69,11 @@ func (r *repo) read(t tb, p string) []byte {
 }
 
 // The fields of a Kubernetes object the checks read. They are local and
-// partial on purpose (k8s.io/api would be a heavy dependency for a test):
-// a field that matters and is misspelt in a manifest reads as missing,
-// and the check that needs it fails.
+// partial on purpose: each check reads what it needs, and a field that
+// matters and is misspelt in a manifest reads as missing, so the check
+// that needs it fails. TestOverlayDecodesStrictly decodes every object
+// whole against the Kubernetes API's own types (k8s.io/api), where any
+// misspelt field fails.
 
 type object struct {
 	APIVersion string            `yaml:"apiVersion"`
@@ -98,11 +100,23 @@ type labelSelector struct {
 type deploymentSpec struct {
 	Replicas int           `yaml:"replicas"`
 	Selector labelSelector `yaml:"selector"`
-	Template podTemplate   `yaml:"template"`
+	Strategy struct {
+		Type string `yaml:"type"`
+	} `yaml:"strategy"`
+	Template podTemplate `yaml:"template"`
 }
 
 type jobSpec struct {
-	Template podTemplate `yaml:"template"`
+	ActiveDeadlineSeconds *int64      `yaml:"activeDeadlineSeconds"`
+	Template              podTemplate `yaml:"template"`
+}
+
+type cronJobSpec struct {
+	Schedule          string `yaml:"schedule"`
+	ConcurrencyPolicy string `yaml:"concurrencyPolicy"`
+	JobTemplate       struct {
+		Spec jobSpec `yaml:"spec"`
+	} `yaml:"jobTemplate"`
 }
 
 type serviceSpec struct {
@@ -190,6 +204,7 @@ type podTemplate struct {
 }
 
 type podSpec struct {
+	RestartPolicy                 string          `yaml:"restartPolicy"`
 	TerminationGracePeriodSeconds *int            `yaml:"terminationGracePeriodSeconds"`
 	SecurityContext               securityContext `yaml:"securityContext"`
 	Containers                    []container     `yaml:"containers"`
@@ -216,14 +231,7 @@ type container struct {
 		Name          string `yaml:"name"`
 		ContainerPort int    `yaml:"containerPort"`
 	} `yaml:"ports"`
-	Env []struct {
-		Name      string `yaml:"name"`
-		Value     string `yaml:"value"`
-		ValueFrom *struct {
-			SecretKeyRef    *keyRef `yaml:"secretKeyRef"`
-			ConfigMapKeyRef *keyRef `yaml:"configMapKeyRef"`
-		} `yaml:"valueFrom"`
-	} `yaml:"env"`
+	Env       []envVar `yaml:"env"`
 	Resources struct {
 		Requests map[string]string `yaml:"requests"`
 		Limits   map[string]string `yaml:"limits"`
@@ -244,6 +252,18 @@ type container struct {
 		MountPath string `yaml:"mountPath"`
 		SubPath   string `yaml:"subPath"`
 	} `yaml:"volumeMounts"`
+}
+
+type envVar struct {
+	Name      string `yaml:"name"`
+	Value     string `yaml:"value"`
+	ValueFrom *struct {
+		SecretKeyRef     *keyRef `yaml:"secretKeyRef"`
+		ConfigMapKeyRef  *keyRef `yaml:"configMapKeyRef"`
+		ResourceFieldRef *struct {
+			Resource string `yaml:"resource"`
+		} `yaml:"resourceFieldRef"`
+	} `yaml:"valueFrom"`
 }
 
 type keyRef struct {
@@ -269,33 +289,31 @@ type volume struct {
 	EmptyDir *struct{} `yaml:"emptyDir"`
 }
 
-// manifests is every object of deploy/kubernetes.
+// manifests is every object the example overlay renders (kustomize
+// build deploy/kubernetes/overlays/example), and the Secrets of
+// deploy/kubernetes/secrets.example.yaml, which the overlay's objects
+// refer to and an installation creates from its secret store.
 type manifests struct {
 	objects []*object
 }
 
 func loadManifests(t tb, r *repo) *manifests {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(r.root, "deploy", "kubernetes", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifest in deploy/kubernetes: %v", err)
-	}
 	m := &manifests{}
-	for _, f := range files {
-		b := r.read(t, f)
+	add := func(file string, i int, b []byte) {
 		dec := yaml.NewDecoder(bytes.NewReader(b))
-		for i := 0; ; i++ {
+		for ; ; i++ {
 			o := &object{}
 			err := dec.Decode(o)
 			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
-				t.Fatalf("%s: document %d: %v", f, i, err)
+				t.Fatalf("%s: document %d: %v", file, i, err)
 			}
-			o.file = filepath.Base(f)
+			o.file = file
 			if o.APIVersion == "" || o.Kind == "" || o.Metadata.Name == "" {
-				t.Errorf("%s: document %d lacks apiVersion, kind or metadata.name", f, i)
+				t.Errorf("%s: document %d lacks apiVersion, kind or metadata.name", file, i)
 				continue
 			}
 			if prev := m.find(o.Kind, o.Metadata.Name); prev != nil {
@@ -304,6 +322,10 @@ func loadManifests(t tb, r *repo) *manifests {
 			m.objects = append(m.objects, o)
 		}
 	}
+	for i, o := range kustomize(t, r, exampleOverlay) {
+		add(o.origin, i, o.yaml)
+	}
+	add(secretsExample, 0, r.read(t, filepath.Join(r.root, kubeDir, secretsExample)))
 	return m
 }
 
@@ -331,7 +353,7 @@ func (m *manifests) one(t tb, kind string, spec any) *object {
 	t.Helper()
 	all := m.all(kind)
 	if len(all) != 1 {
-		t.Fatalf("deploy/kubernetes has %d %s, want 1", len(all), kind)
+		t.Fatalf("the example overlay renders %d %s, want 1", len(all), kind)
 	}
 	if err := all[0].Spec.Decode(spec); err != nil {
 		t.Fatalf("%s: spec: %v", all[0], err)
@@ -527,6 +549,7 @@ func subset(sub, of map[string]string) bool {
 
 // served is what the Deployment runs, as the other checks need it.
 type served struct {
+	r     *repo
 	m     *manifests
 	dep   *object
 	spec  deploymentSpec
@@ -536,8 +559,14 @@ type served struct {
 
 func loadServed(t tb, r *repo) *served {
 	t.Helper()
-	s := &served{m: loadManifests(t, r)}
-	s.dep = s.m.one(t, "Deployment", &s.spec)
+	s := &served{r: r, m: loadManifests(t, r)}
+	s.dep = s.m.find("Deployment", "reservoir")
+	if s.dep == nil {
+		t.Fatal("the example overlay renders no Deployment reservoir (reservoir serve)")
+	}
+	if err := s.dep.Spec.Decode(&s.spec); err != nil {
+		t.Fatalf("%s: spec: %v", s.dep, err)
+	}
 	if len(s.spec.Template.Spec.Containers) != 1 {
 		t.Fatalf("%s: %d containers, want 1 (reservoir)", s.dep, len(s.spec.Template.Spec.Containers))
 	}
@@ -1022,7 +1051,7 @@ func checkTopologyFlagsAndMigrate(t tb, r *repo) {
 			delete(wantKeys, ref)
 		case len(cargs) >= 2 && cargs[0] == "rollout" && cargs[len(cargs)-1] == "init":
 			initAt = append(initAt, i)
-			checkFlagsInit(t, s.m, who, spec, c, text, refs, env)
+			checkReadsTopology(t, s.m, who, spec, c, text, refs, env)
 		default:
 			t.Errorf("%s: args %v, want migrate ... up or rollout ... init", who, cargs)
 		}
@@ -1041,18 +1070,19 @@ func checkTopologyFlagsAndMigrate(t tb, r *repo) {
 	checkRefs(t, s.m, jo.String(), spec)
 }
 
-// checkFlagsInit checks the Job's `rollout ... init` container: it reads
-// the Deployment's topology (text) from a mounted ConfigMap, with every
-// ${NAME} it refers to (refs) filled from the Secret key the Deployment
-// fills it from (env): the topology is read whole, so an unfilled
-// reference stops it, and another key would be another database.
-func checkFlagsInit(t tb, m *manifests, who string, spec podSpec, c container, text string, refs []string, env map[string]keyRef) {
+// checkReadsTopology checks a container that reads the topology beside
+// serve (the Job's `rollout ... init`, `rollout auto`, `reconcile`): it
+// reads the Deployment's topology (text) from a mounted ConfigMap, with
+// every ${NAME} it refers to (refs) filled from the Secret key the
+// Deployment fills it from (env): the topology is read whole, so an
+// unfilled reference stops it, and another key would be another database.
+func checkReadsTopology(t tb, m *manifests, who string, spec podSpec, c container, text string, refs []string, env map[string]keyRef) {
 	t.Helper()
 	cargs := slices.Concat(c.Command, c.Args)
 	p, ok := flagValue(cargs, "topology")
 	switch {
 	case !ok:
-		t.Errorf("%s: rollout has no --topology", who)
+		t.Errorf("%s: %s has no --topology", who, cargs[0])
 	default:
 		got, ok := mounted(m, spec, c, p, "ConfigMap")
 		switch {
@@ -1106,6 +1136,9 @@ type dockerfile struct {
 
 type stage struct {
 	from, name string
+	platform   string            // FROM --platform=
+	args       map[string]string // the stage's ARGs, with their defaults
+	labels     map[string]string
 	user       string
 	expose     []string
 	entrypoint []string
@@ -1113,6 +1146,9 @@ type stage struct {
 	runs       []string
 	copies     []string
 }
+
+// dockerLabel is one key=value of a LABEL instruction.
+var dockerLabel = regexp.MustCompile(`([A-Za-z0-9._-]+)=("(?:[^"\\]|\\.)*"|\S+)`)
 
 func loadDockerfile(t tb, r *repo) *dockerfile {
 	t.Helper()
@@ -1149,15 +1185,37 @@ func loadDockerfile(t tb, r *repo) *dockerfile {
 		switch strings.ToUpper(instr) {
 		case "FROM":
 			f := strings.Fields(rest)
-			st := stage{from: f[0]}
+			st := stage{args: map[string]string{}, labels: map[string]string{}}
+			for len(f) > 0 && strings.HasPrefix(f[0], "--") {
+				if v, ok := strings.CutPrefix(f[0], "--platform="); ok {
+					st.platform = v
+				}
+				f = f[1:]
+			}
+			if len(f) == 0 {
+				t.Fatalf("Dockerfile: FROM %s names no image", rest)
+			}
+			st.from = f[0]
 			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
 				st.name = f[2]
 			}
 			d.stages = append(d.stages, st)
 		case "ARG":
-			if cur == nil {
-				k, v, _ := strings.Cut(rest, "=")
-				d.args[k] = v
+			args := d.args
+			if cur != nil {
+				args = cur.args
+			}
+			for _, a := range strings.Fields(rest) {
+				k, v, _ := strings.Cut(a, "=")
+				args[k] = v
+			}
+		case "LABEL":
+			for _, m := range dockerLabel.FindAllStringSubmatch(rest, -1) {
+				v := m[2]
+				if uq, err := strconv.Unquote(v); err == nil {
+					v = uq
+				}
+				cur.labels[m[1]] = v
 			}
 		case "USER":
 			cur.user = rest
@@ -1219,6 +1277,12 @@ func checkDockerfile(t tb, r *repo) {
 			t.Errorf("Dockerfile: the build does not use %s", want)
 		}
 	}
+	if !slices.Contains(buildTags(built), servingTag) {
+		t.Errorf("Dockerfile: the build does not use -tags %s: the image would link the benchmark and its fault injection (toxiproxy, gorilla/mux, zerolog)", servingTag)
+	}
+	checkPinned(t, d)
+	checkPlatforms(t, build)
+	checkLabels(t, run)
 
 	// The runtime stage: numeric non-root user, equal to the manifests'.
 	uid, _, _ := strings.Cut(run.user, ":")
@@ -1395,13 +1459,17 @@ func (r *recorder) Setenv(key, value string)       { r.t.Setenv(key, value) }
 // words that say why: a check that passes on everything proves nothing.
 func TestChecksCatchBreakage(t *testing.T) {
 	const (
-		dep     = "deploy/kubernetes/deployment.yaml"
-		svc     = "deploy/kubernetes/service.yaml"
-		pdb     = "deploy/kubernetes/pdb.yaml"
-		cm      = "deploy/kubernetes/configmap.yaml"
-		job     = "deploy/kubernetes/migrate-job.yaml"
-		secrets = "deploy/kubernetes/secrets.example.yaml"
-		np      = "deploy/kubernetes/networkpolicy.yaml"
+		dep     = kubeDir + "/base/deployment.yaml"
+		svc     = kubeDir + "/base/service.yaml"
+		pdb     = kubeDir + "/base/pdb.yaml"
+		cm      = kubeDir + "/base/configmap.yaml"
+		job     = kubeDir + "/base/migrate-job.yaml"
+		secrets = kubeDir + "/" + secretsExample
+		np      = kubeDir + "/base/networkpolicy.yaml"
+		overlay = kubeDir + "/" + exampleOverlay + "/kustomization.yaml"
+		auto    = kubeDir + "/components/rollout-auto/deployment.yaml"
+		plan    = kubeDir + "/components/rollout-auto/plan.toml"
+		cron    = kubeDir + "/components/reconcile/cronjob.yaml"
 	)
 	// The Job's init containers (the control database's migration) and
 	// containers (each pod's, then `rollout init`), to plant a move of
@@ -1482,7 +1550,7 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{"init env from another key", job, "key: pod-b-password", "key: pod-a-password", checkTopologyFlagsAndMigrate, "the Deployment from Secret reservoir-redis key pod-b-password"},
 		{"a real-looking secret", secrets, `pod-a-password: "PLACEHOLDER-NOT-A-PASSWORD"`, `pod-a-password: "hunter2"`, checkSecretExamples, "PLACEHOLDER"},
 		{"a bad clients file", secrets, `roles = ["inventory"]`, `roles = ["admin"]`, checkSecretExamples, "unknown role"},
-		{"one stage", "Dockerfile", "FROM gcr.io/distroless/static-debian12:nonroot\n", "", checkDockerfile, "1 stage(s)"},
+		{"one stage", "Dockerfile", "FROM gcr.io/distroless/static-debian12:nonroot@${DISTROLESS_DIGEST}\n", "", checkDockerfile, "1 stage(s)"},
 		{"binary not copied", "Dockerfile", "COPY --from=build /out/reservoir /reservoir", "", checkDockerfile, "does not COPY"},
 		{"root user", "Dockerfile", "USER 65532:65532", "USER 0", checkDockerfile, "USER is root"},
 		{"user by name", "Dockerfile", "USER 65532:65532", "USER nonroot", checkDockerfile, "not numeric"},
@@ -1490,6 +1558,39 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{"shell entrypoint", "Dockerfile", `ENTRYPOINT ["/reservoir"]`, `ENTRYPOINT ["/bin/sh", "-c", "/reservoir"]`, checkDockerfile, "ENTRYPOINT"},
 		{"another Go", "Dockerfile", "ARG GO_VERSION=1.26", "ARG GO_VERSION=1.22", checkDockerfile, "go.mod says go"},
 		{"cgo on", "Dockerfile", "CGO_ENABLED=0 ", "", checkDockerfile, "CGO_ENABLED=0"},
+		{"bench in the image", "Dockerfile", "-mod=readonly -tags nobench -trimpath", "-mod=readonly -trimpath", checkDockerfile, "does not use -tags nobench"},
+		{"base image by tag", "Dockerfile", "-bookworm@${GOLANG_DIGEST} AS build", "-bookworm AS build", checkDockerfile, "pinned by tag only"},
+		{"runtime image by a made-up digest", "Dockerfile", "nonroot@${DISTROLESS_DIGEST}", "nonroot@sha256:latest", checkDockerfile, `"sha256:latest" is not a sha256 digest`},
+		{"a digest ARG defaulting to a tag", "Dockerfile", "ARG GOLANG_DIGEST\n", "ARG GOLANG_DIGEST=latest\n", checkDockerfile, `ARG GOLANG_DIGEST's default "latest" is not a sha256 digest`},
+		{"compiler emulated", "Dockerfile", "FROM --platform=$BUILDPLATFORM ", "FROM ", checkDockerfile, "want $BUILDPLATFORM"},
+		{"one architecture", "Dockerfile", "GOARCH=$TARGETARCH ", "", checkDockerfile, "does not set GOARCH=$TARGETARCH"},
+		{"no revision label", "Dockerfile", "org.opencontainers.image.revision=\"${REVISION}\"", "org.opencontainers.image.revision=\"main\"", checkDockerfile, "want ${REVISION}"},
+		{"no source label", "Dockerfile", "      org.opencontainers.image.source=", "      org.opencontainers.image.url=", checkDockerfile, "no LABEL org.opencontainers.image.source"},
+		{"a misspelt field", dep, "terminationGracePeriodSeconds: 45", "terminationGracePeriod: 45", checkStrict, `unknown field "spec.template.spec.terminationGracePeriod"`},
+		{"a field in the wrong case", cron, "concurrencyPolicy: Forbid", "ConcurrencyPolicy: Forbid", checkStrict, `unknown field "spec.ConcurrencyPolicy"`},
+		{"a kind the checks do not know", np, "kind: NetworkPolicy", "kind: NetworkPolicyy", checkStrict, "no kind the checks know"},
+		{"a component missing", overlay, "  - ../../components/reconcile\n", "  - ../../components/reconcil\n", checkStrict, "kustomize build"},
+		{"the image left to the base", overlay, "    newName: registry.example.com/reservoir\n    newTag: v1.2.3\n", "", checkImages, "the base's placeholder"},
+		{"one image missed", cron, "image: reservoir #", "image: registry.example.com/reservoir:v1.0.0 #", checkImages, "one release everywhere"},
+		{"GOMEMLIMIT at the limit", dep, "value: 448MiB", "value: 512MiB", checkMemoryLimits, "is 100% of the memory limit"},
+		{"GOMEMLIMIT from the limit", dep, "              value: 448MiB\n", "              valueFrom:\n                resourceFieldRef:\n                  resource: limits.memory\n", checkMemoryLimits, "not a literal value"},
+		{"no GOMEMLIMIT", auto, "            - name: GOMEMLIMIT\n              value: 224MiB\n", "", checkMemoryLimits, "no GOMEMLIMIT"},
+		{"a Job without a deadline", job, "  activeDeadlineSeconds: 1800\n", "", checkJobDeadlines, "Job reservoir-migrate: no activeDeadlineSeconds"},
+		{"a CronJob's Job without a deadline", cron, "      activeDeadlineSeconds: 3000\n", "", checkJobDeadlines, "its jobTemplate has no activeDeadlineSeconds"},
+		{"reconciles overlap", cron, "concurrencyPolicy: Forbid", "concurrencyPolicy: Allow", checkJobDeadlines, "want Forbid"},
+		{"two controllers", auto, "replicas: 1", "replicas: 2", checkRolloutAuto, "two controllers"},
+		{"controllers overlap in a rollout", auto, "    type: Recreate\n", "    type: RollingUpdate\n", checkRolloutAuto, "want Recreate"},
+		{"controller exits after a step", auto, "            - --interval=15s\n", "            - --once\n", checkRolloutAuto, "--once"},
+		{"a plan of other pods", plan, `pods = ["pod-b", "pod-a"]`, `pods = ["pod-c", "pod-b", "pod-a"]`, checkRolloutAuto, "the plan lists the pods"},
+		{"an invalid plan", plan, "percent = 10", "percent = 100", checkRolloutAuto, "the plan /etc/reservoir/plan/plan.toml"},
+		{"controller behind the checkout Service", auto, "      labels:\n        app.kubernetes.io/name: reservoir\n        app.kubernetes.io/component: rollout-auto\n",
+			"      labels:\n        app.kubernetes.io/name: reservoir\n        app.kubernetes.io/component: server\n", checkRolloutAuto, "Service reservoir selects its pods"},
+		{"controller without a topology env", auto, "- name: RESERVOIR_POD_B_DSN", "- name: RESERVOIR_POD_B_MYSQL", checkRolloutAuto, "does not fill ${RESERVOIR_POD_B_DSN}"},
+		{"controller as root", auto, "            runAsNonRoot: true\n            runAsUser: 65532\n            allowPrivilegeEscalation", "            runAsNonRoot: false\n            runAsUser: 65532\n            allowPrivilegeEscalation",
+			checkRolloutAuto, "runAsNonRoot is not true"},
+		{"reconcile on another database", cron, "key: pod-a-dsn", "key: pod-b-dsn", checkReconcileCronJob, "the Deployment from Secret reservoir-mysql key pod-a-dsn"},
+		{"reconcile restarted in place", cron, "restartPolicy: Never", "restartPolicy: OnFailure", checkReconcileCronJob, "want Never"},
+		{"reconcile with a flag it lacks", cron, "- --topology=/etc/reservoir/topology/topology.toml\n", "- --topology=/etc/reservoir/topology/topology.toml\n                - --all\n", checkReconcileCronJob, "passes --all"},
 		{"migrations ignored", ".dockerignore", "\ndocs\n", "\ndocs\nmigrations/pod/*.sql\n", checkDockerignore, "excludes migrations/pod/00001"},
 		{"source ignored", ".dockerignore", "\ndocs\n", "\ndocs\n**/*.go\n", checkDockerignore, "excludes cmd/reservoir/main.go"},
 	}
@@ -1530,14 +1631,26 @@ func TestDeployDoc(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(b)
-	files, err := filepath.Glob(filepath.Join(thisRepo.root, "deploy", "kubernetes", "*.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		if !strings.Contains(doc, filepath.Base(f)) {
-			t.Errorf("docs/deploy.md does not mention %s", filepath.Base(f))
+	// Every file of deploy/kubernetes, by its path there
+	// (base/deployment.yaml, components/rollout-auto/plan.toml, ...).
+	root := filepath.Join(thisRepo.root, filepath.FromSlash(kubeDir))
+	n := 0
+	err = filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
 		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		n++
+		if rel = filepath.ToSlash(rel); !strings.Contains(doc, rel) {
+			t.Errorf("docs/deploy.md does not mention %s", rel)
+		}
+		return nil
+	})
+	if err != nil || n < 10 {
+		t.Fatalf("%d files in %s: %v", n, kubeDir, err)
 	}
 	anchors := map[string]bool{}
 	slug := regexp.MustCompile(`[^a-z0-9 _-]`)

@@ -341,9 +341,9 @@ var (
 	pqLabelRef = regexp.MustCompile(`\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)`)
 )
 
-// selector is one vector selector of an expression: its metric name and
+// promSelector is one vector selector of an expression: its metric name and
 // its matchers (label -> op+value, e.g. `=~"$namespace"`).
-type selector struct {
+type promSelector struct {
 	metric   string
 	matchers map[string]string
 }
@@ -351,7 +351,7 @@ type selector struct {
 // scan reads an expression the way PromQL's lexer would, enough to tell
 // its selectors (with their matchers) from its function calls, and its
 // label lists (by, without, on, ignoring, group_left, group_right).
-func scan(expr string) (sels []selector, lists [][]string) {
+func scan(expr string) (sels []promSelector, lists [][]string) {
 	isStart := func(c byte) bool { return c == '_' || c == ':' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
 	isPart := func(c byte) bool { return isStart(c) || c >= '0' && c <= '9' }
 	skipSpace := func(i int) int {
@@ -404,7 +404,7 @@ func scan(expr string) (sels []selector, lists [][]string) {
 			case k < len(expr) && expr[k] == '(':
 				// a function or an aggregation
 			default:
-				s := selector{metric: word, matchers: map[string]string{}}
+				s := promSelector{metric: word, matchers: map[string]string{}}
 				if k < len(expr) && expr[k] == '{' {
 					end := strings.IndexByte(expr[k:], '}')
 					if end < 0 {
@@ -788,7 +788,7 @@ func checkBoard(t tb, r *repo) {
 	}
 	for _, q := range qs {
 		sels, _ := scan(q.expr)
-		podSelected := slices.ContainsFunc(sels, func(s selector) bool { return s.matchers[podLabel] == `=~"$reservoir_pod"` })
+		podSelected := slices.ContainsFunc(sels, func(s promSelector) bool { return s.matchers[podLabel] == `=~"$reservoir_pod"` })
 		for _, s := range sels {
 			for label, want := range map[string]string{"cluster": `=~"$cluster"`, "namespace": `=~"$namespace"`} {
 				if s.matchers[label] != want {
@@ -869,10 +869,10 @@ func TestServiceMonitor(t *testing.T) { checkServiceMonitor(t, thisRepo) }
 func checkServiceMonitor(t tb, r *repo) {
 	s := loadServed(t, r)
 	const file = "servicemonitor.yaml"
-	b := r.read(t, filepath.Join(r.root, "deploy", "kubernetes", file))
+	b := r.read(t, filepath.Join(r.root, "deploy", "kubernetes", "components", "servicemonitor", file))
 	var sm monitoringv1.ServiceMonitor
 	if err := k8syaml.UnmarshalStrict(b, &sm); err != nil {
-		t.Fatalf("deploy/kubernetes/%s as a monitoring.coreos.com/v1 ServiceMonitor: %v", file, err)
+		t.Fatalf("deploy/kubernetes/components/servicemonitor/%s as a monitoring.coreos.com/v1 ServiceMonitor: %v", file, err)
 	}
 	if sm.APIVersion != "monitoring.coreos.com/v1" || sm.Kind != "ServiceMonitor" {
 		t.Errorf("%s: %s %s, want monitoring.coreos.com/v1 ServiceMonitor", file, sm.APIVersion, sm.Kind)
@@ -952,7 +952,7 @@ func checkServiceMonitor(t tb, r *repo) {
 // The checks above fail on the breakage they are for.
 func TestObservabilityChecksCatchBreakage(t *testing.T) {
 	const (
-		sm     = "deploy/kubernetes/servicemonitor.yaml"
+		sm     = "deploy/kubernetes/components/servicemonitor/servicemonitor.yaml"
 		alerts = "deploy/prometheus/alerts.yml"
 		tests  = "deploy/prometheus/alerts_test.yml"
 		rb     = "docs/runbooks.md"

@@ -1,3 +1,11 @@
+//go:build !nobench
+
+// The benchmark, `reservoir bench`, is linked only into a build without
+// the nobench tag: it pulls in internal/bench and internal/faults
+// (toxiproxy, gorilla/mux, zerolog), which serve never runs. The container
+// image is built with -tags nobench (the Dockerfile), and bench_nobench.go
+// stands in for this file there.
+
 package cli
 
 import (
