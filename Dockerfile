@@ -42,8 +42,15 @@ COPY . .
 # exactly go.mod's (-mod=readonly). -tags nobench leaves out `reservoir
 # bench` and the fault injection it links (toxiproxy and its HTTP stack):
 # the serving image needs neither (internal/cli/bench_nobench.go).
+# VERSION and REVISION (the labels' below) are what `reservoir version`
+# prints: the build context leaves .git out, so Go cannot record the commit
+# itself (without REVISION, it prints the commit as unknown).
+ARG VERSION=dev
+ARG REVISION
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -mod=readonly -tags nobench -trimpath -ldflags="-s -w" -o /out/reservoir ./cmd/reservoir
+    go build -mod=readonly -tags nobench -trimpath \
+      -ldflags="-s -w -X github.com/seed31b0e981/reservoir/internal/cli.Version=${VERSION} -X github.com/seed31b0e981/reservoir/internal/cli.Revision=${REVISION}" \
+      -o /out/reservoir ./cmd/reservoir
 
 FROM gcr.io/distroless/static-debian12:nonroot@${DISTROLESS_DIGEST}
 # What the image is, for registries and scanners (the OCI annotation keys).

@@ -34,6 +34,7 @@ var commands = map[string]command{
 	"serve":     {"run the checkout API, and on the admin listener the admin API, /metrics and the diff dashboard", runServe},
 	"clients":   {"make a checkout API client's token and its clients file entry", runClients},
 	"demo":      {"the one-command tour: three pods, traffic, a shadow rollout, the dashboard", runDemo},
+	"version":   {"the build: its version, commit and Go version", runVersion},
 }
 
 // Run is what the binary runs: library logs held back (see

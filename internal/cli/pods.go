@@ -14,6 +14,7 @@ import (
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/internal/cell"
 	"github.com/seed31b0e981/reservoir/internal/topology"
+	"github.com/seed31b0e981/reservoir/internal/wire"
 	"github.com/seed31b0e981/reservoir/rollout"
 )
 
@@ -73,8 +74,9 @@ func loadPlan(path, topoPath string, topo *topology.Config) (*rollout.Plan, erro
 // claim, release and adjust the pod's facades took, in every mode
 // (compare_traffic), not the comparer's observations, which are none
 // before a pod's shadow stage.
-func orderPods(ctx context.Context, env *operatorEnv, since time.Duration, out io.Writer) error {
-	traffic, err := env.cell.Comparer.Traffic(ctx, time.Now().Add(-since))
+func orderPods(ctx context.Context, env *operatorEnv, since time.Duration, asJSON bool, out io.Writer) error {
+	from := time.Now().Add(-since)
+	traffic, err := env.cell.Comparer.Traffic(ctx, from)
 	if err != nil {
 		return err
 	}
@@ -85,6 +87,9 @@ func orderPods(ctx context.Context, env *operatorEnv, since time.Duration, out i
 		ps = append(ps, t)
 	}
 	slices.SortStableFunc(ps, func(a, b compare.PodTraffic) int { return cmp.Compare(a.Calls, b.Calls) })
+	if asJSON {
+		return writeJSON(out, wire.OrderPods{Since: from.UTC(), SinceNS: int64(since), Pods: wire.PodTrafficsOf(ps)})
+	}
 	for _, p := range ps {
 		var modes []string
 		for _, m := range slices.Sorted(maps.Keys(p.ByMode)) {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -10,7 +11,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,24 +59,31 @@ type rolloutRun struct {
 
 var rolloutActions = []rolloutAction{
 	{
-		name: "init", args: "[--from FILE]",
+		name: "init", args: "[--from FILE] [--json]",
 		summary: "write the first flags (every shop in redis mode, or a flags file's, at its version) where the topology's flags live, unless there are some",
 		flags: func(fs *flag.FlagSet, o *rolloutOptions) {
 			fs.StringVar(&o.from, "from", "", "copy this flags `FILE` (its flags and version) instead of writing redis everywhere: moving a fleet from a flags file to the control database")
+			jsonFlag(fs, o)
 		},
-		run: func(_ context.Context, r *rolloutRun) error { return initFlags(r.env, r.o.from, r.out) },
+		run: func(_ context.Context, r *rolloutRun) error {
+			v, err := initFlags(r.env, r.o.from, r.chatter())
+			if err != nil || !r.o.json {
+				return err
+			}
+			return writeJSON(r.out, v)
+		},
 	},
 	{
 		name: "status", args: "[--plan FILE] [--json]",
 		summary: "the stage in force, each pod's mode and kill switch, each gate with its numbers, the live replicas",
 		flags: func(fs *flag.FlagSet, o *rolloutOptions) {
 			planFlag(fs, o)
-			fs.BoolVar(&o.json, "json", false, "print JSON (snake_case keys; docs/cli.md)")
+			jsonFlag(fs, o)
 		},
 		run: rolloutStatus,
 	},
 	{
-		name: "advance", args: "[--plan FILE] [--dry-run] [--override --reason R] [--confirm-mysql-only] [--resynced] [--actor NAME]",
+		name: "advance", args: "[--plan FILE] [--dry-run] [--override --reason R] [--confirm-mysql-only] [--resynced] [--actor NAME] [--json]",
 		summary: "apply the next stage when the gates pass; refused while a kill switch covers its pods (--override: audited), " +
 			"and, for a stage leaving mysql_only, until Redis is current",
 		flags: func(fs *flag.FlagSet, o *rolloutOptions) {
@@ -84,6 +94,7 @@ var rolloutActions = []rolloutAction{
 			fs.StringVar(&o.reason, "reason", "", "why, for the audit: a `REASON` (required with --override)")
 			fs.BoolVar(&o.confirm, "confirm-mysql-only", false, "confirm entering a mysql_only stage (Redis leaves the request path)")
 			fs.BoolVar(&o.resynced, "resynced", false, "a stage leaving mysql_only: skip the checks that Redis holds what MySQL decided (you checked it)")
+			jsonFlag(fs, o)
 		},
 		check: func(o *rolloutOptions) error {
 			if o.override && strings.TrimSpace(o.reason) == "" {
@@ -94,7 +105,7 @@ var rolloutActions = []rolloutAction{
 		run: rolloutAdvance,
 	},
 	{
-		name: "kill", args: "--scope S --reason R [--state redis|redis_only] [--resynced] [--force] [--dry-run] [--actor NAME]",
+		name: "kill", args: "--scope S --reason R [--state redis|redis_only] [--resynced] [--force] [--dry-run] [--actor NAME] [--json]",
 		summary: "engage the kill switch (S: global, pod:NAME, shop:ID); prints the relay lag at the switch (each shop's handoff drains it into Redis); " +
 			"over mysql_only it is refused while the reconciler finds drift: reconcile --pod NAME --repair",
 		flags: func(fs *flag.FlagSet, o *rolloutOptions) {
@@ -105,6 +116,7 @@ var rolloutActions = []rolloutAction{
 			fs.BoolVar(&o.resynced, "resynced", false, "a scope running mysql_only: skip the check that Redis holds what MySQL decided (you checked it)")
 			forceFlag(fs, o)
 			dryRunFlag(fs, o)
+			jsonFlag(fs, o)
 		},
 		check: func(o *rolloutOptions) error {
 			if err := requireScopeAndReason(o); err != nil {
@@ -115,7 +127,7 @@ var rolloutActions = []rolloutAction{
 		run: rolloutKill,
 	},
 	{
-		name: "release", args: "--scope S --reason R [--force] [--dry-run] [--actor NAME]",
+		name: "release", args: "--scope S --reason R [--force] [--dry-run] [--actor NAME] [--json]",
 		summary: "turn the kill switch off (nothing to repair first: each shop's handoff copies Redis's state into MySQL)",
 		flags: func(fs *flag.FlagSet, o *rolloutOptions) {
 			actorFlag(fs, o)
@@ -123,6 +135,7 @@ var rolloutActions = []rolloutAction{
 			fs.StringVar(&o.reason, "reason", "", "why: a `REASON` (required; kept in the audit)")
 			forceFlag(fs, o)
 			dryRunFlag(fs, o)
+			jsonFlag(fs, o)
 		},
 		check: requireScopeAndReason,
 		run:   rolloutKill,
@@ -132,7 +145,7 @@ var rolloutActions = []rolloutAction{
 		summary: "every change, newest first: who, when, why",
 		flags: func(fs *flag.FlagSet, o *rolloutOptions) {
 			fs.IntVar(&o.limit, "limit", 50, "how many changes")
-			fs.BoolVar(&o.json, "json", false, "print JSON (snake_case keys; docs/cli.md)")
+			jsonFlag(fs, o)
 		},
 		check: func(o *rolloutOptions) error {
 			if o.limit < 1 {
@@ -160,13 +173,20 @@ var rolloutActions = []rolloutAction{
 		run: rolloutAuto,
 	},
 	{
-		name: "order-pods", args: "[--since D]",
+		name: "order-pods", args: "[--since D] [--json]",
 		summary: "the pods ordered by the calls each served (in every mode), lowest first: the order a plan lists them in",
 		flags: func(fs *flag.FlagSet, o *rolloutOptions) {
 			fs.DurationVar(&o.since, "since", 24*time.Hour, "how far back to count traffic")
+			jsonFlag(fs, o)
 		},
-		run: func(ctx context.Context, r *rolloutRun) error { return orderPods(ctx, r.env, r.o.since, r.out) },
+		run: func(ctx context.Context, r *rolloutRun) error {
+			return orderPods(ctx, r.env, r.o.since, r.o.json, r.out)
+		},
 	},
+}
+
+func jsonFlag(fs *flag.FlagSet, o *rolloutOptions) {
+	fs.BoolVar(&o.json, "json", false, "print JSON (snake_case keys; docs/cli.md)")
 }
 
 func planFlag(fs *flag.FlagSet, o *rolloutOptions) {
@@ -342,7 +362,99 @@ func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error
 		return inAction(name, err)
 	}
 	defer env.Close()
-	return inAction(name, a.run(ctx, &rolloutRun{action: name, o: o, env: env, out: out, errOut: errOut}))
+	err = a.run(ctx, &rolloutRun{action: name, o: o, env: env, out: out, errOut: errOut})
+	if err != nil && o.json {
+		// stdout holds one JSON document whatever happens once the action
+		// runs: the refusal (stderr says it as without --json).
+		_ = writeJSON(out, refusalOf(name, err))
+	}
+	return inAction(name, err)
+}
+
+// refusalOf is err, an action's refusal or failure, as --json prints it.
+func refusalOf(action string, err error) wire.RolloutRefusal {
+	v := wire.RolloutRefusal{Action: action, Refused: true, Error: trimContext(err.Error(), "reservoir rollout "+action),
+		ExitCode: 1, Gates: []wire.GateResult{}}
+	var u *usageError
+	var uf *unknownFlagError
+	if errors.As(err, &u) || errors.As(err, &uf) || errors.Is(err, errUsage) {
+		v.ExitCode = 2
+	}
+	var gates *rollout.GatesError
+	if errors.As(err, &gates) {
+		v.Stage, v.Gates = gates.Stage, wire.GateResultsOf(gates.Gates)
+	}
+	return v
+}
+
+// chatter is where an action's human output goes: stdout, or stderr with
+// --json (stdout then holds the JSON document alone).
+func (r *rolloutRun) chatter() io.Writer {
+	if r.o.json {
+		return r.errOut
+	}
+	return r.out
+}
+
+// flagsVersion is the version of the flags in the store now (0 when there
+// are none, or they cannot be read).
+func (r *rolloutRun) flagsVersion() int64 {
+	f, err := r.env.cell.FlagStore().Read()
+	if err != nil {
+		return 0
+	}
+	return f.Version
+}
+
+// changeOut is the Out of a change for --json: what the controller prints
+// (the dry-run diff, the relay lag, the fleet's obedience) is collected,
+// then sorted into the document's fields by finish.
+type changeOut struct {
+	bytes.Buffer
+	fleet rollout.Obedience
+}
+
+// plusVersion finds the version a dry-run diff's document after would
+// carry (its added "version" keys).
+var plusVersion = regexp.MustCompile(`(?m)^\+.*"version"\s*:\s*([0-9]{1,16})`)
+
+// finish fills v's versions, diff, relay lag, obedience and warnings from
+// what the change printed, and echoes it to stderr.
+func (c *changeOut) finish(r *rolloutRun, v *wire.RolloutChange, before int64, warn string) {
+	printed := c.String()
+	io.WriteString(r.errOut, printed)
+	v.FlagsVersionBefore = before
+	v.Warnings = []string{}
+	if v.DryRun {
+		if i := strings.Index(printed, "--- "); i >= 0 && (i == 0 || printed[i-1] == '\n') {
+			printed, v.Diff = printed[:i], printed[i:]
+		}
+		v.FlagsVersionAfter = before + 1
+		for _, m := range plusVersion.FindAllStringSubmatch(v.Diff, -1) {
+			if n, err := strconv.ParseInt(m[1], 10, 64); err == nil && n > before {
+				v.FlagsVersionAfter = n
+			}
+		}
+	} else {
+		v.FlagsVersionAfter = r.flagsVersion()
+		if c.fleet.Version != 0 {
+			o := wire.ObedienceOf(c.fleet)
+			v.Obeyed = &o
+			v.FlagsVersionAfter = c.fleet.Version
+		}
+	}
+	for _, line := range strings.Split(strings.TrimSpace(printed), "\n") {
+		switch lag, isLag := strings.CutPrefix(line, "relay lag at the switch: "); {
+		case line == "", v.Obeyed != nil && line == v.Obeyed.Summary:
+		case isLag:
+			v.RelayLag = lag
+		default:
+			v.Warnings = append(v.Warnings, line)
+		}
+	}
+	if warn != "" {
+		v.Warnings = append(v.Warnings, warn)
+	}
 }
 
 // controller opens the rollout controller on the cell's control database
@@ -423,8 +535,21 @@ func rolloutAdvance(ctx context.Context, r *rolloutRun) error {
 		return err
 	}
 	o := r.o
+	var (
+		out    io.Writer = r.out
+		co     changeOut
+		before int64
+		stage  = -1
+	)
+	if o.json {
+		out = &co
+		before = r.flagsVersion()
+		if st, err := ctl.Status(ctx); err == nil {
+			stage = st.Stage
+		}
+	}
 	next, err := ctl.Advance(ctx, rollout.AdvanceOptions{Actor: o.actor, Reason: o.reason, Override: o.override, DryRun: o.dryRun,
-		ConfirmMySQLOnly: o.confirm, Resynced: o.resynced, Out: r.out})
+		ConfirmMySQLOnly: o.confirm, Resynced: o.resynced, Out: out, Fleet: &co.fleet})
 	var gates *rollout.GatesError
 	if errors.As(err, &gates) {
 		return gateRefusal{gates}
@@ -433,9 +558,23 @@ func rolloutAdvance(ctx context.Context, r *rolloutRun) error {
 		return err
 	}
 	if !o.dryRun {
-		fmt.Fprintf(r.out, "applied stage %q: %s on %s\n", next.Name, next.Mode, strings.Join(next.Pods, ", "))
+		fmt.Fprintf(r.chatter(), "applied stage %q: %s on %s\n", next.Name, next.Mode, strings.Join(next.Pods, ", "))
 	}
-	return nil
+	if !o.json {
+		return nil
+	}
+	action := "advance"
+	if o.override {
+		action = "override"
+	}
+	ws := wire.StageOf(stage+1, next, stage)
+	if !o.dryRun {
+		ws = wire.StageOf(stage+1, next, stage+1)
+	}
+	v := wire.RolloutChange{Action: action, Scope: strings.Join(next.Pods, ","), State: string(next.Mode), Stage: &ws,
+		Actor: o.actor, Reason: o.reason, DryRun: o.dryRun}
+	co.finish(r, &v, before, "")
+	return writeJSON(r.out, v)
 }
 
 // gateRefusal prints an advance refused by its gates as a list, one
@@ -486,22 +625,43 @@ func rolloutKill(ctx context.Context, r *rolloutRun) error {
 	if err != nil {
 		return err
 	}
-	ko := rollout.KillOptions{Actor: o.actor, Reason: o.reason, Resynced: o.resynced, DryRun: o.dryRun, Out: r.out}
+	var (
+		out    io.Writer = r.out
+		co     changeOut
+		before int64
+	)
+	if o.json {
+		out, before = &co, r.flagsVersion()
+	}
+	ko := rollout.KillOptions{Actor: o.actor, Reason: o.reason, Resynced: o.resynced, DryRun: o.dryRun, Out: out, Fleet: &co.fleet}
+	state := string(authority.KillOff)
 	if r.action == "release" {
 		err = ctl.Release(ctx, sc, ko)
 	} else {
+		state = o.state
 		err = ctl.Kill(ctx, sc, authority.Kill(o.state), ko)
 	}
 	if err != nil {
 		return err
 	}
+	if !(warn != "" && r.action == "release" && sc.Kind != flagdoc.ScopeShop) {
+		warn = ""
+	}
 	if !o.dryRun {
-		fmt.Fprintf(r.out, "%s %s: written to the %s\n", r.action, sc, r.env.cell.FlagStore())
-		if warn != "" && r.action == "release" && sc.Kind != flagdoc.ScopeShop {
+		fmt.Fprintf(r.chatter(), "%s %s: written to the %s\n", r.action, sc, r.env.cell.FlagStore())
+		if warn != "" {
 			fmt.Fprintf(r.errOut, "warning: %s\n", warn)
 		}
 	}
-	return nil
+	if !o.json {
+		return nil
+	}
+	if o.dryRun {
+		warn = ""
+	}
+	v := wire.RolloutChange{Action: r.action, Scope: sc.String(), State: state, Actor: o.actor, Reason: o.reason, DryRun: o.dryRun}
+	co.finish(r, &v, before, warn)
+	return writeJSON(r.out, v)
 }
 
 // flagsName reports whether the flags hold a setting of shop (a mode or a
@@ -606,28 +766,31 @@ func printReplicas(out io.Writer, rs []rollout.Replica) {
 // stores remember the version of each shop's last handoff and treat older
 // flags as stale, so a fleet moved mid-rollout from a file to the database
 // must keep counting from the file's version.
-func initFlags(env *operatorEnv, from string, out io.Writer) error {
+func initFlags(env *operatorEnv, from string, out io.Writer) (wire.FlagsInit, error) {
 	store := env.cell.FlagStore()
+	v := wire.FlagsInit{Store: store.String()}
 	cur, err := store.Read()
 	switch {
 	case err == nil:
 		fmt.Fprintf(out, "the %s already holds flags (version %d); nothing written\n", store, cur.Version)
-		return nil
+		v.FlagsVersion = cur.Version
+		return v, nil
 	case !errors.Is(err, fs.ErrNotExist):
-		return err
+		return v, err
 	}
 	first, what := flagdoc.NewFlags(), "every shop in redis mode, kill switch off, at version 1"
 	if from != "" {
 		if first, err = (flagdoc.FlagsFile{Path: from}).Read(); err != nil {
-			return fmt.Errorf("--from: %w", err)
+			return v, fmt.Errorf("--from: %w", err)
 		}
 		what = fmt.Sprintf("copied from %s at version %d", from, first.Version)
 	}
 	if err := store.Write(first); err != nil {
-		return err
+		return v, err
 	}
 	fmt.Fprintf(out, "wrote the first flags to the %s: %s\n", store, what)
-	return nil
+	v.Written, v.FlagsVersion, v.From = true, first.Version, from
+	return v, nil
 }
 
 // printStatus prints st as of now: under each pod's flags, what its

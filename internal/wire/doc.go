@@ -1,7 +1,8 @@
 // Package wire holds every JSON body that leaves reservoir's process: the
 // checkout API's requests and answers, the admin API's (and so what the
 // dashboard reads), the error body, /healthz and /readyz, and the CLI's
-// --json outputs (rollout status, rollout history, reconcile). One type
+// --json outputs (every rollout action but auto, reconcile, version; see
+// cli.go). One type
 // per body, documented once, here; the server and the CLI encode these
 // types and nothing else.
 //

@@ -45,6 +45,9 @@ var bodies = []reflect.Type{
 	reflect.TypeFor[wire.ShortLine](), reflect.TypeFor[wire.ClaimResponse](), reflect.TypeFor[wire.ReleaseResponse](),
 	reflect.TypeFor[wire.AvailabilityResponse](), reflect.TypeFor[wire.LocationAvailability](), reflect.TypeFor[wire.AdjustRequest](),
 	reflect.TypeFor[wire.AdjustResponse](),
+	// The CLI's own.
+	reflect.TypeFor[wire.Version](), reflect.TypeFor[wire.RolloutChange](), reflect.TypeFor[wire.RolloutRefusal](),
+	reflect.TypeFor[wire.FlagsInit](), reflect.TypeFor[wire.PodTraffic](), reflect.TypeFor[wire.OrderPods](),
 	// Operations and errors.
 	reflect.TypeFor[wire.Health](), reflect.TypeFor[wire.Ready](), reflect.TypeFor[wire.StoreHealth](), reflect.TypeFor[wire.SchemaHealth](),
 	reflect.TypeFor[wire.Problem](),
