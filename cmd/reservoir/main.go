@@ -1,6 +1,7 @@
 // Command reservoir runs the reservation stores' operations: serve,
-// migrate, reconcile, rollout, clients, bench and demo (docs/cli.md). The
-// subcommands live in internal/cli, where they are tested.
+// migrate, reconcile, rollout, clients, bench, demo and version
+// (docs/cli.md). The subcommands live in internal/cli, where they are
+// tested.
 package main
 
 import (
