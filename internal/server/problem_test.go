@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -118,4 +119,23 @@ func TestAdminListenerProblems(t *testing.T) {
 		{name: "advance without its confirmation", method: "POST", path: "/admin/rollout/advance", body: `{}`, token: adminToken, status: 400, code: "invalid_input", field: "from_stage"},
 		{name: "no dashboard file", method: "GET", path: "/dashboard/nothing.js", status: 404, code: "no_route"},
 	})
+}
+
+// problemOf says what is wrong with r as the RFC 9457 problem of code
+// with status ("" when nothing is): the 503s the walks above cannot
+// provoke (overloaded, store_unavailable, flags_unavailable) are checked
+// with it where their tests provoke them.
+func problemOf(r response, status int, code string) string {
+	switch {
+	case r.status != status:
+		return fmt.Sprintf("status %d, want %d", r.status, status)
+	case r.header.Get("Content-Type") != "application/problem+json":
+		return fmt.Sprintf("Content-Type %q, want application/problem+json", r.header.Get("Content-Type"))
+	case str(r.body["error"]) != code || r.body["type"] != "tag:reservoir,2026:problem/"+code || str(r.body["title"]) == "" ||
+		r.body["status"] != float64(status) || str(r.body["detail"]) == "" || str(r.body["instance"]) == "":
+		return fmt.Sprintf("not the problem %q: %s", code, r.raw)
+	case status == http.StatusServiceUnavailable && r.header.Get("Retry-After") == "":
+		return "a 503 without Retry-After"
+	}
+	return ""
 }
