@@ -356,6 +356,9 @@ func TestAuthorityDown(t *testing.T) {
 	if code := str(r.body["error"]); r.status != http.StatusServiceUnavailable || (code != "unavailable" && code != "store_unavailable") || r.header.Get("Retry-After") == "" {
 		t.Fatalf("reserve on a pod whose authority is down: %d %s %v", r.status, r.raw, r.header)
 	}
+	if why := problemOf(r, http.StatusServiceUnavailable, str(r.body["error"])); why != "" {
+		t.Errorf("reserve on a pod whose authority is down: %s", why)
+	}
 	if strings.Contains(r.raw, "127.0.0.1:1") {
 		t.Errorf("the answer leaks the store's error: %s", r.raw)
 	}

@@ -208,7 +208,7 @@ func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
 func insufficient(pod string, res reservation.ReserveResult) *problem {
 	msg := strconv.Itoa(len(res.Short)) + " line(s) cannot be served from their eligible locations; nothing is held. " +
 		"This token is spent: use a new token to try again"
-	extra := wire.Problem{Status: string(reservation.StatusInsufficient), Short: wire.ShortLinesOf(res.Short), Pod: pod, Replayed: res.Replayed}
+	extra := wire.Problem{Short: wire.ShortLinesOf(res.Short), Pod: pod, Replayed: res.Replayed}
 	if res.Replayed {
 		msg = "this token was refused before (this is its first answer, replayed): " + msg
 	}

@@ -25,9 +25,15 @@ import (
 )
 
 // problem is an error answer: every non-2xx response body is one, as a
-// wire.Problem:
+// wire.Problem, an RFC 9457 problem details object sent as
+// application/problem+json whatever the request's Accept:
 //
-//	{"error": "invalid_input", "message": "...", "field": "lines[0].quantity", "request_id": "..."}
+//	{"type": "tag:reservoir,2026:problem/invalid_input", "title": "Invalid input", "status": 400,
+//	 "detail": "...", "instance": "/v1/shops/1001/reservations",
+//	 "error": "invalid_input", "message": "...", "field": "lines[0].quantity", "request_id": "..."}
+//
+// Its Code must be a key of problemTitles (a test walks the package's
+// sources for every code they answer).
 type problem struct {
 	// Status is the HTTP status.
 	Status int
@@ -43,19 +49,94 @@ type problem struct {
 	RetryAfter time.Duration
 	// Extra holds what a few codes carry beside the message (a refused
 	// reserve's short lines, a refused advance's gates): the fields of
-	// wire.Problem that are not the four above.
+	// wire.Problem that are not the ones above.
 	Extra wire.Problem
 }
 
+// ProblemContentType is the media type of every error answer (RFC 9457).
+const ProblemContentType = "application/problem+json"
+
+// problemTypePrefix starts every problem's type URI: the code follows. A
+// tag URI (RFC 4151) names the kind stably without claiming a web address
+// the project does not own; docs/api.md documents each.
+const problemTypePrefix = "tag:reservoir,2026:problem/"
+
+// ProblemType is the RFC 9457 type URI of an error code.
+func ProblemType(code string) string { return problemTypePrefix + code }
+
+// problemTitles is every error code the server answers, with its RFC 9457
+// title: short, the same for every answer of the code (the detail says
+// what happened this time). A code missing here fails
+// TestEveryCodeHasATitle.
+var problemTitles = map[string]string{
+	"invalid_input":          "Invalid input",
+	"unknown_field":          "Unknown field",
+	"duplicate_key":          "Duplicate key",
+	"malformed_json":         "Malformed JSON",
+	"unknown_shop":           "Unknown shop",
+	"body_unreadable":        "Request body unreadable",
+	"unauthorized":           "Unauthorized",
+	"admin_disabled":         "Admin API disabled",
+	"forbidden":              "Forbidden",
+	"not_found":              "Not found",
+	"no_route":               "No such route",
+	"not_run":                "Not reconciled yet",
+	"method_not_allowed":     "Method not allowed",
+	"request_timeout":        "Request body timed out",
+	"insufficient":           "Insufficient stock to reserve",
+	"already_claimed":        "Already claimed",
+	"released":               "Reservation released",
+	"token_conflict":         "Token holds other lines",
+	"key_conflict":           "Idempotency key reused",
+	"insufficient_stock":     "Ledger stock too low",
+	"flags_changed":          "Flags changed meanwhile",
+	"refused":                "Kill switch refused: Redis not current",
+	"gates_fail":             "Gates do not pass",
+	"kill_engaged":           "Kill switch engaged",
+	"redis_not_current":      "Redis not current for handback",
+	"confirm_mysql_only":     "mysql_only needs confirmation",
+	"stage_changed":          "Rollout stage changed",
+	"plan_complete":          "Rollout plan complete",
+	"expired":                "Reservation expired",
+	"body_too_large":         "Request body too large",
+	"unsupported_media_type": "Unsupported media type",
+	"internal":               "Internal server error",
+	"no_reconciler":          "No reconciler",
+	"no_plan":                "No rollout plan",
+	"unavailable":            "Store did not answer",
+	"store_unavailable":      "Store failing: call not sent",
+	"flags_unavailable":      "Flags unavailable",
+	"claim_in_progress":      "Claim in progress",
+	"overloaded":             "Overloaded",
+	"contention":             "Store contention",
+}
+
+// problemTitle is code's title; an unknown code (a bug: the tests catch
+// it) falls back to the HTTP status text.
+func problemTitle(code string, status int) string {
+	if t, ok := problemTitles[code]; ok {
+		return t
+	}
+	return http.StatusText(status)
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	writeBody(w, status, "application/json", v)
+}
+
+func writeBody(w http.ResponseWriter, status int, contentType string, v any) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
-		http.Error(w, `{"error":"internal","message":"response encoding failed"}`, http.StatusInternalServerError)
+		w.Header().Set("Content-Type", ProblemContentType)
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = io.WriteString(w, `{"type":"`+ProblemType("internal")+`","title":"`+problemTitles["internal"]+
+			`","status":500,"detail":"response encoding failed","error":"internal","message":"response encoding failed"}`+"\n")
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Type", contentType)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
@@ -66,8 +147,10 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {
 		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, p.RetryAfter.Round(time.Second)/time.Second))))
 	}
 	body := p.Extra
+	body.Type, body.Title, body.Status = ProblemType(p.Code), problemTitle(p.Code, p.Status), p.Status
+	body.Detail, body.Instance = p.Message, r.URL.EscapedPath()
 	body.Error, body.Message, body.Field, body.RequestID = p.Code, p.Message, p.Field, RequestID(r.Context())
-	writeJSON(w, p.Status, body)
+	writeBody(w, p.Status, ProblemContentType, body)
 }
 
 func badInput(field, format string, args ...any) *problem {

@@ -1,5 +1,7 @@
 package server
 
+import "net/http"
+
 // OccupySlots takes n of pod's checkout slots, as n slow calls would, and
 // returns the function that gives them back.
 func OccupySlots(s *Server, pod string, n int) (release func()) {
@@ -13,3 +15,9 @@ func OccupySlots(s *Server, pod string, n int) (release func()) {
 		}
 	}
 }
+
+// APIHandler is the checkout listener's handler, as Serve runs it.
+func (s *Server) APIHandler() http.Handler { return s.api }
+
+// AdminHandler is the admin listener's handler, as Serve runs it.
+func (s *Server) AdminHandler() http.Handler { return s.adminH }

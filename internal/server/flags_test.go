@@ -75,6 +75,9 @@ func TestFlagsNotLoadedNotReady(t *testing.T) {
 		if r.status != http.StatusServiceUnavailable || str(r.body["error"]) != "flags_unavailable" || r.header.Get("Retry-After") == "" {
 			t.Errorf("%s %s without flags: %d %s", call.method, call.path, r.status, r.raw)
 		}
+		if why := problemOf(r, http.StatusServiceUnavailable, "flags_unavailable"); why != "" {
+			t.Errorf("%s %s without flags: %s", call.method, call.path, why)
+		}
 	}
 	for name, p := range pods {
 		if keys := p.redis.Keys(t); len(keys) != 0 {

@@ -105,8 +105,8 @@ func checkRejected(t *testing.T, rec *httptest.ResponseRecorder, body []byte) {
 	if rec.Code != http.StatusBadRequest && rec.Code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("rejected with %d, want 400 or 413; body %q -> %s", rec.Code, body, rec.Body)
 	}
-	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-		t.Fatalf("rejection is %q, not JSON: %s", ct, rec.Body)
+	if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("rejection is %q, not application/problem+json: %s", ct, rec.Body)
 	}
 	var p struct{ Error, Message, Field, RequestID string }
 	var raw map[string]any

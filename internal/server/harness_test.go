@@ -277,7 +277,7 @@ func (h *harness) do(method, path string, body any, token string, headers ...str
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
 	r := response{status: res.StatusCode, header: res.Header, raw: string(raw)}
-	if strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
+	if ct := res.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/json") || strings.HasPrefix(ct, "application/problem+json") {
 		_ = json.Unmarshal(raw, &r.body)
 	}
 	return r

@@ -699,6 +699,9 @@ func TestOverloadSheds(t *testing.T) {
 	if r.status != http.StatusServiceUnavailable || str(r.body["error"]) != "overloaded" || r.header.Get("Retry-After") == "" {
 		t.Errorf("reserve with every slot taken: %d %v %v", r.status, r.body, r.header)
 	}
+	if why := problemOf(r, http.StatusServiceUnavailable, "overloaded"); why != "" {
+		t.Errorf("reserve with every slot taken: %s", why)
+	}
 	if r := h.do("GET", "/healthz", "", ""); r.status != http.StatusOK {
 		t.Errorf("healthz while overloaded: %d", r.status)
 	}

@@ -1,17 +1,37 @@
 package wire
 
-// Problem is the body of every answer that is not 2xx, on both listeners
-// (docs/api.md lists the codes):
+// Problem is the body of every answer that is not 2xx, on both listeners:
+// an RFC 9457 problem details object, sent as application/problem+json
+// (docs/api.md lists the codes and their type URIs):
 //
-//	{"error": "invalid_input", "message": "...", "field": "lines[0].quantity", "request_id": "..."}
+//	{"type": "tag:reservoir,2026:problem/invalid_input", "title": "Invalid input", "status": 400,
+//	 "detail": "...", "instance": "/v1/shops/1001/reservations",
+//	 "error": "invalid_input", "message": "...", "field": "lines[0].quantity", "request_id": "..."}
 //
-// A few codes carry more: a refused reserve (insufficient) its short lines,
-// a refused advance (gates_fail) every gate.
+// type, title, status, detail and instance are RFC 9457's members; error
+// (the stable code to switch on), message (the same words as detail) and
+// the rest are its extension members. A few codes carry more: a refused
+// reserve (insufficient) its short lines, a refused advance (gates_fail)
+// every gate.
 type Problem struct {
+	// Type is a URI naming the problem's kind, one per error code:
+	// "tag:reservoir,2026:problem/<code>".
+	Type string `json:"type"`
+	// Title is a short summary of the kind, the same for every answer of
+	// the code.
+	Title string `json:"title"`
+	// Status is the HTTP status of the answer.
+	Status int `json:"status"`
+	// Detail says what is wrong in this answer, in words a caller can act
+	// on (the same as Message).
+	Detail string `json:"detail"`
+	// Instance is the request's path; left out when not known.
+	Instance string `json:"instance,omitempty"`
 	// Error is a stable, machine-readable code ("invalid_input",
 	// "unavailable", ...).
 	Error string `json:"error"`
-	// Message says what is wrong in words a caller can act on.
+	// Message says what is wrong in words a caller can act on (kept for
+	// the clients written before Detail).
 	Message string `json:"message"`
 	// Field names the offending input: a JSON path ("lines[2].quantity"),
 	// a path parameter ("shop"), a query parameter ("limit") or a header
@@ -19,9 +39,6 @@ type Problem struct {
 	Field string `json:"field,omitempty"`
 	// RequestID is the request's id, to find it in the server's log.
 	RequestID string `json:"request_id,omitempty"`
-	// Status is "insufficient" on a refused reserve (insufficient); left
-	// out otherwise.
-	Status string `json:"status,omitempty"`
 	// Pod is the shop's pod on a refused reserve (insufficient); left out
 	// otherwise.
 	Pod string `json:"pod,omitempty"`
