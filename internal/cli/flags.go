@@ -7,6 +7,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/seed31b0e981/reservoir/internal/suggest"
 )
 
 // errHelp is returned once the help asked for (-h) is printed: exit 0.
@@ -144,7 +146,7 @@ func splitArgs(fs *flag.FlagSet, args []string) (flags, pos []string, err error)
 
 // flagHint suggests the flag of fs closest to name.
 func flagHint(name string, fs *flag.FlagSet) string {
-	if m := closest(name, flagNames(fs)); m != "" {
+	if m := suggest.Closest(name, flagNames(fs)); m != "" {
 		return fmt.Sprintf("; did you mean --%s?", m)
 	}
 	return ""
@@ -172,58 +174,10 @@ func unknownAction(name string, actions []string) error {
 // didYouMean returns `; did you mean "x"?` for the candidate closest to
 // name, or "" when none is close.
 func didYouMean(name string, candidates []string) string {
-	if m := closest(name, candidates); m != "" {
+	if m := suggest.Closest(name, candidates); m != "" {
 		return fmt.Sprintf("; did you mean %q?", m)
 	}
 	return ""
-}
-
-// closest returns the candidate nearest to name: the one name starts (a
-// unique prefix of at least two letters), else the one within a third of
-// its length in edits (a swap of two neighbours counts one), else "".
-func closest(name string, candidates []string) string {
-	var prefixed []string
-	for _, c := range candidates {
-		if len(name) >= 2 && strings.HasPrefix(c, name) {
-			prefixed = append(prefixed, c)
-		}
-	}
-	if len(prefixed) == 1 {
-		return prefixed[0]
-	}
-	best, bestD := "", max(1, len(name)/3)+1
-	for _, c := range candidates {
-		if d := editDistance(name, c); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
-
-// editDistance is the optimal string alignment distance: insertions,
-// deletions, substitutions and swaps of neighbours, each one edit.
-func editDistance(a, b string) int {
-	d := make([][]int, len(a)+1)
-	for i := range d {
-		d[i] = make([]int, len(b)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(a)][len(b)]
 }
 
 // parseFlags parses args with fs, which must take no positional argument.

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/internal/suggest"
 	"github.com/seed31b0e981/reservoir/internal/wire"
 	"github.com/seed31b0e981/reservoir/rollout"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
@@ -340,7 +341,7 @@ func runRollout(ctx context.Context, args []string, out, errOut io.Writer) error
 		if errors.As(err, &uf) {
 			if others := actionsTaking(uf.name); len(others) > 0 {
 				err = usagef("--%s is not a flag of rollout %s (it is one of %s)", uf.name, name, strings.Join(others, ", "))
-			} else if m := closest(uf.name, flagNames(all)); uf.hint == "" && m != "" {
+			} else if m := suggest.Closest(uf.name, flagNames(all)); uf.hint == "" && m != "" {
 				err = usagef("unknown flag --%s (--%s is a flag of %s)", uf.name, m, strings.Join(actionsTaking(m), ", "))
 			}
 		}

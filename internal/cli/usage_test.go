@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed31b0e981/reservoir/internal/suggest"
 	"github.com/seed31b0e981/reservoir/internal/wire/wiretest"
 )
 
@@ -257,8 +258,8 @@ func TestClosest(t *testing.T) {
 		{"stauts", "status"}, {"stat", "status"}, {"adv", "advance"}, {"kil", "kill"}, {"relase", "release"},
 		{"histroy", "history"}, {"order", "order-pods"}, {"deploy", ""}, {"x", ""},
 	} {
-		if got := closest(c.name, actions); got != c.want {
-			t.Errorf("closest(%q) = %q, want %q", c.name, got, c.want)
+		if got := suggest.Closest(c.name, actions); got != c.want {
+			t.Errorf("suggest.Closest(%q) = %q, want %q", c.name, got, c.want)
 		}
 	}
 }
