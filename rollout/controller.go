@@ -102,6 +102,14 @@ type ControllerConfig struct {
 	// valid flags (a valid change made outside the controller, by hand or
 	// from git, is then kept). Optional: without it, the audit alone.
 	InForce func() (doc []byte, ok bool)
+	// Modes, with a Flags store that keeps only the kill switch
+	// (flagdoc.KillTable), answers the modes of the source reservoir does
+	// not write (flagsource.Source.WithoutKills): the kill switch's
+	// checks (a kill over mysql_only; the store a kill or release moves
+	// shops to) judge the modes in force, with the kill switches of the
+	// document they change. Optional: without it the document's modes
+	// (a KillTable's are the code defaults) are judged.
+	Modes authority.ModeSource
 }
 
 // Controller moves the rollout: status, advance, kill switch, history and
@@ -721,7 +729,7 @@ func (c *Controller) Kill(ctx context.Context, scope flagdoc.Scope, k authority.
 	if err != nil {
 		return err
 	}
-	if pods := c.mysqlOnlyUnder(cur, scope); len(pods) > 0 && !o.Resynced {
+	if pods := c.mysqlOnlyUnder(ctx, cur, scope); len(pods) > 0 && !o.Resynced {
 		if c.cfg.Reconciler == nil {
 			return fmt.Errorf("%w over %s: %s runs mysql_only and no reconciler is configured to check that Redis holds what MySQL decided; "+
 				"check it, then kill again with --resynced", ErrKillRefused, scope, strings.Join(pods, ", "))
@@ -772,7 +780,7 @@ func (c *Controller) checkTarget(ctx context.Context, cur *flagdoc.Flags, scope 
 		if scope.Kind == flagdoc.ScopePod && scope.Pod != pod {
 			continue
 		}
-		from, to := cur.Resolve(pod, scope.Shop).Route().Authority, after.Resolve(pod, scope.Shop).Route().Authority
+		from, to := c.resolve(ctx, cur, pod, scope.Shop).Route().Authority, c.resolve(ctx, after, pod, scope.Shop).Route().Authority
 		if from == to {
 			continue
 		}
@@ -795,7 +803,7 @@ func (c *Controller) lag(ctx context.Context, f *flagdoc.Flags, scope flagdoc.Sc
 		return ""
 	}
 	var parts []string
-	for _, pod := range c.podsUnder(f, scope, func(authority.Decision) bool { return true }) {
+	for _, pod := range c.podsUnder(ctx, f, scope, func(authority.Decision) bool { return true }) {
 		n, oldest, err := c.cfg.Lag.Lag(ctx, pod)
 		if err != nil {
 			parts = append(parts, fmt.Sprintf("%s unknown (%v)", pod, err))
@@ -926,23 +934,43 @@ func (c *Controller) obey(ctx context.Context, after []byte, out io.Writer, into
 
 // podsUnder lists the plan's pods within scope whose decision (for the
 // scope's shop, if any) satisfies match.
-func (c *Controller) podsUnder(f *flagdoc.Flags, scope flagdoc.Scope, match func(authority.Decision) bool) []string {
+func (c *Controller) podsUnder(ctx context.Context, f *flagdoc.Flags, scope flagdoc.Scope, match func(authority.Decision) bool) []string {
 	var out []string
 	for _, pod := range c.cfg.Pods {
 		if scope.Kind == flagdoc.ScopePod && scope.Pod != pod {
 			continue
 		}
-		if match(f.Resolve(pod, scope.Shop)) {
+		if match(c.resolve(ctx, f, pod, scope.Shop)) {
 			out = append(out, pod)
 		}
 	}
 	return out
 }
 
+// resolve is f's decision for the shop of pod, with the modes of
+// ControllerConfig.Modes when set (f then keeps only kill switches): the
+// stronger kill switch of the two wins, as on every replica. A mode
+// source that cannot answer leaves the code default (redis), as f's own
+// Resolve does over an evaluation error.
+func (c *Controller) resolve(ctx context.Context, f *flagdoc.Flags, pod string, shop int64) authority.Decision {
+	d := f.Resolve(pod, shop)
+	if c.cfg.Modes == nil {
+		return d
+	}
+	m, err := c.cfg.Modes.Decide(ctx, pod, shop)
+	if err != nil {
+		m = authority.RedisSafe
+	}
+	if d.Kill.Strength() > m.Kill.Strength() {
+		m.Kill = d.Kill
+	}
+	return m
+}
+
 // mysqlOnlyUnder lists the plan's pods within scope whose mode is
 // mysql_only.
-func (c *Controller) mysqlOnlyUnder(f *flagdoc.Flags, scope flagdoc.Scope) []string {
-	return c.podsUnder(f, scope, func(d authority.Decision) bool { return d.Mode == authority.ModeMySQLOnly })
+func (c *Controller) mysqlOnlyUnder(ctx context.Context, f *flagdoc.Flags, scope flagdoc.Scope) []string {
+	return c.podsUnder(ctx, f, scope, func(d authority.Decision) bool { return d.Mode == authority.ModeMySQLOnly })
 }
 
 // AuditEntry is one recorded change.

@@ -477,7 +477,7 @@ func (r *rolloutRun) controller(withPlan bool) (*rollout.Controller, error) {
 
 func (r *rolloutRun) newController(plan *rollout.Plan) (*rollout.Controller, error) {
 	return rollout.NewController(rollout.ControllerConfig{DB: r.env.cell.Control, Flags: r.env.cell.FlagStore(), Plan: plan, Pods: r.env.topo.PodNames(),
-		Stats: r.env.cell.Comparer, Reconciler: r.env.cell.Reconciler, Lag: r.env.cell, Handoffs: r.env.cell, Stores: r.env.cell})
+		Stats: r.env.cell.Comparer, Reconciler: r.env.cell.Reconciler, Lag: r.env.cell, Handoffs: r.env.cell, Stores: r.env.cell, Modes: r.env.cell.Modes()})
 }
 
 // switchController is the controller of the kill switch: with the
