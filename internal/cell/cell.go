@@ -603,6 +603,15 @@ func (c *Cell) writesFlags() bool {
 	return c.Topology.FlagsSource == topology.FlagsFromFile || c.Topology.FlagsSource == topology.FlagsFromDatabase
 }
 
+// ModesFrom names what serves the modes when reservoir does not write
+// them ("the flagd daemon at flagd:8015"), and "" when it does.
+func (c *Cell) ModesFrom() string {
+	if c.writesFlags() {
+		return ""
+	}
+	return c.modesFrom()
+}
+
 // modesFrom names what serves the modes, for messages.
 func (c *Cell) modesFrom() string {
 	if c.Topology.FlagsSource == topology.FlagsFromFlagd {

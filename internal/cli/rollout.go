@@ -521,6 +521,10 @@ func rolloutStatus(ctx context.Context, r *rolloutRun) error {
 		}
 		return writeJSON(r.out, v)
 	}
+	if from := r.env.cell.ModesFrom(); from != "" {
+		fmt.Fprintf(r.out, "modes: served by %s (reservoir does not write them); kill switch: reservoir's own, in the control database, winning over them; "+
+			"the replicas report the kill switch document's version\n", from)
+	}
 	if err != nil {
 		fmt.Fprintln(r.out, strings.TrimPrefix(err.Error(), "rollout: "))
 	} else {

@@ -129,13 +129,17 @@ func rootContext() openfeature.EvaluationContext {
 	return openfeature.NewEvaluationContext("0", map[string]any{"pod": "", "shop": 0})
 }
 
+// ErrKillDocument is wrapped by ReadError's and Rejected's errors when
+// they are the kill switch document's (Config.Kills), not the source's.
+var ErrKillDocument = errors.New("the kill switch document in the control database")
+
 // killsReadError is the kill switch document's ReadError, named.
 func (s *Source) killsReadError() error {
 	if s.kills == nil {
 		return nil
 	}
 	if err := s.kills.ReadError(); err != nil {
-		return fmt.Errorf("the kill switch document: %w", err)
+		return fmt.Errorf("%w: %w", ErrKillDocument, err)
 	}
 	return nil
 }
@@ -147,7 +151,7 @@ func (s *Source) killsRejected() (time.Time, error) {
 	}
 	at, err := s.kills.Rejected()
 	if err != nil {
-		err = fmt.Errorf("the kill switch document: %w", err)
+		err = fmt.Errorf("%w: %w", ErrKillDocument, err)
 	}
 	return at, err
 }
