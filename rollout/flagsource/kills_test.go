@@ -98,7 +98,9 @@ func TestKillSwitchDocumentWinsOverAProvider(t *testing.T) {
 
 	store := flagdoc.KillTable{DB: db.DB, Modes: "the in-memory provider"}
 	by := flagdoc.Attribution{Actor: "alice", Reason: "pod-b MySQL down"}
-	if _, _, err := store.Update(func(f *flagdoc.Flags) error { return f.EngageKill(flagdoc.PodScope("pod-b"), authority.KillRedisOnly, by) }); err != nil {
+	if _, _, err := store.Update(func(f *flagdoc.Flags) error {
+		return f.EngageKill(flagdoc.PodScope("pod-b"), authority.KillRedisOnly, by)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	want("pod-b killed in the kill switch document", "pod-b", authority.ModeMySQL, authority.KillRedisOnly, epoch(7, 1))
