@@ -505,6 +505,9 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 	if o.Override {
 		action = "override"
 	}
+	if c.cfg.Modes != nil {
+		return c.advanceExternal(ctx, st, next, action, o)
+	}
 	before, after, err := c.change(ctx, o.DryRun, o.Out, st.FlagsVersion, o.Actor, action, strings.Join(next.Pods, ","), st.Stage,
 		func(f *flagdoc.Flags) error { return next.Apply(f) })
 	if err != nil || o.DryRun {
@@ -516,6 +519,53 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 		return Stage{}, fmt.Errorf("rollout: advance: flags written, state not recorded: %w", err)
 	}
 	return next, c.audit(ctx, now, o.Actor, action, strings.Join(next.Pods, ","), reasonOr(o.Reason, next.Name), st.Stage+1, before, after)
+}
+
+// advanceExternal is Advance when the modes come from a source reservoir
+// does not write (ControllerConfig.Modes): the modes are changed there,
+// and the advance records that the next stage is in force, so its gates
+// are judged and the automatic controller's kill switch covers its pods.
+// It is refused (ErrModesExternal) until the source answers the stage's
+// mode for each of its pods (a ramp stage: the stage's mode or the pod's
+// previous one, for the pod as a whole); nothing is written to the
+// source, and the audit's before and after are empty.
+func (c *Controller) advanceExternal(ctx context.Context, st Status, next Stage, action string, o AdvanceOptions) (Stage, error) {
+	var behind []string
+	for _, pod := range next.Pods {
+		d, err := c.cfg.Modes.Decide(ctx, pod, 0)
+		switch {
+		case err != nil:
+			behind = append(behind, fmt.Sprintf("%s (the source does not answer: %v)", pod, err))
+		case d.Mode == next.Mode:
+		case next.Percent > 0 && d.Mode == c.previousMode(st, pod):
+		default:
+			behind = append(behind, fmt.Sprintf("%s answers %s", pod, d.Mode))
+		}
+	}
+	if len(behind) > 0 {
+		return Stage{}, fmt.Errorf("rollout: advance: stage %q gives %s mode %s, but %s: change the modes where they are served, then advance "+
+			"(reservoir then records the stage and judges its gates): %w", next.Name, strings.Join(next.Pods, ", "), next.Mode, strings.Join(behind, "; "), flagdoc.ErrModesExternal)
+	}
+	if o.DryRun {
+		fmt.Fprintf(o.Out, "stage %q: the source already answers it; the advance would record it (nothing is written to the source)\n", next.Name)
+		return next, nil
+	}
+	now, err := c.startStage(ctx, st.Stage+1)
+	if err != nil {
+		return Stage{}, fmt.Errorf("rollout: advance: %w", err)
+	}
+	return next, c.audit(ctx, now, o.Actor, action, strings.Join(next.Pods, ","), reasonOr(o.Reason, next.Name), st.Stage+1, nil, nil)
+}
+
+// previousMode is the mode the plan gave pod before the stage after st's:
+// the last earlier stage that names it, or redis.
+func (c *Controller) previousMode(st Status, pod string) authority.Mode {
+	for i := st.Stage; i >= 0; i-- {
+		if s := c.cfg.Plan.Stages[i]; slices.Contains(s.Pods, pod) {
+			return s.Mode
+		}
+	}
+	return authority.ModeRedis
 }
 
 // ErrKillEngaged is wrapped by Advance's error when a kill switch covers a
