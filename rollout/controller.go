@@ -102,6 +102,14 @@ type ControllerConfig struct {
 	// valid flags (a valid change made outside the controller, by hand or
 	// from git, is then kept). Optional: without it, the audit alone.
 	InForce func() (doc []byte, ok bool)
+	// Modes, with a Flags store that keeps only the kill switch
+	// (flagdoc.KillTable), answers the modes of the source reservoir does
+	// not write (flagsource.Source.WithoutKills): the kill switch's
+	// checks (a kill over mysql_only; the store a kill or release moves
+	// shops to) judge the modes in force, with the kill switches of the
+	// document they change. Optional: without it the document's modes
+	// (a KillTable's are the code defaults) are judged.
+	Modes authority.ModeSource
 }
 
 // Controller moves the rollout: status, advance, kill switch, history and
@@ -497,6 +505,9 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 	if o.Override {
 		action = "override"
 	}
+	if c.cfg.Modes != nil {
+		return c.advanceExternal(ctx, st, next, action, o)
+	}
 	before, after, err := c.change(ctx, o.DryRun, o.Out, st.FlagsVersion, o.Actor, action, strings.Join(next.Pods, ","), st.Stage,
 		func(f *flagdoc.Flags) error { return next.Apply(f) })
 	if err != nil || o.DryRun {
@@ -508,6 +519,53 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 		return Stage{}, fmt.Errorf("rollout: advance: flags written, state not recorded: %w", err)
 	}
 	return next, c.audit(ctx, now, o.Actor, action, strings.Join(next.Pods, ","), reasonOr(o.Reason, next.Name), st.Stage+1, before, after)
+}
+
+// advanceExternal is Advance when the modes come from a source reservoir
+// does not write (ControllerConfig.Modes): the modes are changed there,
+// and the advance records that the next stage is in force, so its gates
+// are judged and the automatic controller's kill switch covers its pods.
+// It is refused (ErrModesExternal) until the source answers the stage's
+// mode for each of its pods (a ramp stage: the stage's mode or the pod's
+// previous one, for the pod as a whole); nothing is written to the
+// source, and the audit's before and after are empty.
+func (c *Controller) advanceExternal(ctx context.Context, st Status, next Stage, action string, o AdvanceOptions) (Stage, error) {
+	var behind []string
+	for _, pod := range next.Pods {
+		d, err := c.cfg.Modes.Decide(ctx, pod, 0)
+		switch {
+		case err != nil:
+			behind = append(behind, fmt.Sprintf("%s (the source does not answer: %v)", pod, err))
+		case d.Mode == next.Mode:
+		case next.Percent > 0 && d.Mode == c.previousMode(st, pod):
+		default:
+			behind = append(behind, fmt.Sprintf("%s answers %s", pod, d.Mode))
+		}
+	}
+	if len(behind) > 0 {
+		return Stage{}, fmt.Errorf("rollout: advance: stage %q gives %s mode %s, but %s: change the modes where they are served, then advance "+
+			"(reservoir then records the stage and judges its gates): %w", next.Name, strings.Join(next.Pods, ", "), next.Mode, strings.Join(behind, "; "), flagdoc.ErrModesExternal)
+	}
+	if o.DryRun {
+		fmt.Fprintf(o.Out, "stage %q: the source already answers it; the advance would record it (nothing is written to the source)\n", next.Name)
+		return next, nil
+	}
+	now, err := c.startStage(ctx, st.Stage+1)
+	if err != nil {
+		return Stage{}, fmt.Errorf("rollout: advance: %w", err)
+	}
+	return next, c.audit(ctx, now, o.Actor, action, strings.Join(next.Pods, ","), reasonOr(o.Reason, next.Name), st.Stage+1, nil, nil)
+}
+
+// previousMode is the mode the plan gave pod before the stage after st's:
+// the last earlier stage that names it, or redis.
+func (c *Controller) previousMode(st Status, pod string) authority.Mode {
+	for i := st.Stage; i >= 0; i-- {
+		if s := c.cfg.Plan.Stages[i]; slices.Contains(s.Pods, pod) {
+			return s.Mode
+		}
+	}
+	return authority.ModeRedis
 }
 
 // ErrKillEngaged is wrapped by Advance's error when a kill switch covers a
@@ -721,7 +779,7 @@ func (c *Controller) Kill(ctx context.Context, scope flagdoc.Scope, k authority.
 	if err != nil {
 		return err
 	}
-	if pods := c.mysqlOnlyUnder(cur, scope); len(pods) > 0 && !o.Resynced {
+	if pods := c.mysqlOnlyUnder(ctx, cur, scope); len(pods) > 0 && !o.Resynced {
 		if c.cfg.Reconciler == nil {
 			return fmt.Errorf("%w over %s: %s runs mysql_only and no reconciler is configured to check that Redis holds what MySQL decided; "+
 				"check it, then kill again with --resynced", ErrKillRefused, scope, strings.Join(pods, ", "))
@@ -772,7 +830,7 @@ func (c *Controller) checkTarget(ctx context.Context, cur *flagdoc.Flags, scope 
 		if scope.Kind == flagdoc.ScopePod && scope.Pod != pod {
 			continue
 		}
-		from, to := cur.Resolve(pod, scope.Shop).Route().Authority, after.Resolve(pod, scope.Shop).Route().Authority
+		from, to := c.resolve(ctx, cur, pod, scope.Shop).Route().Authority, c.resolve(ctx, after, pod, scope.Shop).Route().Authority
 		if from == to {
 			continue
 		}
@@ -795,7 +853,7 @@ func (c *Controller) lag(ctx context.Context, f *flagdoc.Flags, scope flagdoc.Sc
 		return ""
 	}
 	var parts []string
-	for _, pod := range c.podsUnder(f, scope, func(authority.Decision) bool { return true }) {
+	for _, pod := range c.podsUnder(ctx, f, scope, func(authority.Decision) bool { return true }) {
 		n, oldest, err := c.cfg.Lag.Lag(ctx, pod)
 		if err != nil {
 			parts = append(parts, fmt.Sprintf("%s unknown (%v)", pod, err))
@@ -926,23 +984,43 @@ func (c *Controller) obey(ctx context.Context, after []byte, out io.Writer, into
 
 // podsUnder lists the plan's pods within scope whose decision (for the
 // scope's shop, if any) satisfies match.
-func (c *Controller) podsUnder(f *flagdoc.Flags, scope flagdoc.Scope, match func(authority.Decision) bool) []string {
+func (c *Controller) podsUnder(ctx context.Context, f *flagdoc.Flags, scope flagdoc.Scope, match func(authority.Decision) bool) []string {
 	var out []string
 	for _, pod := range c.cfg.Pods {
 		if scope.Kind == flagdoc.ScopePod && scope.Pod != pod {
 			continue
 		}
-		if match(f.Resolve(pod, scope.Shop)) {
+		if match(c.resolve(ctx, f, pod, scope.Shop)) {
 			out = append(out, pod)
 		}
 	}
 	return out
 }
 
+// resolve is f's decision for the shop of pod, with the modes of
+// ControllerConfig.Modes when set (f then keeps only kill switches): the
+// stronger kill switch of the two wins, as on every replica. A mode
+// source that cannot answer leaves the code default (redis), as f's own
+// Resolve does over an evaluation error.
+func (c *Controller) resolve(ctx context.Context, f *flagdoc.Flags, pod string, shop int64) authority.Decision {
+	d := f.Resolve(pod, shop)
+	if c.cfg.Modes == nil {
+		return d
+	}
+	m, err := c.cfg.Modes.Decide(ctx, pod, shop)
+	if err != nil {
+		m = authority.RedisSafe
+	}
+	if d.Kill.Strength() > m.Kill.Strength() {
+		m.Kill = d.Kill
+	}
+	return m
+}
+
 // mysqlOnlyUnder lists the plan's pods within scope whose mode is
 // mysql_only.
-func (c *Controller) mysqlOnlyUnder(f *flagdoc.Flags, scope flagdoc.Scope) []string {
-	return c.podsUnder(f, scope, func(d authority.Decision) bool { return d.Mode == authority.ModeMySQLOnly })
+func (c *Controller) mysqlOnlyUnder(ctx context.Context, f *flagdoc.Flags, scope flagdoc.Scope) []string {
+	return c.podsUnder(ctx, f, scope, func(d authority.Decision) bool { return d.Mode == authority.ModeMySQLOnly })
 }
 
 // AuditEntry is one recorded change.

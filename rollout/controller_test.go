@@ -1033,3 +1033,56 @@ func TestEvidenceIsTheWritersWindows(t *testing.T) {
 		t.Errorf("after the first whole five-second window: %d observations, counting from %s, %v; want 13, from %s", st.Evidence.Observations, st.CountingFrom, err, next)
 	}
 }
+
+// With the modes served by a source reservoir does not write
+// (ControllerConfig.Modes, the flags store a KillTable), the automatic
+// controller follows the source: an advance is refused until the source
+// answers the next stage's mode, then records the stage without writing
+// anything to the source; a gate that breaks in a stage giving MySQL the
+// decisions engages reservoir's own kill switch, which the replicas apply
+// over the source (flagsource.Config.Kills); a mode change through the
+// store is refused.
+func TestAutoKillsBesideAnExternalModeSource(t *testing.T) {
+	t.Parallel()
+	b := setupController(t, true)
+	ctx := context.Background()
+	modes := authority.NewStatic(authority.ModeRedis)
+	kills := flagdoc.KillTable{DB: b.db.DB, Modes: "the test's provider"}
+	ctl := b.controller(t, func(c *rollout.ControllerConfig) { c.Flags, c.Modes, c.Reconciler = kills, modes, b.rc })
+
+	a, err := ctl.AutoStep(ctx, "auto")
+	if err != nil || a.Did != "none" || !strings.Contains(a.Why, "pod-a answers redis") || !strings.Contains(a.Why, "change the modes where they are served") {
+		t.Fatalf("auto step before the source moved: %+v, %v; want none, naming what the source answers", a, err)
+	}
+	if err := modes.SetPodMode("pod-a", authority.ModeShadow); err != nil {
+		t.Fatal(err)
+	}
+	if a, err = ctl.AutoStep(ctx, "auto"); err != nil || a.Did != "advanced" {
+		t.Fatalf("auto step once the source answers shadow: %+v, %v", a, err)
+	}
+	b.nextWindow()
+	b.observe(t, "pod-a", "shadow", 120, 0)
+	b.clk.Add(2 * time.Minute)
+	if err := modes.SetPodMode("pod-a", authority.ModeMySQL); err != nil {
+		t.Fatal(err)
+	}
+	if a, err = ctl.AutoStep(ctx, "auto"); err != nil || a.Did != "advanced" {
+		t.Fatalf("auto step into mysql: %+v, %v", a, err)
+	}
+	b.nextWindow()
+	b.observe(t, "pod-a", "mysql", 200, 10)
+	if a, err = ctl.AutoStep(ctx, "auto"); err != nil || a.Did != "killed" {
+		t.Fatalf("auto step with mismatches: %+v, %v; want killed", a, err)
+	}
+	f, err := kills.Read()
+	if err != nil || f.KillAt(flagdoc.PodScope("pod-a")).State != authority.KillRedis || f.Version != 1 {
+		t.Errorf("the kill switch document after the automatic kill: %+v, %v; want pod-a at redis, version 1", f, err)
+	}
+	if _, _, err := kills.Update(func(f *flagdoc.Flags) error { return f.SetMode(flagdoc.PodScope("pod-b"), authority.ModeShadow) }); !errors.Is(err, flagdoc.ErrModesExternal) {
+		t.Errorf("a mode change through the kill switch document: %v; want ErrModesExternal", err)
+	}
+	h, err := ctl.History(ctx, 10)
+	if err != nil || len(h) != 3 || h[0].Action != "kill" || h[1].Action != "advance" || h[2].Action != "advance" {
+		t.Errorf("history %+v, %v; want two advances and the kill", h, err)
+	}
+}

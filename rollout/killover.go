@@ -71,6 +71,11 @@ func (c *Controller) flagsForKill(ctx context.Context) (*flagdoc.Flags, *overInv
 // obeying it), so the kill switch writes over it as over any invalid
 // document, above every version seen. nil when the replicas take cur.
 func (c *Controller) refused(ctx context.Context, cur *flagdoc.Flags) (*flagdoc.InvalidFlagsError, error) {
+	if cur.Version == 0 {
+		// No document yet (a KillTable before its first switch): nothing
+		// the replicas could refuse; the change writes the first.
+		return nil, nil
+	}
 	applied, err := controldb.AppliedHighest(ctx, c.cfg.DB)
 	if err != nil {
 		return nil, fmt.Errorf("rollout: read the replicas' versions: %w", err)

@@ -195,7 +195,7 @@ func (h *Heartbeat) run() {
 		case <-check.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		v, ok := h.cfg.Source.AppliedVersion(ctx)
+		v, ok := h.cfg.Source.DocumentVersion(ctx)
 		if !ok {
 			v = 0
 		}

@@ -515,7 +515,7 @@ func (k *killFloodRig) change(ctx context.Context, i int) KillFloodChange {
 	if ans.ObeyedAfterMs != nil {
 		c.Self = *ans.ObeyedAfterMs
 	}
-	version, written, err := controldb.FlagsWritten(ctx, k.direct)
+	version, written, err := controldb.FlagsWritten(ctx, k.direct, controldb.FlagsDoc)
 	if err != nil {
 		c.Error = "read the flags' write: " + err.Error()
 		return c

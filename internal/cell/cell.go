@@ -34,6 +34,7 @@ import (
 	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout"
+	"github.com/seed31b0e981/reservoir/rollout/authority"
 	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 	"github.com/seed31b0e981/reservoir/rollout/flagsource"
 )
@@ -239,6 +240,11 @@ func Open(ctx context.Context, cfg Config) (_ *Cell, err error) {
 		fsc.Path, fsc.DB = "", c.Control
 	case topology.FlagsFromFlagd:
 		fsc.Path, fsc.FlagdAddr = "", cfg.Topology.FlagdAddr
+	}
+	if !c.writesFlags() {
+		// The modes come from where reservoir does not write; its own kill
+		// switch, in the control database, wins over them.
+		fsc.Kills = c.Control
 	}
 	if c.Flags, err = flagsource.New(ctx, fsc); err != nil {
 		return nil, fmt.Errorf("cell: %w", err)
@@ -564,16 +570,54 @@ func (c *Cell) Close(ctx context.Context) error {
 
 // FlagStore is where this cell's flags are written: the flags file, or the
 // control database's document, as the topology's flags_source says. With
-// a flagd daemon reservoir cannot write them: every call of the store it
-// returns fails, naming the daemon (flagdoc.ExternalFlags).
+// a source reservoir does not write (a flagd daemon), it is reservoir's
+// own kill switch document in the control database (flagdoc.KillTable),
+// which every replica's flag source follows beside the daemon and which
+// wins over it; a change to a mode is refused, naming the daemon.
 func (c *Cell) FlagStore() flagdoc.FlagStore {
 	switch c.Topology.FlagsSource {
 	case topology.FlagsFromDatabase:
 		return flagdoc.FlagsTable{DB: c.Control}
-	case topology.FlagsFromFlagd:
-		return flagdoc.ExternalFlags{Where: "the flagd daemon at " + c.Topology.FlagdAddr}
+	case topology.FlagsFromFile:
+		return flagdoc.FlagsFile{Path: c.Topology.FlagsFile}
 	}
-	return flagdoc.FlagsFile{Path: c.Topology.FlagsFile}
+	return flagdoc.KillTable{DB: c.Control, Modes: c.modesFrom()}
+}
+
+// Modes is what the controller judges a kill switch change by when the
+// modes come from a source reservoir does not write
+// (rollout.ControllerConfig.Modes): the flag source's own decisions,
+// without the kill switch document. nil when reservoir writes the flags
+// (the document has the modes).
+func (c *Cell) Modes() authority.ModeSource {
+	if c.writesFlags() {
+		return nil
+	}
+	return c.Flags.WithoutKills()
+}
+
+// writesFlags says whether reservoir writes the flags document the modes
+// come from (a flags file, the control database), which then carries the
+// kill switch too.
+func (c *Cell) writesFlags() bool {
+	return c.Topology.FlagsSource == topology.FlagsFromFile || c.Topology.FlagsSource == topology.FlagsFromDatabase
+}
+
+// ModesFrom names what serves the modes when reservoir does not write
+// them ("the flagd daemon at flagd:8015"), and "" when it does.
+func (c *Cell) ModesFrom() string {
+	if c.writesFlags() {
+		return ""
+	}
+	return c.modesFrom()
+}
+
+// modesFrom names what serves the modes, for messages.
+func (c *Cell) modesFrom() string {
+	if c.Topology.FlagsSource == topology.FlagsFromFlagd {
+		return "the flagd daemon at " + c.Topology.FlagdAddr
+	}
+	return "the " + c.Topology.FlagsSource + " flag source"
 }
 
 // Replica is this replica's heartbeat id ("" without Config.Heartbeat).

@@ -477,7 +477,7 @@ func (r *rolloutRun) controller(withPlan bool) (*rollout.Controller, error) {
 
 func (r *rolloutRun) newController(plan *rollout.Plan) (*rollout.Controller, error) {
 	return rollout.NewController(rollout.ControllerConfig{DB: r.env.cell.Control, Flags: r.env.cell.FlagStore(), Plan: plan, Pods: r.env.topo.PodNames(),
-		Stats: r.env.cell.Comparer, Reconciler: r.env.cell.Reconciler, Lag: r.env.cell, Handoffs: r.env.cell, Stores: r.env.cell})
+		Stats: r.env.cell.Comparer, Reconciler: r.env.cell.Reconciler, Lag: r.env.cell, Handoffs: r.env.cell, Stores: r.env.cell, Modes: r.env.cell.Modes()})
 }
 
 // switchController is the controller of the kill switch: with the
@@ -520,6 +520,10 @@ func rolloutStatus(ctx context.Context, r *rolloutRun) error {
 			v.Error = strings.TrimPrefix(err.Error(), "rollout: ")
 		}
 		return writeJSON(r.out, v)
+	}
+	if from := r.env.cell.ModesFrom(); from != "" {
+		fmt.Fprintf(r.out, "modes: served by %s (reservoir does not write them); kill switch: reservoir's own, in the control database, winning over them; "+
+			"the replicas report the kill switch document's version\n", from)
 	}
 	if err != nil {
 		fmt.Fprintln(r.out, strings.TrimPrefix(err.Error(), "rollout: "))

@@ -96,22 +96,22 @@ func TestFlagsRow(t *testing.T) {
 	db, q := setup(t, "flags", "bench")
 	c := ctx(t)
 	for name, read := range map[string]func() error{
-		"ReadFlags":    func() error { _, _, err := controldb.ReadFlags(c, q); return err },
-		"PollFlags":    func() error { _, _, err := controldb.PollFlags(c, q, -1, -1); return err },
-		"FlagsWritten": func() error { _, _, err := controldb.FlagsWritten(c, q); return err },
+		"ReadFlags":    func() error { _, _, err := controldb.ReadFlags(c, q, controldb.FlagsDoc); return err },
+		"PollFlags":    func() error { _, _, err := controldb.PollFlags(c, q, controldb.FlagsDoc, -1, -1); return err },
+		"FlagsWritten": func() error { _, _, err := controldb.FlagsWritten(c, q, controldb.FlagsDoc); return err },
 	} {
 		if err := read(); !errors.Is(err, sql.ErrNoRows) {
 			t.Errorf("%s before any document: %v, want sql.ErrNoRows", name, err)
 		}
 	}
 	at := time.Date(2026, 1, 2, 3, 4, 5, 678901000, time.UTC)
-	if err := controldb.InsertFlags(c, q, 1, `{"v":1}`, at); err != nil {
+	if err := controldb.InsertFlags(c, q, controldb.FlagsDoc, 1, `{"v":1}`, at); err != nil {
 		t.Fatal(err)
 	}
-	if err := controldb.InsertFlags(c, q, 1, `{"v":1}`, at); !controldb.IsDuplicate(err) {
+	if err := controldb.InsertFlags(c, q, controldb.FlagsDoc, 1, `{"v":1}`, at); !controldb.IsDuplicate(err) {
 		t.Fatalf("second InsertFlags: %v, want a duplicate key", err)
 	}
-	if v, doc, err := controldb.ReadFlags(c, q); err != nil || v != 1 || doc != `{"v":1}` {
+	if v, doc, err := controldb.ReadFlags(c, q, controldb.FlagsDoc); err != nil || v != 1 || doc != `{"v":1}` {
 		t.Fatalf("ReadFlags = %d, %q, %v", v, doc, err)
 	}
 
@@ -122,10 +122,10 @@ func TestFlagsRow(t *testing.T) {
 	}
 	defer func() { _ = tx.Rollback() }()
 	txq := &recorder{q: tx}
-	if v, doc, err := controldb.LockFlags(c, txq); err != nil || v != 1 || doc != `{"v":1}` {
+	if v, doc, err := controldb.LockFlags(c, txq, controldb.FlagsDoc); err != nil || v != 1 || doc != `{"v":1}` {
 		t.Fatalf("LockFlags = %d, %q, %v", v, doc, err)
 	}
-	if err := controldb.UpdateFlags(c, txq, 2, `{"v":2}`, at.Add(time.Second)); err != nil {
+	if err := controldb.UpdateFlags(c, txq, controldb.FlagsDoc, 2, `{"v":2}`, at.Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -133,16 +133,16 @@ func TestFlagsRow(t *testing.T) {
 	}
 	q.queries = append(q.queries, txq.queries...)
 
-	if v, doc, err := controldb.PollFlags(c, q, 2, -1); err != nil || v != 2 || doc.Valid {
+	if v, doc, err := controldb.PollFlags(c, q, controldb.FlagsDoc, 2, -1); err != nil || v != 2 || doc.Valid {
 		t.Errorf("PollFlags at the version in force = %d, %v, %v: want 2 and no document", v, doc, err)
 	}
-	if v, doc, err := controldb.PollFlags(c, q, 1, 2); err != nil || v != 2 || doc.Valid {
+	if v, doc, err := controldb.PollFlags(c, q, controldb.FlagsDoc, 1, 2); err != nil || v != 2 || doc.Valid {
 		t.Errorf("PollFlags at the version refused = %d, %v, %v: want 2 and no document", v, doc, err)
 	}
-	if v, doc, err := controldb.PollFlags(c, q, 1, -1); err != nil || v != 2 || doc.String != `{"v":2}` {
+	if v, doc, err := controldb.PollFlags(c, q, controldb.FlagsDoc, 1, -1); err != nil || v != 2 || doc.String != `{"v":2}` {
 		t.Errorf("PollFlags at a new version = %d, %v, %v: want 2 and its document", v, doc, err)
 	}
-	if v, written, err := controldb.FlagsWritten(c, q); err != nil || v != 2 || !written.Equal(at.Add(time.Second)) {
+	if v, written, err := controldb.FlagsWritten(c, q, controldb.FlagsDoc); err != nil || v != 2 || !written.Equal(at.Add(time.Second)) {
 		t.Errorf("FlagsWritten = %d, %s, %v: want 2 at %s", v, written, err, at.Add(time.Second))
 	}
 }

@@ -126,6 +126,8 @@ func (s *Server) advanceFailed(w http.ResponseWriter, r *http.Request, err error
 			Extra:   wire.Problem{Gates: wire.GateResultsOf(ge.Gates)}})
 	case errors.Is(err, rollout.ErrKillEngaged):
 		writeProblem(w, r, problem{Status: http.StatusConflict, Code: "kill_engaged", Field: "override", Message: err.Error()})
+	case errors.Is(err, flagdoc.ErrModesExternal):
+		writeProblem(w, r, problem{Status: http.StatusConflict, Code: "modes_external", Message: err.Error()})
 	case errors.Is(err, rollout.ErrRedisNotCurrent):
 		writeProblem(w, r, problem{Status: http.StatusConflict, Code: "redis_not_current", Field: "resynced", Message: err.Error()})
 	case errors.Is(err, flagdoc.ErrFlagsChanged):

@@ -19,6 +19,7 @@ func (s *Server) rolloutStatus(w http.ResponseWriter, r *http.Request) {
 	v := wire.RolloutStatus{FlagsFile: c.Topology.FlagsFile, FlagsLoaded: c.Flags.Loaded(), At: time.Now().UTC(), Pods: []wire.Pod{}, Shops: []wire.Shop{},
 		Stages: []wire.Stage{}, Replicas: []wire.Replica{}}
 	v.FlagsRejected = rejected(c.Flags)
+	v.ModesFrom = c.ModesFrom()
 	flags, err := c.FlagStore().Read()
 	if err != nil {
 		v.FlagsError = err.Error()

@@ -93,6 +93,7 @@ var problemTitles = map[string]string{
 	"refused":                "Kill switch refused: Redis not current",
 	"gates_fail":             "Gates do not pass",
 	"kill_engaged":           "Kill switch engaged",
+	"modes_external":         "Modes served elsewhere",
 	"redis_not_current":      "Redis not current for handback",
 	"confirm_mysql_only":     "mysql_only needs confirmation",
 	"stage_changed":          "Rollout stage changed",

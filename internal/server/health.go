@@ -176,6 +176,10 @@ func (s *Server) flagsNotLoaded(controlPing string, detail bool) string {
 		where = `the flagd daemon at flagd_addr (flags_source = "flagd")`
 		until = "until the daemon sends a valid document (it keeps reconnecting)"
 		switch {
+		case errors.Is(readErr, flagsource.ErrKillDocument):
+			cause = "reservoir's kill switch document cannot be read from the control database (" + failureClass(readErr) + "): check control_dsn" + because(readErr)
+		case errors.Is(rejected, flagsource.ErrKillDocument):
+			cause = "reservoir's kill switch document was rejected" + because(rejected) + " (a kill switch change writes a valid one)"
 		case readErr != nil:
 			cause = "the daemon cannot be reached or does not answer" + because(readErr)
 		case rejected != nil:

@@ -21,6 +21,13 @@ type RolloutStatus struct {
 	// FlagsRejected is set while this replica's flag source refuses the
 	// newest flags document it saw; left out otherwise.
 	FlagsRejected *FlagsRejected `json:"flags_rejected,omitempty"`
+	// ModesFrom names where the modes come from when reservoir does not
+	// write them ("the flagd daemon at flagd:8015"); left out otherwise.
+	// The document shown is then reservoir's own kill switch document: its
+	// kill switches win over the source, its modes are the code defaults
+	// and unused, and each pod's effective decision is the source's with
+	// the kill switch applied.
+	ModesFrom string `json:"modes_from,omitempty"`
 	// GlobalMode is the global mode.
 	GlobalMode string `json:"global_mode"`
 	// GlobalKill is the global kill switch.

@@ -66,6 +66,17 @@ type FlagsTable struct {
 	DB *sql.DB
 	// Timeout bounds each read or write. Default: 5s.
 	Timeout time.Duration
+
+	// doc is the row: the flags document (zero), or KillTable's.
+	doc controldb.Doc
+}
+
+// row is the rollout_flags row t keeps.
+func (t FlagsTable) row() controldb.Doc {
+	if t.doc == 0 {
+		return controldb.FlagsDoc
+	}
+	return t.doc
 }
 
 func (t FlagsTable) ctx() (context.Context, context.CancelFunc) {
@@ -83,7 +94,7 @@ func (t FlagsTable) String() string { return "control database (rollout_flags)" 
 func (t FlagsTable) Read() (*Flags, error) {
 	ctx, cancel := t.ctx()
 	defer cancel()
-	version, doc, err := controldb.ReadFlags(ctx, t.DB)
+	version, doc, err := controldb.ReadFlags(ctx, t.DB, t.row())
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("rollout: no flags in the control database yet: %w", fs.ErrNotExist)
 	}
@@ -135,7 +146,7 @@ func (t FlagsTable) change(expect int64, next func(*Flags) (*Flags, error)) (bef
 			_ = tx.Rollback()
 		}
 	}()
-	curVersion, doc, lockErr := controldb.LockFlags(ctx, tx)
+	curVersion, doc, lockErr := controldb.LockFlags(ctx, tx, t.row())
 	exists := true
 	switch {
 	case errors.Is(lockErr, sql.ErrNoRows):
@@ -162,9 +173,9 @@ func (t FlagsTable) change(expect int64, next func(*Flags) (*Flags, error)) (bef
 	}
 	now := time.Now().UTC()
 	if exists {
-		err = controldb.UpdateFlags(ctx, tx, after.Version, string(data), now)
+		err = controldb.UpdateFlags(ctx, tx, t.row(), after.Version, string(data), now)
 	} else {
-		err = controldb.InsertFlags(ctx, tx, after.Version, string(data), now)
+		err = controldb.InsertFlags(ctx, tx, t.row(), after.Version, string(data), now)
 	}
 	if err != nil {
 		if controldb.IsDuplicate(err) {

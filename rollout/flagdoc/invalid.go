@@ -110,7 +110,7 @@ func (t FlagsTable) replace(expect []byte, f *Flags) (err error) {
 			_ = tx.Rollback()
 		}
 	}()
-	version, doc, lockErr := controldb.LockFlags(ctx, tx)
+	version, doc, lockErr := controldb.LockFlags(ctx, tx, t.row())
 	exists := true
 	switch {
 	case errors.Is(lockErr, sql.ErrNoRows):
@@ -133,9 +133,9 @@ func (t FlagsTable) replace(expect []byte, f *Flags) (err error) {
 	}
 	now := time.Now().UTC()
 	if exists {
-		err = controldb.UpdateFlags(ctx, tx, f.Version, string(data), now)
+		err = controldb.UpdateFlags(ctx, tx, t.row(), f.Version, string(data), now)
 	} else {
-		err = controldb.InsertFlags(ctx, tx, f.Version, string(data), now)
+		err = controldb.InsertFlags(ctx, tx, t.row(), f.Version, string(data), now)
 	}
 	if err != nil {
 		if controldb.IsDuplicate(err) {
@@ -159,8 +159,10 @@ func StoredDocument(ctx context.Context, store FlagStore) (doc []byte, ok bool, 
 			return nil, false, fmt.Errorf("rollout: read flags file: %w", err)
 		}
 		return doc, true, nil
+	case KillTable:
+		return StoredDocument(ctx, st.table())
 	case FlagsTable:
-		_, text, err := controldb.ReadFlags(ctx, st.DB)
+		_, text, err := controldb.ReadFlags(ctx, st.DB, st.row())
 		if err != nil {
 			return nil, false, fmt.Errorf("rollout: read the flags from the control database: %w", err)
 		}

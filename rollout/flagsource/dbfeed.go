@@ -42,6 +42,9 @@ type dbFeed struct {
 	log     *slog.Logger
 	problem func(key string, level slog.Level, msg string, args ...any)
 	check   *flagdoc.Evaluator
+	// doc is the row followed: the flags document, or the kill switch
+	// document (which may be missing: no switch was ever engaged).
+	doc controldb.Doc
 
 	loaded atomic.Bool
 
@@ -59,8 +62,8 @@ type dbFeed struct {
 
 var _ isync.ISync = (*dbFeed)(nil)
 
-func newDBFeed(db *sql.DB, poll, timeout time.Duration, log *slog.Logger, problem func(key string, level slog.Level, msg string, args ...any)) *dbFeed {
-	return &dbFeed{db: db, poll: poll, timeout: timeout, log: log, problem: problem,
+func newDBFeed(db *sql.DB, doc controldb.Doc, poll, timeout time.Duration, log *slog.Logger, problem func(key string, level slog.Level, msg string, args ...any)) *dbFeed {
+	return &dbFeed{db: db, doc: doc, poll: poll, timeout: timeout, log: log, problem: problem,
 		check: flagdoc.NewEvaluator(dbSource), current: []byte(noFlags), row: -1, rejected: -1}
 }
 
@@ -123,7 +126,16 @@ func (f *dbFeed) fetch(ctx context.Context) ([]byte, error) {
 	f.mu.Lock()
 	seen, refused := f.row, f.rejected
 	f.mu.Unlock()
-	row, doc, err := controldb.PollFlags(ctx, f.db, seen, refused)
+	row, doc, err := controldb.PollFlags(ctx, f.db, f.doc, seen, refused)
+	if errors.Is(err, sql.ErrNoRows) && f.doc == controldb.KillDoc {
+		// No kill switch was ever engaged: none is, which is an answer
+		// (the flags document has no such default: its modes must be set).
+		f.readFail.set(nil)
+		if !f.loaded.Swap(true) {
+			f.log.Info("rollout: no kill switch document in the control database yet: no kill switch engaged")
+		}
+		return nil, nil
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		err = ErrNoFlagsDocument
 	}

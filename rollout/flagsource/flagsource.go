@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/internal/controldb"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
 	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 
@@ -69,6 +69,15 @@ type Config struct {
 	// it from then on: Close shuts it down. reservoir cannot write its
 	// flags (no FlagStore fits it).
 	Provider openfeature.FeatureProvider
+	// Kills is the control database whose kill switch document
+	// (flagdoc.KillTable) the source follows beside FlagdAddr or Provider,
+	// whose flags reservoir does not write: the kill switch engaged there
+	// wins over the mode and kill switch the daemon or provider answers,
+	// and each decision's Version is the epoch of both (Epoch). It is
+	// polled as DB is (20ms); no document there means no switch engaged.
+	// Not allowed with Path or DB: that document carries the kill switch
+	// itself, and reservoir writes it.
+	Kills *sql.DB
 	// Logger receives loads, reloads, rejected files and evaluation
 	// problems. Default: slog.Default().
 	Logger *slog.Logger
@@ -86,6 +95,10 @@ type Config struct {
 	// evaluation errors) to one log line per problem per LogEvery, with the
 	// number suppressed. Default: 10s.
 	LogEvery time.Duration
+
+	// killDoc makes DB's row the kill switch document (the source Kills
+	// starts), not the flags document.
+	killDoc bool
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -120,6 +133,10 @@ func (c Config) Validate() error {
 	if given != 1 {
 		errs = append(errs, errors.New("rollout: give exactly one of Config.Path (a flags file, e.g. deploy/flags/reservoir.flagd.json), "+
 			"Config.DB (the control database), Config.FlagdAddr (a flagd daemon's sync service) and Config.Provider (an OpenFeature provider)"))
+	}
+	if c.Kills != nil && (c.Path != "" || c.DB != nil) {
+		errs = append(errs, errors.New("rollout: Config.Kills is for Config.FlagdAddr or Config.Provider, whose flags reservoir does not write; "+
+			"a flags file's or the control database's document carries the kill switch itself"))
 	}
 	if c.FlagdAddr != "" {
 		if err := CheckFlagdAddr(c.FlagdAddr); err != nil {
@@ -192,6 +209,9 @@ type Source struct {
 	// wasReady is set once a Provider (no feed) reported ready.
 	wasReady atomic.Bool
 
+	// kills follows the kill switch document (Config.Kills); nil without.
+	kills *Source
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -223,6 +243,27 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 		return nil, err
 	}
 	s := &Source{limiter: newLogLimiter(cfg.LogEvery), cfg: cfg}
+	if cfg.Kills != nil {
+		kc := Config{DB: cfg.Kills, killDoc: true, Logger: cfg.Logger.With("flags", "kill switch"), LoadTimeout: cfg.LoadTimeout, LogEvery: cfg.LogEvery}
+		k, err := New(ctx, kc)
+		if err != nil {
+			return nil, fmt.Errorf("rollout: the kill switch document: %w", err)
+		}
+		s.kills = k
+	}
+	src, err := s.start(ctx)
+	if err != nil && s.kills != nil {
+		if cerr := s.kills.Close(); cerr != nil {
+			s.log.Warn("rollout: kill switch source did not shut down", "err", cerr)
+		}
+	}
+	return src, err
+}
+
+// start starts the source's own feed and provider (New starts the kill
+// switch's first).
+func (s *Source) start(ctx context.Context) (*Source, error) {
+	cfg := s.cfg
 	if cfg.Provider != nil {
 		return s.startProvider(ctx)
 	}
@@ -230,8 +271,12 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 		s.log = cfg.Logger.With("flags", "flagd "+cfg.FlagdAddr)
 		s.feed = newGRPCFeed(cfg.FlagdAddr, cfg.LoadTimeout, s.log, s.problem)
 	} else if cfg.DB != nil {
+		doc := controldb.FlagsDoc
+		if cfg.killDoc {
+			doc = controldb.KillDoc
+		}
 		s.log = cfg.Logger.With("flags", "control database")
-		s.feed = newDBFeed(cfg.DB, cfg.PollInterval, cfg.LoadTimeout, s.log, s.problem)
+		s.feed = newDBFeed(cfg.DB, doc, cfg.PollInterval, cfg.LoadTimeout, s.log, s.problem)
 	} else {
 		s.log = cfg.Logger.With("flags_file", cfg.Path)
 		s.feed = newFileFeed(cfg.Path, cfg.PollInterval, s.log, s.problem)
@@ -273,21 +318,31 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 // provider state is no guide (with flagd's own file watch it stays ERROR
 // for good after one rejected file), except with a Provider, whose state
 // is all there is (see providerLoaded).
-func (s *Source) Loaded() bool { return s.loaded() && !s.closed.Load() }
+func (s *Source) Loaded() bool {
+	return s.loaded() && !s.closed.Load() && (s.kills == nil || s.kills.Loaded())
+}
 
 // AppliedVersion is the version of the flags this source answers with now
-// (what Decide reports), and false while none is loaded. It is the
+// (what Decide reports: with Config.Kills, the epoch of the provider's
+// version and the kill switch document's), and false while none is loaded. It is the
 // replica's own word on which flags it obeys, for its heartbeat.
 func (s *Source) AppliedVersion(ctx context.Context) (int64, bool) {
 	if !s.Loaded() {
 		return 0, false
 	}
-	ec := openfeature.NewEvaluationContext("0", map[string]any{"pod": "", "shop": 0})
-	e, err := s.evaluate(ctx, flagdoc.FlagKillSwitch, string(authority.KillOff), ec, "", 0)
+	e, err := s.evaluate(ctx, flagdoc.FlagKillSwitch, string(authority.KillOff), rootContext(), "", 0)
 	if err != nil {
 		return 0, false
 	}
-	return e.version, true
+	if s.kills == nil {
+		return e.version, true
+	}
+	k, err := s.kills.killAt(ctx, rootContext(), "", 0)
+	if err != nil {
+		return 0, false
+	}
+	epoch, err := Epoch(e.version, k.version)
+	return epoch, err == nil
 }
 
 // Decide implements ModeSource: two flag evaluations (mode and kill
@@ -306,7 +361,17 @@ func (s *Source) Decide(ctx context.Context, pod string, shop int64) (authority.
 		s.problem("not-loaded", slog.LevelError, "rollout: flags not loaded; no decision until they are")
 		return authority.RedisSafe, ErrFlagsNotLoaded
 	}
-	ec := openfeature.NewEvaluationContext(strconv.FormatInt(shop, 10), map[string]any{"pod": pod, "shop": shop})
+	ec := openfeature.NewEvaluationContext(shopKey(shop), map[string]any{"pod": pod, "shop": shop})
+	d, err := s.decideOwn(ctx, ec, pod, shop)
+	if err != nil || s.kills == nil {
+		return d, err
+	}
+	return s.withKills(ctx, d, ec, pod, shop)
+}
+
+// decideOwn is Decide from the source's own flags, without the kill
+// switch document of Config.Kills.
+func (s *Source) decideOwn(ctx context.Context, ec openfeature.EvaluationContext, pod string, shop int64) (authority.Decision, error) {
 	var mode, kill evaluation
 	for attempt := 1; ; attempt++ {
 		var merr, kerr error
@@ -394,6 +459,9 @@ func (s *Source) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
 		s.closeErr = s.shutdown()
+		if s.kills != nil {
+			s.closeErr = errors.Join(s.closeErr, s.kills.Close())
+		}
 	})
 	return s.closeErr
 }

@@ -2,7 +2,6 @@ package flagsource
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -244,19 +243,5 @@ func TestFlagSourceConfigFlagd(t *testing.T) {
 	err := Config{Path: "x", FlagdAddr: "flagd:8015"}.WithDefaults().Validate()
 	if err == nil || !strings.Contains(err.Error(), "exactly one of") {
 		t.Errorf("a file and a daemon at once: %v", err)
-	}
-}
-
-// ExternalFlags refuses every call, naming where the flags are served.
-func TestExternalFlagsRefuses(t *testing.T) {
-	t.Parallel()
-	e := flagdoc.ExternalFlags{Where: "the flagd daemon at flagd:8015"}
-	_, rerr := e.Read()
-	_, _, uerr := e.Update(func(*flagdoc.Flags) error { return nil })
-	_, _, aerr := e.UpdateAt(3, func(*flagdoc.Flags) error { return nil })
-	for _, err := range []error{rerr, e.Write(flagdoc.NewFlags()), uerr, aerr} {
-		if !errors.Is(err, flagdoc.ErrFlagsExternal) || !strings.Contains(err.Error(), "served by the flagd daemon at flagd:8015; change them where it reads them") {
-			t.Errorf("got %v; want ErrFlagsExternal naming the daemon", err)
-		}
 	}
 }

@@ -73,12 +73,15 @@ func (r *readFailure) get() error {
 // file missing, unreadable or empty; a control database or a flagd daemon
 // that does not answer; no flags document there yet), and nil once a
 // read succeeds (a document read but refused is Rejected's). A replica
-// that is not Loaded says why with it. nil with a Provider.
+// that is not Loaded says why with it. nil with a Provider (unless its
+// kill switch document, Config.Kills, cannot be read).
 func (s *Source) ReadError() error {
 	if f, ok := s.feed.(interface{ readErr() error }); ok {
-		return f.readErr()
+		if err := f.readErr(); err != nil {
+			return err
+		}
 	}
-	return nil
+	return s.killsReadError()
 }
 
 func (f *fileFeed) readErr() error { return f.readFail.get() }
@@ -114,9 +117,11 @@ func (f *grpcFeed) refusal() (time.Time, error) { return f.rej.refusal() }
 // (an OpenFeature provider passed in) reports nil: it sees no documents.
 func (s *Source) Rejected() (at time.Time, err error) {
 	if r, ok := s.feed.(rejecter); ok {
-		return r.refusal()
+		if at, err := r.refusal(); err != nil {
+			return at, err
+		}
 	}
-	return time.Time{}, nil
+	return s.killsRejected()
 }
 
 // inForcer is a feed that tells the document it passed on last (fileFeed,
@@ -139,10 +144,14 @@ func (f *grpcFeed) inForce() []byte { f.mu.Lock(); defer f.mu.Unlock(); return f
 
 // InForce returns the flags document the source answers from now, and
 // false while none has loaded (or with a Provider, which has no
-// document). The kill switch builds on it over an invalid document
+// document); with Config.Kills, the kill switch document. The kill switch builds on it over an invalid document
 // (ControllerConfig.InForce): it is what this replica obeys, valid by
 // construction, even when it was written outside the controller.
 func (s *Source) InForce() (doc []byte, ok bool) {
+	if s.kills != nil {
+		// The document reservoir writes is the kill switch's.
+		return s.kills.InForce()
+	}
 	f, isFeed := s.feed.(inForcer)
 	if !isFeed || !s.Loaded() {
 		return nil, false
