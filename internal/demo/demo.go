@@ -392,7 +392,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	wg.Go(func() { gen.run(runCtx) })
 	w := &walker{ctl: ctl, c: c, p: p, plan: plan, since: started, series: srv.Series, program: cfg.Program}
 	if !cfg.SkipIncident {
-		w.inc = &incident{cfg: cfg, c: c, ctl: ctl, srv: srv, p: p, podDSN: env.dsnFor(env.dbName(incidentPod))}
+		w.inc = &incident{cfg: cfg, c: c, ctl: ctl, srv: srv, p: p, podDSN: env.dsnFor(env.dbName(incidentPod)), leakedAtFirst: -1}
 	}
 	w.loop(runCtx, gen, cfg.ProgressEvery)
 	wg.Wait()

@@ -98,6 +98,11 @@ type incident struct {
 	left  int       // a refused repair or release, retried on the next steps
 	// repaired: the repair is done (a refused release is retried alone).
 	repaired bool
+	// leakedAtFirst is how many leaked hold lines the first repair attempt
+	// found (-1 before any): an attempt that fails part way (a shop whose
+	// look timed out) has already removed some, and the message of the one
+	// that completes counts from the first.
+	leakedAtFirst int
 }
 
 // faultWindow bounds how long the fault stays in without a gate breaking
@@ -241,6 +246,10 @@ func (in *incident) repair(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if in.leakedAtFirst < 0 {
+		in.leakedAtFirst = before
+	}
+	before = max(before, in.leakedAtFirst)
 	v, err := in.srv.RunReconcile(ctx, incidentPod, in.c.Repair)
 	if err != nil {
 		return fmt.Errorf("reconcile --repair: %w", err)
