@@ -25,6 +25,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/seed31b0e981/reservoir/internal/cli"
+	"github.com/seed31b0e981/reservoir/internal/server"
 )
 
 // The commands of the documentation run as written. A reader pastes a
@@ -221,13 +222,14 @@ func shellCommands(line string) [][]string {
 type docRoute struct {
 	pattern  string // "POST /admin/killswitch"
 	listener string // "checkout" or "admin"
-	token    bool   // the admin bearer token is required (s.admin)
+	token    bool   // an admin bearer token is required (server.AdminRole)
 	body     bool   // a checkout call with a JSON body
 }
 
 // serverRoutes reads the routes from internal/server/api.go: the calls
 // checkout("METHOD /path", op, withBody, h) and ops("METHOD /path",
-// limited, h) in Server.routes.
+// limited, h) in Server.routes; an ops route needs a token unless the
+// server's role table (server.AdminRole) says it is public.
 func serverRoutes(t testing.TB, root string) []docRoute {
 	t.Helper()
 	path := filepath.Join(root, "internal", "server", "api.go")
@@ -259,10 +261,12 @@ func serverRoutes(t testing.TB, root string) []docRoute {
 			if b, ok := call.Args[2].(*ast.Ident); ok && b.Name == "true" {
 				r.body = true
 			}
-		} else if h, ok := call.Args[2].(*ast.CallExpr); ok {
-			if sel, ok := h.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "admin" {
-				r.token = true
+		} else {
+			role, ok := server.AdminRole(pattern)
+			if !ok {
+				t.Fatalf("%s: admin listener route %s has no role in the server's table", path, pattern)
 			}
+			r.token = role != ""
 		}
 		out = append(out, r)
 		return true
