@@ -968,7 +968,7 @@ func (p *docPage) checkCurl(line int, words []string, forwards map[string]docLis
 	bearer := len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ")
 	switch {
 	case route.token && !bearer:
-		p.errorf(line, "%s: %s needs the admin token: -H \"Authorization: Bearer $RESERVOIR_ADMIN_TOKEN\"", cmd, route.pattern)
+		p.errorf(line, "%s: %s needs an admin token: -H \"Authorization: Bearer $OPERATOR_TOKEN\" (reservoir operators new; or the shared $RESERVOIR_ADMIN_TOKEN)", cmd, route.pattern)
 	case route.listener == "checkout" && !bearer:
 		p.errorf(line, "%s: %s needs a client's token: -H \"Authorization: Bearer $TOKEN\" (reservoir clients new)", cmd, route.pattern)
 	}
@@ -1119,7 +1119,7 @@ reservoir rollout advance: refused: the gates of stage "shadow" do not pass (2 o
 		{block("sh", `curl -s localhost:8081/v1/shops/1/items/2/availability`), "the checkout listener does"},
 		{block("sh", `curl -s localhost:8081/admin/nothing`), "no route of internal/server has this path"},
 		{block("sh", `curl -s -X PUT -H "Authorization: Bearer $T" localhost:8081/admin/killswitch`), "served with DELETE, POST only"},
-		{block("sh", `curl -s localhost:8081/admin/rollout/status`), "needs the admin token"},
+		{block("sh", `curl -s localhost:8081/admin/rollout/status`), "needs an admin token"},
 		{block("sh", `curl -s localhost:8080/v1/shops/1/items/2/availability`), "needs a client's token"},
 		{block("sh", `curl -s -H "Authorization: Bearer $T" -d '{}' localhost:8080/v1/shops/1/reservations`), "takes a JSON body"},
 		{block("sh", `curl -s -H "Authorization: Bearer $T" -d '{"scope":' localhost:8081/admin/killswitch`), "not valid JSON"},
