@@ -207,6 +207,9 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := server.CheckAdminIdentities(operators, token); err != nil {
+		return usagef("%v (--operators or $%s, and --admin-token-file or $%s)", err, server.OperatorsFromEnv, adminTokenEnv)
+	}
 	topo, err := topology.Load(*topoPath)
 	if err != nil {
 		return err

@@ -194,6 +194,22 @@ func newAdminSet(ops *Operators, legacy *[sha256.Size]byte) (*adminSet, error) {
 	return set, nil
 }
 
+// CheckAdminIdentities reports whether ops (nil: none) and the shared
+// admin token ("": none) can be in force together, as New would find:
+// the token must be at least 16 bytes and no operator's. serve calls it
+// before opening anything, to refuse a bad start at once.
+func CheckAdminIdentities(ops *Operators, adminToken string) error {
+	if adminToken == "" {
+		return nil
+	}
+	if len(adminToken) < minAdminToken {
+		return fmt.Errorf("the admin token must be at least %d bytes", minAdminToken)
+	}
+	d := sha256.Sum256([]byte(adminToken))
+	_, err := newAdminSet(ops, &d)
+	return err
+}
+
 // minAdminToken is the shortest shared admin token the server accepts.
 const minAdminToken = 16
 
