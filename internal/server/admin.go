@@ -21,7 +21,7 @@ import (
 )
 
 // adminAccess is the least role each route of the admin listener needs,
-// or public for the ones any caller may reach (probes, the scrape, the
+// or rolePublic for the ones any caller may reach (probes, the scrape, the
 // dashboard's static page, whose data comes from the admin API). It is
 // the one place that says who may do what: routes registers every admin
 // listener route through it, and a route missing here stops the server
@@ -46,16 +46,16 @@ var adminAccess = map[string]string{
 	"POST /admin/rollout/advance": RoleAdmin,
 	// No token: probes and Prometheus have none; /readyz shows the
 	// drivers' errors only to a caller with an admin identity.
-	"GET /metrics":          public,
-	"GET /healthz":          public,
-	"GET /readyz":           public,
-	"GET /dashboard":        public,
-	"GET /dashboard/{file}": public,
-	"GET /{$}":              public,
+	"GET /metrics":          rolePublic,
+	"GET /healthz":          rolePublic,
+	"GET /readyz":           rolePublic,
+	"GET /dashboard":        rolePublic,
+	"GET /dashboard/{file}": rolePublic,
+	"GET /{$}":              rolePublic,
 }
 
-// public marks an adminAccess route that needs no token.
-const public = "public"
+// rolePublic marks an adminAccess route that needs no token.
+const rolePublic = "public"
 
 // AdminRole returns the least role the admin listener's route pattern
 // ("POST /admin/killswitch", as registered) needs: RoleViewer,
@@ -64,7 +64,7 @@ const public = "public"
 // it.
 func AdminRole(pattern string) (role string, ok bool) {
 	role, ok = adminAccess[pattern]
-	if role == public {
+	if role == rolePublic {
 		role = ""
 	}
 	return role, ok
@@ -78,7 +78,7 @@ type operatorKey struct{}
 // role adminAccess says pattern needs (see authorize).
 func (s *Server) admin(pattern string, h http.HandlerFunc) http.HandlerFunc {
 	need, ok := adminAccess[pattern]
-	if !ok || need == public {
+	if !ok || need == rolePublic {
 		// A programming error, caught by every test that starts a server.
 		panic("server: admin route " + pattern + " has no role in adminAccess")
 	}

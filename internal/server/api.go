@@ -32,7 +32,7 @@ func (s *Server) routes() (api, admin, both http.Handler) {
 	// in s.adminPatterns, and, unless adminAccess says it is public,
 	// behind the role adminAccess gives it.
 	ops := func(pattern string, limited bool, h http.HandlerFunc) {
-		if adminAccess[pattern] != public {
+		if adminAccess[pattern] != rolePublic {
 			h = s.admin(pattern, h)
 		}
 		s.adminPatterns = append(s.adminPatterns, pattern)

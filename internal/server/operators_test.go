@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -373,5 +375,34 @@ func TestParseOperators(t *testing.T) {
 	}
 	if o, err := server.ParseOperators([]byte(entry)); err != nil || strings.Contains(entry, token) || !slices.Equal(o.Names(), []string{"dana"}) {
 		t.Errorf("the new operator's entry %q: %v", entry, err)
+	}
+}
+
+// docs/api.md's table of routes and roles is the server's: every route
+// that needs a token is there with its role, and nothing else is.
+func TestRoleTableDocumented(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, doc, ok := strings.Cut(string(b), "\n### Operators and roles\n")
+	if !ok {
+		t.Fatal(`docs/api.md has no "### Operators and roles"`)
+	}
+	doc, _, _ = strings.Cut(doc, "\n### ")
+	row := regexp.MustCompile("(?m)^\\| `([A-Z]+ /admin/[^`]*)` \\| `([a-z]+)` \\|$")
+	documented := map[string]string{}
+	for _, m := range row.FindAllStringSubmatch(doc, -1) {
+		documented[m[1]] = m[2]
+	}
+	want := map[string]string{}
+	for p, role := range server.AdminAccess() {
+		if role != "public" {
+			want[p] = role
+		}
+	}
+	if len(documented) == 0 || !maps.Equal(documented, want) {
+		t.Errorf("docs/api.md's roles %v, the server's %v", documented, want)
 	}
 }
