@@ -172,7 +172,7 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	clientsFile := envString(fs, "clients", "RESERVOIR_CLIENTS_FILE", "the checkout API's clients `FILE` (else the file's content in $RESERVOIR_CLIENTS); make entries with reservoir clients new")
 	noAuth := fs.Bool("insecure-no-auth", false, "serve the checkout API to anyone who reaches it, without client tokens (development only)")
 	operatorsFile := envString(fs, "operators", "RESERVOIR_OPERATORS_FILE", "the admin API's operators `FILE`: a name, a token digest and a role each (else the file's content in $RESERVOIR_OPERATORS); make entries with reservoir operators new")
-	tokenFile := fs.String("admin-token-file", "", "`FILE` holding the admin API's bearer token, at least 16 bytes (without it: the token itself in $RESERVOIR_ADMIN_TOKEN; neither: admin API disabled)")
+	tokenFile := fs.String("admin-token-file", "", "`FILE` holding the shared admin token, at least 16 bytes: identity admin-token, role admin, beside the operators (without it: the token itself in $RESERVOIR_ADMIN_TOKEN; no token and no operators: admin API disabled)")
 	shutdown := fs.Duration("shutdown-timeout", 15*time.Second, "on SIGTERM/Ctrl-C, how long requests in flight may take to finish")
 	drain := fs.Duration("drain-timeout", 10*time.Second, "then, how long shadow calls and the comparer's last flush may take")
 	maxConns := fs.Int("max-conns", 0, "checkout connections kept open at most; more wait unread (0: 32 per CPU, and at least the pods' slots; -1: no cap)")
