@@ -78,14 +78,23 @@ func (s *Server) initCredentials(cfg Config) error {
 		}
 	}
 	now := float64(time.Now().UnixNano()) / 1e9
-	if cfg.Clients != nil {
-		c.lastLoad.WithLabelValues(sourceClients).Set(now)
-	}
-	if cfg.Operators != nil {
-		c.lastLoad.WithLabelValues(sourceOperators).Set(now)
-	}
-	if c.legacy != nil {
-		c.lastLoad.WithLabelValues(sourceAdminToken).Set(now)
+	for _, src := range []struct {
+		name   string
+		loaded bool
+		file   string
+	}{
+		{sourceClients, cfg.Clients != nil, c.files.Clients},
+		{sourceOperators, cfg.Operators != nil, c.files.Operators},
+		{sourceAdminToken, c.legacy != nil, c.files.AdminToken},
+	} {
+		if src.loaded {
+			c.lastLoad.WithLabelValues(src.name).Set(now)
+		}
+		if src.loaded || src.file != "" {
+			// The series exists from the start at 0, so that increase()
+			// and rate() count the first failure too.
+			c.errorsTotal.WithLabelValues(src.name)
+		}
 	}
 	s.clients.Store(cfg.Clients)
 	s.admins.Store(set)
