@@ -25,6 +25,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/seed31b0e981/reservoir/internal/cli"
+	"github.com/seed31b0e981/reservoir/internal/server"
 )
 
 // The commands of the documentation run as written. A reader pastes a
@@ -221,13 +222,14 @@ func shellCommands(line string) [][]string {
 type docRoute struct {
 	pattern  string // "POST /admin/killswitch"
 	listener string // "checkout" or "admin"
-	token    bool   // the admin bearer token is required (s.admin)
+	token    bool   // an admin bearer token is required (server.AdminRole)
 	body     bool   // a checkout call with a JSON body
 }
 
 // serverRoutes reads the routes from internal/server/api.go: the calls
 // checkout("METHOD /path", op, withBody, h) and ops("METHOD /path",
-// limited, h) in Server.routes.
+// limited, h) in Server.routes; an ops route needs a token unless the
+// server's role table (server.AdminRole) says it is public.
 func serverRoutes(t testing.TB, root string) []docRoute {
 	t.Helper()
 	path := filepath.Join(root, "internal", "server", "api.go")
@@ -259,10 +261,12 @@ func serverRoutes(t testing.TB, root string) []docRoute {
 			if b, ok := call.Args[2].(*ast.Ident); ok && b.Name == "true" {
 				r.body = true
 			}
-		} else if h, ok := call.Args[2].(*ast.CallExpr); ok {
-			if sel, ok := h.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "admin" {
-				r.token = true
+		} else {
+			role, ok := server.AdminRole(pattern)
+			if !ok {
+				t.Fatalf("%s: admin listener route %s has no role in the server's table", path, pattern)
 			}
+			r.token = role != ""
 		}
 		out = append(out, r)
 		return true
@@ -964,7 +968,7 @@ func (p *docPage) checkCurl(line int, words []string, forwards map[string]docLis
 	bearer := len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ")
 	switch {
 	case route.token && !bearer:
-		p.errorf(line, "%s: %s needs the admin token: -H \"Authorization: Bearer $RESERVOIR_ADMIN_TOKEN\"", cmd, route.pattern)
+		p.errorf(line, "%s: %s needs an admin token: -H \"Authorization: Bearer $OPERATOR_TOKEN\" (reservoir operators new; or the shared $RESERVOIR_ADMIN_TOKEN)", cmd, route.pattern)
 	case route.listener == "checkout" && !bearer:
 		p.errorf(line, "%s: %s needs a client's token: -H \"Authorization: Bearer $TOKEN\" (reservoir clients new)", cmd, route.pattern)
 	}
@@ -1115,7 +1119,7 @@ reservoir rollout advance: refused: the gates of stage "shadow" do not pass (2 o
 		{block("sh", `curl -s localhost:8081/v1/shops/1/items/2/availability`), "the checkout listener does"},
 		{block("sh", `curl -s localhost:8081/admin/nothing`), "no route of internal/server has this path"},
 		{block("sh", `curl -s -X PUT -H "Authorization: Bearer $T" localhost:8081/admin/killswitch`), "served with DELETE, POST only"},
-		{block("sh", `curl -s localhost:8081/admin/rollout/status`), "needs the admin token"},
+		{block("sh", `curl -s localhost:8081/admin/rollout/status`), "needs an admin token"},
 		{block("sh", `curl -s localhost:8080/v1/shops/1/items/2/availability`), "needs a client's token"},
 		{block("sh", `curl -s -H "Authorization: Bearer $T" -d '{}' localhost:8080/v1/shops/1/reservations`), "takes a JSON body"},
 		{block("sh", `curl -s -H "Authorization: Bearer $T" -d '{"scope":' localhost:8081/admin/killswitch`), "not valid JSON"},

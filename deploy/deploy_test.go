@@ -692,7 +692,7 @@ func checkDeployment(t tb, r *repo) {
 			t.Errorf("%s: volume %s is mounted with subPath %s: it would never see an update", who, vm.Name, vm.SubPath)
 		}
 	}
-	for _, f := range []struct{ flag, kind string }{{"topology", "ConfigMap"}, {"clients", "Secret"}} {
+	for _, f := range []struct{ flag, kind string }{{"topology", "ConfigMap"}, {"clients", "Secret"}, {"operators", "Secret"}} {
 		v, ok := flagValue(args, f.flag)
 		if !ok {
 			t.Errorf("%s: serve has no --%s", who, f.flag)
@@ -1105,10 +1105,14 @@ func checkReadsTopology(t tb, m *manifests, who string, spec podSpec, c containe
 }
 
 // The Secret examples are placeholders a reader cannot mistake for
-// credentials, and the clients file is one serve accepts.
+// credentials, and the clients and operators files are ones serve
+// accepts, as is deploy/operators.example.toml.
 func TestSecretExamples(t *testing.T) { checkSecretExamples(t, thisRepo) }
 
 func checkSecretExamples(t tb, r *repo) {
+	if _, err := server.ParseOperators(r.read(t, filepath.Join(r.root, "deploy", "operators.example.toml"))); err != nil {
+		t.Errorf("deploy/operators.example.toml: %v", err)
+	}
 	m := loadManifests(t, r)
 	for _, o := range m.all("Secret") {
 		if !strings.Contains(o.file, "example") {
@@ -1117,6 +1121,12 @@ func checkSecretExamples(t tb, r *repo) {
 		for k, v := range m.keys("Secret", o.Metadata.Name) {
 			if k == "clients.toml" {
 				if _, err := server.ParseClients([]byte(v)); err != nil {
+					t.Errorf("%s: %s: %v", o, k, err)
+				}
+				continue
+			}
+			if k == "operators.toml" {
+				if _, err := server.ParseOperators([]byte(v)); err != nil {
 					t.Errorf("%s: %s: %v", o, k, err)
 				}
 				continue

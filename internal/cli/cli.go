@@ -33,6 +33,7 @@ var commands = map[string]command{
 	"bench":     {"benchmark the stores and the facade under load, with network latency", runBench},
 	"serve":     {"run the checkout API, and on the admin listener the admin API, /metrics and the diff dashboard", runServe},
 	"clients":   {"make a checkout API client's token and its clients file entry", runClients},
+	"operators": {"make an admin API operator's token and its operators file entry (a name and a role)", runOperators},
 	"demo":      {"the one-command tour: three pods, traffic, a shadow rollout, the dashboard", runDemo},
 	"version":   {"the build: its version, commit and Go version", runVersion},
 }

@@ -58,7 +58,7 @@ func runClients(_ context.Context, args []string, out, errOut io.Writer) error {
 		return inAction("new", usagef("%s", strings.Replace(err.Error(), "clients: new client.", "--", 1)))
 	}
 	if *appendTo != "" {
-		if err := appendEntry(*appendTo, entry); err != nil {
+		if err := appendEntry(*appendTo, entry, func(b []byte) error { _, err := server.ParseClients(b); return err }); err != nil {
 			return fmt.Errorf("--append: %w", err)
 		}
 		fmt.Fprintf(errOut, "client %q added to %s; restart or roll the replicas that read it. Its token (shown once; the client sends Authorization: Bearer <token>):\n", *name, *appendTo)
@@ -71,10 +71,10 @@ func runClients(_ context.Context, args []string, out, errOut io.Writer) error {
 	return nil
 }
 
-// appendEntry appends entry to the clients file at path, refusing a
-// result that would not load (a duplicate name, say): the file is left as
-// it was.
-func appendEntry(path, entry string) error {
+// appendEntry appends entry to the clients or operators file at path,
+// refusing a result that would not load (check, the file's parser, says:
+// a duplicate name, say): the file is left as it was.
+func appendEntry(path, entry string, check func([]byte) error) error {
 	old, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -87,7 +87,7 @@ func appendEntry(path, entry string) error {
 		next += "\n"
 	}
 	next += entry
-	if _, err := server.ParseClients([]byte(next)); err != nil {
+	if err := check([]byte(next)); err != nil {
 		return err
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)

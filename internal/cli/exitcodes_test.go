@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"crypto/sha256"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,11 +23,17 @@ import (
 func TestExitCodes(t *testing.T) {
 	dir := t.TempDir()
 	for _, v := range []string{"RESERVOIR_TOPOLOGY", "RESERVOIR_DSN", "RESERVOIR_MYSQL_DSN", "RESERVOIR_REDIS_ADDR",
-		"RESERVOIR_CLIENTS", "RESERVOIR_CLIENTS_FILE", adminTokenEnv} {
+		"RESERVOIR_CLIENTS", "RESERVOIR_CLIENTS_FILE", "RESERVOIR_OPERATORS", "RESERVOIR_OPERATORS_FILE", adminTokenEnv} {
 		t.Setenv(v, "")
 	}
 	const dead = "root@tcp(127.0.0.1:1)/reservoir?timeout=1s"
 	missing := filepath.Join(dir, "missing.toml")
+	badOperators := filepath.Join(dir, "operators.toml")
+	if err := os.WriteFile(badOperators, []byte("[[operators]]\nname = \"alice\"\ntoken_sha256 = \""+strings.Repeat("a", 64)+"\"\nrole = \"root\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const sharedToken = "shared-admin-token-0123456789"
+	sameAsShared := fmt.Sprintf("[[operators]]\nname = \"alice\"\ntoken_sha256 = \"%x\"\nrole = \"admin\"\n", sha256.Sum256([]byte(sharedToken)))
 	deadTopo := writeMigrateTopology(t, dead, [2]string{"pod-a", "root@tcp(127.0.0.1:2)/reservoir?timeout=1s"})
 	cases := []struct {
 		args []string
@@ -51,6 +60,12 @@ func TestExitCodes(t *testing.T) {
 			"the admin token in $RESERVOIR_ADMIN_TOKEN (the token itself) is 5 bytes: it must be at least 16"},
 		{[]string{"serve", "--topology", missing, "--insecure-no-auth"}, nil, 1, "topology: open " + missing},
 		{[]string{"serve", "--topology", missing, "--insecure-no-auth", "--admin-token-file", missing}, nil, 1, "--admin-token-file: open"},
+		{[]string{"serve", "--topology", missing, "--insecure-no-auth", "--operators", missing}, nil, 1, "--operators: operators: open"},
+		{[]string{"serve", "--topology", missing, "--insecure-no-auth", "--operators", badOperators}, nil, 1, `operators[0].role: unknown role "root"`},
+		{[]string{"serve", "--topology", missing, "--insecure-no-auth"}, map[string]string{"RESERVOIR_OPERATORS": "[[operators]]\nname = \"a\"\n"}, 1,
+			"$RESERVOIR_OPERATORS: operators: operators[0].token_sha256 must be 64 hex digits"},
+		{[]string{"serve", "--topology", missing, "--insecure-no-auth"}, map[string]string{"RESERVOIR_OPERATORS": sameAsShared, adminTokenEnv: sharedToken}, 2,
+			`the shared admin token is also operator "alice"'s token`},
 
 		// migrate.
 		{[]string{"migrate", "-h"}, nil, 0, "--set SET"},

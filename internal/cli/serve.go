@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/seed31b0e981/reservoir/internal/cell"
@@ -121,14 +123,56 @@ func loadClients(file string, noAuth bool) (*server.Clients, error) {
 		"or give the file's content in $RESERVOIR_CLIENTS); --insecure-no-auth serves anyone, for development only")
 }
 
+// loadOperators reads the admin API's operators: the file, else the
+// content of $RESERVOIR_OPERATORS; neither is none (nil), and the shared
+// admin token, if any, is then the only admin identity.
+func loadOperators(file string) (*server.Operators, error) {
+	env := os.Getenv(server.OperatorsFromEnv)
+	switch {
+	case file != "":
+		o, err := server.LoadOperators(file)
+		if err != nil {
+			return nil, fmt.Errorf("--operators: %w", err)
+		}
+		return o, nil
+	case env != "":
+		o, err := server.ParseOperators([]byte(env))
+		if err != nil {
+			return nil, fmt.Errorf("$%s: %w", server.OperatorsFromEnv, err)
+		}
+		return o, nil
+	}
+	return nil, nil
+}
+
+// reloadOnHangup reloads srv's credentials on each SIGHUP until ctx ends:
+// the way to apply a changed file when its directory cannot be watched,
+// or to apply it at once.
+func reloadOnHangup(ctx context.Context, srv *server.Server) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_ = srv.ReloadCredentials("SIGHUP") // logged and counted there
+			}
+		}
+	}()
+}
+
 func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
-	fs := newFlags("serve", "serve [--topology FILE] [--addr HOST:PORT] [--admin-addr HOST:PORT] [--clients FILE] [--admin-token-file FILE] [flags]", out)
+	fs := newFlags("serve", "serve [--topology FILE] [--addr HOST:PORT] [--admin-addr HOST:PORT] [--clients FILE] [--operators FILE] [--admin-token-file FILE] [flags]", out)
 	topoPath := topologyFlag(fs)
 	addr := fs.String("addr", "127.0.0.1:8080", "the checkout API's listen address, `HOST:PORT` (/v1)")
 	adminAddr := fs.String("admin-addr", "127.0.0.1:8081", "the admin listener's address, `HOST:PORT`: admin API, dashboard, /metrics, /healthz, /readyz")
 	clientsFile := envString(fs, "clients", "RESERVOIR_CLIENTS_FILE", "the checkout API's clients `FILE` (else the file's content in $RESERVOIR_CLIENTS); make entries with reservoir clients new")
 	noAuth := fs.Bool("insecure-no-auth", false, "serve the checkout API to anyone who reaches it, without client tokens (development only)")
-	tokenFile := fs.String("admin-token-file", "", "`FILE` holding the admin API's bearer token, at least 16 bytes (without it: the token itself in $RESERVOIR_ADMIN_TOKEN; neither: admin API disabled)")
+	operatorsFile := envString(fs, "operators", "RESERVOIR_OPERATORS_FILE", "the admin API's operators `FILE`: a name, a token digest and a role each (else the file's content in $RESERVOIR_OPERATORS); make entries with reservoir operators new")
+	tokenFile := fs.String("admin-token-file", "", "`FILE` holding the shared admin token, at least 16 bytes: identity admin-token, role admin, beside the operators (without it: the token itself in $RESERVOIR_ADMIN_TOKEN; no token and no operators: admin API disabled)")
 	shutdown := fs.Duration("shutdown-timeout", 15*time.Second, "on SIGTERM/Ctrl-C, how long requests in flight may take to finish")
 	drain := fs.Duration("drain-timeout", 10*time.Second, "then, how long shadow calls and the comparer's last flush may take")
 	maxConns := fs.Int("max-conns", 0, "checkout connections kept open at most; more wait unread (0: 32 per CPU, and at least the pods' slots; -1: no cap)")
@@ -159,6 +203,13 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if err != nil {
 		return err
 	}
+	operators, err := loadOperators(*operatorsFile)
+	if err != nil {
+		return err
+	}
+	if err := server.CheckAdminIdentities(operators, token); err != nil {
+		return usagef("%v (--operators or $%s, and --admin-token-file or $%s)", err, server.OperatorsFromEnv, adminTokenEnv)
+	}
 	topo, err := topology.Load(*topoPath)
 	if err != nil {
 		return err
@@ -187,11 +238,26 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 			return errors.Join(err, closeCell())
 		}
 	}
-	srv, err := server.New(server.Config{Cell: c, Controller: ctl, Reconciler: server.ReportFunc(c.Reconcile), Clients: clients, InsecureNoAuth: *noAuth, AdminToken: token, Registry: reg, Logger: log, ShutdownTimeout: *shutdown, MaxConns: *maxConns})
+	files := server.CredentialFiles{Operators: *operatorsFile, AdminToken: *tokenFile}
+	if !*noAuth {
+		files.Clients = *clientsFile
+	}
+	srv, err := server.New(server.Config{Cell: c, Controller: ctl, Reconciler: server.ReportFunc(c.Reconcile), Clients: clients, InsecureNoAuth: *noAuth,
+		Operators: operators, AdminToken: token, CredentialFiles: files, Registry: reg, Logger: log, ShutdownTimeout: *shutdown, MaxConns: *maxConns})
 	if err != nil {
 		return errors.Join(err, closeCell())
 	}
 	defer srv.Close()
+	// Credentials files are reread on change and on SIGHUP: a token
+	// rotated or an operator added needs no restart.
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		if err := srv.WatchCredentials(wctx); err != nil {
+			log.Warn("serve: credentials files are not watched: send SIGHUP to reload them", "err", err)
+		}
+	}()
+	reloadOnHangup(wctx, srv)
 	// A schema behind the binary does not stop the start: the replica is
 	// not ready (/readyz names `reservoir migrate`) until it is migrated.
 	// Nor does a database that does not answer: its pod is degraded
@@ -200,8 +266,12 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	logSchemaCheck(log, srv.CheckSchema(sctx))
 	cancel()
-	if token == "" {
-		log.Warn("serve: no admin token ($RESERVOIR_ADMIN_TOKEN or --admin-token-file): the admin API and the dashboard's data are disabled")
+	switch {
+	case token == "" && operators == nil:
+		log.Warn("serve: no operators (--operators or $RESERVOIR_OPERATORS) and no admin token ($RESERVOIR_ADMIN_TOKEN or --admin-token-file): the admin API and the dashboard's data are disabled")
+	case token != "" && operators != nil:
+		log.Warn("serve: the shared admin token is accepted beside the operators, as identity " + server.LegacyAdminName +
+			" (role admin, actor from X-Reservoir-Actor): drop it once every operator has their own token")
 	}
 	if *noAuth {
 		log.Warn("serve: --insecure-no-auth: the checkout API serves anyone who reaches it; never run this in production")
@@ -217,7 +287,7 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fmt.Fprintf(out, "reservoir serve: listening on http://%s (checkout API; pods %s); admin on http://%s (dashboard http://%s/dashboard, /metrics, /healthz, /readyz)\n",
 		ln.Addr(), strings.Join(topo.PodNames(), ", "), adminLn.Addr(), adminLn.Addr())
 	log.Info("serve: listening", "addr", ln.Addr().String(), "admin_addr", adminLn.Addr().String(), "pods", topo.PodNames(),
-		"plan", topo.PlanFile != "", "admin", token != "", "auth", !*noAuth)
+		"plan", topo.PlanFile != "", "admin", token != "" || operators != nil, "operators", operators.Names(), "shared_admin_token", token != "", "auth", !*noAuth)
 	serr := srv.Serve(ctx, ln, adminLn)
 	cerr := closeCell()
 	if cerr == nil {

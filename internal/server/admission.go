@@ -283,8 +283,8 @@ type admittedKey struct{}
 // it) and a slot of the shop's pod is held; unadmit gives both back.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, op string, withBody bool) (*http.Request, *problem) {
 	var client *Client
-	if s.cfg.Clients != nil {
-		c, p := s.cfg.Clients.authenticate(r)
+	if cs := s.clients.Load(); cs != nil {
+		c, p := cs.authenticate(r)
 		if p != nil {
 			return r, p
 		}

@@ -28,25 +28,32 @@ func (s *Server) routes() (api, admin, both http.Handler) {
 	checkout("POST /v1/shops/{shop}/reservations/{token}/release", "release", false, s.release)
 	checkout("GET /v1/shops/{shop}/items/{item}/availability", "availability", false, s.availability)
 	checkout("POST /v1/shops/{shop}/items/{item}/locations/{location}/adjust", "adjust", true, s.adjust)
+	// Every admin listener route goes through ops, which registers it
+	// in s.adminPatterns, and, unless adminAccess says it is public,
+	// behind the role adminAccess gives it.
 	ops := func(pattern string, limited bool, h http.HandlerFunc) {
+		if adminAccess[pattern] != rolePublic {
+			h = s.admin(pattern, h)
+		}
+		s.adminPatterns = append(s.adminPatterns, pattern)
 		for _, mux := range []*http.ServeMux{adminMux, bothMux} {
 			s.route(mux, pattern, limited, h)
 		}
 	}
-	// Admin API (bearer token).
-	ops("GET /admin/rollout/status", true, s.admin(s.rolloutStatus))
-	ops("GET /admin/rollout/history", true, s.admin(s.rolloutHistory))
+	// Admin API (bearer token, role per adminAccess).
+	ops("GET /admin/rollout/status", true, s.rolloutStatus)
+	ops("GET /admin/rollout/history", true, s.rolloutHistory)
 	// Like the kill switch: outside load shedding, bounded by the
 	// reconcile a stage leaving mysql_only runs, plus the wait for the
 	// fleet to obey.
-	ops("POST /admin/rollout/advance", false, s.admin(s.incident(s.advance)))
-	ops("POST /admin/killswitch", false, s.admin(s.incident(s.engageKill)))
-	ops("DELETE /admin/killswitch", false, s.admin(s.incident(s.releaseKill)))
-	ops("GET /admin/diffs", true, s.admin(s.diffs))
-	ops("GET /admin/stats", true, s.admin(s.stats))
-	ops("GET /admin/series", true, s.admin(s.series))
-	ops("GET /admin/reconcile", true, s.admin(s.lastReconcile))
-	ops("POST /admin/reconcile", false, s.admin(s.reconcile))
+	ops("POST /admin/rollout/advance", false, s.incident(s.advance))
+	ops("POST /admin/killswitch", false, s.incident(s.engageKill))
+	ops("DELETE /admin/killswitch", false, s.incident(s.releaseKill))
+	ops("GET /admin/diffs", true, s.diffs)
+	ops("GET /admin/stats", true, s.stats)
+	ops("GET /admin/series", true, s.series)
+	ops("GET /admin/reconcile", true, s.lastReconcile)
+	ops("POST /admin/reconcile", false, s.reconcile)
 	// Operations.
 	ops("GET /metrics", false, s.metricsHandler())
 	ops("GET /healthz", false, s.healthz)

@@ -89,6 +89,12 @@ type options struct {
 	// noRelay starts no relay (cell.Config.NoRelay): MySQL's changes stay
 	// in the feed until a handoff drains them, so the relay lag grows.
 	noRelay bool
+	// operators is an operators file's content ("": none): the admin API
+	// accepts its operators beside the shared adminToken.
+	operators string
+	// files are credentials files the server rereads (the clients file
+	// replaces the harness's clients, the operators file operators).
+	files server.CredentialFiles
 	// sweep, with noRelay, starts each pod's handoff sweeper all the same
 	// (as the cell does beside the relay): the fences follow every flags
 	// change and the status can say a store decides.
@@ -209,9 +215,29 @@ func setup(t *testing.T, o options) *harness {
 	if o.noToken {
 		token = ""
 	}
-	var err error
+	clients := testClients(t, o.clients)
+	var (
+		ops *server.Operators
+		err error
+	)
+	if o.operators != "" {
+		if ops, err = server.ParseOperators([]byte(o.operators)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.files.Clients != "" {
+		if clients, err = server.LoadClients(o.files.Clients); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.files.Operators != "" {
+		if ops, err = server.LoadOperators(o.files.Operators); err != nil {
+			t.Fatal(err)
+		}
+	}
 	h.srv, err = server.New(server.Config{
-		Cell: c, Controller: h.ctl, AdminToken: token, Registry: reg, Logger: log, Clients: testClients(t, o.clients),
+		Cell: c, Controller: h.ctl, AdminToken: token, Registry: reg, Logger: log, Clients: clients,
+		Operators: ops, CredentialFiles: o.files,
 		Reconciler:     server.ReportFunc(c.Reconcile),
 		SampleInterval: 100 * time.Millisecond, SeriesWindow: time.Second, RequestTimeout: 10 * time.Second,
 	})

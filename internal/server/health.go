@@ -75,7 +75,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	detail := false
-	if code, _ := s.authorize(r); code == "" {
+	if _, code, _ := s.authorize(r); code == "" {
 		detail = true
 	} else if r.Header.Get("Authorization") != "" {
 		// A wrong token is worth counting wherever it is tried.

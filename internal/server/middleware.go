@@ -18,7 +18,9 @@ import (
 const RequestIDHeader = "X-Request-Id"
 
 // ActorHeader names who makes an admin change (recorded in the flags file
-// and the audit). Default: "admin-api".
+// and the audit) when the call comes with the shared admin token, which
+// names no person. Default: "admin-api". An operator's call is recorded
+// under the operator's own name, whatever the header says.
 const ActorHeader = "X-Reservoir-Actor"
 
 type ctxKey int

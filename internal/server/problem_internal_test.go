@@ -61,8 +61,9 @@ func answeredCodes(t *testing.T) map[string]string {
 			case *ast.FuncDecl:
 				if n.Name.Name == "authorize" {
 					ast.Inspect(n.Body, func(m ast.Node) bool {
-						if ret, ok := m.(*ast.ReturnStmt); ok && len(ret.Results) == 2 {
-							add(ret.Results[0])
+						// (identity, code, message)
+						if ret, ok := m.(*ast.ReturnStmt); ok && len(ret.Results) == 3 {
+							add(ret.Results[1])
 						}
 						return true
 					})

@@ -3,6 +3,7 @@ package server
 import (
 	"log/slog"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -149,7 +150,9 @@ func (s *sampler) take() {
 	defer s.mu.Unlock()
 	s.samples = append(s.samples, snap)
 	if len(s.samples) > maxSamples {
-		s.samples = append(s.samples[:0], s.samples[len(s.samples)-maxSamples:]...)
+		// A new array: series reads the old one's samples without the
+		// lock, and shifting them in place raced with it.
+		s.samples = slices.Clone(s.samples[len(s.samples)-maxSamples:])
 	}
 }
 

@@ -16,7 +16,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -58,10 +57,20 @@ type Config struct {
 	// InsecureNoAuth serves the checkout API to anyone who reaches it: for
 	// development on a laptop, never in production.
 	InsecureNoAuth bool
-	// AdminToken is the bearer token of the admin API, compared in
-	// constant time and never logged. Empty disables the admin API (every
-	// admin call answers 401 saying so).
+	// Operators are the admin API's identities, each with a role
+	// (viewer, operator, admin); the audit records the name of the one
+	// that makes a change. Optional beside AdminToken; with neither, the
+	// admin API is disabled (every admin call answers 401 saying so).
+	Operators *Operators
+	// AdminToken is the shared bearer token of the admin API, from before
+	// operators: it is the identity LegacyAdminName, role admin. Compared
+	// in constant time and never logged. Empty: none.
 	AdminToken string
+	// CredentialFiles names the files ReloadCredentials and
+	// WatchCredentials reread Clients, Operators and AdminToken from.
+	// Each empty one is not reread (its credentials came from the
+	// environment, or there are none).
+	CredentialFiles CredentialFiles
 	// Registry receives the server's metrics and is what /metrics serves.
 	// Give it the registry the cell registered on, so one scrape has
 	// everything. Default: a new registry with the Go and process
@@ -201,8 +210,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("server: Config.BodyBytesInFlight %d is below MaxBodyBytes %d: the largest body could never be read", c.BodyBytesInFlight, c.MaxBodyBytes)
 	case c.AdminMaxInFlight < 1:
 		return fmt.Errorf("server: Config.AdminMaxInFlight must be >= 1, got %d", c.AdminMaxInFlight)
-	case c.AdminToken != "" && len(c.AdminToken) < 16:
+	case c.AdminToken != "" && len(c.AdminToken) < minAdminToken:
 		return errors.New("server: the admin token must be at least 16 bytes (or none, to disable the admin API)")
+	case c.CredentialFiles.Clients != "" && c.InsecureNoAuth:
+		return errors.New("server: Config.CredentialFiles.Clients and InsecureNoAuth are exclusive")
 	}
 	return nil
 }
@@ -218,17 +229,24 @@ func NewRegistry() *prometheus.Registry {
 // Server is reservoir's HTTP server. New starts its sampler; Close stops
 // it. Serve runs the listeners until its context ends.
 type Server struct {
-	cfg        Config
-	log        *slog.Logger
-	api        http.Handler // the checkout API
-	adminH     http.Handler // the admin API, dashboard, metrics and health
-	both       http.Handler // both, for one listener
-	tokenHash  *[32]byte
-	metrics    *metrics
-	sampler    *sampler
-	draining   atomic.Bool
-	adminSlots chan struct{}       // one per admin read being served
-	gates      map[string]*podGate // per pod: its checkout calls in flight
+	cfg     Config
+	log     *slog.Logger
+	api     http.Handler // the checkout API
+	adminH  http.Handler // the admin API, dashboard, metrics and health
+	both    http.Handler // both, for one listener
+	metrics *metrics
+	// clients and admins are the credentials in force: swapped whole by
+	// a reload, read once per call (a call sees one set).
+	clients atomic.Pointer[Clients]
+	admins  atomic.Pointer[adminSet]
+	creds   *credentials // what a reload rereads, and its metrics
+	// adminPatterns lists every admin listener route, as registered, for
+	// the test that each has a role.
+	adminPatterns []string
+	sampler       *sampler
+	draining      atomic.Bool
+	adminSlots    chan struct{}       // one per admin read being served
+	gates         map[string]*podGate // per pod: its checkout calls in flight
 	// places is the checkout listener's cap (admission step 0) while
 	// Serve runs with an admin listener of its own; nil otherwise.
 	places    atomic.Pointer[placeListener]
@@ -263,15 +281,14 @@ func New(cfg Config) (*Server, error) {
 	for _, p := range cfg.Cell.Pods() {
 		s.gates[p.Name] = newPodGate(podSlots(p))
 	}
-	if cfg.AdminToken != "" {
-		h := sha256.Sum256([]byte(cfg.AdminToken))
-		s.tokenHash = &h
-	}
 	m, err := newMetrics(cfg.Registry, cfg.Cell)
 	if err != nil {
 		return nil, fmt.Errorf("server: register metrics: %w", err)
 	}
 	s.metrics = m
+	if err := s.initCredentials(cfg); err != nil {
+		return nil, err
+	}
 	if err := s.registerPlaceMetrics(cfg.Registry); err != nil {
 		return nil, fmt.Errorf("server: register metrics: %w", err)
 	}

@@ -51,4 +51,10 @@ type Problem struct {
 	// Gates are every exit gate of the stage in force, with its numbers,
 	// on a refused advance (gates_fail); left out otherwise.
 	Gates []GateResult `json:"gates,omitempty"`
+	// RoleNeeded is the least admin role the route needs, on a 403
+	// forbidden of the admin API; left out otherwise.
+	RoleNeeded string `json:"role_needed,omitempty"`
+	// RoleHeld is the role the caller's admin identity holds, beside
+	// RoleNeeded; left out otherwise.
+	RoleHeld string `json:"role_held,omitempty"`
 }
