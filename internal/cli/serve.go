@@ -13,6 +13,7 @@ import (
 
 	"github.com/seed31b0e981/reservoir/internal/cell"
 	"github.com/seed31b0e981/reservoir/internal/server"
+	"github.com/seed31b0e981/reservoir/internal/telemetry"
 	"github.com/seed31b0e981/reservoir/internal/topology"
 	"github.com/seed31b0e981/reservoir/rollout"
 )
@@ -148,6 +149,27 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Tracing is off unless OTEL_TRACES_EXPORTER asks for an exporter
+	// (docs/tracing.md). A line logged inside a traced request carries
+	// its trace id either way.
+	log = telemetry.Logger(log)
+	tracing, err := telemetry.Setup(ctx, telemetry.Config{Version: Version, Console: errOut})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// After the cell closed: the shadow calls it drained ended their
+		// spans. Bounded: a collector that does not answer must not hold
+		// the process up.
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tracing.Shutdown(fctx); err != nil {
+			log.Warn("serve: flush traces", "err", err)
+		}
+	}()
+	if tracing.Enabled() {
+		log.Info("serve: tracing on", "exporter", tracing.Exporter)
+	}
 	if *verbose {
 		showLibraryLogs(errOut) // the server's own log is --log-level's
 	}
@@ -187,7 +209,7 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 			return errors.Join(err, closeCell())
 		}
 	}
-	srv, err := server.New(server.Config{Cell: c, Controller: ctl, Reconciler: server.ReportFunc(c.Reconcile), Clients: clients, InsecureNoAuth: *noAuth, AdminToken: token, Registry: reg, Logger: log, ShutdownTimeout: *shutdown, MaxConns: *maxConns})
+	srv, err := server.New(server.Config{Cell: c, Controller: ctl, Reconciler: server.ReportFunc(c.Reconcile), Clients: clients, InsecureNoAuth: *noAuth, AdminToken: token, Registry: reg, Logger: log, ShutdownTimeout: *shutdown, MaxConns: *maxConns, Tracing: tracing.Enabled()})
 	if err != nil {
 		return errors.Join(err, closeCell())
 	}

@@ -93,6 +93,9 @@ type options struct {
 	// (as the cell does beside the relay): the fences follow every flags
 	// change and the status can say a store decides.
 	sweep bool
+	// tracing starts the server with Config.Tracing (trace_test.go
+	// installs the tracer provider).
+	tracing bool
 }
 
 // syncBuffer is a goroutine-safe log sink.
@@ -214,6 +217,7 @@ func setup(t *testing.T, o options) *harness {
 		Cell: c, Controller: h.ctl, AdminToken: token, Registry: reg, Logger: log, Clients: testClients(t, o.clients),
 		Reconciler:     server.ReportFunc(c.Reconcile),
 		SampleInterval: 100 * time.Millisecond, SeriesWindow: time.Second, RequestTimeout: 10 * time.Second,
+		Tracing: o.tracing,
 	})
 	if err != nil {
 		t.Fatal(err)
