@@ -102,7 +102,7 @@ type options struct {
 type syncBuffer = testbuf.Buffer
 
 // topologyFor builds a two-pod topology on fresh databases and prefixes.
-func topologyFor(t *testing.T, dir string) (*topology.Config, map[string]*podBundle) {
+func topologyFor(t testing.TB, dir string) (*topology.Config, map[string]*podBundle) {
 	t.Helper()
 	control := testdb.New(t)
 	pods := map[string]*podBundle{}

@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -273,5 +275,63 @@ func TestTraceOff(t *testing.T) {
 	}
 	if strings.Contains(h.logBuf.String(), "trace_id") {
 		t.Errorf("a log line names a trace with tracing off:\n%s", h.logBuf.String())
+	}
+}
+
+// Both listeners are traced, each under its own operation: a checkout
+// call on the checkout listener and an admin call on the admin listener
+// are spans named for their routes, each in its caller's trace; the
+// probes are not traced.
+func TestTraceListeners(t *testing.T) {
+	rec := recordSpans(t)
+	h := setup(t, options{tracing: true, noHTTP: true})
+	api, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- h.srv.Serve(ctx, api, admin) }()
+	t.Cleanup(func() { stop(); <-served })
+	get := func(base, path, token, traceID string) *http.Response {
+		req, _ := http.NewRequest("GET", "http://"+base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		if traceID != "" {
+			req.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+	const checkoutTrace, adminTrace = "0af7651916cd43dd8448eb211c80319c", "1af7651916cd43dd8448eb211c80319c"
+	if res := get(api.Addr().String(), "/v1/shops/1001/items/7/availability", clientToken, checkoutTrace); res.StatusCode != 200 || res.Header.Get(server.TraceIDHeader) != checkoutTrace {
+		t.Errorf("checkout listener: %d, %s %q", res.StatusCode, server.TraceIDHeader, res.Header.Get(server.TraceIDHeader))
+	}
+	if res := get(admin.Addr().String(), "/admin/rollout/status", adminToken, adminTrace); res.StatusCode != 200 || res.Header.Get(server.TraceIDHeader) != adminTrace {
+		t.Errorf("admin listener: %d, %s %q", res.StatusCode, server.TraceIDHeader, res.Header.Get(server.TraceIDHeader))
+	}
+	if res := get(admin.Addr().String(), "/healthz", "", ""); res.Header.Get(server.TraceIDHeader) != "" {
+		t.Errorf("/healthz traced: %s", res.Header.Get(server.TraceIDHeader))
+	}
+	waitSpan(t, rec, "the checkout listener's span", func(s sdktrace.ReadOnlySpan) bool {
+		return s.SpanContext().TraceID().String() == checkoutTrace && s.Name() == "GET /v1/shops/{shop}/items/{item}/availability" && s.SpanKind() == trace.SpanKindServer
+	})
+	waitSpan(t, rec, "the facade's read under it", func(s sdktrace.ReadOnlySpan) bool {
+		return s.SpanContext().TraceID().String() == checkoutTrace && s.Name() == "dualwrite.availability"
+	})
+	waitSpan(t, rec, "the admin listener's span", func(s sdktrace.ReadOnlySpan) bool {
+		return s.SpanContext().TraceID().String() == adminTrace && s.Name() == "GET /admin/rollout/status" && s.SpanKind() == trace.SpanKindServer
+	})
+	for _, s := range rec.Ended() {
+		if strings.Contains(s.Name(), "healthz") {
+			t.Errorf("a probe was traced: %s", s.Name())
+		}
 	}
 }
