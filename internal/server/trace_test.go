@@ -78,7 +78,7 @@ func describe(spans []sdktrace.ReadOnlySpan) string {
 	for _, s := range spans {
 		b.WriteString("  " + s.Name() + " trace " + s.SpanContext().TraceID().String() + " parent " + s.Parent().SpanID().String())
 		for _, a := range s.Attributes() {
-			b.WriteString(" " + string(a.Key) + "=" + a.Value.Emit())
+			b.WriteString(" " + string(a.Key) + "=" + a.Value.String())
 		}
 		b.WriteString("\n")
 	}
@@ -88,7 +88,7 @@ func describe(spans []sdktrace.ReadOnlySpan) string {
 func attr(s sdktrace.ReadOnlySpan, key attribute.Key) string {
 	for _, a := range s.Attributes() {
 		if a.Key == key {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""
