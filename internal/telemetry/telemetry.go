@@ -4,14 +4,17 @@
 // the W3C propagator the listeners honour.
 //
 // Tracing is off by default: without OTEL_TRACES_EXPORTER (or with
-// "none", or OTEL_SDK_DISABLED=true) Setup installs nothing, and every
-// instrumented call goes to the global no-op tracer, which records
-// nothing and allocates next to nothing (BENCHMARKS.md measures it).
+// "none", or OTEL_SDK_DISABLED=true) Setup installs nothing. serve then
+// leaves the listeners unwrapped, so the facade and the stores, finding
+// no span in a call's context, start none; the relay's spans go to the
+// global no-op tracer, which records nothing (BENCHMARKS.md, "Tracing",
+// measures what is left).
 //
-// The instrumented packages (the stores, dualwrite, mirror, the server)
-// never import this package: they use the global tracer provider
+// The instrumented packages (the stores, dualwrite, mirror) never import
+// this package: they start spans on the global tracer provider
 // (otel.GetTracerProvider) under their own instrumentation scope, so the
-// stores keep importing only reservation from this repository.
+// stores keep importing only reservation from this repository. The
+// server imports it for the log handler and the propagator.
 package telemetry
 
 import (
