@@ -37,6 +37,19 @@ func startSpan(ctx context.Context, caller string) trace.Span {
 	return span
 }
 
+// startGroupSpan starts the span of a group transaction the combiner runs
+// for several callers (combine.go), when any of them is traced (links:
+// their spans): the group serves every caller at once, so it is the root
+// of a trace of its own, linked to each caller's, and the call's span in
+// the group (acquire) is its child. Outside any trace: ctx and nil.
+func startGroupSpan(ctx context.Context, links []trace.Link, size int) (context.Context, trace.Span) {
+	if len(links) == 0 {
+		return ctx, nil
+	}
+	return otel.GetTracerProvider().Tracer(scope).Start(ctx, "mysqlstore.group",
+		trace.WithNewRoot(), trace.WithLinks(links...), trace.WithAttributes(attribute.Int("reservoir.group_size", size)))
+}
+
 // endSpan ends span (nil: none), recording err.
 func endSpan(span trace.Span, err error) {
 	if span == nil {
