@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/seed31b0e981/reservoir/compare"
 	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
@@ -48,7 +50,12 @@ func (f *Facade) compared(ctx context.Context, plan authority.Route, op compare.
 	c.obs.Switched = f.switched.since(shop)
 	c.shadow = f.startShadow(ctx, tokenKey{shop, token}, shadowName,
 		func(sctx context.Context) compare.Outcome {
+			sctx, span := f.startSpan(sctx, "dualwrite.shadow."+string(op), op, shop)
+			if span != nil {
+				span.SetAttributes(attribute.String(attrStore, string(shadowName)))
+			}
 			out := shadowFn(sctx, shadow)
+			endSpan(span, out.Err)
 			if errors.Is(out.Err, reservation.ErrNotDecider) {
 				// The shadow store keeps nothing of its own for the shop
 				// now: it is being handed the shop (Redis's state is
@@ -143,11 +150,14 @@ func (f *Facade) modeLabel(plan authority.Route) string {
 // for the cart), concurrently; Redis only evaluates the cart, and where
 // the relay runs (Mirror.Evaluates) it is the relay that asks, as it
 // applies MySQL's decision: the facade makes no Redis call at all.
-func (f *Facade) Reserve(ctx context.Context, p *reservation.ReserveParams) (reservation.ReserveResult, error) {
+func (f *Facade) Reserve(ctx context.Context, p *reservation.ReserveParams) (_ reservation.ReserveResult, err error) {
+	ctx, span := f.startSpan(ctx, "dualwrite.reserve", compare.OpReserve, p.Shop)
+	defer func() { endSpan(span, err) }()
 	d, plan, err := f.decide(ctx, p.Shop)
 	if err != nil {
 		return reservation.ReserveResult{}, err
 	}
+	f.noteRoute(ctx, plan)
 	f.served(plan, compare.OpReserve)
 	q := *p
 	q.As, q.Authority, q.Compare = reservation.AsAuthority, "", ""
@@ -202,6 +212,7 @@ func decideOne[R any](ctx context.Context, f *Facade, shop int64, d authority.De
 	})
 	a := outcome(res, err)
 	a.Latency = time.Since(start)
+	noteDecider(ctx, decider)
 	c.finish(decider, a)
 	if err != nil {
 		var zero R
@@ -266,11 +277,14 @@ func reserveOutcome(res reservation.ReserveResult, err error) compare.Outcome {
 // store is asked what a claim would find there; it changes nothing. (The
 // shadow calls of one token run in order, so that question comes after
 // the shadow of the token's reserve, without the caller waiting for it.)
-func (f *Facade) Claim(ctx context.Context, p *reservation.ClaimParams) (reservation.ClaimResult, error) {
+func (f *Facade) Claim(ctx context.Context, p *reservation.ClaimParams) (_ reservation.ClaimResult, err error) {
+	ctx, span := f.startSpan(ctx, "dualwrite.claim", compare.OpClaim, p.Shop)
+	defer func() { endSpan(span, err) }()
 	d, plan, err := f.decide(ctx, p.Shop)
 	if err != nil {
 		return reservation.ClaimResult{}, err
 	}
+	f.noteRoute(ctx, plan)
 	f.served(plan, compare.OpClaim)
 	q := reservation.ClaimParams{Shop: p.Shop, Token: p.Token, As: reservation.AsAuthority}
 	sq := reservation.ClaimParams{Shop: p.Shop, Token: p.Token, As: reservation.AsShadow}
@@ -294,11 +308,14 @@ func claimOutcome(res reservation.ClaimResult, err error) compare.Outcome {
 // Release gives a reservation back through the shop's decider. While the
 // mode compares, MySQL releases its shadow hold too (Redis only says what
 // it would release).
-func (f *Facade) Release(ctx context.Context, p *reservation.ReleaseParams) (reservation.ReleaseResult, error) {
+func (f *Facade) Release(ctx context.Context, p *reservation.ReleaseParams) (_ reservation.ReleaseResult, err error) {
+	ctx, span := f.startSpan(ctx, "dualwrite.release", compare.OpRelease, p.Shop)
+	defer func() { endSpan(span, err) }()
 	d, plan, err := f.decide(ctx, p.Shop)
 	if err != nil {
 		return reservation.ReleaseResult{}, err
 	}
+	f.noteRoute(ctx, plan)
 	f.served(plan, compare.OpRelease)
 	q := reservation.ReleaseParams{Shop: p.Shop, Token: p.Token, As: reservation.AsAuthority}
 	sq := reservation.ReleaseParams{Shop: p.Shop, Token: p.Token, As: reservation.AsShadow}
@@ -327,11 +344,15 @@ func releaseOutcome(res reservation.ReleaseResult, err error) compare.Outcome {
 // change the one ledger, which records the change for Redis to follow;
 // through Redis (where the flags say Redis decides) Redis's own quantity
 // also moves before the answer, so the next reserve there sees it.
-func (f *Facade) Adjust(ctx context.Context, p *reservation.AdjustParams) (reservation.AdjustResult, error) {
+func (f *Facade) Adjust(ctx context.Context, p *reservation.AdjustParams) (_ reservation.AdjustResult, err error) {
+	ctx, span := f.startSpan(ctx, "dualwrite.adjust", compare.OpAdjust, p.Shop)
+	defer func() { endSpan(span, err) }()
 	_, plan, err := f.decide(ctx, p.Shop)
 	if err != nil {
 		return reservation.AdjustResult{}, err
 	}
+	f.noteRoute(ctx, plan)
+	noteDecider(ctx, plan.Authority)
 	f.served(plan, compare.OpAdjust)
 	q := *p
 	q.As = reservation.AsAuthority
@@ -358,7 +379,9 @@ func (f *Facade) Adjust(ctx context.Context, p *reservation.AdjustParams) (reser
 // for any call. So a caller never reads a follower's copy (which lags the
 // decider by the relay) or MySQL's shadow hold (its own allocation, made
 // only to be compared) as if it were the reservation.
-func (f *Facade) Get(ctx context.Context, p *reservation.GetParams) (reservation.Hold, error) {
+func (f *Facade) Get(ctx context.Context, p *reservation.GetParams) (_ reservation.Hold, err error) {
+	ctx, span := f.startSpan(ctx, "dualwrite.get", "get", p.Shop)
+	defer func() { endSpan(span, err) }()
 	q := *p
 	q.AsDecider = true
 	return readDecided(ctx, f, p.Shop, func(s reservation.Store) (reservation.Hold, error) { return s.Get(ctx, &q) })
@@ -366,7 +389,9 @@ func (f *Facade) Get(ctx context.Context, p *reservation.GetParams) (reservation
 
 // Availability reads what a buyer could reserve now from the shop's
 // decider, through the fences as Get does.
-func (f *Facade) Availability(ctx context.Context, p *reservation.AvailabilityParams) (reservation.AvailabilityResult, error) {
+func (f *Facade) Availability(ctx context.Context, p *reservation.AvailabilityParams) (_ reservation.AvailabilityResult, err error) {
+	ctx, span := f.startSpan(ctx, "dualwrite.availability", "availability", p.Shop)
+	defer func() { endSpan(span, err) }()
 	q := *p
 	q.AsDecider = true
 	return readDecided(ctx, f, p.Shop, func(s reservation.Store) (reservation.AvailabilityResult, error) { return s.Availability(ctx, &q) })
@@ -380,11 +405,13 @@ func readDecided[R any](ctx context.Context, f *Facade, shop int64, read func(re
 	if err != nil {
 		return res, err
 	}
-	_, err = f.decided(ctx, shop, d, plan, func(s reservation.Store) error {
+	f.noteRoute(ctx, plan)
+	decider, err := f.decided(ctx, shop, d, plan, func(s reservation.Store) error {
 		var e error
 		res, e = read(s)
 		return e
 	})
+	noteDecider(ctx, decider)
 	if err != nil {
 		var zero R
 		return zero, err

@@ -331,6 +331,33 @@ func legacyVersions(s *migrations.Set) []int64 {
 	return out
 }
 
+// postLegacyVersions are the set's versions after the single set's last.
+func postLegacyVersions(s *migrations.Set) []int64 {
+	var out []int64
+	for _, v := range s.Versions() {
+		if v > migrations.LegacyLatest {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// alteredAfterLegacy are the tables a migration after LegacyLatest adds a
+// column to: their checksum changes with the column, so only their rows
+// are counted (00011 adds reservation_outbox.trace).
+var alteredAfterLegacy = []string{"reservation_outbox"}
+
+// sameTable compares two snapshots of table tb: its rows and checksum, or
+// only its rows when a later migration altered it.
+func sameTable(tb, before, after string) bool {
+	if slices.Contains(alteredAfterLegacy, tb) {
+		b, _, _ := strings.Cut(before, ",")
+		a, _, _ := strings.Cut(after, ",")
+		return a == b
+	}
+	return before == after
+}
+
 func versionsOf(vs []migrations.Version, s *migrations.Set) []int64 {
 	var out []int64
 	for _, v := range vs {
@@ -396,8 +423,14 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(res.Applied) != 0 {
-				t.Errorf("applied %v: the single set at %d is every version of both sets", res.Applied, migrations.LegacyLatest)
+			for _, s := range migrations.Sets() {
+				want := []int64(nil)
+				if slices.Contains(c.sets, s) {
+					want = postLegacyVersions(s)
+				}
+				if got := versionsOf(res.Applied, s); !slices.Equal(got, want) {
+					t.Errorf("%s set applied %v, want %v: the single set at %d is every version of both sets up to it, and only the set's later versions apply", s, got, want, migrations.LegacyLatest)
+				}
 			}
 			for _, s := range migrations.Sets() {
 				want := []int64(nil)
@@ -435,7 +468,7 @@ func TestUpgradeFromSingleSet(t *testing.T) {
 					t.Errorf("table %s: gone %v, want %v", tb, gone, !gone)
 				case gone && slices.Contains(c.rowsIn, tb):
 					t.Errorf("table %s held a row and was dropped", tb)
-				case !gone && after[tb] != before[tb]:
+				case !gone && !sameTable(tb, before[tb], after[tb]):
 					t.Errorf("table %s: %s before the upgrade, %s after", tb, before[tb], after[tb])
 				}
 			}
@@ -473,7 +506,7 @@ func boolInt(b bool) int {
 
 // A database of an older release (the single set at 6) with rows: each
 // set adopts what the single set applied of it and goose applies the rest
-// (7 and 8 to the control set, 9 and 10 to the pod set), with every row
+// (7 and 8 to the control set, 9, 10 and 11 to the pod set), with every row
 // kept.
 func TestUpgradeFromOlderRelease(t *testing.T) {
 	t.Parallel()
@@ -497,8 +530,8 @@ func TestUpgradeFromOlderRelease(t *testing.T) {
 	if got := versionsOf(res.Adopted, migrations.Control); !slices.Equal(got, []int64{2, 3}) {
 		t.Errorf("control set adopted %v, want 2, 3", got)
 	}
-	if got := versionsOf(res.Applied, migrations.Pod); !slices.Equal(got, []int64{9, 10}) {
-		t.Errorf("pod set applied %v, want 9, 10", got)
+	if got := versionsOf(res.Applied, migrations.Pod); !slices.Equal(got, []int64{9, 10, 11}) {
+		t.Errorf("pod set applied %v, want 9, 10, 11", got)
 	}
 	if got := versionsOf(res.Applied, migrations.Control); !slices.Equal(got, []int64{7, 8}) {
 		t.Errorf("control set applied %v, want 7, 8", got)

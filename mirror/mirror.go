@@ -436,7 +436,9 @@ func (m *Mirror) applyBatch(ctx context.Context, changes []reservation.Change, e
 		if evaluate {
 			eval = m.evaluated(rest)
 		}
-		applied, aerr := m.cfg.Redis.ApplyEvaluating(ctx, rest, eval)
+		actx, span := startApply(ctx, rest)
+		applied, aerr := m.cfg.Redis.ApplyEvaluating(actx, rest, eval)
+		endApply(span, applied, aerr)
 		m.metrics.applySeconds.Observe(time.Since(start).Seconds())
 		for _, c := range rest[:applied] {
 			done = append(done, c.ID)

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
@@ -131,12 +133,18 @@ func (g *combiner[C]) lead(r *groupRun[C]) {
 		}
 		ctx, cancel := context.WithCancelCause(context.Background())
 		stops := make([]func() bool, len(group))
+		var traced []trace.Link // the callers' spans, when they are traced
 		for i, c := range group {
 			stops[i] = context.AfterFunc(c.caller(), func() {
 				cancel(fmt.Errorf("mysqlstore: a caller of the group gave up: %w", context.Cause(c.caller())))
 			})
+			if sc := trace.SpanContextFromContext(c.caller()); sc.IsValid() {
+				traced = append(traced, trace.Link{SpanContext: sc})
+			}
 		}
+		ctx, span := startGroupSpan(ctx, traced, len(group))
 		err := r.group(ctx, group)
+		endSpan(span, err)
 		for _, stop := range stops {
 			stop()
 		}

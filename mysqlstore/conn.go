@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/seed31b0e981/reservoir/reservation"
 )
@@ -39,21 +40,26 @@ type conn struct {
 	s        *Store
 	caller   string
 	acquired time.Time
+	span     trace.Span // nil outside a trace (trace.go)
 }
 
 func (s *Store) acquire(ctx context.Context, caller string) (*conn, error) {
+	span := startSpan(ctx, caller)
 	start := time.Now()
 	c, err := s.db.Conn(ctx)
 	s.metrics.connWait.WithLabelValues(caller).Observe(time.Since(start).Seconds())
 	if err != nil {
-		return nil, fmt.Errorf("mysqlstore: %s: get connection: %w", caller, err)
+		err = fmt.Errorf("mysqlstore: %s: get connection: %w", caller, err)
+		endSpan(span, err)
+		return nil, err
 	}
-	return &conn{Conn: c, s: s, caller: caller, acquired: time.Now()}, nil
+	return &conn{Conn: c, s: s, caller: caller, acquired: time.Now(), span: span}, nil
 }
 
 func (c *conn) release() {
 	c.s.metrics.connHold.WithLabelValues(c.caller).Observe(time.Since(c.acquired).Seconds())
 	_ = c.Close()
+	endSpan(c.span, nil)
 }
 
 // inTx runs fn in a READ COMMITTED transaction on a connection held for

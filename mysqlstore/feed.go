@@ -55,7 +55,7 @@ func (s *Store) pending(ctx context.Context, query string, args ...any) ([]reser
 		var kind, decider, state, allocs, short, cart string
 		var exp, since sql.NullTime
 		if err := rows.Scan(&ch.ID, &ch.Shop, &kind, &ch.Token, &ch.Item, &ch.Location, &ch.Delta,
-			&decider, &ch.Fence.Epoch, &state, &allocs, &short, &exp, &since, &ch.Written, &cart, &ch.CartLabel); err != nil {
+			&decider, &ch.Fence.Epoch, &state, &allocs, &short, &exp, &since, &ch.Written, &cart, &ch.CartLabel, &ch.Trace); err != nil {
 			return nil, err
 		}
 		// The cart serves a comparison only: one that cannot be read is

@@ -74,7 +74,7 @@ func (s *Store) adjustLedger(ctx context.Context, p *reservation.AdjustParams) (
 		}
 		res = reservation.AdjustResult{Available: next, Delta: next - cur}
 		if res.Delta != 0 {
-			fed, err := tx.ExecContext(ctx, tag(callerAdjust)+sqlFeedAdjust, p.Shop, p.Item, p.Location, res.Delta)
+			fed, err := tx.ExecContext(ctx, tag(callerAdjust)+sqlFeedAdjust, p.Shop, p.Item, p.Location, res.Delta, traceparent(ctx))
 			if err != nil {
 				return fmt.Errorf("mysqlstore: adjust %s: record the change for Redis: %w", k, err)
 			}

@@ -221,10 +221,11 @@ UNION ALL
 	// SELECT, so it adds no result set to a batch (and MariaDB's DO
 	// ignores the error).
 	sqlExpectRows = `SET @reservoir_rows = (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE ROW_COUNT() <> ?)`
-	// A state change for Redis to follow.
-	sqlFeedState = `INSERT INTO reservation_outbox (shop_id, kind, token) VALUES (?, 'state', ?)`
+	// A state change for Redis to follow, with the writing call's trace
+	// context (NULL outside a recording trace: traceparent).
+	sqlFeedState = `INSERT INTO reservation_outbox (shop_id, kind, token, trace) VALUES (?, 'state', ?, ?)`
 	// The same, for a reserve whose cart the relay compares (Change.Cart).
-	sqlFeedStateCart = `INSERT INTO reservation_outbox (shop_id, kind, token, cart, cart_label) VALUES (?, 'state', ?, ?, ?)`
+	sqlFeedStateCart = `INSERT INTO reservation_outbox (shop_id, kind, token, trace, cart, cart_label) VALUES (?, 'state', ?, ?, ?, ?)`
 )
 
 // Pool: the single-flight lock, the projection snapshot, units in and out.
@@ -363,7 +364,7 @@ const (
 	sqlAdjustKeyRead   = `/*caller='adjust'*/ SELECT inventory_item_id, location_id, request, delta, available, change_id
   FROM stock_adjustments WHERE shop_id = ? AND adjust_key = ?`
 	// A ledger change for Redis to follow; its id is the change's.
-	sqlFeedAdjust = `INSERT INTO reservation_outbox (shop_id, kind, item_id, location_id, delta) VALUES (?, 'adjust', ?, ?, ?)`
+	sqlFeedAdjust = `INSERT INTO reservation_outbox (shop_id, kind, item_id, location_id, delta, trace) VALUES (?, 'adjust', ?, ?, ?, ?)`
 	sqlLedgerRead = `SELECT available FROM inventory_ledger
   WHERE shop_id = ? AND inventory_item_id = ? AND location_id = ?`
 	sqlLedgerStock = `/*caller='read'*/ SELECT inventory_item_id, location_id, available FROM inventory_ledger
@@ -462,7 +463,7 @@ const (
 	// with an empty state.
 	sqlFeedPendingSelect = `/*caller='feed'*/ SELECT o.id, o.shop_id, o.kind, o.token, o.item_id, o.location_id, o.delta,
     o.decider, o.epoch, COALESCE(r.state, ''), COALESCE(r.allocations, ''), COALESCE(r.short, ''), r.expires_at,
-    r.changed_at, o.created_at, COALESCE(o.cart, ''), o.cart_label
+    r.changed_at, o.created_at, COALESCE(o.cart, ''), o.cart_label, COALESCE(o.trace, '')
   FROM reservation_outbox o
   LEFT JOIN reservations r ON o.kind = 'state' AND r.shop_id = o.shop_id AND r.token = o.token`
 	sqlFeedPending     = sqlFeedPendingSelect + ` ORDER BY o.id LIMIT ?`

@@ -215,7 +215,7 @@ func (s *Store) feedStateCart(t *txn, caller string, shop int64, token string, c
 	if s.cfg.NoFeed {
 		return nil
 	}
-	query, args := tag(caller)+sqlFeedState, []any{shop, token}
+	query, args := tag(caller)+sqlFeedState, []any{shop, token, traceparent(t.ctx)}
 	if label != "" {
 		query, args = tag(caller)+sqlFeedStateCart, append(args, reservation.EncodeCart(cart), label)
 	}

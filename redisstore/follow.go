@@ -273,6 +273,8 @@ func (s *Store) Apply(ctx context.Context, changes []reservation.Change) (applie
 // server's cache (it is loaded for the next ones). With eval nil no cart
 // is evaluated.
 func (s *Store) ApplyEvaluating(ctx context.Context, changes []reservation.Change, eval reservation.Evaluated) (applied int, err error) {
+	ctx, span := startSpan(ctx, "apply")
+	defer func() { endSpan(span, err) }()
 	for applied < len(changes) {
 		if changes[applied].Kind == reservation.ChangeFence {
 			if err := s.applyFence(ctx, applied, changes[applied]); err != nil {

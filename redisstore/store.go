@@ -72,10 +72,11 @@ func (s *Store) runRO(ctx context.Context, name string, script *redis.Script, ke
 	return s.runAs(ctx, name, true, script, keys, args...)
 }
 
-func (s *Store) runAs(ctx context.Context, name string, readOnly bool, script *redis.Script, keys []string, args ...any) ([]any, error) {
+func (s *Store) runAs(ctx context.Context, name string, readOnly bool, script *redis.Script, keys []string, args ...any) (_ []any, err error) {
+	ctx, span := startSpan(ctx, name)
+	defer func() { endSpan(span, err) }()
 	start := time.Now()
 	var v any
-	var err error
 	if readOnly {
 		v, err = script.RunRO(ctx, s.client, keys, args...).Result()
 	} else {

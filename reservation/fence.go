@@ -180,6 +180,11 @@ type Change struct {
 	// decision. CartLabel is the label the comparison counts under.
 	Cart      []Line
 	CartLabel string
+
+	// Trace is the W3C traceparent of the call that wrote the change,
+	// when tracing recorded that call ("" otherwise): the relay's span
+	// applying the change links to it. It never changes what is applied.
+	Trace string
 }
 
 // Snapshot is a shop's reservation state in one store: its fence, holds

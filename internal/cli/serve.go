@@ -15,6 +15,7 @@ import (
 
 	"github.com/seed31b0e981/reservoir/internal/cell"
 	"github.com/seed31b0e981/reservoir/internal/server"
+	"github.com/seed31b0e981/reservoir/internal/telemetry"
 	"github.com/seed31b0e981/reservoir/internal/topology"
 	"github.com/seed31b0e981/reservoir/rollout"
 )
@@ -192,6 +193,27 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Tracing is off unless OTEL_TRACES_EXPORTER asks for an exporter
+	// (docs/tracing.md). A line logged inside a traced request carries
+	// its trace id either way.
+	log = telemetry.Logger(log)
+	tracing, err := telemetry.Setup(ctx, telemetry.Config{Version: Version, Console: errOut})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// After the cell closed: the shadow calls it drained ended their
+		// spans. Bounded: a collector that does not answer must not hold
+		// the process up.
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tracing.Shutdown(fctx); err != nil {
+			log.Warn("serve: flush traces", "err", err)
+		}
+	}()
+	if tracing.Enabled() {
+		log.Info("serve: tracing on", "exporter", tracing.Exporter)
+	}
 	if *verbose {
 		showLibraryLogs(errOut) // the server's own log is --log-level's
 	}
@@ -232,7 +254,7 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 		plan, err := loadPlan(topo.PlanFile, *topoPath, topo)
 		if err == nil {
 			ctl, err = rollout.NewController(rollout.ControllerConfig{DB: c.Control, Flags: c.FlagStore(), Plan: plan, Pods: topo.PodNames(),
-				Stats: c.Comparer, Reconciler: c.Reconciler, Lag: c, Handoffs: c, Stores: c, InForce: c.Flags.InForce})
+				Stats: c.Comparer, Reconciler: c.Reconciler, Lag: c, Handoffs: c, Stores: c, InForce: c.Flags.InForce, Modes: c.Modes()})
 		}
 		if err != nil {
 			return errors.Join(err, closeCell())
@@ -243,7 +265,8 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 		files.Clients = *clientsFile
 	}
 	srv, err := server.New(server.Config{Cell: c, Controller: ctl, Reconciler: server.ReportFunc(c.Reconcile), Clients: clients, InsecureNoAuth: *noAuth,
-		Operators: operators, AdminToken: token, CredentialFiles: files, Registry: reg, Logger: log, ShutdownTimeout: *shutdown, MaxConns: *maxConns})
+		Operators: operators, AdminToken: token, CredentialFiles: files, Registry: reg, Logger: log, ShutdownTimeout: *shutdown, MaxConns: *maxConns,
+		Tracing: tracing.Enabled()})
 	if err != nil {
 		return errors.Join(err, closeCell())
 	}

@@ -64,9 +64,9 @@ func (s *Server) routes() (api, admin, both http.Handler) {
 	ops("GET /{$}", false, func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/dashboard", http.StatusFound)
 	})
-	return s.outer(withNoRoute(apiMux, "no such endpoint on the checkout listener (the admin API, dashboard, /metrics and health are on the admin listener): see docs/api.md")),
-		s.outer(withNoRoute(adminMux, "no such endpoint on the admin listener (the checkout API /v1 is on the other listener): see docs/api.md")),
-		s.outer(withNoRoute(bothMux, "no such endpoint: see docs/api.md"))
+	return s.traced("checkout", s.outer(withNoRoute(apiMux, "no such endpoint on the checkout listener (the admin API, dashboard, /metrics and health are on the admin listener): see docs/api.md"))),
+		s.traced("admin", s.outer(withNoRoute(adminMux, "no such endpoint on the admin listener (the checkout API /v1 is on the other listener): see docs/api.md"))),
+		s.traced("reservoir", s.outer(withNoRoute(bothMux, "no such endpoint: see docs/api.md")))
 }
 
 // withNoRoute answers, with msg, the requests no pattern of mux matches.

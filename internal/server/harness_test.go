@@ -99,13 +99,16 @@ type options struct {
 	// (as the cell does beside the relay): the fences follow every flags
 	// change and the status can say a store decides.
 	sweep bool
+	// tracing starts the server with Config.Tracing (trace_test.go
+	// installs the tracer provider).
+	tracing bool
 }
 
 // syncBuffer is a goroutine-safe log sink.
 type syncBuffer = testbuf.Buffer
 
 // topologyFor builds a two-pod topology on fresh databases and prefixes.
-func topologyFor(t *testing.T, dir string) (*topology.Config, map[string]*podBundle) {
+func topologyFor(t testing.TB, dir string) (*topology.Config, map[string]*podBundle) {
 	t.Helper()
 	control := testdb.New(t)
 	pods := map[string]*podBundle{}
@@ -240,6 +243,7 @@ func setup(t *testing.T, o options) *harness {
 		Operators: ops, CredentialFiles: o.files,
 		Reconciler:     server.ReportFunc(c.Reconcile),
 		SampleInterval: 100 * time.Millisecond, SeriesWindow: time.Second, RequestTimeout: 10 * time.Second,
+		Tracing: o.tracing,
 	})
 	if err != nil {
 		t.Fatal(err)

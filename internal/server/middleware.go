@@ -108,6 +108,7 @@ func (s *Server) outer(next http.Handler) http.Handler {
 					writeProblem(rec, r, problem{Status: http.StatusInternalServerError, Code: "internal", Message: "the server failed while answering; see its log for the request id"})
 				}
 			}
+			nameSpan(r, id)
 			level := slog.LevelInfo
 			if quietRoutes[r.Pattern] {
 				level = slog.LevelDebug

@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/seed31b0e981/reservoir/internal/cell"
+	"github.com/seed31b0e981/reservoir/internal/telemetry"
 	"github.com/seed31b0e981/reservoir/internal/wire"
 	"github.com/seed31b0e981/reservoir/rollout"
 )
@@ -77,7 +78,16 @@ type Config struct {
 	// collectors (see NewRegistry).
 	Registry *prometheus.Registry
 	// Logger receives access logs and errors. Default: slog.Default().
+	// A line logged for a request carries trace_id and span_id when the
+	// request's span is recording (telemetry.LogHandler).
 	Logger *slog.Logger
+	// Tracing wraps both listeners in OpenTelemetry's HTTP instrumentation
+	// (otelhttp): a span per request from the global tracer provider, the
+	// caller's W3C traceparent honoured, and the trace id in each
+	// response's X-Trace-Id (docs/tracing.md). serve sets it when
+	// telemetry.Setup installed an SDK; off, the listeners are not wrapped
+	// at all, and the facade and stores below start no span.
+	Tracing bool
 	// MaxBodyBytes caps a request body; a larger one answers 413.
 	// Default: 256 KiB (a cart of 100 lines with 50 locations each fits).
 	MaxBodyBytes int64
@@ -275,9 +285,9 @@ func New(cfg Config) (*Server, error) {
 		}
 		cfg.Controller = ctl
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, reconciled: map[string]wire.Reconciliation{},
+	s := &Server{cfg: cfg, log: telemetry.Logger(cfg.Logger), reconciled: map[string]wire.Reconciliation{},
 		adminSlots: make(chan struct{}, cfg.AdminMaxInFlight), gates: map[string]*podGate{},
-		schemaCheck: &schemaCheck{cell: cfg.Cell, log: cfg.Logger}}
+		schemaCheck: &schemaCheck{cell: cfg.Cell, log: telemetry.Logger(cfg.Logger)}}
 	for _, p := range cfg.Cell.Pods() {
 		s.gates[p.Name] = newPodGate(podSlots(p))
 	}
