@@ -182,7 +182,9 @@ func create(admin *sql.DB, server string, migrate func(context.Context, *sql.DB)
 		return nil, nil, fmt.Errorf("create database %s: %w", name, err)
 	}
 	var db *sql.DB
-	drop = func() {
+	// cleanup, not drop: an error return sets drop to nil before the
+	// deferred call below runs.
+	cleanup := func() {
 		if db != nil {
 			_ = db.Close()
 		}
@@ -190,7 +192,7 @@ func create(admin *sql.DB, server string, migrate func(context.Context, *sql.DB)
 	}
 	defer func() {
 		if err != nil {
-			drop()
+			cleanup()
 		}
 	}()
 	cfg, err := mysql.ParseDSN(server)
@@ -209,7 +211,7 @@ func create(admin *sql.DB, server string, migrate func(context.Context, *sql.DB)
 	if err := migrate(ctx, db); err != nil {
 		return nil, nil, fmt.Errorf("migrate %s: %w", name, err)
 	}
-	return &DB{Name: name, DSN: dsn, DB: db}, drop, nil
+	return &DB{Name: name, DSN: dsn, DB: db}, cleanup, nil
 }
 
 // Count returns SELECT COUNT(*) of a table (a constant name from the test).
