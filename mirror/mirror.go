@@ -432,11 +432,11 @@ func (m *Mirror) applyBatch(ctx context.Context, changes []reservation.Change, e
 	rest := changes
 	for len(rest) > 0 {
 		start := time.Now()
+		actx, span := startApply(ctx, rest)
 		var eval reservation.Evaluated
 		if evaluate {
-			eval = m.evaluated(rest)
+			eval = m.evaluated(actx, rest)
 		}
-		actx, span := startApply(ctx, rest)
 		applied, aerr := m.cfg.Redis.ApplyEvaluating(actx, rest, eval)
 		endApply(span, applied, aerr)
 		m.metrics.applySeconds.Observe(time.Since(start).Seconds())
@@ -471,10 +471,12 @@ func (m *Mirror) applyBatch(ctx context.Context, changes []reservation.Change, e
 
 // evaluated is the Follower's callback that hands the answers Redis gave
 // to the carts of changes to Config.Evaluated.
-func (m *Mirror) evaluated(changes []reservation.Change) reservation.Evaluated {
+func (m *Mirror) evaluated(ctx context.Context, changes []reservation.Change) reservation.Evaluated {
 	return func(i int, res reservation.ReserveResult, err error) {
 		m.metrics.evaluated.Inc()
+		span := startCompare(ctx, changes[i], res, err)
 		m.cfg.Evaluated(changes[i], res, err)
+		span.End()
 	}
 }
 

@@ -43,6 +43,26 @@ func startApply(ctx context.Context, changes []reservation.Change) (context.Cont
 	return ctx, span
 }
 
+// startCompare starts the span of the comparison of a reserve MySQL
+// decided (Config.Evaluated): "mirror.compare", under the apply's span
+// (ctx), linked to the checkout call that wrote the change, with Redis's
+// own answer to the cart. The caller ends it once the comparer has it.
+func startCompare(ctx context.Context, c reservation.Change, redis reservation.ReserveResult, err error) trace.Span {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return trace.SpanFromContext(context.Background()) // a no-op span
+	}
+	opts := []trace.SpanStartOption{trace.WithAttributes(attribute.Int64("reservoir.shop", c.Shop), attribute.String("reservoir.token", c.Token),
+		attribute.Int64("reservoir.change_id", c.ID), attribute.String("reservoir.redis_status", string(redis.Status)))}
+	if sc := spanContext(c.Trace); sc.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	_, span := otel.GetTracerProvider().Tracer(scope).Start(ctx, "mirror.compare", opts...)
+	if err != nil {
+		span.RecordError(err)
+	}
+	return span
+}
+
 // endApply ends an apply's span with how many changes were applied.
 func endApply(span trace.Span, applied int, err error) {
 	if span.IsRecording() {

@@ -240,6 +240,24 @@ func TestTraceRelayApply(t *testing.T) {
 	if !found {
 		t.Errorf("the link names span %s, which is not a span of the call's trace:\n%s", writer, describe(spans))
 	}
+	// The call's own trace: the HTTP span and MySQL's store span, which
+	// decided.
+	var httpSpan, mysqlSpan bool
+	for _, s := range spans {
+		httpSpan = httpSpan || s.Name() == "POST /v1/shops/{shop}/reservations"
+		mysqlSpan = mysqlSpan || (s.Name() == "mysqlstore.reserve" && attr(s, "reservoir.caller") == "reserve")
+	}
+	if !httpSpan || !mysqlSpan {
+		t.Errorf("the call's trace lacks its HTTP span (%v) or MySQL's reserve span (%v):\n%s", httpSpan, mysqlSpan, describe(spans))
+	}
+	// The comparison of the reserve (Redis asked the same cart as the relay
+	// applies it) is a span under the apply's, linked to the call.
+	cmp := waitSpan(t, rec, "the comparison's span under the relay's apply", func(s sdktrace.ReadOnlySpan) bool {
+		return s.Name() == "mirror.compare" && s.Parent().SpanID() == apply.SpanContext().SpanID()
+	})
+	if links := cmp.Links(); len(links) != 1 || links[0].SpanContext.TraceID().String() != incomingTrace || attr(cmp, "reservoir.token") != "traced-relay" {
+		t.Errorf("the comparison's span should link to the call's trace and name its token:\n%s", describe([]sdktrace.ReadOnlySpan{cmp}))
+	}
 	if applied := waitSpan(t, rec, "Redis's apply span under the relay's", func(s sdktrace.ReadOnlySpan) bool {
 		return s.Parent().SpanID() == apply.SpanContext().SpanID() && s.Name() == "redisstore.apply"
 	}); attr(applied, "reservoir.caller") != "apply" {
