@@ -57,11 +57,24 @@ type Config struct {
 	// FlagdAddr is a flagd daemon's gRPC sync service (host:port, e.g.
 	// "flagd:8015") that the source follows instead of a file: the daemon
 	// reads the flags wherever it is set up to, and pushes every version to
-	// each replica over a SyncFlags stream. Plaintext only (TLS is not
-	// supported yet). As with a file, a daemon down at start leaves the
-	// source not loaded until it answers, and a stream that breaks later
-	// leaves the last valid flags in force while the source reconnects.
+	// each replica over a SyncFlags stream. Plaintext unless FlagdTLS. As
+	// with a file, a daemon down at start leaves the source not loaded
+	// until it answers, and a stream that breaks later leaves the last
+	// valid flags in force while the source reconnects.
 	FlagdAddr string
+	// FlagdTLS makes the connection to FlagdAddr TLS (1.2 or later), the
+	// daemon's certificate verified against FlagdCAFile or the system's
+	// roots, for the host of FlagdAddr. Needs FlagdAddr.
+	FlagdTLS bool
+	// FlagdCAFile is a CA file (PEM) to verify the daemon against. Needs
+	// FlagdTLS. Read when the source starts: one that cannot be read
+	// fails New.
+	FlagdCAFile string
+	// FlagdSelector is sent as the selector of every sync request, so the
+	// daemon serves only the flags of one of its sources (flagd selects by
+	// the source's URI). Each document it sends is still checked whole.
+	// Needs FlagdAddr. Empty: every flag the daemon serves.
+	FlagdSelector string
 	// Provider is any OpenFeature provider to evaluate the flags through
 	// instead of flagd's in-process one: the source then neither reads nor
 	// checks a document, and is loaded once the provider reports ready
@@ -125,6 +138,12 @@ func (c Config) Validate() error {
 		if err := CheckFlagdAddr(c.FlagdAddr); err != nil {
 			errs = append(errs, fmt.Errorf("rollout: Config.FlagdAddr %w", err))
 		}
+	}
+	if c.FlagdAddr == "" && (c.FlagdTLS || c.FlagdCAFile != "" || c.FlagdSelector != "") {
+		errs = append(errs, errors.New("rollout: Config.FlagdTLS, FlagdCAFile and FlagdSelector need Config.FlagdAddr"))
+	}
+	if c.FlagdCAFile != "" && !c.FlagdTLS {
+		errs = append(errs, errors.New("rollout: Config.FlagdCAFile needs Config.FlagdTLS"))
 	}
 	if c.LoadTimeout < time.Millisecond {
 		errs = append(errs, fmt.Errorf("rollout: Config.LoadTimeout %v must be at least 1ms", c.LoadTimeout))
@@ -228,7 +247,17 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 	}
 	if cfg.FlagdAddr != "" {
 		s.log = cfg.Logger.With("flags", "flagd "+cfg.FlagdAddr)
-		s.feed = newGRPCFeed(cfg.FlagdAddr, cfg.LoadTimeout, s.log, s.problem)
+		if cfg.FlagdTLS {
+			s.log = s.log.With("tls", true)
+		}
+		if cfg.FlagdSelector != "" {
+			s.log = s.log.With("selector", cfg.FlagdSelector)
+		}
+		f, err := newGRPCFeed(cfg, s.log, s.problem)
+		if err != nil {
+			return nil, err
+		}
+		s.feed = f
 	} else if cfg.DB != nil {
 		s.log = cfg.Logger.With("flags", "control database")
 		s.feed = newDBFeed(cfg.DB, cfg.PollInterval, cfg.LoadTimeout, s.log, s.problem)
