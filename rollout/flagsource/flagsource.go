@@ -95,6 +95,12 @@ type Config struct {
 	// change reaches every replica within it). Unused with FlagdAddr (the
 	// daemon pushes) and Provider.
 	PollInterval time.Duration
+	// VersionEvery is how old an answer of AppliedVersion may be: the
+	// heartbeat asks every few milliseconds, and the handoff sweepers
+	// every 100ms, which costs nothing in process but is a request each
+	// to a remote provider (an OFREP service). Default: 100ms with a
+	// Provider, 0 (always evaluated) otherwise. Decide is never cached.
+	VersionEvery time.Duration
 	// LogEvery limits evaluation problems (unknown variants, missing flags,
 	// evaluation errors) to one log line per problem per LogEvery, with the
 	// number suppressed. Default: 10s.
@@ -117,6 +123,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.LogEvery == 0 {
 		c.LogEvery = 10 * time.Second
+	}
+	if c.VersionEvery == 0 && c.Provider != nil {
+		c.VersionEvery = 100 * time.Millisecond
 	}
 	return c
 }
@@ -210,6 +219,12 @@ type Source struct {
 
 	// wasReady is set once a Provider (no feed) reported ready.
 	wasReady atomic.Bool
+
+	// The last AppliedVersion and when it was evaluated (VersionEvery).
+	versionMu sync.Mutex
+	versionAt time.Time
+	version   int64
+	versionOK bool
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -306,11 +321,26 @@ func (s *Source) Loaded() bool { return s.loaded() && !s.closed.Load() }
 
 // AppliedVersion is the version of the flags this source answers with now
 // (what Decide reports), and false while none is loaded. It is the
-// replica's own word on which flags it obeys, for its heartbeat.
+// replica's own word on which flags it obeys, for its heartbeat. With a
+// Provider the answer may be up to VersionEvery old (see Config).
 func (s *Source) AppliedVersion(ctx context.Context) (int64, bool) {
 	if !s.Loaded() {
 		return 0, false
 	}
+	if s.cfg.VersionEvery <= 0 {
+		return s.appliedVersion(ctx)
+	}
+	s.versionMu.Lock()
+	defer s.versionMu.Unlock()
+	if now := time.Now(); now.Sub(s.versionAt) >= s.cfg.VersionEvery {
+		s.version, s.versionOK = s.appliedVersion(ctx)
+		s.versionAt = now
+	}
+	return s.version, s.versionOK
+}
+
+// appliedVersion is AppliedVersion evaluated now.
+func (s *Source) appliedVersion(ctx context.Context) (int64, bool) {
 	ec := openfeature.NewEvaluationContext("0", map[string]any{"pod": "", "shop": 0})
 	e, err := s.evaluate(ctx, flagdoc.FlagKillSwitch, string(authority.KillOff), ec, "", 0)
 	if err != nil {

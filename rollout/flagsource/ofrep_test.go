@@ -138,3 +138,33 @@ func TestOFREPTLS(t *testing.T) {
 		t.Errorf("a missing CA file: %v; want an error naming OFREPConfig.CAFile", err)
 	}
 }
+
+// AppliedVersion, which the heartbeat asks every few milliseconds, asks
+// a remote service at most once per VersionEvery; Decide asks at every
+// call.
+func TestOFREPAppliedVersionIsNotAStorm(t *testing.T) {
+	t.Parallel()
+	svc := ofreptest.New(t, podFlags(t, authority.ModeMySQL, authority.KillOff, 1))
+	src := ofrepSource(t, OFREPConfig{URL: svc.URL()}, &logBuffer{})
+	before := svc.Requests()
+	start := time.Now()
+	for range 200 {
+		if v, ok := src.AppliedVersion(t.Context()); !ok || v != 1 {
+			t.Fatalf("AppliedVersion = %d, %v; want 1, true", v, ok)
+		}
+	}
+	most := int64(time.Since(start)/(100*time.Millisecond)) + 1
+	if n := svc.Requests() - before; n > most {
+		t.Errorf("200 AppliedVersion calls in %s sent %d requests; want at most %d (one per 100ms)", time.Since(start), n, most)
+	}
+	svc.Set(podFlags(t, authority.ModeMySQL, authority.KillOff, 2))
+	eventually(t, time.Second, "AppliedVersion follows within VersionEvery", func() bool {
+		v, ok := src.AppliedVersion(t.Context())
+		return ok && v == 2
+	})
+	before = svc.Requests()
+	decide(t, src, "pod-b", 1)
+	if n := svc.Requests() - before; n != 2 {
+		t.Errorf("one Decide sent %d requests; want 2 (never cached)", n)
+	}
+}
