@@ -158,6 +158,17 @@ func TestServeWithAProgramsProvider(t *testing.T) {
 	if got := reserve("r2"); got != "redis" {
 		t.Fatalf("after the kill switch at version 2 the reservation was decided by %s", got)
 	}
+
+	// The operator commands of the same program open the same provider.
+	var rout, rerr bytes.Buffer
+	calls := 0
+	count := func(ctx context.Context, t reservoirmain.Topology) (openfeature.FeatureProvider, error) {
+		calls++
+		return memprovider.NewInMemoryProvider(memFlags(2, "mysql", "redis")), nil
+	}
+	if code := reservoirmain.Run(context.Background(), []string{"reconcile", "--topology", topo}, &rout, &rerr, reservoirmain.WithFlagsProvider(count)); code != 0 || calls != 1 {
+		t.Errorf("reconcile with the program's provider: exit %d, provider built %d times:\n%s%s", code, calls, rout.String(), rerr.String())
+	}
 }
 
 // The shipped binary (no provider) refuses a topology that asks for one,
