@@ -48,7 +48,7 @@ type Config struct {
 	// with flags_source "file".
 	FlagsFile string `toml:"flags_file"`
 	// FlagdAddr is the flagd daemon's gRPC sync service, host:port
-	// (plaintext; TLS is not supported yet). Required with flags_source
+	// (TLS with FlagdTLS). Required with flags_source
 	// "flagd", refused otherwise.
 	FlagdAddr string `toml:"flagd_addr"`
 	// FlagdTLS makes the connection to the flagd daemon TLS, the daemon
