@@ -16,6 +16,7 @@ require (
 	github.com/open-feature/flagd/core v0.16.0
 	github.com/open-feature/go-sdk v1.20.0
 	github.com/open-feature/go-sdk-contrib/providers/flagd v0.6.0
+	github.com/open-feature/go-sdk-contrib/providers/ofrep v0.1.6
 	github.com/pressly/goose/v3 v3.30.0
 	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.95.2
 	github.com/prometheus/client_golang v1.25.0

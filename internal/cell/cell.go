@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/open-feature/go-sdk/openfeature"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -93,6 +94,14 @@ type Config struct {
 	// BreakerOpenFor is how long an open breaker refuses calls before it
 	// lets one probe through. Default: 1s.
 	BreakerOpenFor time.Duration
+	// Provider is the OpenFeature provider the flags are evaluated
+	// through when the topology says flags_source = "provider" (the
+	// program running serve supplies it: package reservoirmain); the cell
+	// owns it from then on and shuts it down at Close. Required with that
+	// source, refused with any other: a provider that would be silently
+	// ignored, or a topology promising one that is not there, is a
+	// deployment mistake.
+	Provider openfeature.FeatureProvider
 	// Heartbeat reports this replica to the control database
 	// (rollout_replicas) with the flags version it applied, so the
 	// controller can tell when the fleet obeys a change. A serving
@@ -141,6 +150,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("cell: Config.BreakerFailures must be >= 1, got %d", c.BreakerFailures)
 	case c.BreakerOpenFor <= 0:
 		return fmt.Errorf("cell: Config.BreakerOpenFor must be positive, got %s", c.BreakerOpenFor)
+	}
+	switch {
+	case c.Topology.FlagsSource == topology.FlagsFromProvider && c.Provider == nil:
+		return errors.New(`cell: the topology says flags_source = "provider" but this program supplies no OpenFeature provider: ` +
+			`the shipped reservoir binary has none; run a program built with package reservoirmain and WithFlagsProvider, or set another flags_source`)
+	case c.Topology.FlagsSource != topology.FlagsFromProvider && c.Provider != nil:
+		return fmt.Errorf(`cell: this program supplies an OpenFeature provider (%s) but the topology says flags_source = %q: `+
+			`set flags_source = "provider" to use it`, c.Provider.Metadata().Name, c.Topology.FlagsSource)
 	}
 	return c.Topology.Validate()
 }
@@ -240,6 +257,16 @@ func Open(ctx context.Context, cfg Config) (_ *Cell, err error) {
 		fsc.Path, fsc.DB = "", c.Control
 	case topology.FlagsFromFlagd:
 		fsc.Path, fsc.FlagdAddr = "", cfg.Topology.FlagdAddr
+		fsc.FlagdTLS, fsc.FlagdCAFile, fsc.FlagdSelector = cfg.Topology.FlagdTLS, cfg.Topology.FlagdCAFile, cfg.Topology.FlagdSelector
+	case topology.FlagsFromOFREP:
+		fsc.Path = ""
+		if fsc.Provider, err = flagsource.NewOFREPProvider(flagsource.OFREPConfig{
+			URL: cfg.Topology.OFREPURL, Token: cfg.Topology.OFREPToken, CAFile: cfg.Topology.OFREPCAFile,
+		}); err != nil {
+			return nil, fmt.Errorf("cell: ofrep_ca_file: %w", err)
+		}
+	case topology.FlagsFromProvider:
+		fsc.Path, fsc.Provider = "", cfg.Provider
 	}
 	if !c.writesFlags() {
 		// The modes come from where reservoir does not write; its own kill
@@ -570,7 +597,8 @@ func (c *Cell) Close(ctx context.Context) error {
 
 // FlagStore is where this cell's flags are written: the flags file, or the
 // control database's document, as the topology's flags_source says. With
-// a source reservoir does not write (a flagd daemon), it is reservoir's
+// a source reservoir does not write (a flagd daemon, an OFREP service, a
+// provider the program supplies), it is reservoir's
 // own kill switch document in the control database (flagdoc.KillTable),
 // which every replica's flag source follows beside the daemon and which
 // wins over it; a change to a mode is refused, naming the daemon.
@@ -614,8 +642,15 @@ func (c *Cell) ModesFrom() string {
 
 // modesFrom names what serves the modes, for messages.
 func (c *Cell) modesFrom() string {
-	if c.Topology.FlagsSource == topology.FlagsFromFlagd {
+	switch c.Topology.FlagsSource {
+	case topology.FlagsFromFlagd:
 		return "the flagd daemon at " + c.Topology.FlagdAddr
+	case topology.FlagsFromOFREP:
+		return "the OFREP service at " + c.Topology.OFREPURL
+	case topology.FlagsFromProvider:
+		if c.cfg.Provider != nil {
+			return "the OpenFeature provider " + c.cfg.Provider.Metadata().Name
+		}
 	}
 	return "the " + c.Topology.FlagsSource + " flag source"
 }

@@ -41,9 +41,14 @@ var commands = map[string]command{
 // Run is what the binary runs: library logs held back (see
 // CaptureLibraryLogs), Ctrl-C and SIGTERM cancelling the context, and
 // Main's exit status.
-func Run(args []string) int {
+func Run(args []string) int { return RunContext(context.Background(), args) }
+
+// RunContext is Run with base as the parent of the commands' context: it
+// carries the program's own settings (WithFlagsProvider) to the
+// commands.
+func RunContext(base context.Context, args []string) int {
 	stderr, release := CaptureLibraryLogs() // first: before anything reads os.Stderr
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(base, os.Interrupt, syscall.SIGTERM)
 	code := Main(ctx, args, os.Stdout, stderr)
 	stop()
 	release()

@@ -44,8 +44,12 @@ func openOperatorEnv(ctx context.Context, path string, log *slog.Logger) (*opera
 	if err != nil {
 		return nil, err
 	}
+	provider, err := flagsProvider(ctx, topo, path)
+	if err != nil {
+		return nil, err
+	}
 	c, err := cell.Open(ctx, cell.Config{Topology: topo, ReapInterval: -1, NoRelay: true,
-		Compare: compare.Config{CleanupInterval: -1}, Logger: log})
+		Compare: compare.Config{CleanupInterval: -1}, Logger: log, Provider: provider})
 	if err != nil {
 		return nil, err
 	}

@@ -240,7 +240,11 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 	// A flags file that is missing or unreadable does not stop the start:
 	// the replica serves, is not ready and answers reservation calls 503
 	// flags_unavailable until a valid file is in place (it watches it).
-	c, err := cell.Open(ctx, cell.Config{Topology: topo, Registerer: reg, Logger: log, Heartbeat: true})
+	provider, err := flagsProvider(ctx, topo, *topoPath)
+	if err != nil {
+		return err
+	}
+	c, err := cell.Open(ctx, cell.Config{Topology: topo, Registerer: reg, Logger: log, Heartbeat: true, Provider: provider})
 	if err != nil {
 		return err
 	}

@@ -185,6 +185,14 @@ func (s *Server) flagsNotLoaded(controlPing string, detail bool) string {
 		case rejected != nil:
 			cause = "the daemon's document was rejected" + because(rejected)
 		}
+	case topology.FlagsFromOFREP:
+		where = `the OFREP service at ofrep_url (flags_source = "ofrep")`
+		cause = "the service cannot be reached, refuses this replica's token (ofrep_token_env), or fails its certificate check (ofrep_ca_file); the log says which"
+		until = "until the service answers (it keeps asking)"
+	case topology.FlagsFromProvider:
+		where = `the OpenFeature provider this program supplies (flags_source = "provider")`
+		cause = "the provider has not reported ready"
+		until = "until the provider reports ready"
 	default:
 		where = `the flags file (flags_source = "file", flags_file)`
 		until = "until a valid file is in place (it watches the file)"

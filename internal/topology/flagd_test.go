@@ -26,7 +26,7 @@ func TestFlagsFromFlagd(t *testing.T) {
 		{"flags_source = \"flagd\"\nflagd_addr = \"flagd:8015\"\nflags_file = \"flags.json\"\n", `flags_file is set but flags_source is "flagd"`},
 		{"flags_file = \"flags.json\"\nflagd_addr = \"flagd:8015\"\n", `flagd_addr is set but flags_source is "file"`},
 		{"flags_source = \"database\"\nflagd_addr = \"flagd:8015\"\n", `flagd_addr is set but flags_source is "database"`},
-		{"flags_source = \"daemon\"\n", `flags_source "daemon" must be "file", "database" or "flagd"`},
+		{"flags_source = \"daemon\"\n", `flags_source "daemon" must be "file", "database", "flagd", "ofrep" or "provider"`},
 	} {
 		_, err := Parse([]byte(withSource(tc.lines)))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

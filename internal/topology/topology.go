@@ -19,7 +19,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/seed31b0e981/reservoir/internal/netaddr"
 	"github.com/seed31b0e981/reservoir/internal/tomlstrict"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
 )
@@ -38,17 +37,49 @@ type Config struct {
 	// FlagsSource is where the flags every replica follows live: "file"
 	// (FlagsFile, watched by the replicas of one host or a shared volume),
 	// "database" (the control database's rollout_flags document, polled
-	// by every replica of a fleet on any number of hosts) or "flagd" (a
+	// by every replica of a fleet on any number of hosts), "flagd" (a
 	// flagd daemon at FlagdAddr pushes them to every replica; reservoir
-	// cannot change them there). Default: "file".
+	// cannot change them there), "ofrep" (every evaluation is asked of an
+	// OFREP service at OFREPURL) or "provider" (the program that runs
+	// serve supplies an OpenFeature provider: package reservoirmain).
+	// Default: "file".
 	FlagsSource string `toml:"flags_source"`
 	// FlagsFile is the flagd flags file every replica watches. Required
 	// with flags_source "file".
 	FlagsFile string `toml:"flags_file"`
 	// FlagdAddr is the flagd daemon's gRPC sync service, host:port
-	// (plaintext; TLS is not supported yet). Required with flags_source
+	// (TLS with FlagdTLS). Required with flags_source
 	// "flagd", refused otherwise.
 	FlagdAddr string `toml:"flagd_addr"`
+	// FlagdTLS makes the connection to the flagd daemon TLS, the daemon
+	// verified against FlagdCAFile or the system's roots. Needs
+	// flags_source "flagd". Default: false (plaintext).
+	FlagdTLS bool `toml:"flagd_tls"`
+	// FlagdCAFile is a CA file (PEM) to verify the flagd daemon against.
+	// Needs FlagdTLS. Empty: the system's roots.
+	FlagdCAFile string `toml:"flagd_ca_file"`
+	// FlagdSelector picks which of the daemon's flag sources a replica
+	// follows (the selector of flagd's sync requests, e.g. the URI of one
+	// of its --uri sources). Needs flags_source "flagd". Empty: every flag
+	// the daemon serves.
+	FlagdSelector string `toml:"flagd_selector"`
+	// OFREPURL is the base URL of an OFREP service (the OpenFeature Remote
+	// Evaluation Protocol; flagd serves one too): http or https, without
+	// a query, a fragment or credentials. Each evaluation is a POST to
+	// <url>/ofrep/v1/evaluate/flags/<key>. Required with flags_source
+	// "ofrep", refused otherwise.
+	OFREPURL string `toml:"ofrep_url"`
+	// OFREPTokenEnv names the environment variable holding the bearer
+	// token sent to the OFREP service (the name, never the token: a
+	// topology is not a secret store). Needs ofrep_url; the variable must
+	// be set and not empty. Empty: no Authorization header.
+	OFREPTokenEnv string `toml:"ofrep_token_env"`
+	// OFREPToken is the token read from $OFREPTokenEnv when the topology
+	// was parsed; not a key of the file.
+	OFREPToken string `toml:"-"`
+	// OFREPCAFile is a CA file (PEM) to verify the OFREP service against.
+	// Needs an https ofrep_url. Empty: the system's roots.
+	OFREPCAFile string `toml:"ofrep_ca_file"`
 	// PlanFile is the rollout plan (optional; the rollout command needs it).
 	PlanFile string `toml:"plan_file"`
 	// DefaultRule routes shops no pod lists: "modulo" (shop id modulo the
@@ -141,6 +172,9 @@ func parse(b []byte, env func(string) (string, bool), readFile func(string) ([]b
 	}
 	c = c.WithDefaults()
 	if err := c.Validate(); err != nil {
+		return nil, at(err, lines)
+	}
+	if err := c.resolveOFREPToken(env); err != nil {
 		return nil, at(err, lines)
 	}
 	return &c, nil
@@ -266,7 +300,17 @@ const (
 	FlagsFromDatabase = "database"
 	// FlagsFromFlagd: a flagd daemon's sync service at flagd_addr.
 	FlagsFromFlagd = "flagd"
+	// FlagsFromOFREP: an OFREP service at ofrep_url, asked at every
+	// evaluation.
+	FlagsFromOFREP = "ofrep"
+	// FlagsFromProvider: an OpenFeature provider the program running
+	// serve supplies (package reservoirmain); the topology names none.
+	FlagsFromProvider = "provider"
 )
+
+// FlagsSources lists the values of flags_source, in the order the docs
+// give them.
+var FlagsSources = []string{FlagsFromFile, FlagsFromDatabase, FlagsFromFlagd, FlagsFromOFREP, FlagsFromProvider}
 
 // maxPoolCap is the largest pool_cap: the MySQL store's bound on its unit
 // pool (mysqlstore.Config.PoolCap), said here in the topology's words.
@@ -277,22 +321,8 @@ func (c Config) Validate() error {
 	if c.ControlDSN == "" {
 		return fieldError("control_dsn", "control_dsn is required")
 	}
-	switch {
-	case c.FlagsSource != FlagsFromFile && c.FlagsSource != FlagsFromDatabase && c.FlagsSource != FlagsFromFlagd:
-		return fieldError("flags_source", "flags_source %q must be %q, %q or %q", c.FlagsSource, FlagsFromFile, FlagsFromDatabase, FlagsFromFlagd)
-	case c.FlagsSource == FlagsFromFile && c.FlagsFile == "":
-		return fieldError("flags_source", `flags_file is required (or flags_source = "database" or "flagd")`)
-	case c.FlagsSource != FlagsFromFile && c.FlagsFile != "":
-		return fieldError("flags_file", "flags_file is set but flags_source is %q: the replicas would not read it; remove one", c.FlagsSource)
-	case c.FlagsSource == FlagsFromFlagd && c.FlagdAddr == "":
-		return fieldError("flags_source", `flagd_addr is required with flags_source = "flagd" (the daemon's sync service, host:port)`)
-	case c.FlagsSource != FlagsFromFlagd && c.FlagdAddr != "":
-		return fieldError("flagd_addr", `flagd_addr is set but flags_source is %q: the replicas would not use it; set flags_source = "flagd" or remove flagd_addr`, c.FlagsSource)
-	}
-	if c.FlagdAddr != "" {
-		if err := netaddr.HostPort(c.FlagdAddr); err != nil {
-			return &Error{Key: "flagd_addr", Msg: "flagd_addr " + err.Error(), Err: err}
-		}
+	if err := c.validateFlagsSource(); err != nil {
+		return err
 	}
 	if len(c.Pods) == 0 {
 		return fieldError("", "at least one [[pods]] is required")

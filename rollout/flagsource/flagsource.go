@@ -57,11 +57,24 @@ type Config struct {
 	// FlagdAddr is a flagd daemon's gRPC sync service (host:port, e.g.
 	// "flagd:8015") that the source follows instead of a file: the daemon
 	// reads the flags wherever it is set up to, and pushes every version to
-	// each replica over a SyncFlags stream. Plaintext only (TLS is not
-	// supported yet). As with a file, a daemon down at start leaves the
-	// source not loaded until it answers, and a stream that breaks later
-	// leaves the last valid flags in force while the source reconnects.
+	// each replica over a SyncFlags stream. Plaintext unless FlagdTLS. As
+	// with a file, a daemon down at start leaves the source not loaded
+	// until it answers, and a stream that breaks later leaves the last
+	// valid flags in force while the source reconnects.
 	FlagdAddr string
+	// FlagdTLS makes the connection to FlagdAddr TLS (1.2 or later), the
+	// daemon's certificate verified against FlagdCAFile or the system's
+	// roots, for the host of FlagdAddr. Needs FlagdAddr.
+	FlagdTLS bool
+	// FlagdCAFile is a CA file (PEM) to verify the daemon against. Needs
+	// FlagdTLS. Read when the source starts: one that cannot be read
+	// fails New.
+	FlagdCAFile string
+	// FlagdSelector is sent as the selector of every sync request, so the
+	// daemon serves only the flags of one of its sources (flagd selects by
+	// the source's URI). Each document it sends is still checked whole.
+	// Needs FlagdAddr. Empty: every flag the daemon serves.
+	FlagdSelector string
 	// Provider is any OpenFeature provider to evaluate the flags through
 	// instead of flagd's in-process one: the source then neither reads nor
 	// checks a document, and is loaded once the provider reports ready
@@ -91,6 +104,12 @@ type Config struct {
 	// change reaches every replica within it). Unused with FlagdAddr (the
 	// daemon pushes) and Provider.
 	PollInterval time.Duration
+	// VersionEvery is how old an answer of AppliedVersion may be: the
+	// heartbeat asks every few milliseconds, and the handoff sweepers
+	// every 100ms, which costs nothing in process but is a request each
+	// to a remote provider (an OFREP service). Default: 100ms with a
+	// Provider, 0 (always evaluated) otherwise. Decide is never cached.
+	VersionEvery time.Duration
 	// LogEvery limits evaluation problems (unknown variants, missing flags,
 	// evaluation errors) to one log line per problem per LogEvery, with the
 	// number suppressed. Default: 10s.
@@ -118,6 +137,9 @@ func (c Config) WithDefaults() Config {
 	if c.LogEvery == 0 {
 		c.LogEvery = 10 * time.Second
 	}
+	if c.VersionEvery == 0 && c.Provider != nil {
+		c.VersionEvery = 100 * time.Millisecond
+	}
 	return c
 }
 
@@ -142,6 +164,12 @@ func (c Config) Validate() error {
 		if err := CheckFlagdAddr(c.FlagdAddr); err != nil {
 			errs = append(errs, fmt.Errorf("rollout: Config.FlagdAddr %w", err))
 		}
+	}
+	if c.FlagdAddr == "" && (c.FlagdTLS || c.FlagdCAFile != "" || c.FlagdSelector != "") {
+		errs = append(errs, errors.New("rollout: Config.FlagdTLS, FlagdCAFile and FlagdSelector need Config.FlagdAddr"))
+	}
+	if c.FlagdCAFile != "" && !c.FlagdTLS {
+		errs = append(errs, errors.New("rollout: Config.FlagdCAFile needs Config.FlagdTLS"))
 	}
 	if c.LoadTimeout < time.Millisecond {
 		errs = append(errs, fmt.Errorf("rollout: Config.LoadTimeout %v must be at least 1ms", c.LoadTimeout))
@@ -212,6 +240,12 @@ type Source struct {
 	// kills follows the kill switch document (Config.Kills); nil without.
 	kills *Source
 
+	// The last AppliedVersion and when it was evaluated (VersionEvery).
+	versionMu sync.Mutex
+	versionAt time.Time
+	version   int64
+	versionOK bool
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -269,7 +303,17 @@ func (s *Source) start(ctx context.Context) (*Source, error) {
 	}
 	if cfg.FlagdAddr != "" {
 		s.log = cfg.Logger.With("flags", "flagd "+cfg.FlagdAddr)
-		s.feed = newGRPCFeed(cfg.FlagdAddr, cfg.LoadTimeout, s.log, s.problem)
+		if cfg.FlagdTLS {
+			s.log = s.log.With("tls", true)
+		}
+		if cfg.FlagdSelector != "" {
+			s.log = s.log.With("selector", cfg.FlagdSelector)
+		}
+		f, err := newGRPCFeed(cfg, s.log, s.problem)
+		if err != nil {
+			return nil, err
+		}
+		s.feed = f
 	} else if cfg.DB != nil {
 		doc := controldb.FlagsDoc
 		if cfg.killDoc {
@@ -324,12 +368,27 @@ func (s *Source) Loaded() bool {
 
 // AppliedVersion is the version of the flags this source answers with now
 // (what Decide reports: with Config.Kills, the epoch of the provider's
-// version and the kill switch document's), and false while none is loaded. It is the
-// replica's own word on which flags it obeys, for its heartbeat.
+// version and the kill switch document's), and false while none is
+// loaded: what the handoff sweeper hands shops off for. With a Provider
+// the answer may be up to VersionEvery old (see Config).
 func (s *Source) AppliedVersion(ctx context.Context) (int64, bool) {
 	if !s.Loaded() {
 		return 0, false
 	}
+	if s.cfg.VersionEvery <= 0 {
+		return s.appliedVersion(ctx)
+	}
+	s.versionMu.Lock()
+	defer s.versionMu.Unlock()
+	if now := time.Now(); now.Sub(s.versionAt) >= s.cfg.VersionEvery {
+		s.version, s.versionOK = s.appliedVersion(ctx)
+		s.versionAt = now
+	}
+	return s.version, s.versionOK
+}
+
+// appliedVersion is AppliedVersion evaluated now.
+func (s *Source) appliedVersion(ctx context.Context) (int64, bool) {
 	e, err := s.evaluate(ctx, flagdoc.FlagKillSwitch, string(authority.KillOff), rootContext(), "", 0)
 	if err != nil {
 		return 0, false

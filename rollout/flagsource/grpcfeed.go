@@ -16,10 +16,13 @@ import (
 	syncv1 "buf.build/gen/go/open-feature/flagd/protocolbuffers/go/flagd/sync/v1"
 	isync "github.com/open-feature/flagd/core/pkg/sync"
 	"github.com/seed31b0e981/reservoir/internal/netaddr"
+	"github.com/seed31b0e981/reservoir/internal/tlsclient"
 	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 )
 
 // The flagd sync stream's reconnect backoff: the first retry comes soon (a
@@ -33,8 +36,7 @@ const (
 
 // CheckFlagdAddr reports whether addr can name a flagd daemon's sync
 // service for Config.FlagdAddr (and the topology's flagd_addr):
-// host:port, without a scheme (the connection is plaintext; TLS is not
-// supported yet).
+// host:port, without a scheme (TLS is Config.FlagdTLS's, not a scheme's).
 func CheckFlagdAddr(addr string) error { return netaddr.HostPort(addr) }
 
 // grpcFeed feeds the flags a flagd daemon serves over its gRPC sync
@@ -48,8 +50,9 @@ func CheckFlagdAddr(addr string) error { return netaddr.HostPort(addr) }
 // passes every document on unchecked, gives up when the first connection
 // fails, and backs off 4 s, 16 s, then 60 s between reconnects, where a
 // kill switch must reach a replica in moments. This client is the part of
-// it reservoir needs: plaintext, no selector, the daemon's SyncContext
-// ignored (reservoir's evaluation context is its own).
+// it reservoir needs: plaintext or TLS, an optional selector, the
+// daemon's SyncContext ignored (reservoir's evaluation context is its
+// own).
 //
 // Each document is checked with flagd's own parser and for flags that
 // agree on a metadata.version above the one in force (flagdoc.Evaluator.Check) before
@@ -59,11 +62,13 @@ func CheckFlagdAddr(addr string) error { return netaddr.HostPort(addr) }
 // first valid document arrives.
 type grpcFeed struct {
 	syncReady
-	addr    string
-	timeout time.Duration
-	log     *slog.Logger
-	problem func(key string, level slog.Level, msg string, args ...any)
-	check   *flagdoc.Evaluator
+	addr     string
+	selector string
+	creds    credentials.TransportCredentials
+	timeout  time.Duration
+	log      *slog.Logger
+	problem  func(key string, level slog.Level, msg string, args ...any)
+	check    *flagdoc.Evaluator
 
 	loaded atomic.Bool
 	// broken is set when a stream that delivered broke, until a new one
@@ -83,23 +88,46 @@ type grpcFeed struct {
 
 var _ feed = (*grpcFeed)(nil)
 
-func newGRPCFeed(addr string, timeout time.Duration, log *slog.Logger, problem func(key string, level slog.Level, msg string, args ...any)) *grpcFeed {
-	f := &grpcFeed{addr: addr, timeout: timeout, log: log, problem: problem, current: []byte(noFlags)}
+// newGRPCFeed makes the feed of cfg's daemon. It fails only for a CA file
+// that cannot be read: a replica that cannot verify the daemon must not
+// start as if it could.
+func newGRPCFeed(cfg Config, log *slog.Logger, problem func(key string, level slog.Level, msg string, args ...any)) (*grpcFeed, error) {
+	creds := insecure.NewCredentials()
+	if cfg.FlagdTLS {
+		tc, err := tlsclient.Config(cfg.FlagdCAFile, "")
+		if err != nil {
+			return nil, fmt.Errorf("rollout: Config.FlagdCAFile: %w", err)
+		}
+		creds = credentials.NewTLS(tc)
+	}
+	f := &grpcFeed{addr: cfg.FlagdAddr, selector: cfg.FlagdSelector, creds: creds, timeout: cfg.LoadTimeout,
+		log: log, problem: problem, current: []byte(noFlags)}
 	f.check = flagdoc.NewEvaluator(f.source())
-	return f
+	return f, nil
 }
 
 func (f *grpcFeed) isLoaded() bool { return f.loaded.Load() }
 
-// source names the daemon the way flagd names a gRPC sync source.
-func (f *grpcFeed) source() string { return "grpc://" + f.addr }
+// source names the daemon the way flagd names a gRPC sync source
+// (grpcs:// over TLS), with the selector after a '#' when there is one:
+// it names the daemon in logs and keys flagd's in-process state.
+func (f *grpcFeed) source() string {
+	s := "grpc://" + f.addr
+	if f.creds.Info().SecurityProtocol == "tls" {
+		s = "grpcs://" + f.addr
+	}
+	if f.selector != "" {
+		s += "#" + f.selector
+	}
+	return s
+}
 
 // dial makes a client for the daemon. The connection itself is made on
 // first use; its own reconnect backoff is capped like the stream's, so a
 // restarted daemon is found within grpcRetryMax.
 func (f *grpcFeed) dial() (*grpc.ClientConn, syncv1grpc.FlagSyncServiceClient, error) {
 	conn, err := grpc.NewClient(f.addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(f.creds),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: grpcRetryMin, Multiplier: 2, Jitter: 0.2, MaxDelay: grpcRetryMax},
 			MinConnectTimeout: f.timeout,
@@ -108,6 +136,20 @@ func (f *grpcFeed) dial() (*grpc.ClientConn, syncv1grpc.FlagSyncServiceClient, e
 		return nil, nil, fmt.Errorf("rollout: flagd sync client for %s: %w", f.addr, err)
 	}
 	return conn, syncv1grpc.NewFlagSyncServiceClient(conn), nil
+}
+
+// selectorHeader is the gRPC metadata key flagd reads the selector from
+// (it replaced the requests' deprecated selector field).
+const selectorHeader = "flagd-selector"
+
+// selecting is ctx carrying the selector as the Flagd-Selector header,
+// when there is one. The request's own selector field is set too: a
+// daemon reads one or the other, by its version.
+func (f *grpcFeed) selecting(ctx context.Context) context.Context {
+	if f.selector == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, selectorHeader, f.selector)
 }
 
 // prime asks the daemon for its document once (FetchAllFlags, bounded by
@@ -124,7 +166,10 @@ func (f *grpcFeed) prime() {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
-	res, err := client.FetchAllFlags(ctx, &syncv1.FetchAllFlagsRequest{})
+	req := &syncv1.FetchAllFlagsRequest{}
+	//lint:ignore SA1019 daemons before the Flagd-Selector header read only the field; newer ones read both
+	req.Selector = f.selector
+	res, err := client.FetchAllFlags(f.selecting(ctx), req)
 	f.readFail.set(err)
 	if err != nil {
 		f.log.Error("rollout: flags cannot be read from the flagd daemon; no decisions until they can (retrying)", "err", err)
@@ -198,7 +243,10 @@ func (f *grpcFeed) Sync(ctx context.Context, out chan<- isync.DataSync) error {
 func (f *grpcFeed) stream(ctx context.Context, client syncv1grpc.FlagSyncServiceClient, out chan<- isync.DataSync) (received bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := client.SyncFlags(sctx, &syncv1.SyncFlagsRequest{})
+	req := &syncv1.SyncFlagsRequest{}
+	//lint:ignore SA1019 daemons before the Flagd-Selector header read only the field; newer ones read both
+	req.Selector = f.selector
+	st, err := client.SyncFlags(f.selecting(sctx), req)
 	if err != nil {
 		return false, err
 	}
