@@ -21,3 +21,27 @@ func (s *Server) APIHandler() http.Handler { return s.api }
 
 // AdminHandler is the admin listener's handler, as Serve runs it.
 func (s *Server) AdminHandler() http.Handler { return s.adminH }
+
+// OccupyAdminSlots takes every admin read slot, as AdminMaxInFlight slow
+// reads would, and returns the function that gives them back.
+func OccupyAdminSlots(s *Server) (release func()) {
+	n := cap(s.adminSlots)
+	for range n {
+		s.adminSlots <- struct{}{}
+	}
+	return func() {
+		for range n {
+			<-s.adminSlots
+		}
+	}
+}
+
+// ProblemCodes is every error code the server answers (problemTitles'
+// keys), for the OpenAPI document's ErrorCode enumeration to match.
+func ProblemCodes() []string {
+	codes := make([]string, 0, len(problemTitles))
+	for c := range problemTitles {
+		codes = append(codes, c)
+	}
+	return codes
+}

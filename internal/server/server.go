@@ -223,6 +223,7 @@ type Server struct {
 	api        http.Handler // the checkout API
 	adminH     http.Handler // the admin API, dashboard, metrics and health
 	both       http.Handler // both, for one listener
+	routeTable []Route      // every route, as routes registered it
 	tokenHash  *[32]byte
 	metrics    *metrics
 	sampler    *sampler
