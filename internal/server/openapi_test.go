@@ -335,7 +335,8 @@ func TestOpenAPIContract(t *testing.T) {
 	x(409, reqValid, "POST", res, line("oa-short", 500, 60000), ct) // insufficient, replayed
 	x(400, reqInvalid, "POST", res, map[string]any{"token": "oa-2", "lines": []any{}, "Token": "x"}, ct)
 	x(400, reqInvalid, "POST", "/v1/shops/007001/reservations", line("oa-2", 1, 60000), ct)
-	x(400, reqValid, "POST", res, line("oa-2", 1, 99_000_000), ct) // ttl_ms over 1h
+	x(400, reqInvalid, "POST", res, line("oa-2", 0, 60000), ct)    // quantity 0
+	x(400, reqValid, "POST", res, line("oa-2", 1, 99_000_000), ct) // ttl_ms over 1h (the limit is the pod's)
 	x(401, reqInvalid, "POST", res, line("oa-2", 1, 60000), "")
 	x(403, reqValid, "POST", "/v1/shops/1002/reservations", line("oa-2", 1, 60000), shelfToken) // no checkout role
 	x(413, reqEither, "POST", res, bigBody, ct)
@@ -446,6 +447,8 @@ func TestOpenAPIContract(t *testing.T) {
 	x(200, reqValid, "POST", ks, map[string]any{"scope": "shop:9999", "reason": "about to be added", "force": true, "state": "redis_only"}, at)
 	x(400, reqValid, "POST", ks, map[string]any{"scope": "shop:8888", "reason": "typo"}, at) // unknown_shop
 	x(400, reqInvalid, "POST", ks, map[string]any{"scope": "pod:pod-a"}, at)                 // no reason
+	x(400, reqInvalid, "POST", ks, map[string]any{"scope": "pod:pod-a", "reason": "x", "state": "sideways"}, at)
+	x(400, reqInvalid, "POST", ks, map[string]any{"scope": "pods:pod-a", "reason": "x"}, at)
 	x(400, reqValid, "POST", ks, map[string]any{"scope": "pod:pod-z", "reason": "no such pod"}, at)
 	x(401, reqInvalid, "POST", ks, map[string]any{"scope": "global", "reason": "x"}, "")
 	x(413, reqEither, "POST", ks, bigBody, at)
