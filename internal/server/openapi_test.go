@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -78,15 +79,16 @@ const (
 // contract checks requests and answers against docs/openapi.yaml and
 // keeps which status of which operation each case provoked.
 type contract struct {
-	t      *testing.T
+	t      testing.TB
 	router routers.Router
 	client *http.Client
 	mu     sync.Mutex
 	seen   map[string]map[int]bool // operationId: statuses answered
 }
 
-func newContract(t *testing.T) *contract {
-	doc := loadOpenAPI(t)
+// newContract checks against doc (loadOpenAPI's, or one a test broke on
+// purpose) and reports to t.
+func newContract(t testing.TB, doc *openapi3.T) *contract {
 	doc.Servers = openapi3.Servers{{URL: contractBase}}
 	router, err := gorillamux.NewRouter(doc)
 	if err != nil {
@@ -192,7 +194,6 @@ func (k *contract) check(req *http.Request, rc reqCheck, status int, header http
 	}
 	// The answer is checked against the operation whatever the request:
 	// a refusal is part of the contract too.
-	in.Options = &openapi3filter.Options{MultiError: true, AuthenticationFunc: bearer}
 	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: status, Header: header,
 		Body: io.NopCloser(bytes.NewReader(body)), Options: &openapi3filter.Options{MultiError: true, IncludeResponseStatus: true}}
 	if err := openapi3filter.ValidateResponse(ctx, out); err != nil {
@@ -296,7 +297,7 @@ func shelfClient() string {
 // those notProvoked lists.
 func TestOpenAPIContract(t *testing.T) {
 	t.Parallel()
-	k := newContract(t)
+	k := newContract(t, loadOpenAPI(t))
 	h := setup(t, options{plan: dashboardPlan, clients: shelfClient()})
 	base := h.http.URL
 	x := func(want int, rc reqCheck, method, path string, body any, token string, header ...string) response {
@@ -591,4 +592,64 @@ func killRefused(t *testing.T, k *contract) {
 		}
 	}
 	k.do(h.http.URL, call{method: "POST", path: "/admin/killswitch", body: map[string]any{"scope": "pod:pod-b", "reason": "drifted"}, token: adminToken, want: 409})
+}
+
+// caught is a testing.TB that keeps what a check reports as an error,
+// for a test of the check itself.
+type caught struct {
+	testing.TB
+	mu   sync.Mutex
+	errs []string
+}
+
+// Errorf implements testing.TB: it keeps the error.
+func (c *caught) Errorf(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.errs = append(c.errs, fmt.Sprintf(format, args...))
+}
+
+// Helper implements testing.TB.
+func (c *caught) Helper() {}
+
+// The contract's checks fail on a document that is wrong about the
+// server: a member of an answer it does not list, a status it does not
+// give the operation, a status it gives that no case provoked, a route
+// it does not have. (TestOpenAPIContract passing proves nothing unless
+// these fail.)
+func TestOpenAPIContractCatchesAWrongDocument(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	delete(doc.Components.Schemas["Reservation"].Value.Properties, "expires_at")
+	doc.Paths.Find("/v1/shops/{shop}/reservations/{token}").Get.Responses.Delete("404")
+	avail := doc.Paths.Find("/v1/shops/{shop}/items/{item}/availability").Get
+	avail.Responses.Set("404", avail.Responses.Value("403"))
+	doc.Paths.Delete("/admin/series")
+	c := &caught{TB: t}
+	k := newContract(c, doc)
+	h := setup(t, options{})
+	base := h.http.URL
+	for _, x := range []call{
+		{method: "POST", path: "/v1/shops/1001/items/7/locations/1/adjust", body: map[string]any{"available": 5}, token: clientToken, want: 200},
+		{method: "POST", path: "/v1/shops/1001/reservations", token: clientToken, want: 201,
+			body: map[string]any{"token": "c-1", "lines": []map[string]any{{"item": 7, "quantity": 1, "locations": []int64{1}}}}},
+		{method: "GET", path: "/v1/shops/1001/reservations/c-none", token: clientToken, want: 404},
+		{method: "GET", path: "/v1/shops/1001/items/7/availability", token: clientToken, want: 200},
+		{method: "GET", path: "/admin/series", token: adminToken, want: 200},
+	} {
+		k.do(base, x)
+	}
+	all := strings.Join(c.errs, "\n")
+	for _, want := range []string{
+		`POST /v1/shops/1001/reservations: its 201 answer breaks docs/openapi.yaml: response body doesn't match schema #/components/schemas/Reservation: property "expires_at" is unsupported`,
+		"GET /v1/shops/1001/reservations/c-none: its 404 answer breaks docs/openapi.yaml: status is not supported",
+		"GET /admin/series: no operation of docs/openapi.yaml",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("the contract's checks did not report %q; they reported:\n%s", want, all)
+		}
+	}
+	if miss := k.missing(doc); !slices.Contains(miss, "availability 404") {
+		t.Errorf("a documented status no case provoked is not reported missing: %v", miss)
+	}
 }
