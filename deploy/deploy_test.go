@@ -1601,8 +1601,9 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{"reconcile on another database", cron, "key: pod-a-dsn", "key: pod-b-dsn", checkReconcileCronJob, "the Deployment from Secret reservoir-mysql key pod-a-dsn"},
 		{"reconcile restarted in place", cron, "restartPolicy: Never", "restartPolicy: OnFailure", checkReconcileCronJob, "want Never"},
 		{"reconcile with a flag it lacks", cron, "- --topology=/etc/reservoir/topology/topology.toml\n", "- --topology=/etc/reservoir/topology/topology.toml\n                - --all\n", checkReconcileCronJob, "passes --all"},
-		{"migrations ignored", ".dockerignore", "\ndocs\n", "\ndocs\nmigrations/pod/*.sql\n", checkDockerignore, "excludes migrations/pod/00001"},
-		{"source ignored", ".dockerignore", "\ndocs\n", "\ndocs\n**/*.go\n", checkDockerignore, "excludes cmd/reservoir/main.go"},
+		{"migrations ignored", ".dockerignore", "\ndocs/bench\n", "\ndocs/bench\nmigrations/pod/*.sql\n", checkDockerignore, "excludes migrations/pod/00001"},
+		{"source ignored", ".dockerignore", "\ndocs/bench\n", "\ndocs/bench\n**/*.go\n", checkDockerignore, "excludes cmd/reservoir/main.go"},
+		{"the OpenAPI document ignored", ".dockerignore", "\ndocs/bench\n", "\ndocs/bench\ndocs\n", checkDockerignore, "excludes docs/openapi.yaml"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/docs"
 	"github.com/seed31b0e981/reservoir/internal/cell"
 	"github.com/seed31b0e981/reservoir/internal/wire"
 	"github.com/seed31b0e981/reservoir/reservation"
@@ -18,6 +20,7 @@ import (
 func (s *Server) routes() (api, admin, both http.Handler) {
 	apiMux, adminMux, bothMux := http.NewServeMux(), http.NewServeMux(), http.NewServeMux()
 	checkout := func(pattern, op string, withBody bool, h http.HandlerFunc) {
+		s.routeTable = append(s.routeTable, Route{Listener: CheckoutListener, Pattern: pattern})
 		for _, mux := range []*http.ServeMux{apiMux, bothMux} {
 			s.apiOp(mux, pattern, op, withBody, h)
 		}
@@ -29,13 +32,13 @@ func (s *Server) routes() (api, admin, both http.Handler) {
 	checkout("GET /v1/shops/{shop}/items/{item}/availability", "availability", false, s.availability)
 	checkout("POST /v1/shops/{shop}/items/{item}/locations/{location}/adjust", "adjust", true, s.adjust)
 	// Every admin listener route goes through ops, which registers it
-	// in s.adminPatterns, and, unless adminAccess says it is public,
+	// in s.routeTable, and, unless adminAccess says it is public,
 	// behind the role adminAccess gives it.
 	ops := func(pattern string, limited bool, h http.HandlerFunc) {
 		if adminAccess[pattern] != rolePublic {
 			h = s.admin(pattern, h)
 		}
-		s.adminPatterns = append(s.adminPatterns, pattern)
+		s.routeTable = append(s.routeTable, Route{Listener: AdminListener, Pattern: pattern})
 		for _, mux := range []*http.ServeMux{adminMux, bothMux} {
 			s.route(mux, pattern, limited, h)
 		}
@@ -64,9 +67,43 @@ func (s *Server) routes() (api, admin, both http.Handler) {
 	ops("GET /{$}", false, func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/dashboard", http.StatusFound)
 	})
+	// The contract of every route here (docs/openapi.yaml), for client
+	// generators and API tools; it holds nothing the repository does
+	// not, so it needs no token.
+	ops("GET /openapi.yaml", false, s.openAPI)
 	return s.traced("checkout", s.outer(withNoRoute(apiMux, "no such endpoint on the checkout listener (the admin API, dashboard, /metrics and health are on the admin listener): see docs/api.md"))),
 		s.traced("admin", s.outer(withNoRoute(adminMux, "no such endpoint on the admin listener (the checkout API /v1 is on the other listener): see docs/api.md"))),
 		s.traced("reservoir", s.outer(withNoRoute(bothMux, "no such endpoint: see docs/api.md")))
+}
+
+// Route is one route the server registers: its listener and its
+// net/http pattern ("POST /v1/shops/{shop}/reservations"). Routes lists
+// them so a test can hold docs/openapi.yaml to what is really served.
+type Route struct {
+	// Listener is CheckoutListener or AdminListener.
+	Listener string
+	// Pattern is the http.ServeMux pattern: a method, a space, a path
+	// with {wildcards} ("GET /{$}" is the root only).
+	Pattern string
+}
+
+// The listeners a Route is served on.
+const (
+	// CheckoutListener serves the checkout API (/v1): Serve's api.
+	CheckoutListener = "checkout"
+	// AdminListener serves everything else: Serve's admin.
+	AdminListener = "admin"
+)
+
+// Routes is every route the server registers, in registration order.
+// Handler serves them all; Serve splits them between its listeners.
+func (s *Server) Routes() []Route { return slices.Clone(s.routeTable) }
+
+// openAPI serves the OpenAPI document embedded in the binary.
+func (s *Server) openAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Header().Set("Cache-Control", "no-cache")
+	_, _ = w.Write(docs.OpenAPI)
 }
 
 // withNoRoute answers, with msg, the requests no pattern of mux matches.

@@ -24,7 +24,15 @@ func (s *Server) AdminHandler() http.Handler { return s.adminH }
 
 // AdminPatterns lists every route the admin listener serves, as
 // registered.
-func (s *Server) AdminPatterns() []string { return s.adminPatterns }
+func (s *Server) AdminPatterns() []string {
+	var out []string
+	for _, r := range s.routeTable {
+		if r.Listener == AdminListener {
+			out = append(out, r.Pattern)
+		}
+	}
+	return out
+}
 
 // AdminAccess is the role table: the least role each admin listener
 // route needs, or "public".
@@ -32,3 +40,27 @@ func AdminAccess() map[string]string { return adminAccess }
 
 // RoleRank orders the admin roles (viewer 1, operator 2, admin 3).
 func RoleRank() map[string]int { return roleRank }
+
+// OccupyAdminSlots takes every admin read slot, as AdminMaxInFlight slow
+// reads would, and returns the function that gives them back.
+func OccupyAdminSlots(s *Server) (release func()) {
+	n := cap(s.adminSlots)
+	for range n {
+		s.adminSlots <- struct{}{}
+	}
+	return func() {
+		for range n {
+			<-s.adminSlots
+		}
+	}
+}
+
+// ProblemCodes is every error code the server answers (problemTitles'
+// keys), for the OpenAPI document's ErrorCode enumeration to match.
+func ProblemCodes() []string {
+	codes := make([]string, 0, len(problemTitles))
+	for c := range problemTitles {
+		codes = append(codes, c)
+	}
+	return codes
+}

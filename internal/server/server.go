@@ -250,9 +250,9 @@ type Server struct {
 	clients atomic.Pointer[Clients]
 	admins  atomic.Pointer[adminSet]
 	creds   *credentials // what a reload rereads, and its metrics
-	// adminPatterns lists every admin listener route, as registered, for
-	// the test that each has a role.
-	adminPatterns []string
+	// routeTable is every route, as routes registered it: for the test
+	// that each admin route has a role, and Routes.
+	routeTable []Route
 	sampler       *sampler
 	draining      atomic.Bool
 	adminSlots    chan struct{}       // one per admin read being served
