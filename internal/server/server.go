@@ -253,10 +253,10 @@ type Server struct {
 	// routeTable is every route, as routes registered it: for the test
 	// that each admin route has a role, and Routes.
 	routeTable []Route
-	sampler       *sampler
-	draining      atomic.Bool
-	adminSlots    chan struct{}       // one per admin read being served
-	gates         map[string]*podGate // per pod: its checkout calls in flight
+	sampler    *sampler
+	draining   atomic.Bool
+	adminSlots chan struct{}       // one per admin read being served
+	gates      map[string]*podGate // per pod: its checkout calls in flight
 	// places is the checkout listener's cap (admission step 0) while
 	// Serve runs with an admin listener of its own; nil otherwise.
 	places    atomic.Pointer[placeListener]
