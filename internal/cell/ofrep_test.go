@@ -19,6 +19,7 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/topology"
 	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
+	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
 
 // openWithFlags opens a one-pod cell (pod-a, shop 1) whose topology's
@@ -53,8 +54,8 @@ func TestCellFlagsFromOFREP(t *testing.T) {
 	t.Setenv("RESERVOIR_TEST_OFREP_TOKEN", "cell-test-token")
 	svc := ofreptest.New(t, flagdFlags(t, authority.ModeShadow, 1), ofreptest.WithToken("cell-test-token"))
 	c := openWithFlags(t, "flags_source = \"ofrep\"\nofrep_url = \""+svc.URL()+"\"\nofrep_token_env = \"RESERVOIR_TEST_OFREP_TOKEN\"\n")
-	if d, err := c.Flags.Decide(context.Background(), "pod-a", 1); err != nil || d.Mode != authority.ModeShadow || d.Version != 1 {
-		t.Fatalf("the cell decides %+v, %v; want shadow at version 1, the service's", d, err)
+	if d, err := c.Flags.Decide(context.Background(), "pod-a", 1); err != nil || d.Mode != authority.ModeShadow || d.Version != 1<<flagdoc.KillVersionBits {
+		t.Fatalf("the cell decides %+v, %v; want shadow at epoch 1<<KillVersionBits: the service's version 1, no kill switch document", d, err)
 	}
 	ctx := context.Background()
 	ten := int64(10)
@@ -68,7 +69,7 @@ func TestCellFlagsFromOFREP(t *testing.T) {
 		t.Fatalf("reserve on flags from OFREP: %+v %v", res, err)
 	}
 	svc.Set(flagdFlags(t, authority.ModeMySQL, 2))
-	if d, err := c.Flags.Decide(context.Background(), "pod-a", 1); err != nil || d.Mode != authority.ModeMySQL || d.Version != 2 {
+	if d, err := c.Flags.Decide(context.Background(), "pod-a", 1); err != nil || d.Mode != authority.ModeMySQL || d.Version != 2<<flagdoc.KillVersionBits {
 		t.Fatalf("after the change the cell decides %+v, %v; want mysql at version 2", d, err)
 	}
 }
@@ -82,13 +83,13 @@ func TestCellFlagsFromFlagdTLSSelector(t *testing.T) {
 	daemon.SetSource("reservoir", flagdFlags(t, authority.ModeShadow, 3))
 	c := openWithFlags(t, "flags_source = \"flagd\"\nflagd_addr = \""+daemon.Addr()+"\"\nflagd_tls = true\n"+
 		"flagd_ca_file = \""+certs.CAFile+"\"\nflagd_selector = \"reservoir\"\n")
-	if d, err := c.Flags.Decide(context.Background(), "pod-a", 1); err != nil || d.Mode != authority.ModeShadow || d.Version != 3 {
-		t.Fatalf("the cell decides %+v, %v; want shadow at version 3, the selected source's", d, err)
+	if d, err := c.Flags.Decide(context.Background(), "pod-a", 1); err != nil || d.Mode != authority.ModeShadow || d.Version != 3<<flagdoc.KillVersionBits {
+		t.Fatalf("the cell decides %+v, %v; want shadow at epoch 3<<KillVersionBits: the selected source's version 3, no kill switch document", d, err)
 	}
 	daemon.SetSource("reservoir", flagdFlags(t, authority.ModeMySQL, 4))
 	eventually(t, "the selected source's version 4 applies", func() (bool, string) {
 		d, err := c.Flags.Decide(context.Background(), "pod-a", 1)
-		return err == nil && d.Mode == authority.ModeMySQL && d.Version == 4, fmt.Sprintf("%+v, %v", d, err)
+		return err == nil && d.Mode == authority.ModeMySQL && d.Version == 4<<flagdoc.KillVersionBits, fmt.Sprintf("%+v, %v", d, err)
 	})
 }
 

@@ -278,7 +278,7 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 	}
 	s := &Source{limiter: newLogLimiter(cfg.LogEvery), cfg: cfg}
 	if cfg.Kills != nil {
-		kc := Config{DB: cfg.Kills, killDoc: true, Logger: cfg.Logger.With("flags", "kill switch"), LoadTimeout: cfg.LoadTimeout, LogEvery: cfg.LogEvery}
+		kc := Config{DB: cfg.Kills, killDoc: true, Logger: cfg.Logger.With("document", "kill switch"), LoadTimeout: cfg.LoadTimeout, LogEvery: cfg.LogEvery}
 		k, err := New(ctx, kc)
 		if err != nil {
 			return nil, fmt.Errorf("rollout: the kill switch document: %w", err)
