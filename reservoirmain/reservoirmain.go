@@ -18,8 +18,9 @@
 // What reservoir needs from the provider (two string flags, the same
 // metadata.version on both, targeting on the shop and the pod, readiness)
 // is in docs/flags.md, "Any OpenFeature provider". reservoir cannot write
-// to it: with this source the kill switch is not in the provider (see
-// there).
+// to it: with this source the kill switch is reservoir's own, in the
+// control database, and wins over the provider's answers (docs/flags.md,
+// "The kill switch beside a source reservoir does not write").
 package reservoirmain
 
 import (

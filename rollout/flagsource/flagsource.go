@@ -80,7 +80,7 @@ type Config struct {
 	// checks a document, and is loaded once the provider reports ready
 	// (docs/flags.md says what the provider must answer). The source owns
 	// it from then on: Close shuts it down. reservoir cannot write its
-	// flags (no FlagStore fits it).
+	// flags: beside it, Kills follows reservoir's own kill switch.
 	Provider openfeature.FeatureProvider
 	// Kills is the control database whose kill switch document
 	// (flagdoc.KillTable) the source follows beside FlagdAddr or Provider,
