@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,11 +101,17 @@ func TestKillSwitchWinsOverOFREPAndAProvider(t *testing.T) {
 					time.Sleep(20 * time.Millisecond)
 				}
 			}
+			// cli runs a rollout command, which waits for the fleet (the
+			// serve above, whose heartbeat reports the epoch: the command
+			// compares the kill switch document's bits of it).
 			cli := func(args ...string) {
 				t.Helper()
 				var o, e bytes.Buffer
 				if code := reservoirmain.Run(context.Background(), append([]string{"rollout", "--topology", topo, "--actor", "ana"}, args...), &o, &e, opts...); code != 0 {
 					t.Fatalf("rollout %v: exit %d\n%s%s", args, code, o.String(), e.String())
+				}
+				if !strings.Contains(o.String(), "obeyed by 1/1 replicas") {
+					t.Errorf("rollout %v does not say the replica obeyed:\n%s%s", args, o.String(), e.String())
 				}
 			}
 			adminCall := func(method string, body any) {

@@ -969,7 +969,7 @@ func (c *Controller) obey(ctx context.Context, after []byte, out io.Writer, into
 	if err != nil {
 		return
 	}
-	ob, err := WaitObeyed(ctx, c.cfg.DB, f.Version, c.cfg.ObeyWait)
+	ob, err := waitObeyed(ctx, c.cfg.DB, f.Version, c.cfg.ObeyWait, c.killBits())
 	if err != nil {
 		fmt.Fprintf(out, "could not tell whether the fleet obeys: %v\n", err)
 		return

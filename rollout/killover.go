@@ -53,7 +53,11 @@ func (c *Controller) flagsForKill(ctx context.Context) (*flagdoc.Flags, *overInv
 			inForce = doc
 		}
 	}
-	base, over, err := recoverFlags(ctx, c.cfg.DB, bad, inForce)
+	applied, err := c.appliedHighest(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w; and the replicas' versions could not be read: %w", bad, err)
+	}
+	base, over, err := recoverFlags(ctx, c.cfg.DB, bad, inForce, applied)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w; and the last valid flags could not be read: %w", bad, err)
 	}
@@ -76,7 +80,7 @@ func (c *Controller) refused(ctx context.Context, cur *flagdoc.Flags) (*flagdoc.
 		// the replicas could refuse; the change writes the first.
 		return nil, nil
 	}
-	applied, err := controldb.AppliedHighest(ctx, c.cfg.DB)
+	applied, err := c.appliedHighest(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("rollout: read the replicas' versions: %w", err)
 	}
@@ -117,6 +121,26 @@ func (c *Controller) refused(ctx context.Context, cur *flagdoc.Flags) (*flagdoc.
 	return &flagdoc.InvalidFlagsError{Store: c.cfg.Flags.String(), Document: doc, Version: cur.Version, Err: why}, nil
 }
 
+// appliedHighest is the highest version of the controller's document any
+// replica reported applied: the flags document's, or, with a KillTable,
+// the kill switch document's part of the epochs the replicas report.
+func (c *Controller) appliedHighest(ctx context.Context) (int64, error) {
+	if mask := c.killBits(); mask != 0 {
+		return controldb.AppliedHighestLow(ctx, c.cfg.DB, mask)
+	}
+	return controldb.AppliedHighest(ctx, c.cfg.DB)
+}
+
+// killBits is the mask of a replica's reported version that is the
+// controller's document's: the kill switch document's bits of an epoch
+// (flagsource.Epoch) with a KillTable, 0 (the whole version) otherwise.
+func (c *Controller) killBits() int64 {
+	if _, ok := c.cfg.Flags.(flagdoc.KillTable); ok {
+		return flagdoc.MaxKillVersion
+	}
+	return 0
+}
+
 // recoverFlags returns the flags to build on over the invalid document
 // bad: the newest audit entry whose after_flags parse, or inForce (the
 // document a local flag source answers from; nil for none) when it parses
@@ -126,7 +150,7 @@ func (c *Controller) refused(ctx context.Context, cur *flagdoc.Flags) (*flagdoc.
 // applied version (the stores' fences carry the versions replicas decided
 // at; a change at a version they have seen would be stale to them,
 // docs/ownership.md section 2).
-func recoverFlags(ctx context.Context, db *sql.DB, bad *flagdoc.InvalidFlagsError, inForce []byte) (*flagdoc.Flags, *overInvalid, error) {
+func recoverFlags(ctx context.Context, db *sql.DB, bad *flagdoc.InvalidFlagsError, inForce []byte, applied int64) (*flagdoc.Flags, *overInvalid, error) {
 	audit, err := controldb.ListAuditFlags(ctx, db)
 	if err != nil {
 		return nil, nil, fmt.Errorf("rollout: read the audit: %w", err)
@@ -144,10 +168,6 @@ func recoverFlags(ctx context.Context, db *sql.DB, bad *flagdoc.InvalidFlagsErro
 		if f, err := flagdoc.ParseFlags([]byte(a.After)); err == nil {
 			base, from = f, fmt.Sprintf("the last valid flags in the audit (entry %d, version %d)", a.ID, f.Version)
 		}
-	}
-	applied, err := controldb.AppliedHighest(ctx, db)
-	if err != nil {
-		return nil, nil, fmt.Errorf("rollout: read the replicas' versions: %w", err)
 	}
 	if f, err := flagdoc.ParseFlags(inForce); inForce != nil && err == nil && (base == nil || f.Version > base.Version) {
 		base, from = f, fmt.Sprintf("the flags this replica answers from (version %d)", f.Version)

@@ -100,6 +100,13 @@ func (o Obedience) String() string {
 // (or later) applied, polling the heartbeats every few milliseconds, and
 // says how it went. Replicas that start meanwhile count once they report.
 func WaitObeyed(ctx context.Context, db *sql.DB, version int64, within time.Duration) (Obedience, error) {
+	return waitObeyed(ctx, db, version, within, 0)
+}
+
+// waitObeyed is WaitObeyed comparing only the bits of each replica's
+// version under mask (0: all): the kill switch document's version in the
+// epochs replicas report beside a source reservoir does not write.
+func waitObeyed(ctx context.Context, db *sql.DB, version int64, within time.Duration, mask int64) (Obedience, error) {
 	start := time.Now()
 	deadline := start.Add(within)
 	for {
@@ -109,6 +116,9 @@ func WaitObeyed(ctx context.Context, db *sql.DB, version int64, within time.Dura
 		}
 		ob := Obedience{Version: version, Live: len(rs), Took: time.Since(start), Since: start}
 		for _, r := range rs {
+			if mask != 0 {
+				r.AppliedVersion &= mask
+			}
 			if r.AppliedVersion >= version {
 				ob.Obeyed++
 			} else {
@@ -195,7 +205,7 @@ func (h *Heartbeat) run() {
 		case <-check.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		v, ok := h.cfg.Source.DocumentVersion(ctx)
+		v, ok := h.cfg.Source.AppliedVersion(ctx)
 		if !ok {
 			v = 0
 		}

@@ -175,8 +175,8 @@ func TestKillSwitchWinsOverFlagd(t *testing.T) {
 		t.Fatalf("kill with the modes from flagd: %v", err)
 	}
 	wantDecision("the kill switch wins over the daemon's mysql", authority.ModeMySQL, authority.KillRedis, epoch(1, 1))
-	if v, ok := c.Flags.DocumentVersion(ctx); !ok || v != 1 {
-		t.Errorf("DocumentVersion %d, %v; want 1, the kill switch document's (what the heartbeat reports)", v, ok)
+	if v, ok := c.Flags.AppliedVersion(ctx); !ok || v != epoch(1, 1) {
+		t.Errorf("AppliedVersion %d, %v; want the epoch of 1 and 1 (what the heartbeat reports)", v, ok)
 	}
 	held("after the kill", "before-kill")
 	reserve("during-kill", reservation.AuthorityRedis)

@@ -523,7 +523,7 @@ func rolloutStatus(ctx context.Context, r *rolloutRun) error {
 	}
 	if from := r.env.cell.ModesFrom(); from != "" {
 		fmt.Fprintf(r.out, "modes: served by %s (reservoir does not write them); kill switch: reservoir's own, in the control database, winning over them; "+
-			"the replicas report the kill switch document's version\n", from)
+			"each replica's version below is the epoch: the source's version x 2^20 + the kill switch document's\n", from)
 	}
 	if err != nil {
 		fmt.Fprintln(r.out, strings.TrimPrefix(err.Error(), "rollout: "))

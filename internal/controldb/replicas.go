@@ -28,6 +28,9 @@ const (
 	sqlReplicasForget = `/*caller='heartbeat'*/ DELETE FROM rollout_replicas WHERE last_seen < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND`
 	// sqlAppliedHighest is the highest version any replica reported.
 	sqlAppliedHighest = `/*caller='rollout'*/ SELECT COALESCE(MAX(applied_version), 0) FROM rollout_replicas`
+	// sqlAppliedHighestLow is sqlAppliedHighest of the versions' low bits
+	// (a mask): the kill switch document's part of an epoch.
+	sqlAppliedHighestLow = `/*caller='rollout'*/ SELECT COALESCE(MAX(applied_version & ?), 0) FROM rollout_replicas`
 )
 
 // Heartbeat reports the replica id: the pods it serves (comma-separated)
@@ -94,5 +97,14 @@ func LiveReplicas(ctx context.Context, q Querier, within time.Duration) ([]Repli
 func AppliedHighest(ctx context.Context, q Querier) (int64, error) {
 	var v int64
 	err := q.QueryRowContext(ctx, sqlAppliedHighest).Scan(&v)
+	return v, err
+}
+
+// AppliedHighestLow is AppliedHighest of each version's bits under mask
+// (a power of two less one): the highest kill switch document version any
+// replica applied, when the versions are epochs (flagsource.Epoch).
+func AppliedHighestLow(ctx context.Context, q Querier, mask int64) (int64, error) {
+	var v int64
+	err := q.QueryRowContext(ctx, sqlAppliedHighestLow, mask).Scan(&v)
 	return v, err
 }

@@ -104,25 +104,6 @@ func (s *Source) killAt(ctx context.Context, ec openfeature.EvaluationContext, p
 	return killState{Kill: k, version: v}, nil
 }
 
-// DocumentVersion is the version of the document reservoir writes that
-// this source answers from now, and false while none is loaded: the flags
-// document's (AppliedVersion), or with Config.Kills the kill switch
-// document's (0 before one is written). It is what a replica's heartbeat
-// reports, so the controller can tell when the fleet obeys what it wrote.
-func (s *Source) DocumentVersion(ctx context.Context) (int64, bool) {
-	if s.kills == nil {
-		return s.AppliedVersion(ctx)
-	}
-	if !s.Loaded() {
-		return 0, false
-	}
-	k, err := s.kills.killAt(ctx, rootContext(), "", 0)
-	if err != nil {
-		return 0, false
-	}
-	return k.version, true
-}
-
 // rootContext is the evaluation context of no pod and no shop, for the
 // version a source answers with.
 func rootContext() openfeature.EvaluationContext {

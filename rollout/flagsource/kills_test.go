@@ -57,14 +57,14 @@ func TestEpochGrowsWithEither(t *testing.T) {
 // reservoir's own (Config.Kills): the provider's mode stands until a
 // switch is engaged in the kill switch document, which then wins over
 // it; the provider's own switch still counts (the stronger wins); every
-// change of either moves the epoch forward; DocumentVersion reports the
-// kill switch document's version, the one reservoir writes.
+// change of either moves the epoch forward, and AppliedVersion (what the
+// heartbeat reports) is that epoch.
 func TestKillSwitchDocumentWinsOverAProvider(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.New(t)
 	provider := memprovider.NewInMemoryProvider(memFlags(7, authority.KillOff))
-	src, err := flagsource.New(ctx, flagsource.Config{Provider: provider, Kills: db.DB,
+	src, err := flagsource.New(ctx, flagsource.Config{Provider: provider, Kills: db.DB, VersionEvery: time.Nanosecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -92,8 +92,8 @@ func TestKillSwitchDocumentWinsOverAProvider(t *testing.T) {
 		}
 	}
 	want("no kill switch document yet", "pod-b", authority.ModeMySQL, authority.KillOff, epoch(7, 0))
-	if v, ok := src.DocumentVersion(ctx); !ok || v != 0 {
-		t.Errorf("DocumentVersion before any switch: %d, %v; want 0, true", v, ok)
+	if v, ok := src.AppliedVersion(ctx); !ok || v != epoch(7, 0) {
+		t.Errorf("AppliedVersion before any switch: %d, %v; want the epoch of 7 and 0", v, ok)
 	}
 
 	store := flagdoc.KillTable{DB: db.DB, Modes: "the in-memory provider"}
@@ -105,8 +105,8 @@ func TestKillSwitchDocumentWinsOverAProvider(t *testing.T) {
 	}
 	want("pod-b killed in the kill switch document", "pod-b", authority.ModeMySQL, authority.KillRedisOnly, epoch(7, 1))
 	want("pod-a is not under the switch", "pod-a", authority.ModeRedis, authority.KillOff, epoch(7, 1))
-	if v, ok := src.DocumentVersion(ctx); !ok || v != 1 {
-		t.Errorf("DocumentVersion after the kill: %d, %v; want 1", v, ok)
+	if v, ok := src.AppliedVersion(ctx); !ok || v != epoch(7, 1) || v&flagdoc.MaxKillVersion != 1 {
+		t.Errorf("AppliedVersion after the kill: %d, %v; want the epoch of 7 and 1 (what the heartbeat reports; the controller reads its low bits)", v, ok)
 	}
 
 	// The provider engages its own, weaker switch on pod-b and pod-a, at
