@@ -19,6 +19,7 @@ import (
 	"github.com/seed31b0e981/reservoir/rollout"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
 	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
+	"github.com/seed31b0e981/reservoir/rollout/flagsource"
 )
 
 // fleetKills is how many kill switch changes the fleet test makes.
@@ -217,7 +218,16 @@ func TestFleetObeysFlagdAndAFile(t *testing.T) {
 					}
 					daemon.Set(string(doc))
 				}
-				ob, err := rollout.WaitObeyed(ctx, control.DB, after.Version, 5*time.Second)
+				// A replica on a daemon reports the epoch of the daemon's
+				// version and reservoir's kill switch document's (none
+				// here: 0), docs/flags.md.
+				version := after.Version
+				if daemon != nil {
+					if version, err = flagsource.Epoch(after.Version, 0); err != nil {
+						t.Fatal(err)
+					}
+				}
+				ob, err := rollout.WaitObeyed(ctx, control.DB, version, 5*time.Second)
 				if err != nil || ob.Live != 3 || ob.Obeyed != 3 {
 					t.Fatalf("change #%d: %s (%v)", i, ob.Summary, err)
 				}
