@@ -1,6 +1,7 @@
 package mirror_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -226,7 +227,13 @@ func TestCopyAheadUnderTraffic(t *testing.T) {
 			}
 		})
 	}
-	if _, err := b.m.HandoffWait(ctx(t), shop, reservation.AuthorityMySQL, 3, false); err != nil {
+	// The copy chases three writers for up to CatchUpRounds rounds, each
+	// round as long as the writes it copies: 8 s under -race on an idle
+	// machine, past the 60 s of ctx at a load average of 20. The handoff
+	// gets longer; what is checked is what it leaves, not how fast.
+	hctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	if _, err := b.m.HandoffWait(hctx, shop, reservation.AuthorityMySQL, 3, false); err != nil {
 		t.Fatal(err)
 	}
 	close(stop)
