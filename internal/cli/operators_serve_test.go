@@ -3,14 +3,12 @@ package cli
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
 )
 
@@ -31,21 +29,10 @@ func newOperator(t *testing.T, path, name, role string) string {
 func TestServeOperatorsReload(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	control, pod := testdb.New(t), testdb.New(t)
-	r := testredis.New(t)
 	clients, operators := filepath.Join(dir, "clients.toml"), filepath.Join(dir, "operators.toml")
 	newClient(t, clients, "reload-test")
 	viewer := newOperator(t, operators, "val", "viewer")
-	topo := filepath.Join(dir, "topology.toml")
-	writeServeFile(t, topo, fmt.Sprintf(`control_dsn = %q
-flags_file = %q
-[[pods]]
-name = "pod-a"
-mysql_dsn = %q
-redis_addr = %q
-redis_prefix = %q
-shops = [1001]
-`, control.DSN, filepath.Join(dir, "flags.json"), pod.DSN, testredis.Addr(t), r.Prefix))
+	topo := onePodTopology(t, dir, filepath.Join(dir, "flags.json"), testredis.New(t))
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()

@@ -259,6 +259,17 @@ func writeServeFile(t *testing.T, path, text string) {
 	}
 }
 
+// onePodTopology writes dir/topology.toml: pod-a (shop 1001) on fresh
+// databases and r's key prefix, its flags in the file flags; it returns
+// the topology's path.
+func onePodTopology(t *testing.T, dir, flags string, r *testredis.Redis) string {
+	t.Helper()
+	topo := filepath.Join(dir, "topology.toml")
+	writeServeFile(t, topo, fmt.Sprintf("control_dsn = %q\nflags_file = %q\n[[pods]]\nname = \"pod-a\"\nmysql_dsn = %q\nredis_addr = %q\nredis_prefix = %q\nshops = [1001]\n",
+		testdb.New(t).DSN, flags, testdb.New(t).DSN, testredis.Addr(t), r.Prefix))
+	return topo
+}
+
 // `reservoir serve` starts although its flags file cannot be read (a
 // symlink loop: unreadable even for root): the replica is not ready and
 // answers reservation calls 503 flags_unavailable, touching no store,
@@ -267,7 +278,6 @@ func writeServeFile(t *testing.T, path, text string) {
 func TestServeStartsWithoutFlags(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	control, pod := testdb.New(t), testdb.New(t)
 	r := testredis.New(t)
 	clients := filepath.Join(dir, "clients.toml")
 	apiTok := newClient(t, clients, "flags-test")
@@ -278,16 +288,7 @@ func TestServeStartsWithoutFlags(t *testing.T) {
 	if _, err := os.ReadFile(flags); err == nil {
 		t.Fatal("the flags file is readable: the test would prove nothing")
 	}
-	topo := filepath.Join(dir, "topology.toml")
-	writeServeFile(t, topo, fmt.Sprintf(`control_dsn = %q
-flags_file = %q
-[[pods]]
-name = "pod-a"
-mysql_dsn = %q
-redis_addr = %q
-redis_prefix = %q
-shops = [1001]
-`, control.DSN, flags, pod.DSN, testredis.Addr(t), r.Prefix))
+	topo := onePodTopology(t, dir, flags, r)
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -13,7 +12,6 @@ import (
 
 	"go.opentelemetry.io/otel"
 
-	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
 	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 )
@@ -29,24 +27,13 @@ func TestServeTracesToConsole(t *testing.T) {
 	prev := otel.GetTracerProvider()
 	t.Cleanup(func() { otel.SetTracerProvider(prev) })
 	dir := t.TempDir()
-	control, pod := testdb.New(t), testdb.New(t)
-	r := testredis.New(t)
 	clients := filepath.Join(dir, "clients.toml")
 	apiTok := newClient(t, clients, "trace-test")
 	flags := filepath.Join(dir, "flags.json")
 	if _, _, err := (flagdoc.FlagsFile{Path: flags}).Update(func(*flagdoc.Flags) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	topo := filepath.Join(dir, "topology.toml")
-	writeServeFile(t, topo, fmt.Sprintf(`control_dsn = %q
-flags_file = %q
-[[pods]]
-name = "pod-a"
-mysql_dsn = %q
-redis_addr = %q
-redis_prefix = %q
-shops = [1001]
-`, control.DSN, flags, pod.DSN, testredis.Addr(t), r.Prefix))
+	topo := onePodTopology(t, dir, flags, testredis.New(t))
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
