@@ -22,12 +22,19 @@ import (
 //     reaper leaves it alone, for Config.ClaimGrace.
 //  2. Ledger.Deduct deducts the hold's allocations, once per token (a
 //     repeat answers Applied false), and checks MySQL's fence.
-//  3. The cleanup script removes the hold, gives its units back, takes the
-//     deduction out and leaves the claimed tombstone.
+//  3. The cleanup removes the hold, gives its units back, takes the
+//     deduction out and leaves the claimed tombstone. With a Source (and
+//     without Config.InlineClaimCleanup) it is not on the caller's path:
+//     the ledger recorded the claim in its change feed, and Redis follows
+//     it through Apply, as it would after a lost cleanup. Until then the
+//     hold stays claiming, and every call that finds it (Get, Release, a
+//     repeated Reserve or Claim) asks the ledger first, so each answers
+//     as claimed (finishing the Redis side on the way when it may write):
+//     no answer after this one contradicts it.
 //
-// Once the ledger is deducted the answer is success, even if the cleanup
-// fails: the ledger recorded the claim in its change feed, and Redis
-// follows it through Apply (the failure is counted, see ClaimWindow). A
+// Once the ledger is deducted the answer is success, even if an inline
+// cleanup fails: Redis follows through Apply (the failure is counted, see
+// ClaimWindow). A
 // deduction the ledger refuses (ErrInsufficientStock, invalid input, or
 // *reservation.NotDeciderError when a handoff to MySQL overtook the claim)
 // clears the claiming mark and returns the ledger's error; a
@@ -101,6 +108,16 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 		return reservation.ClaimResult{}, err
 	}
 	if p.As == reservation.AsShadow {
+		// A claim whose cleanup Redis has not followed yet: the ledger
+		// has it, so Redis as shadow answers what its claimed tombstone
+		// will.
+		deducted, claimed, err := s.ledgerClaimed(ctx, "claim_shadow", p.Shop, p.Token, h.claimingMS != 0, false)
+		if err != nil {
+			return reservation.ClaimResult{}, err
+		}
+		if claimed {
+			return reservation.ClaimResult{Outcome: reservation.OutcomeSettled, Allocations: reservation.SortedAllocations(deducted), Replayed: true}, nil
+		}
 		return reservation.ClaimResult{Outcome: reservation.OutcomeSettled, Allocations: h.allocs}, nil
 	}
 	stamp, err := toString(at(reply, 2))
@@ -128,7 +145,12 @@ func (s *Store) Claim(ctx context.Context, p *reservation.ClaimParams) (reservat
 	}
 	res := reservation.ClaimResult{Outcome: reservation.OutcomeClaimed, Allocations: reservation.SortedAllocations(d.Allocations), Replayed: !d.Applied}
 	// From here on the claim has happened: the cleanup only makes Redis
-	// follow it now rather than when the change feed delivers it.
+	// follow it now rather than when the change feed delivers it, so it
+	// stays off the caller's path whenever the claiming hold can be told
+	// from one still being claimed (see finishClaimed).
+	if !s.inlineCleanup() {
+		return res, nil
+	}
 	cleanupErr := error(nil)
 	if hook := s.afterDeduct; hook != nil {
 		cleanupErr = hook()
@@ -165,4 +187,45 @@ func (s *Store) settle(ctx context.Context, caller string, shop int64, token str
 		return "", fmt.Errorf("redisstore: %s: unexpected reply %v", caller, reply)
 	}
 	return what, nil
+}
+
+// inlineCleanup reports whether a legacy claim cleans Redis up before it
+// answers: asked to (Config.InlineClaimCleanup), or without a Source, in
+// which case a claiming hold cannot be resolved by asking the ledger.
+func (s *Store) inlineCleanup() bool {
+	return s.cfg.InlineClaimCleanup || s.cfg.Source == nil
+}
+
+// finishClaimed resolves a hold that a call found claiming (a legacy
+// claim marked it): when the ledger has recorded the token's claim, the
+// claim happened (its caller may already have been told so), and the
+// call must answer as for a claimed tombstone. With write set the Redis
+// side of the claim is finished first (the settle script, as the claim's
+// cleanup would), for caller. A hold no claim marked (claiming false), a
+// store without a Source, and a claim the ledger has not recorded (it may
+// be under way) answer false.
+func (s *Store) finishClaimed(ctx context.Context, caller string, shop int64, token string, claiming, write bool) (bool, error) {
+	_, claimed, err := s.ledgerClaimed(ctx, caller, shop, token, claiming, write)
+	return claimed, err
+}
+
+// ledgerClaimed is finishClaimed, with the allocations the ledger
+// deducted.
+func (s *Store) ledgerClaimed(ctx context.Context, caller string, shop int64, token string, claiming, write bool) ([]reservation.Allocation, bool, error) {
+	if !claiming || s.cfg.Source == nil {
+		return nil, false, nil
+	}
+	deducted, claimed, err := s.ledgerClaim(ctx, shop, token)
+	if err != nil {
+		return nil, false, fmt.Errorf("redisstore: %s shop %d token %q: the hold is being claimed: %w", caller, shop, token, err)
+	}
+	if !claimed {
+		return nil, false, nil
+	}
+	if write {
+		if _, err := s.settle(ctx, caller+"_settle", shop, token, deducted); err != nil {
+			return nil, false, err
+		}
+	}
+	return deducted, true, nil
 }

@@ -237,7 +237,8 @@ func TestClaimExpiresAnExpiredHold(t *testing.T) {
 // not moved again (it already follows the deduction).
 func TestClaimFinishesFromTheLedger(t *testing.T) {
 	t.Parallel()
-	b := setup(t, servers[0].new)
+	// The claim cleans up on its path, so the tombstone is there to forget.
+	b := setupWith(t, servers[0].new, func(c *redisstore.Config) { c.InlineClaimCleanup = true })
 	c := ctx(t)
 	b.stock(t, 1, 1, 10)
 	b.reserve(t, "cart", time.Minute, line(1, 3, 1))
@@ -329,5 +330,91 @@ func TestRetriedClaimStartsANewGrace(t *testing.T) {
 	}
 	if _, err := b.s.Release(c, &reservation.ReleaseParams{Shop: shop, Token: "cart"}); !errors.Is(err, reservation.ErrClaimInProgress) {
 		t.Errorf("release right after the retry: %v, want ErrClaimInProgress", err)
+	}
+}
+
+// A legacy claim answers once the ledger has recorded it; Redis follows
+// through the change feed (no cleanup on the claim's path). Until it
+// does, the hold stays marked claiming, and every later answer for the
+// token agrees with the claim that was acknowledged: Get (as decider or
+// not), Release, a repeated Reserve and a repeated Claim, as authority
+// and as shadow, each ask the ledger. Availability never counts the units
+// twice, and the ledger's change applied afterwards settles the hold once.
+func TestClaimAnswersBeforeRedisFollows(t *testing.T) {
+	t.Parallel()
+	b := setup(t, servers[0].new)
+	c := ctx(t)
+	b.stock(t, 1, 1, 20)
+	lines := []reservation.Line{line(1, 2, 1)}
+	tokens := []string{"get", "read", "release", "reserve", "claim", "shadow-claim", "shadow-release", "feed"}
+	for _, token := range tokens {
+		b.reserve(t, token, time.Minute, lines...)
+		res, err := b.s.Claim(c, &reservation.ClaimParams{Shop: shop, Token: token})
+		if err != nil || res.Outcome != reservation.OutcomeClaimed || res.Replayed || fmt.Sprint(res.Allocations) != "[{1 1 2}]" {
+			t.Fatalf("claim %s: %+v %v, want claimed [{1 1 2}]", token, res, err)
+		}
+		if b.claiming(t, token) == "" {
+			t.Fatalf("claim %s cleaned Redis up on its path: want the hold left claiming for the feed", token)
+		}
+	}
+	// 20 - 8 claims of 2: the ledger and Redis's quantity agree while
+	// the holds wait for the feed.
+	if l, q := b.ledgerAt(t, 1, 1), b.qty(t, 1, 1); l != 4 || q != 4 {
+		t.Fatalf("ledger %d, quantity %d; want 4 and 4", l, q)
+	}
+
+	claimed := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, reservation.ErrAlreadyClaimed) {
+			t.Errorf("%s after the claim was answered: %v, want ErrAlreadyClaimed", what, err)
+		}
+	}
+	_, err := b.s.Get(c, &reservation.GetParams{Shop: shop, Token: "get", AsDecider: true})
+	claimed("get as decider", err)
+	if b.claiming(t, "get") != "" {
+		t.Error("get as decider left the hold: want it settled on the way")
+	}
+	before := b.dump(t)
+	_, err = b.s.Get(c, &reservation.GetParams{Shop: shop, Token: "read"})
+	claimed("get", err)
+	if after := b.dump(t); after != before {
+		t.Errorf("a read that is not the decider's wrote:\n%s\nwant\n%s", after, before)
+	}
+	_, err = b.s.Release(c, &reservation.ReleaseParams{Shop: shop, Token: "release"})
+	claimed("release", err)
+	_, err = b.s.Reserve(c, &reservation.ReserveParams{Shop: shop, Token: "reserve", Lines: lines, TTL: time.Minute})
+	claimed("reserve again", err)
+	res, err := b.s.Claim(c, &reservation.ClaimParams{Shop: shop, Token: "claim"})
+	if err != nil || !res.Replayed || fmt.Sprint(res.Allocations) != "[{1 1 2}]" {
+		t.Errorf("claim again: %+v %v, want claimed, replayed [{1 1 2}]", res, err)
+	}
+	res, err = b.s.Claim(c, &reservation.ClaimParams{Shop: shop, Token: "shadow-claim", As: reservation.AsShadow})
+	if err != nil || !res.Replayed || res.Outcome != reservation.OutcomeSettled {
+		t.Errorf("claim as shadow: %+v %v, want settled, replayed", res, err)
+	}
+	_, err = b.s.Release(c, &reservation.ReleaseParams{Shop: shop, Token: "shadow-release", As: reservation.AsShadow})
+	claimed("release as shadow", err)
+
+	// The relay delivers the ledger's changes: every hold is settled once
+	// (the ones settled above are left alone) and nothing moves twice.
+	changes, err := b.ledger.Pending(c, shop, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.s.Apply(c, changes); err != nil {
+		t.Fatal(err)
+	}
+	for _, token := range tokens {
+		if m := b.claiming(t, token); m != "" {
+			t.Errorf("hold %s still claiming after the feed", token)
+		}
+		_, err := b.s.Get(c, &reservation.GetParams{Shop: shop, Token: token, AsDecider: true})
+		claimed("get "+token+" after the feed", err)
+	}
+	if l, q := b.ledgerAt(t, 1, 1), b.qty(t, 1, 1); l != 4 || q != 4 {
+		t.Errorf("after the feed: ledger %d, quantity %d; want 4 and 4", l, q)
+	}
+	if d := b.drift(t); len(d) != 0 {
+		t.Errorf("drift after the feed: %v", d)
 	}
 }

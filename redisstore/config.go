@@ -65,6 +65,17 @@ type Config struct {
 	// happened. It must outlast a ledger deduction, retries included.
 	// Default: 15s.
 	ClaimGrace time.Duration
+	// InlineClaimCleanup makes the legacy claim remove the hold and leave
+	// the claimed tombstone (its cleanup) before it answers, one more
+	// round trip on the caller's path. Without it (the default), when a
+	// Source is set, the claim answers as soon as the ledger recorded it
+	// and Redis follows through the ledger's change feed (the relay's
+	// Apply), as it already did when a cleanup was lost; until then a
+	// read, release or repeated reserve that finds the claiming hold asks
+	// the ledger and answers as claimed. Set it for a store whose ledger's
+	// changes no relay applies (without a Source the cleanup is always
+	// inline: nothing could tell a claimed hold from one being claimed).
+	InlineClaimCleanup bool
 	// ReapBatch is the default number of hold records one Reap returns.
 	// Default: 500.
 	ReapBatch int

@@ -63,15 +63,17 @@
 // MySQL ledger and the Redis hold. A script first marks the hold
 // claiming, then the ledger is deducted (Ledger.Deduct, exactly once per
 // token thanks to its claims row; it also checks MySQL's fence, so a
-// claim cannot slip past a handoff), then a script removes the hold and
-// leaves the claimed tombstone, taking the deduction out of the
-// quantities. Once the ledger is deducted the claim has happened and the
-// answer is success: the deduction is also in MySQL's change feed, which
-// makes Redis follow even if the last script is lost. While a hold is
-// claiming, a release answers reservation.ErrClaimInProgress (the
-// outcome is not known yet) and the reaper leaves it alone; after
-// ClaimGrace both ask the ledger (Config.Source) whether the claim
-// happened. The windows where the two systems disagree are counted in
+// claim cannot slip past a handoff). Once the ledger is deducted the claim
+// has happened and the answer is success. The deduction is in MySQL's
+// change feed, and Apply makes Redis follow it: the hold goes, the
+// claimed tombstone stays, the deduction leaves the quantities. That last
+// step is not on the caller's path (unless Config.InlineClaimCleanup, or
+// no Source); until it is done, a call that finds the claiming hold asks
+// the ledger first and answers as claimed. While a claim the ledger has
+// not recorded marks a hold, a release answers
+// reservation.ErrClaimInProgress (the outcome is not known yet) and the
+// reaper leaves it alone; after ClaimGrace both ask the ledger
+// (Config.Source) whether the claim happened. The windows where the two systems disagree are counted in
 // reservoir_redis_legacy_claim_failures_total (see ClaimWindow).
 //
 // # Shadow calls

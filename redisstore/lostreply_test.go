@@ -145,7 +145,9 @@ func setupLostReply(t *testing.T, retries int) lostReplyBundle {
 	client := redis.NewClient(&redis.Options{Addr: proxy.addr(), MaxRetries: retries, MinRetryBackoff: time.Millisecond})
 	t.Cleanup(func() { client.Close() })
 	reg := prometheus.NewRegistry()
-	cfg := redisstore.Config{Client: client, Ledger: b.ledger, Source: b.ledger, Prefix: b.r.Prefix, Limits: limits(), Registerer: reg}
+	// InlineClaimCleanup: the claim's cleanup on its path, whose reply
+	// ClaimCleanup drops.
+	cfg := redisstore.Config{Client: client, Ledger: b.ledger, Source: b.ledger, Prefix: b.r.Prefix, Limits: limits(), Registerer: reg, InlineClaimCleanup: true}
 	var via *redisstore.Store
 	var err error
 	if retries < 0 {

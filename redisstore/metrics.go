@@ -19,8 +19,9 @@ const (
 	// reply looks the same as a rollback); the hold stays, marked
 	// claiming, and a retry of the claim goes to the ledger again.
 	WindowDeductError ClaimWindow = "deduct_error"
-	// WindowAfterDeduct: the ledger was deducted but the Redis cleanup
-	// failed. The claim still answered success; the hold stays, marked
+	// WindowAfterDeduct: the ledger was deducted but the inline Redis
+	// cleanup (Config.InlineClaimCleanup) failed. The claim still answered
+	// success; the hold stays, marked
 	// claiming, until the change feed, a retry of the claim or the reaper
 	// (after the grace) settles it.
 	WindowAfterDeduct ClaimWindow = "after_deduct_before_cleanup"

@@ -404,7 +404,7 @@ return {'kept'}
 // Replies: {"done", tombstone} (claimed before: nothing changed);
 // {"removed", HGETALL of the hold}; {"converted", former state};
 // {"gone"}.
-var scriptSettle = newScript("claim_cleanup,claim_finish,release_settle,reap_settle", luaPrelude+`
+var scriptSettle = newScript("claim_cleanup,claim_finish,release_settle,reap_settle,reserve_settle,get_settle", luaPrelude+`
 local hold, tomb = KEYS[1], KEYS[2]
 local base, token, ttl, deducted = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local now = now_ms()

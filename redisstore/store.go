@@ -179,6 +179,17 @@ func (s *Store) Reserve(ctx context.Context, p *reservation.ReserveParams) (rese
 	if err != nil {
 		return reservation.ReserveResult{}, err
 	}
+	if reply[0] == "existing" {
+		// A repeat of a reserve whose hold a legacy claim marked: the
+		// claim may have been answered (see Claim), and then so is this.
+		h, err := parseHold(at(reply, 1))
+		if err != nil {
+			return reservation.ReserveResult{}, err
+		}
+		if claimed, err := s.finishClaimed(ctx, "reserve", p.Shop, p.Token, h.claimingMS != 0, p.As == reservation.AsAuthority); err != nil || claimed {
+			return reservation.ReserveResult{}, cmp.Or(err, tombErr("reserve", p.Shop, p.Token, reservation.StateClaimed))
+		}
+	}
 	return s.reserveAnswer(p, authority, reply)
 }
 
@@ -341,9 +352,18 @@ func (s *Store) Release(ctx context.Context, p *reservation.ReleaseParams) (rese
 			}
 			if p.As == reservation.AsAuthority {
 				s.metrics.tombstonesWritten.WithLabelValues(string(reservation.StateReleased)).Inc()
+			} else if claimed, err := s.finishClaimed(ctx, "release_shadow", p.Shop, p.Token, h.claimingMS != 0, false); err != nil || claimed {
+				// What the claimed tombstone Redis is about to follow
+				// will answer (see Claim).
+				return reservation.ReleaseResult{}, cmp.Or(err, tombErr("release", p.Shop, p.Token, reservation.StateClaimed))
 			}
 			return reservation.ReleaseResult{Released: true, Allocations: h.allocs}, nil
 		case "in_progress":
+			// The claim may have been answered already (its cleanup is
+			// off the caller's path): the ledger says.
+			if claimed, err := s.finishClaimed(ctx, "release", p.Shop, p.Token, true, p.As == reservation.AsAuthority); err != nil || claimed {
+				return reservation.ReleaseResult{}, cmp.Or(err, tombErr("release", p.Shop, p.Token, reservation.StateClaimed))
+			}
 			return reservation.ReleaseResult{}, s.claimInProgress(p)
 		case "resolve":
 			stamp, err := toString(at(reply, 1))
@@ -409,6 +429,9 @@ func (s *Store) Get(ctx context.Context, p *reservation.GetParams) (reservation.
 		h, err := parseHold(at(reply, 1))
 		if err != nil {
 			return reservation.Hold{}, err
+		}
+		if claimed, err := s.finishClaimed(ctx, "get", p.Shop, p.Token, h.claimingMS != 0, p.AsDecider); err != nil || claimed {
+			return reservation.Hold{}, cmp.Or(err, tombErr("get", p.Shop, p.Token, reservation.StateClaimed))
 		}
 		return h.hold(p.Shop, p.Token), nil
 	case "tomb":

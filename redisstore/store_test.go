@@ -67,17 +67,23 @@ func TestHotItemReservesExactlyTheStock(t *testing.T) {
 	}
 }
 
-// d. A legacy claim whose Redis cleanup fails after the ledger deduction:
-// the claim has happened, so the answer is success. The hold stays,
-// marked claiming (a release must wait), the failure is counted, Drift
-// shows the leftover, and each of the ways Redis catches up settles it
-// once: a retry of the claim, the change feed, or the reaper after the
-// grace.
+// d. A legacy claim whose inline Redis cleanup fails after the ledger
+// deduction: the claim has happened, so the answer is success. The hold
+// stays, marked claiming, the failure is counted, Drift shows the
+// leftover, and each of the ways Redis catches up settles it once: a
+// retry of the claim, the change feed, a release (which asks the ledger
+// and answers as claimed), or the reaper after the grace.
 func TestLegacyClaimCleanupFails(t *testing.T) {
 	t.Parallel()
 	failing := func(t *testing.T, edit func(*redisstore.Config)) bundle {
 		t.Helper()
-		b := setupWith(t, testredis.New, edit)
+		// The cleanup on the claim's path, the one that fails here.
+		b := setupWith(t, testredis.New, func(c *redisstore.Config) {
+			c.InlineClaimCleanup = true
+			if edit != nil {
+				edit(c)
+			}
+		})
 		b.stock(t, 1, 1, 10)
 		b.reserve(t, "other", time.Minute, line(1, 2, 1))
 		b.reserve(t, "cart-1", time.Minute, line(1, 3, 1))
@@ -99,9 +105,6 @@ func TestLegacyClaimCleanupFails(t *testing.T) {
 		}
 		if b.claiming(t, "cart-1") == "" {
 			t.Error("the leftover hold is not marked claiming")
-		}
-		if _, err := b.s.Release(ctx(t), &reservation.ReleaseParams{Shop: shop, Token: "cart-1"}); !errors.Is(err, reservation.ErrClaimInProgress) {
-			t.Errorf("release of the leftover hold within the grace: %v, want ErrClaimInProgress", err)
 		}
 		d := b.drift(t)
 		if len(d) != 1 || d[0].Kind != reservation.DriftLeftoverHold || d[0].Token != "cart-1" || fmt.Sprint(d[0].Allocations) != "[{1 1 3}]" {
@@ -142,6 +145,17 @@ func TestLegacyClaimCleanupFails(t *testing.T) {
 		res, err := b.s.Claim(ctx(t), &reservation.ClaimParams{Shop: shop, Token: "cart-1"})
 		if err != nil || res.Outcome != reservation.OutcomeClaimed || !res.Replayed {
 			t.Fatalf("retried claim: %+v %v, want claimed, replayed (the ledger answered Applied false)", res, err)
+		}
+		wantRepaired(t, b)
+	})
+
+	// Within the grace a release asks the ledger, which has the claim: it
+	// answers as claimed and settles the hold.
+	t.Run("ReleaseAsksTheLedger", func(t *testing.T) {
+		t.Parallel()
+		b := failing(t, nil)
+		if _, err := b.s.Release(ctx(t), &reservation.ReleaseParams{Shop: shop, Token: "cart-1"}); !errors.Is(err, reservation.ErrAlreadyClaimed) {
+			t.Fatalf("release of the leftover hold within the grace: %v, want ErrAlreadyClaimed", err)
 		}
 		wantRepaired(t, b)
 	})
@@ -352,7 +366,8 @@ func TestDriftAndRewriteRestoreCorruptedShop(t *testing.T) {
 		t.Run(srv.name, func(t *testing.T) {
 			t.Parallel()
 			c := ctx(t)
-			b := setup(t, srv.new)
+			// Claims clean up on their path: no change waits for a relay.
+			b := setupWith(t, srv.new, func(c *redisstore.Config) { c.InlineClaimCleanup = true })
 			for item := int64(1); item <= 3; item++ {
 				b.stock(t, item, 1, 20)
 				b.stock(t, item, 2, 20)

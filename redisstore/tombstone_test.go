@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
@@ -17,7 +18,8 @@ func TestTombstoneAnswers(t *testing.T) {
 	for _, srv := range servers {
 		t.Run(srv.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, srv.new)
+			// The claim cleans up on its path: its tombstone answers at once.
+			b := setupWith(t, srv.new, func(c *redisstore.Config) { c.InlineClaimCleanup = true })
 			c := ctx(t)
 			b.stock(t, 1, 1, 10)
 			lines := []reservation.Line{line(1, 2, 1)}

@@ -48,7 +48,15 @@ const (
 	Unbatched = "-unbatched"
 	Alone     = "-alone"
 	Ungated   = "-ungated"
+	// Inline is the legacy claim cleaning Redis up on its path before it
+	// answers (redisstore.Config.InlineClaimCleanup), as it did before
+	// Redis followed its claims through the change feed alone.
+	Inline = "-inline"
 )
+
+// legacyClaiming are the variants with an Inline twin: their claims are
+// the legacy claim.
+var legacyClaiming = []string{VariantRedis, VariantFacadeRedis, VariantFacadeShadow}
 
 // combining are the variants with an Alone twin: their claims are
 // combined (the pool's, and the legacy claim's Deduct).
@@ -69,6 +77,9 @@ func unbatchedVariants() []string {
 	}
 	for _, v := range combining {
 		out = append(out, v+Alone)
+	}
+	for _, v := range legacyClaiming {
+		out = append(out, v+Inline)
 	}
 	return append(out, VariantPool+Ungated, VariantFacadeMySQL+Ungated)
 }

@@ -124,12 +124,17 @@ type pointEnv struct {
 	poolCap     int64
 	buckets     int
 	concurrency int
+	// inlineCleanup: the legacy claim cleans Redis up before it answers
+	// (the Inline variants).
+	inlineCleanup bool
 }
 
 func newTarget(variant string, env *pointEnv) (target, error) {
 	base, unbatched := strings.CutSuffix(variant, Unbatched)
 	base, alone := strings.CutSuffix(base, Alone)
 	base, ungated := strings.CutSuffix(base, Ungated)
+	base, inline := strings.CutSuffix(base, Inline)
+	env.inlineCleanup = inline
 	cfg := mysqlstore.Config{Unbatched: unbatched}
 	if unbatched || alone {
 		cfg.GroupSize = 1
@@ -392,11 +397,20 @@ func (t *poolTarget) close(context.Context) error { return nil }
 
 // -------------------------------------------------------------------- redis
 
+// redisTarget is the legacy store with its ledger, and the relay that
+// makes Redis follow the ledger's changes, as a cell runs it in mode
+// redis: the legacy claim leaves its Redis side to the relay (unless
+// Inline), so a redis variant without one would skip work production
+// does.
 type redisTarget struct {
 	ledger *mysqlstore.Store
 	reg    *prometheus.Registry
 	store  *redisstore.Store
 	path   *path
+	mr     *mirror.Mirror
+	// stopRelay ends the relay; relayDone is closed once it returned.
+	stopRelay context.CancelFunc
+	relayDone chan struct{}
 }
 
 func newRedisTarget(env *pointEnv, cfg mysqlstore.Config) (*redisTarget, error) {
@@ -404,11 +418,31 @@ func newRedisTarget(env *pointEnv, cfg mysqlstore.Config) (*redisTarget, error) 
 	if err != nil {
 		return nil, err
 	}
-	rd, err := redisstore.New(redisstore.Config{Client: env.path.redis, Ledger: my, Source: my, Prefix: env.prefix})
+	rd, err := redisstore.New(redisConfig(env, my))
 	if err != nil {
 		return nil, err
 	}
-	return &redisTarget{ledger: my, reg: reg, store: rd, path: env.path}, nil
+	relayMy, relayRd, err := relayStores(env, cfg, my, rd)
+	if err != nil {
+		return nil, err
+	}
+	mr, err := mirror.New(mirror.Config{Pod: "bench", MySQL: relayMy, Redis: relayRd, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return nil, err
+	}
+	t := &redisTarget{ledger: my, reg: reg, store: rd, path: env.path, mr: mr, relayDone: make(chan struct{})}
+	var rctx context.Context
+	rctx, t.stopRelay = context.WithCancel(context.Background())
+	go func() {
+		defer close(t.relayDone)
+		_ = mr.Run(rctx)
+	}()
+	return t, nil
+}
+
+// redisConfig is the legacy store of a point, on the ledger my.
+func redisConfig(env *pointEnv, my *mysqlstore.Store) redisstore.Config {
+	return redisstore.Config{Client: env.path.redis, Ledger: my, Source: my, Prefix: env.prefix, InlineClaimCleanup: env.inlineCleanup}
 }
 
 // stockRedis sets the ledger and the Redis quantities of every item: an
@@ -437,11 +471,27 @@ func (t *redisTarget) claim(ctx context.Context, shop int64, token string) error
 
 func (t *redisTarget) counters() counters { return mysqlCounters(t.reg) }
 
+// check holds the ledger and Redis to the book, then, once the relay has
+// delivered every change of the shop, Redis to the ledger: no hold left
+// that the ledger claimed (Drift), so every claim's Redis side was done.
 func (t *redisTarget) check(ctx context.Context, shop int64, b *book) error {
 	if err := checkPool(ctx, t.path.db, shop, b, t.ledger.PoolCap(), false); err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
-	return checkRedis(ctx, t.store, shop, b)
+	if err := checkRedis(ctx, t.store, shop, b); err != nil {
+		return err
+	}
+	if err := t.mr.Flush(ctx, shop); err != nil {
+		return fmt.Errorf("deliver the ledger's changes to Redis: %w", err)
+	}
+	d, err := t.store.Drift(ctx, &reservation.DriftParams{Shop: shop})
+	if err != nil {
+		return err
+	}
+	if len(d) > 0 {
+		return fmt.Errorf("Redis does not follow the ledger after the relay delivered every change: %d differences, the first %v", len(d), d[0])
+	}
+	return nil
 }
 
 // checkRedis holds the Redis quantities to the book: a reserve takes units
@@ -461,7 +511,16 @@ func checkRedis(ctx context.Context, rd *redisstore.Store, shop int64, b *book) 
 	})
 }
 
-func (t *redisTarget) close(context.Context) error { return nil }
+// close stops the relay (within ctx).
+func (t *redisTarget) close(ctx context.Context) error {
+	t.stopRelay()
+	select {
+	case <-t.relayDone:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("bench: the relay did not stop: %w", ctx.Err())
+	}
+}
 
 // ------------------------------------------------------------------- facade
 
@@ -510,7 +569,7 @@ func newFacadeTargetWith(env *pointEnv, mode authority.Mode, cfg mysqlstore.Conf
 	if err != nil {
 		return nil, err
 	}
-	rd, err := redisstore.New(redisstore.Config{Client: env.path.redis, Ledger: my, Source: my, Prefix: env.prefix})
+	rd, err := redisstore.New(redisConfig(env, my))
 	if err != nil {
 		return nil, err
 	}
