@@ -54,7 +54,7 @@ func color(v string) string {
 
 type series struct {
 	name string
-	pts  map[int]float64 // concurrency -> value
+	pts  map[int]float64 // concurrency -> value (the median over rounds)
 }
 
 // WriteSVG draws a scenario's reserve throughput and p99 latency against
@@ -99,6 +99,7 @@ func (rep *Report) WriteSVG(w io.Writer, scenario string) error {
 			var ss []series
 			for _, v := range variants {
 				s := series{name: v, pts: map[int]float64{}}
+				vals := map[int][]float64{} // a run of several rounds has one per round
 				for _, r := range rep.Results {
 					if r.Scenario == scenario && r.Variant == v && r.AddedRTTms == l && r.Op == "reserve" && r.Error == "" {
 						val := r.OpsPerSec
@@ -106,9 +107,12 @@ func (rep *Report) WriteSVG(w io.Writer, scenario string) error {
 							val = r.P99ms
 						}
 						if val > 0 {
-							s.pts[r.Concurrency] = val
+							vals[r.Concurrency] = append(vals[r.Concurrency], val)
 						}
 					}
+				}
+				for c, vs := range vals {
+					s.pts[c] = median(vs)
 				}
 				if len(s.pts) > 0 {
 					ss = append(ss, s)

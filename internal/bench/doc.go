@@ -11,6 +11,10 @@
 // retries, refills, fsyncs per operation, server and load generator CPU,
 // round trips and connection-seconds per operation (by caller, Little's law's
 // W), and it checks the invariants (no unit lost or invented) afterwards.
+// A run of several rounds measures every point once per round, alternating
+// the order of the variants compared, and judges pairs of variants (a
+// variant over its baseline, round by round) by the median ratio and its
+// bootstrap interval.
 //
 // The added latency is a real TCP proxy (Shopify's toxiproxy, in process)
 // between the load generator and each server, with a latency toxic on the

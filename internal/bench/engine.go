@@ -30,7 +30,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	plan := Plan(opts.Sweeps)
+	plan := RoundPlan(opts.Sweeps, opts.Rounds)
 	var latencies []time.Duration
 	for _, p := range plan {
 		if !slices.Contains(latencies, p.Latency) {
@@ -38,19 +38,32 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 	}
 	started := time.Now()
-	fmt.Fprintf(opts.Progress, "bench: %d points, %s window each (+%s warmup); creating the run's database and proxies\n",
-		len(plan), opts.Duration, opts.Warmup)
+	if opts.Rounds > 1 {
+		fmt.Fprintf(opts.Progress, "bench: %d points in %d rounds of %d, %s window each (+%s warmup); creating the run's database and proxies\n",
+			len(plan), opts.Rounds, len(plan)/opts.Rounds, opts.Duration, opts.Warmup)
+	} else {
+		fmt.Fprintf(opts.Progress, "bench: %d points, %s window each (+%s warmup); creating the run's database and proxies\n",
+			len(plan), opts.Duration, opts.Warmup)
+	}
 	srv, err := openServers(ctx, opts, latencies)
 	if err != nil {
 		return nil, err
 	}
 	rep := newReport(ctx, opts, srv, started)
+	rep.Pairs = opts.Pairs
+	if opts.Rounds > 1 {
+		rep.Rounds = opts.Rounds
+	}
 	r := &runner{opts: opts, srv: srv}
 	for i, pt := range plan {
 		if ctx.Err() != nil {
 			break
 		}
-		fmt.Fprintf(opts.Progress, "[%*d/%d] %-40s", len(strconv.Itoa(len(plan))), i+1, len(plan), pt.String())
+		fmt.Fprintf(opts.Progress, "[%*d/%d] ", len(strconv.Itoa(len(plan))), i+1, len(plan))
+		if pt.Round > 0 {
+			fmt.Fprintf(opts.Progress, "round %*d/%d ", len(strconv.Itoa(opts.Rounds)), pt.Round, opts.Rounds)
+		}
+		fmt.Fprintf(opts.Progress, "%-40s", pt.String())
 		results := r.point(ctx, pt, int64(i+1))
 		rep.Results = append(rep.Results, results...)
 		for _, res := range results {

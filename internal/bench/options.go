@@ -233,6 +233,16 @@ type Options struct {
 	// value stands in for machines of their own, where the CPU they use
 	// is not the replicas'. 0: the bench's own priority. Default: 0.
 	KillFloodNice int
+	// Rounds is how many times the run measures every point of the plan
+	// (RoundPlan: round after round, the order of a point's variants
+	// reversed every other round). Each (point, round) is a point of its
+	// own: a fresh shop, its own invariant check. Default: 1.
+	Rounds int
+	// Pairs are the ratios the report judges across the rounds (its
+	// Overhead table): each variant over its baseline, round by round.
+	// Both must be among the sweeps' variants. With one round, each ratio
+	// is that round's, without an interval. Default: none.
+	Pairs []Pair
 	// FloodBinary is the binary the killflood attackers run as
 	// (`FloodBinary bench` with FloodEnv set). Default: this executable.
 	FloodBinary string
@@ -263,6 +273,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.KillFloodTarget == "" {
 		o.KillFloodTarget = KillFloodFirst
+	}
+	if o.Rounds == 0 {
+		o.Rounds = 1
 	}
 	return o
 }
@@ -305,6 +318,23 @@ func (o Options) Validate() error {
 	}
 	if o.KillFloodTarget != KillFloodFirst && o.KillFloodTarget != KillFloodBoth {
 		errs = append(errs, fmt.Errorf("bench: Options.KillFloodTarget must be %q or %q, got %q", KillFloodFirst, KillFloodBoth, o.KillFloodTarget))
+	}
+	if o.Rounds < 1 || o.Rounds > maxRounds {
+		errs = append(errs, fmt.Errorf("bench: Options.Rounds must be between 1 and %d, got %d", maxRounds, o.Rounds))
+	}
+	var run []string
+	for _, s := range o.Sweeps {
+		run = append(run, s.Variants...)
+	}
+	for _, p := range o.Pairs {
+		for _, v := range []string{p.Variant, p.Baseline} {
+			if !slices.Contains(run, v) {
+				errs = append(errs, fmt.Errorf("bench: Options.Pairs: pair %q: variant %q is not among the variants run (--variants)", p.String(), v))
+			}
+		}
+		if p.Variant == p.Baseline {
+			errs = append(errs, fmt.Errorf("bench: Options.Pairs: pair %q compares a variant with itself", p.String()))
+		}
 	}
 	for label, path := range o.ServeBinaries {
 		if label == "" || path == "" {
@@ -368,6 +398,10 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
+// maxRounds bounds Options.Rounds: a typo's thousand rounds would run
+// for days.
+const maxRounds = 1000
+
 // Point is one measurement.
 type Point struct {
 	Scenario    string        `json:"scenario"`
@@ -376,6 +410,9 @@ type Point struct {
 	Latency     time.Duration `json:"-"`
 	// Size is a handoff point's shop size (reservations); 0 otherwise.
 	Size int `json:"size,omitempty"`
+	// Round is the point's round, 1 to Options.Rounds, in a run of more
+	// than one round; 0 in a run of one (as every run before rounds).
+	Round int `json:"round,omitempty"`
 }
 
 func (p Point) String() string {

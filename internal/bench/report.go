@@ -229,13 +229,20 @@ type Env struct {
 
 // Report is a run's results and the ratios against the issue's targets.
 type Report struct {
-	Started     time.Time         `json:"started"`
-	Seconds     float64           `json:"seconds"`
-	Env         Env               `json:"env"`
-	Scenarios   map[string]string `json:"scenarios"`
-	Results     []Result          `json:"results"`
-	Targets     []Target          `json:"targets"`
-	Interrupted bool              `json:"interrupted,omitempty"`
+	Started   time.Time         `json:"started"`
+	Seconds   float64           `json:"seconds"`
+	Env       Env               `json:"env"`
+	Scenarios map[string]string `json:"scenarios"`
+	Results   []Result          `json:"results"`
+	Targets   []Target          `json:"targets"`
+	// Rounds is Options.Rounds of a run of more than one round (0 for
+	// one), and Pairs its Options.Pairs: what Overhead is judged from.
+	Rounds int    `json:"rounds,omitempty"`
+	Pairs  []Pair `json:"pairs,omitempty"`
+	// Overhead is the pairs judged over the rounds (recomputed from
+	// Results and Pairs when a report is read).
+	Overhead    []Overhead `json:"overhead,omitempty"`
+	Interrupted bool       `json:"interrupted,omitempty"`
 }
 
 func newReport(ctx context.Context, opts Options, srv *servers, started time.Time) *Report {
@@ -306,9 +313,33 @@ func (rep *Report) latencies() []int64 {
 	return out
 }
 
-// finish judges the targets on the results present.
+// finish judges the targets on the results present, round by round (a
+// ratio compares two results of one round, never across rounds), and the
+// pairs over all rounds.
 func (rep *Report) finish() {
 	rep.Targets = nil
+	var rounds []int
+	for _, r := range rep.Results {
+		if !slices.Contains(rounds, r.Round) {
+			rounds = append(rounds, r.Round)
+		}
+	}
+	slices.Sort(rounds)
+	for _, round := range rounds {
+		one := &Report{Results: slices.DeleteFunc(slices.Clone(rep.Results), func(r Result) bool { return r.Round != round })}
+		one.judge()
+		for _, t := range one.Targets {
+			if round > 0 {
+				t.Where += fmt.Sprintf(" round %d", round)
+			}
+			rep.Targets = append(rep.Targets, t)
+		}
+	}
+	rep.Overhead = overheads(rep.Results, rep.Pairs)
+}
+
+// judge judges the targets on the results present, all of one round.
+func (rep *Report) judge() {
 	add := func(t Target, ratio, bound float64, atLeast bool) {
 		t.Ratio = ratio
 		if atLeast {
@@ -438,8 +469,9 @@ func p99Of(rep *Report, scenario, variant string, c int, l int64) string {
 	return "not run"
 }
 
-// ReadReport reads a report WriteJSON wrote and judges its targets again,
-// with this version's rules: to render an earlier run anew.
+// ReadReport reads a report WriteJSON wrote and judges its targets and
+// pairs again, with this version's rules: to render an earlier run anew.
+// A report from before rounds reads as a run of one round.
 func ReadReport(r io.Reader) (*Report, error) {
 	var rep Report
 	if err := json.NewDecoder(r).Decode(&rep); err != nil {
@@ -447,6 +479,14 @@ func ReadReport(r io.Reader) (*Report, error) {
 	}
 	rep.finish()
 	return &rep, nil
+}
+
+// Rejudge replaces the report's pairs and judges them again: the pairs
+// of an earlier run's render that its run did not name (or named
+// differently).
+func (rep *Report) Rejudge(pairs []Pair) {
+	rep.Pairs = pairs
+	rep.finish()
 }
 
 // WriteJSON writes the report as indented JSON.
@@ -471,7 +511,11 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 	if rep.Interrupted {
 		b.WriteString(" **Interrupted: partial results.**")
 	}
+	if rep.Rounds > 1 {
+		fmt.Fprintf(&b, " %d rounds: every point measured once per round; the targets below are judged round by round.", rep.Rounds)
+	}
 	b.WriteString("\n\n")
+	rep.overheadTable(&b)
 	if len(rep.Targets) > 0 {
 		b.WriteString("| target | where | ratio | want | | numbers |\n|---|---|--:|--:|---|---|\n")
 		for _, t := range rep.Targets {
@@ -505,11 +549,15 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 		rs = slices.DeleteFunc(rs, func(r Result) bool { return r.Scenario != sc })
 		slices.SortStableFunc(rs, func(a, b Result) int {
 			return cmp.Or(cmp.Compare(a.AddedRTTms, b.AddedRTTms), cmp.Compare(variantRank(a.Variant), variantRank(b.Variant)),
-				cmp.Compare(a.Concurrency, b.Concurrency))
+				cmp.Compare(a.Concurrency, b.Concurrency), cmp.Compare(a.Round, b.Round))
 		})
 		for _, r := range rs {
+			variant := r.Variant
+			if r.Round > 0 {
+				variant += fmt.Sprintf(" (round %d)", r.Round)
+			}
 			if r.Error != "" {
-				fmt.Fprintf(&b, "| %s | %d | %d | %s | failed: %s |\n", r.Variant, r.Concurrency, r.AddedRTTms, r.Op, mdEscape(r.Error))
+				fmt.Fprintf(&b, "| %s | %d | %d | %s | failed: %s |\n", variant, r.Concurrency, r.AddedRTTms, r.Op, mdEscape(r.Error))
 				continue
 			}
 			inv := r.Invariant
@@ -520,7 +568,7 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 				inv += " (interrupted)"
 			}
 			fmt.Fprintf(&b, "| %s | %d | %d | %s | %.0f | %.2f | %.2f | %.2f | %s | %d | %d | %d | %.2f | %.1f | %.1f | %.2f | %.2f | %.1f | %s | %.1f | %s |\n",
-				r.Variant, r.Concurrency, r.AddedRTTms, r.Op, r.OpsPerSec, r.P50ms, r.P99ms, r.P999ms, errorsCell(r),
+				variant, r.Concurrency, r.AddedRTTms, r.Op, r.OpsPerSec, r.P50ms, r.P99ms, r.P999ms, errorsCell(r),
 				r.Deadlocks, r.Retries, r.Refills, r.FsyncsPerOp, r.MySQLRoundTripsPerOp, r.RedisRoundTripsPerOp, r.ConnMsPerOp,
 				r.MySQLWaitMsPerOp, r.LockRequestsPerOp, coresCell(r), r.LoadAvg, inv)
 		}

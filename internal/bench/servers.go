@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -410,12 +409,6 @@ func (p *path) probe(ctx context.Context) error {
 	}
 	p.mysqlRTT, p.redisRTT, p.commit = median(rtts), median(pings), median(commits)
 	return nil
-}
-
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 // close stops the proxies, closes the connections and undoes what the run

@@ -32,7 +32,8 @@ func benchOptionFlags(msg string) string {
 		"bench: Options.MySQLDSN", "--mysql-dsn", "bench: Options.RedisAddr", "--redis-addr", "bench: Options.Duration", "--duration",
 		"bench: Options.Rate", "--rate", "bench: Options.Warmup", "--warmup", "bench: Options.Flush", "--flush", "bench: Options.Buckets", "--buckets",
 		"bench: Options.PoolCap", "--pool-cap", "bench: Options.KillFloodSwitches", "--killflood-switches", "bench: Options.KillFloodNice", "--killflood-nice",
-		"bench: Options.KillFloodTarget", "--killflood-target", "bench: Options.ServeBinaries", "--serve", "bench: ", "",
+		"bench: Options.KillFloodTarget", "--killflood-target", "bench: Options.ServeBinaries", "--serve",
+		"bench: Options.Rounds", "--rounds", "bench: Options.Pairs", "--pairs", "bench: ", "",
 	).Replace(msg)
 }
 
@@ -42,7 +43,7 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 		// again, in a process of its own.
 		return bench.RunFlood(ctx, spec, os.Stdin, out)
 	}
-	fs := newFlags("bench", "bench [--quick] [--scenarios LIST] [--variants LIST] [--concurrency LIST] [--latency LIST] [--duration D] [--handoff-sizes LIST] [--killflood-switches N] [--killflood-target first|both] [--killflood-nice N] [--serve LABEL=PATH,...] [--flush 0|1|2|keep] [--split] [--rate N] [--out DIR] [--cpuprofile FILE] [--plan] | bench --render FILE [--out DIR]", out)
+	fs := newFlags("bench", "bench [--quick] [--scenarios LIST] [--variants LIST] [--concurrency LIST] [--latency LIST] [--duration D] [--handoff-sizes LIST] [--killflood-switches N] [--killflood-target first|both] [--killflood-nice N] [--serve LABEL=PATH,...] [--flush 0|1|2|keep] [--split] [--rate N] [--rounds N] [--pairs LIST|overhead] [--out DIR] [--cpuprofile FILE] [--plan] | bench --render FILE [--pairs LIST|overhead] [--out DIR]", out)
 	mysqlDSN := envString(fs, "mysql-dsn", "RESERVOIR_MYSQL_DSN",
 		"the MySQL server's `DSN`, without a database; the run creates and drops its own database")
 	redisAddr := envString(fs, "redis-addr", "RESERVOIR_REDIS_ADDR",
@@ -70,16 +71,28 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 	planOnly := fs.Bool("plan", false, "print the points that would run, and exit")
 	rate := fs.Float64("rate", 0, "open-loop reserves: `N` calls/s offered per point, spread over its callers (which bound the calls in flight), latency from each call's scheduled start; 0 is closed-loop, every caller calling again at once")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (load generator, stores, facades, relays) to `FILE`, for go tool pprof")
+	rounds := fs.Int("rounds", 1, "measure every point `N` times, round after round, the order of a point's variants reversed every other round; "+
+		"each (point, round) has a fresh shop and its own invariant check")
+	pairList := fs.String("pairs", "", "the ratios to judge over the rounds (bench.md's Overhead table), a comma-separated `LIST` of VARIANT/BASELINE, or "+
+		bench.PairsOverhead+" for issue 28's four ("+overheadPairs()+"); without --variants, the variants the pairs need; "+
+		"with one round, each ratio is that round's, without an interval")
 	render := fs.String("render", "", "render an earlier run's bench.json `FILE` again (markdown to stdout, files to --out) instead of running")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if *rounds < 1 {
+		return usagef("--rounds must be at least 1, got %d", *rounds)
+	}
+	pairs, err := bench.ParsePairs(splitList(*pairList))
+	if err != nil {
+		return usagef("--pairs: %v", err)
+	}
 	if *render != "" {
-		return renderBench(*render, *outDir, out, errOut)
+		return renderBench(*render, *outDir, pairs, out, errOut)
 	}
 	opts := bench.Options{MySQLDSN: *mysqlDSN, RedisAddr: *redisAddr, Buckets: *buckets, PoolCap: *poolCap,
 		Keep: *keep, Split: *split, Rate: *rate, Progress: errOut, Duration: *duration, Warmup: *warmup,
-		KillFloodSwitches: *killSwitches, KillFloodTarget: *killTarget, KillFloodNice: *killNice}
+		KillFloodSwitches: *killSwitches, KillFloodTarget: *killTarget, KillFloodNice: *killNice, Rounds: *rounds, Pairs: pairs}
 	if *serveList != "" {
 		opts.ServeBinaries = map[string]string{}
 		for _, f := range splitList(*serveList) {
@@ -112,7 +125,11 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if err != nil {
 		return usagef("--handoff-sizes: %v", err)
 	}
-	opts.Sweeps = bench.WithSizes(bench.Narrow(sweeps, splitList(*scenarioList), splitList(*variantList), cs, ls), sizes)
+	variants := splitList(*variantList)
+	if len(variants) == 0 {
+		variants = bench.PairVariants(pairs)
+	}
+	opts.Sweeps = bench.WithSizes(bench.Narrow(sweeps, splitList(*scenarioList), variants, cs, ls), sizes)
 	switch *flush {
 	case "keep":
 	case "0", "1", "2":
@@ -129,8 +146,12 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return usagef("%s", benchOptionFlags(err.Error()))
 	}
 	if *planOnly {
-		for i, p := range bench.Plan(opts.Sweeps) {
-			fmt.Fprintf(out, "%3d  %s\n", i+1, p)
+		for i, p := range bench.RoundPlan(opts.Sweeps, opts.Rounds) {
+			round := ""
+			if p.Round > 0 {
+				round = fmt.Sprintf("round %d/%d  ", p.Round, opts.Rounds)
+			}
+			fmt.Fprintf(out, "%3d  %s%s\n", i+1, round, p)
 		}
 		return nil
 	}
@@ -167,8 +188,9 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 	return runErr
 }
 
-// renderBench writes an earlier run's report again from its bench.json.
-func renderBench(file, outDir string, out, errOut io.Writer) error {
+// renderBench writes an earlier run's report again from its bench.json,
+// with pairs, when given, judged in place of the run's own.
+func renderBench(file, outDir string, pairs []bench.Pair, out, errOut io.Writer) error {
 	f, err := os.Open(file)
 	if err != nil {
 		return fmt.Errorf("--render: %w", err)
@@ -177,6 +199,9 @@ func renderBench(file, outDir string, out, errOut io.Writer) error {
 	f.Close()
 	if err != nil {
 		return fmt.Errorf("--render %s: %w", file, err)
+	}
+	if len(pairs) > 0 {
+		rep.Rejudge(pairs)
 	}
 	if err := rep.WriteMarkdown(out); err != nil {
 		return err
@@ -218,6 +243,15 @@ func writeBenchFiles(dir string, rep *bench.Report) error {
 		}
 	}
 	return nil
+}
+
+// overheadPairs lists bench.OverheadPairs for the help.
+func overheadPairs() string {
+	var s []string
+	for _, p := range bench.OverheadPairs() {
+		s = append(s, p.String())
+	}
+	return strings.Join(s, ",")
 }
 
 func splitList(s string) []string {

@@ -129,6 +129,13 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"bench"}, nil, 2, "--mysql-dsn and --redis-addr are required"},
 		{[]string{"bench", "--plan", "--quick"}, nil, 0, ""},
 		{[]string{"bench", "--render", missing}, nil, 1, "--render: open"},
+		{[]string{"bench", "--rounds", "0"}, nil, 2, "--rounds must be at least 1, got 0"},
+		{[]string{"bench", "--plan", "--rounds", "1001"}, nil, 2, "--rounds must be between 1 and 1000, got 1001"},
+		{[]string{"bench", "--pairs", "redis"}, nil, 2, `--pairs: want VARIANT/BASELINE or overhead, got "redis"`},
+		{[]string{"bench", "--plan", "--scenarios", "uniform", "--variants", "redis,pool", "--pairs", "facade-redis/redis"}, nil, 2,
+			`--pairs: pair "facade-redis/redis": variant "facade-redis" is not among the variants run (--variants)`},
+		{[]string{"bench", "--plan", "--scenarios", "uniform", "--pairs", "overhead", "--rounds", "2", "--concurrency", "16", "--latency", "1"}, nil, 0,
+			"12  round 2/2  uniform redis c=16 +1ms"},
 
 		// demo.
 		{[]string{"demo", "-h"}, nil, 0, "--incident"},
