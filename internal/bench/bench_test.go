@@ -186,7 +186,7 @@ func TestFacadeMySQLRelays(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-ft.relayDone:
+	case <-ft.relay.done:
 	default:
 		t.Error("close returned with the relay still running")
 	}

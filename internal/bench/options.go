@@ -17,6 +17,8 @@ import (
 // (mysqlstore.Config.NoFeed, no relay): it is unsafe to serve and exists
 // to tell what Redis's mirror costs the MySQL-mode facade (which, without
 // a relay, asks Redis itself to compare reserves).
+// VariantPoolNoFeed is the pool without the change feed (no outbox row
+// per decision): what the feed's row costs the pool's server CPU.
 // VariantFacadeMySQLOnly is the facade in mode mysql_only, which compares
 // nothing; VariantFacadeMySQLOnlyNoFeed is it without the feed: the
 // facade that neither mirrors nor compares.
@@ -41,6 +43,7 @@ const (
 	VariantFacadeShadow = "facade-shadow"
 	VariantFacadeMySQL  = "facade-mysql"
 
+	VariantPoolNoFeed            = "pool-nofeed"
 	VariantFacadeMySQLNoFeed     = "facade-mysql-nofeed"
 	VariantFacadeMySQLOnly       = "facade-mysql-only"
 	VariantFacadeMySQLOnlyNoFeed = "facade-mysql-only-nofeed"
@@ -67,7 +70,7 @@ var batchable = []string{VariantRedis, VariantPool, VariantRow, VariantBuckets, 
 
 // Variants lists every variant.
 var Variants = append([]string{VariantRedis, VariantPool, VariantPoolBefore, VariantPoolHeadScan, VariantRow, VariantBuckets,
-	VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL, VariantFacadeMySQLNoFeed,
+	VariantPoolNoFeed, VariantFacadeRedis, VariantFacadeShadow, VariantFacadeMySQL, VariantFacadeMySQLNoFeed,
 	VariantFacadeMySQLOnly, VariantFacadeMySQLOnlyNoFeed}, unbatchedVariants()...)
 
 func unbatchedVariants() []string {

@@ -147,6 +147,8 @@ func newTarget(variant string, env *pointEnv) (target, error) {
 		return newPoolTarget(env, cfg)
 	case VariantPoolBefore:
 		return newPoolTarget(env, mysqlstore.Config{ScanFromHead: true, SeparateRefills: true, PoolConcurrency: -1})
+	case VariantPoolNoFeed:
+		return newPoolTarget(env, mysqlstore.Config{NoFeed: true})
 	case VariantPoolHeadScan:
 		return newPoolTarget(env, mysqlstore.Config{ScanFromHead: true, PoolConcurrency: -1})
 	case VariantRedis:
@@ -408,9 +410,7 @@ type redisTarget struct {
 	store  *redisstore.Store
 	path   *path
 	mr     *mirror.Mirror
-	// stopRelay ends the relay; relayDone is closed once it returned.
-	stopRelay context.CancelFunc
-	relayDone chan struct{}
+	relay  *relayRun
 }
 
 func newRedisTarget(env *pointEnv, cfg mysqlstore.Config) (*redisTarget, error) {
@@ -430,14 +430,35 @@ func newRedisTarget(env *pointEnv, cfg mysqlstore.Config) (*redisTarget, error) 
 	if err != nil {
 		return nil, err
 	}
-	t := &redisTarget{ledger: my, reg: reg, store: rd, path: env.path, mr: mr, relayDone: make(chan struct{})}
-	var rctx context.Context
-	rctx, t.stopRelay = context.WithCancel(context.Background())
+	return &redisTarget{ledger: my, reg: reg, store: rd, path: env.path, mr: mr, relay: startRelay(mr)}, nil
+}
+
+// relayRun is a mirror's relay, running for a target's life in a
+// goroutine the target owns.
+type relayRun struct {
+	stop context.CancelFunc
+	done chan struct{} // closed once the relay returned
+}
+
+func startRelay(mr *mirror.Mirror) *relayRun {
+	ctx, stop := context.WithCancel(context.Background())
+	r := &relayRun{stop: stop, done: make(chan struct{})}
 	go func() {
-		defer close(t.relayDone)
-		_ = mr.Run(rctx)
+		defer close(r.done)
+		_ = mr.Run(ctx)
 	}()
-	return t, nil
+	return r
+}
+
+// close stops the relay and waits for it (within ctx).
+func (r *relayRun) close(ctx context.Context) error {
+	r.stop()
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("bench: the relay did not stop: %w", ctx.Err())
+	}
 }
 
 // redisConfig is the legacy store of a point, on the ledger my.
@@ -512,15 +533,7 @@ func checkRedis(ctx context.Context, rd *redisstore.Store, shop int64, b *book) 
 }
 
 // close stops the relay (within ctx).
-func (t *redisTarget) close(ctx context.Context) error {
-	t.stopRelay()
-	select {
-	case <-t.relayDone:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("bench: the relay did not stop: %w", ctx.Err())
-	}
-}
+func (t *redisTarget) close(ctx context.Context) error { return t.relay.close(ctx) }
 
 // ------------------------------------------------------------------- facade
 
@@ -543,9 +556,7 @@ type facadeTarget struct {
 	// (relayStores).
 	relayMy *mysqlstore.Store
 	relayRd *redisstore.Store
-	// stopRelay ends the relay; relayDone is closed once it returned.
-	stopRelay context.CancelFunc
-	relayDone chan struct{}
+	relay   *relayRun
 }
 
 // facadeExtras are what the handoff scenario adds to a facade target:
@@ -609,13 +620,7 @@ func newFacadeTargetWith(env *pointEnv, mode authority.Mode, cfg mysqlstore.Conf
 		return nil, err
 	}
 	t := &facadeTarget{mode: mode, modes: modes, my: my, myReg: myReg, rd: rd, mr: mr, cmp: cmp, f: f, fReg: fReg, path: env.path,
-		relayMy: relayMy, relayRd: relayRd, relayDone: make(chan struct{})}
-	var rctx context.Context
-	rctx, t.stopRelay = context.WithCancel(context.Background())
-	go func() {
-		defer close(t.relayDone)
-		_ = mr.Run(rctx)
-	}()
+		relayMy: relayMy, relayRd: relayRd, relay: startRelay(mr)}
 	return t, nil
 }
 
@@ -705,11 +710,5 @@ func (t *facadeTarget) check(ctx context.Context, shop int64, b *book) error {
 // closes the comparer.
 func (t *facadeTarget) close(ctx context.Context) error {
 	err := t.f.Close(ctx)
-	t.stopRelay()
-	select {
-	case <-t.relayDone:
-	case <-ctx.Done():
-		err = errors.Join(err, fmt.Errorf("bench: the relay did not stop: %w", ctx.Err()))
-	}
-	return errors.Join(err, t.cmp.Close(ctx))
+	return errors.Join(err, t.relay.close(ctx), t.cmp.Close(ctx))
 }
