@@ -510,7 +510,7 @@ func (t *redisTarget) check(ctx context.Context, shop int64, b *book) error {
 		return err
 	}
 	if len(d) > 0 {
-		return fmt.Errorf("Redis does not follow the ledger after the relay delivered every change: %d differences, the first %v", len(d), d[0])
+		return fmt.Errorf("after the relay delivered every change, Redis does not follow the ledger: %d differences, the first %v", len(d), d[0])
 	}
 	return nil
 }
