@@ -202,8 +202,10 @@ func (s *Store) inlineCleanup() bool {
 // call must answer as for a claimed tombstone. With write set the Redis
 // side of the claim is finished first (the settle script, as the claim's
 // cleanup would), for caller. A hold no claim marked (claiming false), a
-// store without a Source, and a claim the ledger has not recorded (it may
-// be under way) answer false.
+// claim the ledger has not recorded (it may be under way), and a store
+// whose claims clean up inline (inlineCleanup: there a claiming hold is one
+// whose claim is under way or whose cleanup failed, as before) answer
+// false.
 func (s *Store) finishClaimed(ctx context.Context, caller string, shop int64, token string, claiming, write bool) (bool, error) {
 	_, claimed, err := s.ledgerClaimed(ctx, caller, shop, token, claiming, write)
 	return claimed, err
@@ -212,7 +214,7 @@ func (s *Store) finishClaimed(ctx context.Context, caller string, shop int64, to
 // ledgerClaimed is finishClaimed, with the allocations the ledger
 // deducted.
 func (s *Store) ledgerClaimed(ctx context.Context, caller string, shop int64, token string, claiming, write bool) ([]reservation.Allocation, bool, error) {
-	if !claiming || s.cfg.Source == nil {
+	if !claiming || s.inlineCleanup() {
 		return nil, false, nil
 	}
 	deducted, claimed, err := s.ledgerClaim(ctx, shop, token)

@@ -384,6 +384,11 @@ func TestClaimAnswersBeforeRedisFollows(t *testing.T) {
 	claimed("release", err)
 	_, err = b.s.Reserve(c, &reservation.ReserveParams{Shop: shop, Token: "reserve", Lines: lines, TTL: time.Minute})
 	claimed("reserve again", err)
+	for _, token := range []string{"release", "reserve"} {
+		if b.claiming(t, token) != "" {
+			t.Errorf("%s as authority left the hold: want it settled on the way", token)
+		}
+	}
 	res, err := b.s.Claim(c, &reservation.ClaimParams{Shop: shop, Token: "claim"})
 	if err != nil || !res.Replayed || fmt.Sprint(res.Allocations) != "[{1 1 2}]" {
 		t.Errorf("claim again: %+v %v, want claimed, replayed [{1 1 2}]", res, err)
@@ -416,5 +421,70 @@ func TestClaimAnswersBeforeRedisFollows(t *testing.T) {
 	}
 	if d := b.drift(t); len(d) != 0 {
 		t.Errorf("drift after the feed: %v", d)
+	}
+}
+
+// With the ledger unreadable (MySQL down, the kill switch redis_only), a
+// hold whose claim was acknowledged but not yet followed cannot be told
+// from one whose claim is under way: Get and a repeated Reserve fail
+// (retry) rather than answer the hold, Release answers
+// ErrClaimInProgress as it always did within the grace, and nothing is
+// written. With the ledger back, each answers as claimed.
+func TestClaimedHoldWhileTheLedgerCannotBeRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, servers[0].new)
+	c := ctx(t)
+	b.stock(t, 1, 1, 10)
+	lines := []reservation.Line{line(1, 2, 1)}
+	b.reserve(t, "cart", time.Minute, lines...)
+	if _, err := b.s.Claim(c, &reservation.ClaimParams{Shop: shop, Token: "cart"}); err != nil {
+		t.Fatal(err)
+	}
+	down, _ := b.store(t, func(c *redisstore.Config) { c.Source = failingSource{} })
+	before := b.dump(t)
+	if h, err := down.Get(c, &reservation.GetParams{Shop: shop, Token: "cart", AsDecider: true}); err == nil {
+		t.Errorf("get with the ledger down: %+v, want an error (the claim was acknowledged; the hold is not the answer)", h)
+	}
+	if res, err := down.Reserve(c, &reservation.ReserveParams{Shop: shop, Token: "cart", Lines: lines, TTL: time.Minute}); err == nil {
+		t.Errorf("reserve again with the ledger down: %+v, want an error", res)
+	}
+	if _, err := down.Release(c, &reservation.ReleaseParams{Shop: shop, Token: "cart"}); !errors.Is(err, reservation.ErrClaimInProgress) {
+		t.Errorf("release with the ledger down: %v, want ErrClaimInProgress", err)
+	}
+	if after := b.dump(t); after != before {
+		t.Errorf("calls with the ledger down wrote:\n%s\nwant\n%s", after, before)
+	}
+	if _, err := b.s.Release(c, &reservation.ReleaseParams{Shop: shop, Token: "cart"}); !errors.Is(err, reservation.ErrAlreadyClaimed) {
+		t.Errorf("release with the ledger back: %v, want ErrAlreadyClaimed", err)
+	}
+	if l, q := b.ledgerAt(t, 1, 1), b.qty(t, 1, 1); l != 8 || q != 8 {
+		t.Errorf("ledger %d, quantity %d; want 8 and 8", l, q)
+	}
+}
+
+// InlineClaimCleanup keeps the path as it was: a hold left claiming (here
+// by a deduction whose outcome is unknown) is answered from Redis alone,
+// the hold to Get and ErrClaimInProgress to a release within the grace,
+// without asking the ledger (which is unreadable here).
+func TestInlineCleanupAnswersFromRedisAlone(t *testing.T) {
+	t.Parallel()
+	inline := func(c *redisstore.Config) { c.InlineClaimCleanup = true }
+	b := setupWith(t, servers[0].new, inline)
+	c := ctx(t)
+	b.stock(t, 1, 1, 10)
+	b.reserve(t, "cart", time.Minute, line(1, 2, 1))
+	failing, _ := b.store(t, func(c *redisstore.Config) { c.InlineClaimCleanup = true; c.Ledger = failingLedger{b.ledger} })
+	if _, err := failing.Claim(c, &reservation.ClaimParams{Shop: shop, Token: "cart"}); err == nil {
+		t.Fatal("the deduction failed, but the claim did not say so")
+	}
+	if b.claiming(t, "cart") == "" {
+		t.Fatal("the hold is not marked claiming")
+	}
+	down, _ := b.store(t, func(c *redisstore.Config) { c.InlineClaimCleanup = true; c.Source = failingSource{} })
+	if _, err := down.Release(c, &reservation.ReleaseParams{Shop: shop, Token: "cart"}); !errors.Is(err, reservation.ErrClaimInProgress) {
+		t.Errorf("release within the grace: %v, want ErrClaimInProgress", err)
+	}
+	if h, err := down.Get(c, &reservation.GetParams{Shop: shop, Token: "cart", AsDecider: true}); err != nil || h.Quantity() != 2 {
+		t.Errorf("get within the grace: %+v %v, want the hold", h, err)
 	}
 }

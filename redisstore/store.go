@@ -361,8 +361,10 @@ func (s *Store) Release(ctx context.Context, p *reservation.ReleaseParams) (rese
 		case "in_progress":
 			// The claim may have been answered already (its cleanup is
 			// off the caller's path): the ledger says.
-			if claimed, err := s.finishClaimed(ctx, "release", p.Shop, p.Token, true, p.As == reservation.AsAuthority); err != nil || claimed {
-				return reservation.ReleaseResult{}, cmp.Or(err, tombErr("release", p.Shop, p.Token, reservation.StateClaimed))
+			// A ledger that cannot be read leaves the answer it always
+			// was: the claim may be under way, retry.
+			if claimed, err := s.finishClaimed(ctx, "release", p.Shop, p.Token, true, p.As == reservation.AsAuthority); err == nil && claimed {
+				return reservation.ReleaseResult{}, tombErr("release", p.Shop, p.Token, reservation.StateClaimed)
 			}
 			return reservation.ReleaseResult{}, s.claimInProgress(p)
 		case "resolve":

@@ -404,7 +404,7 @@ func (c *Cell) openPod(tp topology.Pod, timer *storeTimer, bm *breakerMetrics) (
 		return nil, fmt.Errorf("cell: pod %s: %w", tp.Name, err)
 	}
 	rd, err := redisstore.New(redisstore.Config{
-		Client: client, Prefix: tp.RedisPrefix, Ledger: &guardedLedger{l: my, b: bs.MySQL}, Source: my, Limits: limits, Registerer: reg,
+		Client: client, Prefix: tp.RedisPrefix, Ledger: &guardedLedger{l: my, b: bs.MySQL}, Source: &guardedSource{s: my, b: bs.MySQL}, Limits: limits, Registerer: reg,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cell: pod %s: %w", tp.Name, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seed31b0e981/reservoir/internal/breaker"
+	"github.com/seed31b0e981/reservoir/redisstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
@@ -211,6 +212,31 @@ func (g *guardedLedger) AdjustStock(ctx context.Context, p *reservation.AdjustPa
 // Stock guards the ledger's Stock.
 func (g *guardedLedger) Stock(ctx context.Context, p *reservation.StockParams) ([]reservation.StockLevel, error) {
 	return mark(guard(g.b, func() ([]reservation.StockLevel, error) { return g.l.Stock(ctx, p) }))
+}
+
+// guardedSource is the Redis store's view of MySQL's holds and claims
+// (redisstore.Config.Source) through MySQL's breaker, its failures marked
+// as the ledger's. A Redis call that finds a hold a legacy claim marked
+// asks the ledger whether the claim happened (redisstore's finishClaimed):
+// while MySQL fails, that call is refused at once rather than waiting for
+// its deadline, and its failure counts against MySQL's breaker, not
+// against Redis's, which stays closed for the pod's other calls (under the
+// kill switch redis_only Redis is the pod's only store).
+type guardedSource struct {
+	s redisstore.Source
+	b *breaker.Breaker
+}
+
+var _ redisstore.Source = (*guardedSource)(nil)
+
+// Holds guards the source's Holds.
+func (g *guardedSource) Holds(ctx context.Context, shop int64) ([]reservation.Hold, error) {
+	return mark(guard(g.b, func() ([]reservation.Hold, error) { return g.s.Holds(ctx, shop) }))
+}
+
+// Claims guards the source's Claims.
+func (g *guardedSource) Claims(ctx context.Context, shop int64, tokens []string) (map[string][]reservation.Allocation, error) {
+	return mark(guard(g.b, func() (map[string][]reservation.Allocation, error) { return g.s.Claims(ctx, shop, tokens) }))
 }
 
 // healthLoop pings every store each interval (within the interval) and
