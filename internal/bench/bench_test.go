@@ -29,14 +29,7 @@ func TestRunTiny(t *testing.T) {
 		Duration: time.Second,
 		Warmup:   100 * time.Millisecond,
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var progress bytes.Buffer
-	opts.Progress = &progress
-	rep, err := Run(ctx, opts)
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, progress.String())
-	}
+	rep, progress := runWithProgress(t, opts, 60*time.Second)
 	if len(rep.Results) != 3 {
 		t.Fatalf("%d results, want 3 (hot reserve, claim reserve, claim claim)", len(rep.Results))
 	}
@@ -74,7 +67,7 @@ func TestRunTiny(t *testing.T) {
 		t.Errorf("database %s: %d left (%v)", rep.Env.Database, n, err)
 	}
 	r := testredis.New(t)
-	if keys, err := r.Client.Keys(ctx, rep.Env.RedisPrefix+"*").Result(); err != nil || len(keys) != 0 {
+	if keys, err := r.Client.Keys(context.Background(), rep.Env.RedisPrefix+"*").Result(); err != nil || len(keys) != 0 {
 		t.Errorf("redis prefix %s: %d keys left (%v)", rep.Env.RedisPrefix, len(keys), err)
 	}
 	if strings.Contains(progress.String(), "FAILED") {
@@ -114,14 +107,7 @@ func TestRunFacades(t *testing.T) {
 		Duration: 500 * time.Millisecond,
 		Warmup:   100 * time.Millisecond,
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var progress bytes.Buffer
-	opts.Progress = &progress
-	rep, err := Run(ctx, opts)
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, progress.String())
-	}
+	rep, _ := runWithProgress(t, opts, 2*time.Minute)
 	if len(rep.Results) != 6 {
 		t.Fatalf("%d results, want 6", len(rep.Results))
 	}
@@ -290,14 +276,7 @@ func TestRunHandoff(t *testing.T) {
 		Duration: 300 * time.Millisecond,
 		Warmup:   100 * time.Millisecond,
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var progress bytes.Buffer
-	opts.Progress = &progress
-	rep, err := Run(ctx, opts)
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, progress.String())
-	}
+	rep, progress := runWithProgress(t, opts, time.Minute)
 	if len(rep.Results) != 3 {
 		t.Fatalf("%d results, want 3 (advance, kill, release)\n%s", len(rep.Results), progress.String())
 	}
@@ -343,4 +322,20 @@ func TestHandoffPlan(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "its variant is facade-shadow") || !strings.Contains(err.Error(), "between 2 and") {
 		t.Errorf("validate a handoff sweep with the pool and size 1: %v", err)
 	}
+}
+
+// runWithProgress runs opts within timeout, failing the test with the
+// progress lines when the run fails; it returns the report and the
+// progress, for the test's own checks.
+func runWithProgress(t *testing.T, opts Options, timeout time.Duration) (*Report, *bytes.Buffer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var progress bytes.Buffer
+	opts.Progress = &progress
+	rep, err := Run(ctx, opts)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, progress.String())
+	}
+	return rep, &progress
 }

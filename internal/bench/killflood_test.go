@@ -42,14 +42,7 @@ func TestRunKillFlood(t *testing.T) {
 		FloodBinary:       bin,
 		KillFloodSwitches: 2,
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var progress bytes.Buffer
-	opts.Progress = &progress
-	rep, err := Run(ctx, opts)
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, progress.String())
-	}
+	rep, progress := runWithProgress(t, opts, 3*time.Minute)
 	if len(rep.Results) != 1 {
 		t.Fatalf("%d results, want 1", len(rep.Results))
 	}

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -164,14 +163,7 @@ func TestRunRounds(t *testing.T) {
 		Rounds:   2,
 		Pairs:    []Pair{{VariantFacadeRedis, VariantRedis}},
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var progress bytes.Buffer
-	opts.Progress = &progress
-	rep, err := Run(ctx, opts)
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, progress.String())
-	}
+	rep, progress := runWithProgress(t, opts, time.Minute)
 	if len(rep.Results) != 4 {
 		t.Fatalf("%d results, want 4 (two variants, two rounds)\n%s", len(rep.Results), progress.String())
 	}
