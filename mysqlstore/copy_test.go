@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
@@ -211,5 +212,80 @@ func TestCopiedHoldsExpireOnlyOnceMySQLDecides(t *testing.T) {
 	}
 	if after != before+1 {
 		t.Errorf("changes for Redis about the expiry: %d, want %d: Redis would keep the hold", after, before+1)
+	}
+}
+
+// A copy never undoes a claim the ledger recorded. A legacy claim's
+// Deduct can commit between the moment a copy locks its tokens' rows and
+// the moment it writes them: for a token MySQL had no row of (a cart
+// Redis decided alone), the lock at READ COMMITTED locks nothing, so the
+// Deduct's 'claimed' row lands in between. Were the copy to write Redis's
+// hold over it, MySQL would hold (and later expire) a reservation its
+// ledger has deducted: a claimed token answered as held, then expired, and
+// Redis, told so through the feed, would give back units the ledger no
+// longer has. Redis keeps such a hold marked claiming until it follows
+// the claim, so every later part carries it again: the copy must keep
+// the claim each time.
+func TestCopyKeepsAClaimThatLandsWhileItWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, 10)
+	b.stock(t, 1, 1, 5)
+	handOff(b.s)(t, shop) // Redis decides (redis@2)
+	copier, _, err := b.s.BeginCopy(ctx, shop, 7, redis2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer copier.Close()
+	allocs := []reservation.Allocation{{Item: 1, Location: 1, Quantity: 2}}
+	hold := reservation.Hold{Shop: shop, Token: "paid", Allocations: allocs,
+		ExpiresAt: time.Now().Add(-time.Second).Truncate(time.Millisecond).UTC(), Authority: reservation.AuthorityRedis} // due: a reap would expire it
+	part := &reservation.Snapshot{Shop: shop, Tokens: []string{"paid"}, Holds: []reservation.Hold{hold}}
+	deducted := false
+	mysqlstore.SetAfterCopyLock(b.s, func() {
+		if deducted {
+			return
+		}
+		deducted = true
+		// The legacy claim's ledger step, on another connection, between
+		// the copy's lock and its writes.
+		if d, err := b.s.Deduct(ctx, &reservation.DeductParams{Shop: shop, Token: "paid", Allocations: allocs}); err != nil || !d.Applied {
+			t.Errorf("deduct: %+v %v", d, err)
+		}
+	})
+	if err := copier.Copy(ctx, part); err != nil {
+		t.Fatal(err)
+	}
+	// Redis has not followed the claim yet: the next part carries the
+	// hold again, and so does the cut-over.
+	if err := copier.Copy(ctx, part); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := copier.TakeOver(ctx, part, 3); err != nil {
+		t.Fatal(err)
+	}
+	if !deducted {
+		t.Fatal("the hook never ran: the test tested nothing")
+	}
+	if _, err := b.s.Get(ctx, &reservation.GetParams{Shop: shop, Token: "paid", AsDecider: true}); !errors.Is(err, reservation.ErrAlreadyClaimed) {
+		t.Errorf("the claimed token after the copy: %v, want claimed", err)
+	}
+	var lines int
+	if err := b.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM reserved_quantities WHERE shop_id = ? AND token = 'paid'`, shop).Scan(&lines); err != nil {
+		t.Fatal(err)
+	}
+	if lines != 0 {
+		t.Errorf("hold lines of the claimed token after the copy: %d, want none", lines)
+	}
+	if l := b.ledger(t, 1, 1); l != 3 {
+		t.Errorf("ledger %d, want 3 (5 - 2 claimed)", l)
+	}
+	for _, d := range b.drift(t) {
+		if d.Kind != reservation.DriftEmptyPool { // refilled by the next reserve
+			t.Errorf("drift after the copy: %v", d)
+		}
+	}
+	if res, err := b.s.Reap(ctx, &reservation.ReapParams{}); err != nil || res.Holds != 0 {
+		t.Errorf("reap past the hold's expiry: %+v %v, want nothing expired (the token is claimed)", res, err)
 	}
 }

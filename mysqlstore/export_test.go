@@ -18,6 +18,11 @@ func SetBeforeReserveCommit(s *Store, f func()) { s.beforeReserveCommit = f }
 // once its units are taken, before its hold rows are inserted.
 func SetBeforeHoldInsert(s *Store, f func()) { s.beforeHoldInsert = f }
 
+// SetAfterCopyLock installs a hook run inside a copy's transaction (a
+// part, a cut-over, a takeover) once it has locked its tokens' rows,
+// before it writes them.
+func SetAfterCopyLock(s *Store, f func()) { s.afterCopyLock = f }
+
 // ReserveUnitsQuery is the reserve path's pool select for n lines.
 func ReserveUnitsQuery(n int) string { return reserveUnitsQuery(n) }
 

@@ -296,6 +296,9 @@ func (s *Store) copyIn(ctx context.Context, tx *sql.Tx, caller string, snap *res
 			}
 		}
 	}
+	if hook := s.afterCopyLock; hook != nil {
+		hook()
+	}
 
 	type upsert struct {
 		token     string
@@ -307,9 +310,9 @@ func (s *Store) copyIn(ctx context.Context, tx *sql.Tx, caller string, snap *res
 	}
 	var put []upsert
 	var newHolds []reservation.Hold
+	var unlocked []string        // new holds' tokens that had no row to lock
 	replace := map[string]bool{} // tokens whose hold lines are deleted first
 	known := map[string]bool{}
-	take := map[key]int64{} // units the new holds hold, per pool
 	for _, h := range snap.Holds {
 		known[h.Token] = true
 		cur := have[h.Token]
@@ -327,8 +330,8 @@ func (s *Store) copyIn(ctx context.Context, tx *sql.Tx, caller string, snap *res
 		replace[h.Token] = true
 		put = append(put, upsert{h.Token, reservation.StateHeld, h.Authority, allocs, nil, h.ExpiresAt})
 		newHolds = append(newHolds, h)
-		for _, a := range h.Allocations {
-			take[key{shop, a.Item, a.Location}] += a.Quantity
+		if !cur.found {
+			unlocked = append(unlocked, h.Token)
 		}
 	}
 	for _, t := range snap.Tombstones {
@@ -375,6 +378,20 @@ func (s *Store) copyIn(ctx context.Context, tx *sql.Tx, caller string, snap *res
 		}
 		if _, err := tx.ExecContext(ctx, stateUpsertQuery(caller, len(chunk)), args...); err != nil {
 			return fmt.Errorf("mysqlstore: copy in shop %d: record reservations: %w", shop, err)
+		}
+	}
+	// A token that had no row when the rows were locked may have been
+	// claimed since (a legacy claim's Deduct): the upsert kept the claim,
+	// and its hold is not copied. The rows are written, so locked, now.
+	claimedSince, err := claimedAmong(ctx, tx, caller, shop, unlocked)
+	if err != nil {
+		return err
+	}
+	newHolds = slices.DeleteFunc(newHolds, func(h reservation.Hold) bool { return claimedSince[h.Token] })
+	take := map[key]int64{} // units the new holds hold, per pool
+	for _, h := range newHolds {
+		for _, a := range h.Allocations {
+			take[key{shop, a.Item, a.Location}] += a.Quantity
 		}
 	}
 	var lines []any
@@ -424,6 +441,35 @@ func (s *Store) copyIn(ctx context.Context, tx *sql.Tx, caller string, snap *res
 		}
 	}
 	return nil
+}
+
+// claimedAmong returns which of tokens' reservation rows are claimed.
+func claimedAmong(ctx context.Context, tx *sql.Tx, caller string, shop int64, tokens []string) (map[string]bool, error) {
+	claimed := map[string]bool{}
+	for chunk := range slices.Chunk(tokens, copyBatch) {
+		args := make([]any, 0, 1+len(chunk))
+		args = append(args, shop)
+		for _, t := range chunk {
+			args = append(args, t)
+		}
+		rows, err := tx.QueryContext(ctx, tokensInQuery(caller, sqlClaimedAmongPrefix, len(chunk)), args...)
+		if err != nil {
+			return nil, fmt.Errorf("mysqlstore: copy in shop %d: claims landed meanwhile: %w", shop, err)
+		}
+		for rows.Next() {
+			var t string
+			if err := rows.Scan(&t); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			claimed[t] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return claimed, nil
 }
 
 // lockStates reads (and locks) reservation rows into have.

@@ -413,10 +413,23 @@ const (
 	sqlStateUpsertPrefix = `INSERT INTO reservations (shop_id, token, state, decided_by, allocations, short, expires_at) VALUES `
 	// shop, token, state, decided_by, allocations, short, expires_at (NULL:
 	// now).
-	sqlStateUpsertRow    = `(?,?,?,?,?,?,COALESCE(?, NOW(3)))`
-	sqlStateUpsertSuffix = ` ON DUPLICATE KEY UPDATE state = VALUES(state), decided_by = VALUES(decided_by),
-    allocations = VALUES(allocations), short = VALUES(short), expires_at = VALUES(expires_at),
-    changed_at = NOW(3)`
+	sqlStateUpsertRow = `(?,?,?,?,?,?,COALESCE(?, NOW(3)))`
+	// A row that is 'claimed' stays as it is: a legacy claim's Deduct may
+	// have inserted it after the copy locked its tokens (at READ
+	// COMMITTED an absent row locks nothing), and the ledger's claim is
+	// the truth. state is assigned last, so every IF reads the row's
+	// state from before the statement (both MySQL and MariaDB assign left
+	// to right).
+	sqlStateUpsertSuffix = ` ON DUPLICATE KEY UPDATE
+    decided_by = IF(state = 'claimed', decided_by, VALUES(decided_by)),
+    allocations = IF(state = 'claimed', allocations, VALUES(allocations)),
+    short = IF(state = 'claimed', short, VALUES(short)),
+    expires_at = IF(state = 'claimed', expires_at, VALUES(expires_at)),
+    changed_at = IF(state = 'claimed', changed_at, NOW(3)),
+    state = IF(state = 'claimed', state, VALUES(state))`
+	// Which of some tokens' rows are claimed: after a copy wrote them (and
+	// so holds their locks), the tokens whose claim landed in between.
+	sqlClaimedAmongPrefix    = `SELECT token FROM reservations WHERE shop_id = ? AND state = 'claimed' AND token IN (`
 	sqlStatesDeletePrefix    = `DELETE FROM reservations WHERE shop_id = ? AND token IN (`
 	sqlShopHoldsDeletePrefix = `DELETE FROM reserved_quantities WHERE shop_id = ? AND token IN (`
 	// Some reservations of the shop, locked: a partial copy's tokens.

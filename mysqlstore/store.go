@@ -72,6 +72,9 @@ type Store struct {
 	// beforeHoldInsert, when set, runs inside the reserve transaction once
 	// its units are taken, before its hold rows are inserted (tests).
 	beforeHoldInsert func()
+	// afterCopyLock, when set, runs inside copyIn's transaction once the
+	// rows of its tokens are locked, before they are written.
+	afterCopyLock func()
 }
 
 var (
