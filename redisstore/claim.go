@@ -193,7 +193,7 @@ func (s *Store) settle(ctx context.Context, caller string, shop int64, token str
 // answers: asked to (Config.InlineClaimCleanup), or without a Source, in
 // which case a claiming hold cannot be resolved by asking the ledger.
 func (s *Store) inlineCleanup() bool {
-	return s.cfg.InlineClaimCleanup || !s.cfg.DeferClaimCleanup || s.cfg.Source == nil
+	return s.cfg.InlineClaimCleanup || s.cfg.Source == nil
 }
 
 // finishClaimed resolves a hold that a call found claiming (a legacy

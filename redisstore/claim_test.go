@@ -342,7 +342,7 @@ func TestRetriedClaimStartsANewGrace(t *testing.T) {
 // twice, and the ledger's change applied afterwards settles the hold once.
 func TestClaimAnswersBeforeRedisFollows(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, servers[0].new, func(c *redisstore.Config) { c.DeferClaimCleanup = true })
+	b := setup(t, servers[0].new)
 	c := ctx(t)
 	b.stock(t, 1, 1, 20)
 	lines := []reservation.Line{line(1, 2, 1)}
@@ -432,8 +432,7 @@ func TestClaimAnswersBeforeRedisFollows(t *testing.T) {
 // written. With the ledger back, each answers as claimed.
 func TestClaimedHoldWhileTheLedgerCannotBeRead(t *testing.T) {
 	t.Parallel()
-	deferred := func(c *redisstore.Config) { c.DeferClaimCleanup = true }
-	b := setupWith(t, servers[0].new, deferred)
+	b := setup(t, servers[0].new)
 	c := ctx(t)
 	b.stock(t, 1, 1, 10)
 	lines := []reservation.Line{line(1, 2, 1)}
@@ -441,7 +440,7 @@ func TestClaimedHoldWhileTheLedgerCannotBeRead(t *testing.T) {
 	if _, err := b.s.Claim(c, &reservation.ClaimParams{Shop: shop, Token: "cart"}); err != nil {
 		t.Fatal(err)
 	}
-	down, _ := b.store(t, func(c *redisstore.Config) { deferred(c); c.Source = failingSource{} })
+	down, _ := b.store(t, func(c *redisstore.Config) { c.Source = failingSource{} })
 	before := b.dump(t)
 	if h, err := down.Get(c, &reservation.GetParams{Shop: shop, Token: "cart", AsDecider: true}); err == nil {
 		t.Errorf("get with the ledger down: %+v, want an error (the claim was acknowledged; the hold is not the answer)", h)

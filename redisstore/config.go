@@ -76,12 +76,6 @@ type Config struct {
 	// changes no relay applies (without a Source the cleanup is always
 	// inline: nothing could tell a claimed hold from one being claimed).
 	InlineClaimCleanup bool
-	// DeferClaimCleanup opts in to leaving the legacy claim's cleanup to
-	// the change feed (see InlineClaimCleanup). Off by default: with it,
-	// two runs (dualwrite TestFlipUnderLoadHonoursEveryReservation, the
-	// soak) ended with Redis offering more units than the ledger, and the
-	// cause is not found yet.
-	DeferClaimCleanup bool
 	// ReapBatch is the default number of hold records one Reap returns.
 	// Default: 500.
 	ReapBatch int

@@ -463,7 +463,7 @@ func (r *relayRun) close(ctx context.Context) error {
 
 // redisConfig is the legacy store of a point, on the ledger my.
 func redisConfig(env *pointEnv, my *mysqlstore.Store) redisstore.Config {
-	return redisstore.Config{Client: env.path.redis, Ledger: my, Source: my, Prefix: env.prefix, InlineClaimCleanup: env.inlineCleanup, DeferClaimCleanup: !env.inlineCleanup}
+	return redisstore.Config{Client: env.path.redis, Ledger: my, Source: my, Prefix: env.prefix, InlineClaimCleanup: env.inlineCleanup}
 }
 
 // stockRedis sets the ledger and the Redis quantities of every item: an

@@ -405,12 +405,6 @@ func (c *Cell) openPod(tp topology.Pod, timer *storeTimer, bm *breakerMetrics) (
 	}
 	rd, err := redisstore.New(redisstore.Config{
 		Client: client, Prefix: tp.RedisPrefix, Ledger: &guardedLedger{l: my, b: bs.MySQL}, Source: &guardedSource{s: my, b: bs.MySQL}, Limits: limits, Registerer: reg,
-		// The legacy claim keeps its cleanup on the caller's path in the
-		// server: one clean-clone run of the soak found Redis offering 1-3
-		// units more than the ledger under mysql_only after the cleanup
-		// moved to the relay (three reruns passed), and until that is
-		// understood the server keeps the path every earlier run proved.
-		InlineClaimCleanup: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cell: pod %s: %w", tp.Name, err)
