@@ -194,10 +194,6 @@ func (r *reserveCall) attempt(ctx context.Context) (res reservation.ReserveResul
 	case errDupEntry:
 		// Another call with the token inserted its hold or its row first.
 		err = errTokenRace
-	case errExpectRows:
-		// We hold these units' locks, so only a writer bypassing the store
-		// can cause this: refuse rather than hold units that are not there.
-		err = fmt.Errorf("mysqlstore: reserve: deleted fewer units than were locked: the pool was changed outside the store: %w", err)
 	}
 	if err != nil {
 		return reservation.ReserveResult{}, nil, err
@@ -395,16 +391,22 @@ func (p *pivots) pick(k key, window int64) int64 {
 	return max(0, next-1-rand.Int64N(window))
 }
 
-// deleteUnits removes the taken units, checked by count (sqlExpectRows).
-// It runs before the holds are inserted: every transaction touches units
-// before holds, so reserve and claim never lock the two tables in
-// opposite orders.
+// deleteUnits removes the taken units. It runs before the holds are
+// inserted: every transaction touches units before holds, so reserve and
+// claim never lock the two tables in opposite orders.
+//
+// The delete is not checked by count (sqlExpectRows, as claim and deduct
+// check theirs): every unit it names was locked FOR UPDATE by this
+// transaction's select, so no other transaction can have deleted it, and
+// the lines name distinct pools (validation refuses an item twice) and
+// each line's passes scan disjoint ranges, so no unit is named twice. The
+// check was a statement of its own, the reserve's tenth: a parse, a
+// subquery to plan and a reply packet on every reserve, about 7% of the
+// server's CPU per reserve (BENCHMARKS.md, issue 28).
 func (r *reserveCall) deleteUnits(t *txn, units [][]int64) error {
-	n := 0
 	counts := make([]int, len(units))
 	args := make([]any, 0, 3*len(units))
 	for i, us := range units {
-		n += len(us)
 		counts[i] = len(us)
 		args = append(args, r.p.Shop, r.lines[i].Item, r.loc(i))
 		for _, u := range us {
@@ -414,7 +416,7 @@ func (r *reserveCall) deleteUnits(t *txn, units [][]int64) error {
 	if err := t.exec(reserveDeleteQuery(counts), args...); err != nil {
 		return fmt.Errorf("mysqlstore: reserve: delete units: %w", err)
 	}
-	return t.exec(tag(callerReserve)+sqlExpectRows, n)
+	return nil
 }
 
 // write adds the hold lines, the reservation's row and, deciding, the
