@@ -65,8 +65,9 @@ func addUnits(ctx context.Context, tx *sql.Tx, caller string, k key, nextUnit, n
 // the projection it saw and how many units it added.
 func (s *Store) replenish(ctx context.Context, k key) (snap snapshot, added int64, err error) {
 	result := ""
+	var top int64 // the pool's next_unit_id after a refill that added units
 	err = s.inTx(ctx, callerReplenish, func(tx *sql.Tx) error {
-		snap, added, result = snapshot{}, 0, ""
+		snap, added, result, top = snapshot{}, 0, "", 0
 		var seen int64
 		if err := tx.QueryRowContext(ctx, tag(callerReplenish)+sqlPoolGeneration, k.args()...).Scan(&seen); err != nil {
 			if isNoRows(err) {
@@ -105,11 +106,16 @@ func (s *Store) replenish(ctx context.Context, k key) (snap snapshot, added int6
 			return err
 		}
 		snap.pool += n
-		added, result = n, "inserted"
+		added, result, top = n, "inserted", next+n
 		return nil
 	})
 	if err != nil {
 		return snapshot{}, 0, err
+	}
+	if top > 0 {
+		// The reserves of this process start their scans below the new
+		// top without reading it (see takeUnits).
+		s.pivots.learn(k, top)
 	}
 	s.metrics.replenish.WithLabelValues(result).Inc()
 	if added > 0 {
