@@ -508,7 +508,9 @@ func (c *Controller) Advance(ctx context.Context, o AdvanceOptions) (Stage, erro
 	if c.cfg.Modes != nil {
 		return c.advanceExternal(ctx, st, next, action, o)
 	}
-	before, after, err := c.change(ctx, o.DryRun, o.Out, st.FlagsVersion, o.Actor, action, strings.Join(next.Pods, ","), st.Stage,
+	// The advance is audited after the fleet obeyed, with the time the
+	// stage started (its gates count from it), not with the flags.
+	before, after, err := c.change(ctx, o.DryRun, o.Out, st.FlagsVersion, o.Actor, action, strings.Join(next.Pods, ","), st.Stage, nil,
 		func(f *flagdoc.Flags) error { return next.Apply(f) })
 	if err != nil || o.DryRun {
 		return next, err
@@ -662,8 +664,14 @@ func reasonOr(reason, fallback string) string {
 // their version plus one, so every replica's decisions carry the new
 // version as the epoch of the handoffs it causes; the dry run shows that
 // version too. It returns the rendered flags before and after.
+//
+// With reason not nil the change is audited as action with *reason: in
+// the flags' own transaction when the store allows (auditTx), so the
+// change and its record land together or not at all, in one commit
+// where the operator waited for two in a row; else right after the
+// write, as before. With nil the caller audits it.
 func (c *Controller) change(ctx context.Context, dryRun bool, out io.Writer, version int64, actor, action, scope string, stage int,
-	edit func(*flagdoc.Flags) error) (before, after []byte, err error) {
+	reason *string, edit func(*flagdoc.Flags) error) (before, after []byte, err error) {
 	if dryRun {
 		cur, err := c.cfg.Flags.Read()
 		if err != nil {
@@ -683,7 +691,22 @@ func (c *Controller) change(ctx context.Context, dryRun bool, out io.Writer, ver
 		_, err = io.WriteString(out, lineDiff(string(before), string(after)))
 		return before, after, err
 	}
-	b, a, err := c.cfg.Flags.UpdateAt(version, edit)
+	var b, a *flagdoc.Flags
+	ts, inTx := c.auditTx()
+	if reason != nil && inTx {
+		b, a, err = ts.UpdateAtTx(version, edit, func(ctx context.Context, tx *sql.Tx, b, a *flagdoc.Flags) error {
+			var err error
+			if before, err = renderBefore(b); err != nil {
+				return err
+			}
+			if after, err = a.Render(); err != nil {
+				return err
+			}
+			return c.insertAudit(ctx, tx, c.cfg.Now().UTC(), actor, action, scope, *reason, stage, before, after)
+		})
+	} else {
+		b, a, err = c.cfg.Flags.UpdateAt(version, edit)
+	}
 	if errors.Is(err, flagdoc.ErrFlagsChanged) {
 		if aerr := c.audit(ctx, c.cfg.Now().UTC(), actor, action+"_conflict", scope, err.Error(), stage, nil, nil); aerr != nil {
 			err = errors.Join(err, aerr)
@@ -693,11 +716,30 @@ func (c *Controller) change(ctx context.Context, dryRun bool, out io.Writer, ver
 	if err != nil {
 		return nil, nil, err
 	}
+	if reason != nil && inTx {
+		return before, after, nil // rendered for the audit, in the transaction
+	}
 	if before, err = renderBefore(b); err != nil {
 		return nil, nil, err
 	}
-	after, err = a.Render()
+	if after, err = a.Render(); err != nil {
+		return nil, nil, err
+	}
+	if reason != nil {
+		err = c.audit(ctx, c.cfg.Now().UTC(), actor, action, scope, *reason, stage, before, after)
+	}
 	return before, after, err
+}
+
+// auditTx returns the flag store when an audit row can join its
+// transactions: a TxStore on the controller's own database (a flags file
+// cannot, nor a table in another database).
+func (c *Controller) auditTx() (flagdoc.TxStore, bool) {
+	ts, ok := c.cfg.Flags.(flagdoc.TxStore)
+	if !ok || ts.Database() != c.cfg.DB {
+		return nil, false
+	}
+	return ts, true
 }
 
 // renderBefore renders the flags a change started from, for its diff and
@@ -710,11 +752,23 @@ func renderBefore(f *flagdoc.Flags) ([]byte, error) {
 	return f.Render()
 }
 
+// audit records a change already applied, in a transaction of its own.
 func (c *Controller) audit(ctx context.Context, at time.Time, actor, action, scope, reason string, stage int, before, after []byte) error {
 	row := controldb.AuditRow{At: at, Actor: actor, Action: action, Scope: scope, Reason: reason,
 		Stage: sql.NullInt64{Int64: int64(stage), Valid: true}, Before: string(before), After: string(after)}
 	if err := controldb.InsertAudit(ctx, c.cfg.DB, row); err != nil {
 		return fmt.Errorf("rollout: %s applied but not audited: %w", action, err)
+	}
+	return nil
+}
+
+// insertAudit records a change in tx, the transaction that writes it:
+// when it fails, the change is rolled back with it.
+func (c *Controller) insertAudit(ctx context.Context, tx *sql.Tx, at time.Time, actor, action, scope, reason string, stage int, before, after []byte) error {
+	row := controldb.AuditRow{At: at, Actor: actor, Action: action, Scope: scope, Reason: reason,
+		Stage: sql.NullInt64{Int64: int64(stage), Valid: true}, Before: string(before), After: string(after)}
+	if err := controldb.InsertAudit(ctx, tx, row); err != nil {
+		return fmt.Errorf("rollout: %s not applied: its audit could not be written: %w", action, err)
 	}
 	return nil
 }
@@ -939,7 +993,8 @@ func (c *Controller) knownScope(scope flagdoc.Scope) error {
 }
 
 // kill writes edit (a kill switch change, decided from the flags at
-// version), audits it as action and waits for the fleet to obey.
+// version), audits it as action (in the same transaction where the store
+// allows: change) and waits for the fleet to obey.
 func (c *Controller) kill(ctx context.Context, scope flagdoc.Scope, action string, version int64, o KillOptions, edit func(*flagdoc.Flags) error) error {
 	if o.Out == nil {
 		o.Out = io.Discard
@@ -948,11 +1003,8 @@ func (c *Controller) kill(ctx context.Context, scope flagdoc.Scope, action strin
 	if err != nil {
 		return err
 	}
-	before, after, err := c.change(ctx, o.DryRun, o.Out, version, o.Actor, action, scope.String(), stage, edit)
+	_, after, err := c.change(ctx, o.DryRun, o.Out, version, o.Actor, action, scope.String(), stage, &o.Reason, edit)
 	if err != nil || o.DryRun {
-		return err
-	}
-	if err := c.audit(ctx, c.cfg.Now().UTC(), o.Actor, action, scope.String(), o.Reason, stage, before, after); err != nil {
 		return err
 	}
 	c.obey(ctx, after, o.Out, o.Fleet)

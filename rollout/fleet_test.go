@@ -241,3 +241,87 @@ func TestStatusOverAnInvalidDocument(t *testing.T) {
 		t.Fatalf("auto step over an invalid document: %+v, %v; want it to wait, naming the problem", act, err)
 	}
 }
+
+// A kill switch's change and its audit row are one transaction on the
+// control database: when the audit cannot be written, the flags do not
+// change either (as two commits, a failed audit left the kill in force,
+// unaudited), over a valid document and over an invalid one; once the
+// audit can be written, the change and its entry land together.
+func TestKillLandsWithItsAudit(t *testing.T) {
+	t.Parallel()
+	b := setupController(t, true)
+	ctx := context.Background()
+	table := flagdoc.FlagsTable{DB: b.db.DB}
+	if err := table.Write(flagdoc.NewFlags()); err != nil {
+		t.Fatal(err)
+	}
+	ctl := b.controller(t, func(c *rollout.ControllerConfig) { c.Flags = table })
+	refuse := func(on bool) {
+		t.Helper()
+		stmt := "DROP TRIGGER rollout_audit_refused"
+		if on {
+			stmt = "CREATE TRIGGER rollout_audit_refused BEFORE INSERT ON rollout_audit FOR EACH ROW SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'the test refuses the audit'"
+		}
+		if _, err := b.db.DB.Exec(stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored := func() (version int64, doc string) {
+		t.Helper()
+		if err := b.db.DB.QueryRow(`SELECT version, document FROM rollout_flags WHERE id = 1`).Scan(&version, &doc); err != nil {
+			t.Fatal(err)
+		}
+		return version, doc
+	}
+	audited := func() int {
+		t.Helper()
+		h, err := ctl.History(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(h)
+	}
+	kill := func() error {
+		return ctl.Kill(ctx, flagdoc.PodScope("pod-a"), authority.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "drill"})
+	}
+
+	refuse(true)
+	if err := kill(); err == nil || !strings.Contains(err.Error(), "the test refuses the audit") {
+		t.Fatalf("kill with the audit refused: %v, want the audit's error", err)
+	}
+	if v, doc := stored(); v != 1 || strings.Contains(doc, `"drill"`) || audited() != 0 {
+		t.Fatalf("with the audit refused the kill landed: flags version %d, %d audit entries:\n%s", v, audited(), doc)
+	}
+	refuse(false)
+	if err := kill(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := stored(); v != 2 || audited() != 1 || !strings.Contains(lastAudit(t, ctl).After, `"version": 2`) {
+		t.Fatalf("after the kill: flags version %d, audit %+v", v, lastAudit(t, ctl))
+	}
+
+	// Over an invalid document (a hand edit): the replacement and its
+	// audit, likewise.
+	_, doc := stored()
+	bad := strings.ReplaceAll(strings.Replace(doc, `"mysql": "mysql"`, `"mysqll": "mysqll"`, 1), `"version": 2`, `"version": 3`)
+	if _, err := b.db.DB.Exec(`UPDATE rollout_flags SET version = 3, document = ? WHERE id = 1`, bad); err != nil {
+		t.Fatal(err)
+	}
+	release := func() error {
+		return ctl.Release(ctx, flagdoc.PodScope("pod-a"), rollout.KillOptions{Actor: "ana", Reason: "drill over"})
+	}
+	refuse(true)
+	if err := release(); err == nil || !strings.Contains(err.Error(), "the test refuses the audit") {
+		t.Fatalf("release over the invalid document with the audit refused: %v, want the audit's error", err)
+	}
+	if v, doc := stored(); v != 3 || doc != bad || audited() != 1 {
+		t.Fatalf("with the audit refused the release over the invalid document landed: flags version %d, %d audit entries", v, audited())
+	}
+	refuse(false)
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := stored(); v != 4 || audited() != 2 || lastAudit(t, ctl).Action != "release_over_invalid" {
+		t.Fatalf("after the release over the invalid document: flags version %d, audit %+v", v, lastAudit(t, ctl))
+	}
+}

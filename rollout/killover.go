@@ -214,7 +214,19 @@ func (c *Controller) killOverInvalid(ctx context.Context, scope flagdoc.Scope, a
 		_, err = io.WriteString(o.Out, lineDiff(string(over.bad.Document), string(after)))
 		return err
 	}
-	if err := replaceInvalid(c.cfg.Flags, over.bad.Document, next); err != nil {
+	note := over.bad.Error() + "; wrote " + plan
+	reason := o.Reason + " [" + note + "]"
+	ts, inTx := c.auditTx()
+	if inTx {
+		// The replacement and its audit in one transaction, as change
+		// writes a kill switch's.
+		err = ts.ReplaceInvalidTx(over.bad.Document, next, func(ctx context.Context, tx *sql.Tx) error {
+			return c.insertAudit(ctx, tx, c.cfg.Now().UTC(), o.Actor, action, scope.String(), reason, stage, over.bad.Document, after)
+		})
+	} else {
+		err = replaceInvalid(c.cfg.Flags, over.bad.Document, next)
+	}
+	if err != nil {
 		if errors.Is(err, flagdoc.ErrFlagsChanged) {
 			if aerr := c.audit(ctx, c.cfg.Now().UTC(), o.Actor, action+"_conflict", scope.String(), err.Error(), stage, over.bad.Document, nil); aerr != nil {
 				err = errors.Join(err, aerr)
@@ -222,10 +234,11 @@ func (c *Controller) killOverInvalid(ctx context.Context, scope flagdoc.Scope, a
 		}
 		return err
 	}
-	note := over.bad.Error() + "; wrote " + plan
 	fmt.Fprintln(o.Out, note)
-	if err := c.audit(ctx, c.cfg.Now().UTC(), o.Actor, action, scope.String(), o.Reason+" ["+note+"]", stage, over.bad.Document, after); err != nil {
-		return err
+	if !inTx {
+		if err := c.audit(ctx, c.cfg.Now().UTC(), o.Actor, action, scope.String(), reason, stage, over.bad.Document, after); err != nil {
+			return err
+		}
 	}
 	c.obey(ctx, after, o.Out, o.Fleet)
 	return nil

@@ -37,7 +37,8 @@ import (
 // the checkout API is flooded? A point starts Replicas `reservoir serve`
 // processes that share their flags through the control database
 // (flags_source = "database"; the run's database is the control database
-// and the pod's), with pod-a in shadow mode (Redis decides; MySQL's
+// and the pod's, unless Options.KillFloodControlDSN puts the control
+// database on a server of its own), with pod-a in shadow mode (Redis decides; MySQL's
 // shadow writes and the comparer's writes to the control database go on).
 // A process of attackers (floodproc.go) holds the point's concurrency in
 // connections against the checkout listener of the first replica (or of
@@ -142,7 +143,8 @@ type KillFloodStats struct {
 	AttackerNice int `json:"attacker_nice"`
 	// DBRoundTrip and DBCommit are a no-op statement's round trip and a
 	// one-row update's commit on the control database (the run's
-	// database), timed every 20 ms by the bench itself (not flooded)
+	// database, or the one on Options.KillFloodControlDSN's server),
+	// timed every 20 ms by the bench itself (not flooded)
 	// during the changes: what the server alone costs a control-plane
 	// round trip and a commit in the same window.
 	DBRoundTrip Dist `json:"db_round_trip_ms"`
@@ -230,8 +232,10 @@ type killFloodRig struct {
 	adminToken string
 	apiToken   string
 	replicas   []*replicaProc
-	direct     *sql.DB
-	client     *http.Client
+	// direct is the control database (servers.controlDB): the flags,
+	// the heartbeats.
+	direct *sql.DB
+	client *http.Client
 }
 
 // replicaProc is one `reservoir serve` process.
@@ -264,11 +268,18 @@ func (r *runner) newKillFloodRig(ctx context.Context, shop int64, binary string)
 	}
 	cfg.DBName = r.srv.dbName
 	dsn := cfg.FormatDSN()
+	// The control database: the pod's own, or one on a server of its own
+	// (Options.KillFloodControlDSN).
+	controlDSN, err := r.srv.controlDSN()
+	if err != nil {
+		return nil, err
+	}
+	control := r.srv.controlDB()
 	dir, err := os.MkdirTemp("", "reservoir-killflood-")
 	if err != nil {
 		return nil, err
 	}
-	k := &killFloodRig{dir: dir, shop: shop, adminToken: randomToken(), apiToken: randomToken(), direct: r.srv.direct,
+	k := &killFloodRig{dir: dir, shop: shop, adminToken: randomToken(), apiToken: randomToken(), direct: control,
 		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
 	defer func() {
 		if err != nil {
@@ -276,13 +287,13 @@ func (r *runner) newKillFloodRig(ctx context.Context, shop int64, binary string)
 		}
 	}()
 	topo := fmt.Sprintf("control_dsn = %q\nflags_source = \"database\"\n[[pods]]\nname = %q\nmysql_dsn = %q\nredis_addr = %q\nredis_prefix = %q\nshops = [%d]\n",
-		dsn, killFloodPod, dsn, r.opts.RedisAddr, fmt.Sprintf("%skf%d:", r.srv.prefix, shop), shop)
+		controlDSN, killFloodPod, dsn, r.opts.RedisAddr, fmt.Sprintf("%skf%d:", r.srv.prefix, shop), shop)
 	if err := os.WriteFile(filepath.Join(dir, "topology.toml"), []byte(topo), 0o600); err != nil {
 		return nil, err
 	}
 	// pod-a in shadow mode, its kill switch off (an interrupted point
 	// before may have left it on).
-	_, _, err = (flagdoc.FlagsTable{DB: r.srv.direct}).Update(func(f *flagdoc.Flags) error {
+	_, _, err = (flagdoc.FlagsTable{DB: control}).Update(func(f *flagdoc.Flags) error {
 		if f.KillAt(flagdoc.PodScope(killFloodPod)).Engaged() {
 			if err := f.ReleaseKill(flagdoc.PodScope(killFloodPod), flagdoc.Attribution{Actor: "bench", Reason: "killflood point start", At: time.Now().UTC()}); err != nil {
 				return err
@@ -308,7 +319,7 @@ func (r *runner) newKillFloodRig(ctx context.Context, shop int64, binary string)
 			return nil, err
 		}
 	}
-	cur, err := (flagdoc.FlagsTable{DB: r.srv.direct}).Read()
+	cur, err := (flagdoc.FlagsTable{DB: control}).Read()
 	if err != nil {
 		return nil, err
 	}
@@ -622,7 +633,7 @@ func (r *runner) killFloodPoint(ctx context.Context, pt Point, shop int64) []Res
 	acpu0 := procCPU(fp.cmd.Process.Pid)
 	pctx, stopProbe := context.WithCancel(ctx)
 	probed := make(chan [2][]float64, 1)
-	go func() { probed <- probeDB(pctx, r.srv.direct) }()
+	go func() { probed <- probeDB(pctx, r.srv.controlDB()) }()
 	start := time.Now()
 	for i := 0; i < 2*r.opts.KillFloodSwitches && ctx.Err() == nil; i++ {
 		if !fp.alive() {

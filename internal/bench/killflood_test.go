@@ -30,17 +30,36 @@ func buildReservoir(t *testing.T) string {
 // database's flags, a flood of 200 connections from a process of its own
 // is shed, and every kill switch change is answered, measured from the
 // write to each replica's heartbeat, and reported in the tables and the
-// targets. The run leaves no replica, attacker or database behind.
+// targets. The run leaves no replica, attacker or database behind. With
+// Options.KillFloodControlDSN the control database is one the run made on
+// that server (here the same server, another database): the changes are
+// obeyed only if the replicas' flags and heartbeats are there, where the
+// bench reads them.
 func TestRunKillFlood(t *testing.T) {
 	testtier.Needs(t, "the reservoir binary (go build) and two replicas of it")
 	bin := buildReservoir(t)
+	for _, tc := range []struct {
+		name       string
+		controlDSN string
+	}{
+		{"the run's database is the control database", ""},
+		{"a control database of its own", testdb.ServerDSN(t)},
+	} {
+		t.Run(tc.name, func(t *testing.T) { runKillFlood(t, bin, tc.controlDSN) })
+	}
+}
+
+// runKillFlood is TestRunKillFlood's point, with the control database on
+// controlDSN's server ("" for the run's own).
+func runKillFlood(t *testing.T, bin, controlDSN string) {
 	opts := Options{
-		MySQLDSN:          testdb.ServerDSN(t),
-		RedisAddr:         testredis.Addr(t),
-		Sweeps:            []Sweep{{Scenario: ScenarioKillFlood, Variants: []string{"this"}, Concurrency: []int{200}, Latencies: []time.Duration{0}}},
-		ServeBinaries:     map[string]string{"this": bin},
-		FloodBinary:       bin,
-		KillFloodSwitches: 2,
+		MySQLDSN:            testdb.ServerDSN(t),
+		RedisAddr:           testredis.Addr(t),
+		Sweeps:              []Sweep{{Scenario: ScenarioKillFlood, Variants: []string{"this"}, Concurrency: []int{200}, Latencies: []time.Duration{0}}},
+		ServeBinaries:       map[string]string{"this": bin},
+		FloodBinary:         bin,
+		KillFloodSwitches:   2,
+		KillFloodControlDSN: controlDSN,
 	}
 	rep, progress := runWithProgress(t, opts, 3*time.Minute)
 	if len(rep.Results) != 1 {
@@ -72,11 +91,16 @@ func TestRunKillFlood(t *testing.T) {
 	if err := rep.WriteMarkdown(&md); err != nil || !strings.Contains(md.String(), "| this | 200 | first | 4 |") {
 		t.Errorf("markdown (%v):\n%s", err, md.String())
 	}
+	if (controlDSN != "") != strings.Contains(rep.Env.ControlServer, rep.Env.Database+"_control") {
+		t.Errorf("the report's control server is %q", rep.Env.ControlServer)
+	}
 	// The replicas stopped and removed their heartbeats.
 	db := testdb.New(t)
-	var n int
-	if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", rep.Env.Database).Scan(&n); err != nil || n != 0 {
-		t.Errorf("database %s: %d left (%v)", rep.Env.Database, n, err)
+	for _, name := range []string{rep.Env.Database, rep.Env.Database + "_control"} {
+		var n int
+		if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", name).Scan(&n); err != nil || n != 0 {
+			t.Errorf("database %s: %d left (%v)", name, n, err)
+		}
 	}
 	if out, _ := exec.Command("pgrep", "-f", bin).Output(); len(bytes.TrimSpace(out)) > 0 {
 		t.Errorf("processes of %s still running: %s", bin, out)

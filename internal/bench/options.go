@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // Variant names. VariantPoolBefore is the unit pool as it was before this
@@ -231,6 +233,15 @@ type Options struct {
 	// (--serve before=/tmp/reservoir-old,after=/tmp/reservoir). The
 	// variant VariantServe is this executable unless given here.
 	ServeBinaries map[string]string
+	// KillFloodControlDSN is a MySQL server, without a database, for the
+	// killflood scenario's control database (the replicas' control_dsn:
+	// the flags, their heartbeats, the audit, the comparer's stats): the
+	// run creates, migrates and drops a database of its own there, and
+	// the point's database probe times that server. It stands in for a
+	// control plane whose database does not share the checkout's
+	// MariaDB. Default "": the run's own database, beside the pod's
+	// tables on Options.MySQLDSN's server.
+	KillFloodControlDSN string
 	// KillFloodNice is the killflood attackers' CPU priority (nice(1)):
 	// on a machine they share with the replicas they flood, a positive
 	// value stands in for machines of their own, where the CPU they use
@@ -318,6 +329,13 @@ func (o Options) Validate() error {
 	}
 	if o.KillFloodNice < -20 || o.KillFloodNice > 19 {
 		errs = append(errs, fmt.Errorf("bench: Options.KillFloodNice must be between -20 and 19 (nice(1)), got %d", o.KillFloodNice))
+	}
+	if o.KillFloodControlDSN != "" {
+		if cfg, err := mysql.ParseDSN(o.KillFloodControlDSN); err != nil {
+			errs = append(errs, fmt.Errorf("bench: Options.KillFloodControlDSN: %w", err))
+		} else if cfg.DBName != "" {
+			errs = append(errs, fmt.Errorf("bench: Options.KillFloodControlDSN names database %q: give the server only; the run creates its own database", cfg.DBName))
+		}
 	}
 	if o.KillFloodTarget != KillFloodFirst && o.KillFloodTarget != KillFloodBoth {
 		errs = append(errs, fmt.Errorf("bench: Options.KillFloodTarget must be %q or %q, got %q", KillFloodFirst, KillFloodBoth, o.KillFloodTarget))

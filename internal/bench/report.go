@@ -225,6 +225,11 @@ type Env struct {
 	// unless Options.Keep.
 	Database    string `json:"database"`
 	RedisPrefix string `json:"redis_prefix"`
+	// ControlServer is the server of the killflood scenario's control
+	// database when it has one of its own (Options.KillFloodControlDSN),
+	// as host:port, its version and flush setting; "" when the run's
+	// database is the control database.
+	ControlServer string `json:"control_server,omitempty"`
 }
 
 // Report is a run's results and the ratios against the issue's targets.
@@ -279,6 +284,12 @@ func newReport(ctx context.Context, opts Options, srv *servers, started time.Tim
 	e.DurationS, e.WarmupS = opts.Duration.Seconds(), opts.Warmup.Seconds()
 	e.Buckets, e.PoolCap = opts.Buckets, opts.PoolCap
 	e.Database, e.RedisPrefix = srv.dbName, srv.prefix
+	if srv.controlAdmin != nil {
+		var version, flush string
+		_ = srv.controlAdmin.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version)
+		_ = srv.controlAdmin.QueryRowContext(ctx, sqlFlushRead).Scan(&flush)
+		e.ControlServer = fmt.Sprintf("%s (%s, innodb_flush_log_at_trx_commit=%s), database %s", srv.controlAddr, version, flush, srv.controlName)
+	}
 	return rep
 }
 
@@ -504,6 +515,9 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 		rep.Started.Format(time.RFC3339), rep.Seconds, e.GoVersion, e.CPUs, e.LoadAvg, e.MySQLVersion, e.RedisVersion, e.Flush, e.Binlog, e.DurationS, e.WarmupS, e.PoolCap, e.Buckets)
 	if e.Split != "" {
 		fmt.Fprintf(&b, " Split: %s.", e.Split)
+	}
+	if e.ControlServer != "" {
+		fmt.Fprintf(&b, " The killflood control database on a server of its own: %s.", e.ControlServer)
 	}
 	if e.Rate > 0 {
 		fmt.Fprintf(&b, " Open-loop reserves: %g calls/s offered per point, latency from each call's scheduled start.", e.Rate)

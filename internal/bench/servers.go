@@ -37,6 +37,13 @@ type servers struct {
 	// admin is the server without a database: counters, settings, create
 	// and drop. direct is the run's database, without the added latency.
 	admin, direct *sql.DB
+	// controlAdmin and control are the killflood scenario's control
+	// server and its database controlName when it has one of its own
+	// (Options.KillFloodControlDSN); nil otherwise: direct is the
+	// control database too (controlDB).
+	controlAdmin, control *sql.DB
+	controlName           string
+	controlAddr           string // host:port, for the report
 	// prefix starts every Redis key of the run; redisDirect cleans it up.
 	prefix      string
 	redisDirect *redis.Client
@@ -144,6 +151,11 @@ func openServers(ctx context.Context, opts Options, latencies []time.Duration) (
 			return nil, fmt.Errorf("bench: create baseline tables: %w", err)
 		}
 	}
+	if opts.KillFloodControlDSN != "" {
+		if err := s.openControl(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.settings(ctx); err != nil {
 		return nil, err
 	}
@@ -166,25 +178,109 @@ func openServers(ctx context.Context, opts Options, latencies []time.Duration) (
 	return s, nil
 }
 
+// setFlush applies the flush setting (Options.Flush) on the server of
+// admin, remembering how to put it back.
+func (s *servers) setFlush(ctx context.Context, admin *sql.DB) error {
+	if s.opts.Flush == "" {
+		return nil
+	}
+	var old int
+	if err := admin.QueryRowContext(ctx, sqlFlushRead).Scan(&old); err != nil {
+		return fmt.Errorf("bench: read innodb_flush_log_at_trx_commit: %w", err)
+	}
+	// The variable takes a number, not a string.
+	want, _ := strconv.Atoi(s.opts.Flush)
+	if old == want {
+		return nil
+	}
+	if _, err := admin.ExecContext(ctx, sqlFlushSet, want); err != nil {
+		return fmt.Errorf("bench: set innodb_flush_log_at_trx_commit=%s: %w", s.opts.Flush, err)
+	}
+	s.undo = append(s.undo, func(ctx context.Context) error {
+		_, err := admin.ExecContext(ctx, sqlFlushSet, old)
+		return err
+	})
+	return nil
+}
+
+// openControl creates and migrates the run's control database on the
+// server of Options.KillFloodControlDSN, as openServers does the run's
+// own, and says how to drop it. Its name is the run's with "_control",
+// so that a control server that is the run's server too still works.
+func (s *servers) openControl(ctx context.Context) (err error) {
+	cfg, err := mysql.ParseDSN(s.opts.KillFloodControlDSN)
+	if err != nil {
+		return fmt.Errorf("bench: parse the control server's DSN: %w", err)
+	}
+	if s.controlAdmin, err = mysqlstore.Open(s.opts.KillFloodControlDSN); err != nil {
+		return err
+	}
+	s.controlAdmin.SetMaxOpenConns(4)
+	if err := s.controlAdmin.PingContext(ctx); err != nil {
+		return fmt.Errorf("bench: connect to the control server: %w", err)
+	}
+	s.controlName, s.controlAddr = s.dbName+"_control", cfg.Addr
+	if _, err := s.controlAdmin.ExecContext(ctx, "CREATE DATABASE "+s.controlName); err != nil { //sqlcheck:ok a database name cannot be a parameter; this one is the run's and _control
+		return fmt.Errorf("bench: create database %s on the control server: %w", s.controlName, err)
+	}
+	s.undo = append(s.undo, func(ctx context.Context) error {
+		if s.opts.Keep {
+			return nil
+		}
+		_, err := s.controlAdmin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+s.controlName) //sqlcheck:ok the name made above
+		return err
+	})
+	cfg.DBName = s.controlName
+	if s.control, err = mysqlstore.Open(cfg.FormatDSN()); err != nil {
+		return err
+	}
+	s.control.SetMaxOpenConns(16)
+	if _, err := migrations.Up(ctx, s.control, migrations.Control); err != nil {
+		return fmt.Errorf("bench: migrate %s on the control server: %w", s.controlName, err)
+	}
+	// The run's commits are as durable there as on its own server.
+	if err := s.setFlush(ctx, s.controlAdmin); err != nil {
+		return fmt.Errorf("bench: the control server: %w", err)
+	}
+	// The database probe's row (probeDB).
+	for _, stmt := range sqlCreateBaselines {
+		if strings.Contains(stmt, "bench_probe") {
+			if _, err := s.control.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("bench: create the probe's table on the control server: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// controlDB is the killflood scenario's control database: the one on a
+// server of its own (Options.KillFloodControlDSN), else the run's.
+func (s *servers) controlDB() *sql.DB {
+	if s.control != nil {
+		return s.control
+	}
+	return s.direct
+}
+
+// controlDSN is controlDB's DSN, for the replicas' control_dsn.
+func (s *servers) controlDSN() (string, error) {
+	dsn, name := s.opts.MySQLDSN, s.dbName
+	if s.control != nil {
+		dsn, name = s.opts.KillFloodControlDSN, s.controlName
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "", err
+	}
+	cfg.DBName = name
+	return cfg.FormatDSN(), nil
+}
+
 // settings applies the flush setting and turns on the record lock counter,
 // remembering how to put both back.
 func (s *servers) settings(ctx context.Context) error {
-	if s.opts.Flush != "" {
-		var old int
-		if err := s.admin.QueryRowContext(ctx, sqlFlushRead).Scan(&old); err != nil {
-			return fmt.Errorf("bench: read innodb_flush_log_at_trx_commit: %w", err)
-		}
-		// The variable takes a number, not a string.
-		want, _ := strconv.Atoi(s.opts.Flush)
-		if old != want {
-			if _, err := s.admin.ExecContext(ctx, sqlFlushSet, want); err != nil {
-				return fmt.Errorf("bench: set innodb_flush_log_at_trx_commit=%s: %w", s.opts.Flush, err)
-			}
-			s.undo = append(s.undo, func(ctx context.Context) error {
-				_, err := s.admin.ExecContext(ctx, sqlFlushSet, old)
-				return err
-			})
-		}
+	if err := s.setFlush(ctx, s.admin); err != nil {
+		return err
 	}
 	var name, value string
 	err := s.admin.QueryRowContext(ctx, sqlStatusLike, "Innodb_os_log_fsyncs").Scan(&name, &value)
@@ -426,6 +522,9 @@ func (s *servers) close(ctx context.Context) error {
 	if s.direct != nil {
 		_ = s.direct.Close()
 	}
+	if s.control != nil {
+		_ = s.control.Close()
+	}
 	var errs []error
 	for i := len(s.undo) - 1; i >= 0; i-- {
 		if err := s.undo[i](ctx); err != nil {
@@ -434,6 +533,9 @@ func (s *servers) close(ctx context.Context) error {
 	}
 	if s.admin != nil {
 		_ = s.admin.Close()
+	}
+	if s.controlAdmin != nil {
+		_ = s.controlAdmin.Close()
 	}
 	if s.redisDirect != nil {
 		_ = s.redisDirect.Close()

@@ -52,7 +52,33 @@ var ErrFlagsChanged = errors.New("rollout: the flags changed since they were rea
 var (
 	_ FlagStore = FlagsFile{}
 	_ FlagStore = FlagsTable{}
+	_ TxStore   = FlagsTable{}
 )
+
+// TxStore is a FlagStore that changes the flags in a transaction of a
+// database (FlagsTable, KillTable): a writer can add statements of its own
+// to that transaction, which then commit with the flags or not at all.
+// The controller writes a kill switch's audit row so: the change and its
+// record are one commit, where they were two in a row on the operator's
+// wait.
+type TxStore interface {
+	FlagStore
+	// Database is the database the store's transactions run in: only
+	// statements meant for it may join them.
+	Database() *sql.DB
+	// UpdateAtTx is UpdateAt that calls also in the change's transaction,
+	// under the flags' row lock, after the new document is written (or
+	// found unchanged, when nothing is written) and before the commit,
+	// with the transaction's context (bounded by the store's Timeout) and
+	// the flags before and after. An error from also rolls the change
+	// back and is returned as it is. also is not called when the
+	// change is refused (ErrFlagsChanged, an invalid document, an edit's
+	// error).
+	UpdateAtTx(version int64, change func(*Flags) error, also func(ctx context.Context, tx *sql.Tx, before, after *Flags) error) (before, after *Flags, err error)
+	// ReplaceInvalidTx is ReplaceInvalid that calls also in the
+	// replacement's transaction, as UpdateAtTx does.
+	ReplaceInvalidTx(doc []byte, f *Flags, also func(ctx context.Context, tx *sql.Tx) error) error
+}
 
 // FlagsTable keeps the flags document in the control database (table
 // rollout_flags, one row), for a fleet of replicas on many hosts: each
@@ -111,7 +137,7 @@ func (t FlagsTable) Read() (*Flags, error) {
 // Write implements FlagStore. The document it replaces need not parse:
 // its version is the row's, or the highest the document shows.
 func (t FlagsTable) Write(f *Flags) error {
-	return t.replace(nil, f)
+	return t.replace(nil, f, nil)
 }
 
 // invalid is Read's error for a document ParseFlags refuses.
@@ -126,12 +152,21 @@ func (t FlagsTable) Update(change func(*Flags) error) (before, after *Flags, err
 
 // UpdateAt implements FlagStore; a negative version accepts any.
 func (t FlagsTable) UpdateAt(version int64, change func(*Flags) error) (before, after *Flags, err error) {
-	return t.change(version, func(cur *Flags) (*Flags, error) { return NextFlags(cur, change) })
+	return t.UpdateAtTx(version, change, nil)
 }
 
-// change runs a read-modify-write of the document under its row lock.
+// Database implements TxStore.
+func (t FlagsTable) Database() *sql.DB { return t.DB }
+
+// UpdateAtTx implements TxStore; a negative version accepts any.
+func (t FlagsTable) UpdateAtTx(version int64, change func(*Flags) error, also func(ctx context.Context, tx *sql.Tx, before, after *Flags) error) (before, after *Flags, err error) {
+	return t.change(version, func(cur *Flags) (*Flags, error) { return NextFlags(cur, change) }, also)
+}
+
+// change runs a read-modify-write of the document under its row lock,
+// and also (when not nil) in the same transaction before its commit.
 // expect >= 0 refuses it unless the document is at that version.
-func (t FlagsTable) change(expect int64, next func(*Flags) (*Flags, error)) (before, after *Flags, err error) {
+func (t FlagsTable) change(expect int64, next func(*Flags) (*Flags, error), also func(ctx context.Context, tx *sql.Tx, before, after *Flags) error) (before, after *Flags, err error) {
 	if t.DB == nil {
 		return nil, nil, errors.New("rollout: FlagsTable.DB is required")
 	}
@@ -168,20 +203,29 @@ func (t FlagsTable) change(expect int64, next func(*Flags) (*Flags, error)) (bef
 	if err != nil {
 		return nil, nil, err
 	}
-	if exists && bytes.Equal(data, []byte(doc)) {
+	// An unchanged document is not written again; what also adds still is.
+	unchanged := exists && bytes.Equal(data, []byte(doc))
+	if unchanged && also == nil {
 		return before, after, tx.Rollback()
 	}
-	now := time.Now().UTC()
-	if exists {
-		err = controldb.UpdateFlags(ctx, tx, t.row(), after.Version, string(data), now)
-	} else {
-		err = controldb.InsertFlags(ctx, tx, t.row(), after.Version, string(data), now)
-	}
-	if err != nil {
-		if controldb.IsDuplicate(err) {
-			err = fmt.Errorf("%w: another writer created the flags first", ErrFlagsChanged)
+	if !unchanged {
+		now := time.Now().UTC()
+		if exists {
+			err = controldb.UpdateFlags(ctx, tx, t.row(), after.Version, string(data), now)
+		} else {
+			err = controldb.InsertFlags(ctx, tx, t.row(), after.Version, string(data), now)
 		}
-		return nil, nil, fmt.Errorf("rollout: write the flags: %w", err)
+		if err != nil {
+			if controldb.IsDuplicate(err) {
+				err = fmt.Errorf("%w: another writer created the flags first", ErrFlagsChanged)
+			}
+			return nil, nil, fmt.Errorf("rollout: write the flags: %w", err)
+		}
+	}
+	if also != nil {
+		if err = also(ctx, tx, before, after); err != nil {
+			return nil, nil, err
+		}
 	}
 	if err = tx.Commit(); err != nil {
 		return nil, nil, fmt.Errorf("rollout: write the flags: %w", err)

@@ -85,13 +85,19 @@ func (ff FlagsFile) ReplaceInvalid(doc []byte, f *Flags) error {
 // control database still holds exactly doc: if it changed since, nothing
 // is written and the error wraps ErrFlagsChanged. It never parses doc.
 func (t FlagsTable) ReplaceInvalid(doc []byte, f *Flags) error {
-	return t.replace(doc, f)
+	return t.replace(doc, f, nil)
+}
+
+// ReplaceInvalidTx implements TxStore.
+func (t FlagsTable) ReplaceInvalidTx(doc []byte, f *Flags, also func(ctx context.Context, tx *sql.Tx) error) error {
+	return t.replace(doc, f, also)
 }
 
 // replace writes f as the document under the row lock, without parsing
-// the document it replaces; with expect non-nil, only over exactly that
-// document.
-func (t FlagsTable) replace(expect []byte, f *Flags) (err error) {
+// the document it replaces, and also (when not nil) in the same
+// transaction before its commit; with expect non-nil, only over exactly
+// that document.
+func (t FlagsTable) replace(expect []byte, f *Flags, also func(ctx context.Context, tx *sql.Tx) error) (err error) {
 	if t.DB == nil {
 		return errors.New("rollout: FlagsTable.DB is required")
 	}
@@ -128,20 +134,29 @@ func (t FlagsTable) replace(expect []byte, f *Flags) (err error) {
 			return err
 		}
 	}
-	if exists && doc == string(data) {
+	// An unchanged document is not written again; what also adds still is.
+	unchanged := exists && doc == string(data)
+	if unchanged && also == nil {
 		return tx.Rollback()
 	}
-	now := time.Now().UTC()
-	if exists {
-		err = controldb.UpdateFlags(ctx, tx, t.row(), f.Version, string(data), now)
-	} else {
-		err = controldb.InsertFlags(ctx, tx, t.row(), f.Version, string(data), now)
-	}
-	if err != nil {
-		if controldb.IsDuplicate(err) {
-			err = fmt.Errorf("%w: another writer created the flags first", ErrFlagsChanged)
+	if !unchanged {
+		now := time.Now().UTC()
+		if exists {
+			err = controldb.UpdateFlags(ctx, tx, t.row(), f.Version, string(data), now)
+		} else {
+			err = controldb.InsertFlags(ctx, tx, t.row(), f.Version, string(data), now)
 		}
-		return fmt.Errorf("rollout: write the flags: %w", err)
+		if err != nil {
+			if controldb.IsDuplicate(err) {
+				err = fmt.Errorf("%w: another writer created the flags first", ErrFlagsChanged)
+			}
+			return fmt.Errorf("rollout: write the flags: %w", err)
+		}
+	}
+	if also != nil {
+		if err = also(ctx, tx); err != nil {
+			return err
+		}
 	}
 	if err = tx.Commit(); err != nil {
 		return fmt.Errorf("rollout: write the flags: %w", err)

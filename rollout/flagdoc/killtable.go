@@ -2,6 +2,7 @@ package flagdoc
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -28,7 +29,10 @@ var ErrFlagsExternal = errors.New("reservoir does not write these flags")
 // mode: the modes are served by a source reservoir does not write.
 var ErrModesExternal = fmt.Errorf("the modes are served elsewhere: %w", ErrFlagsExternal)
 
-var _ FlagStore = KillTable{}
+var (
+	_ FlagStore = KillTable{}
+	_ TxStore   = KillTable{}
+)
 
 // KillTable is the FlagStore of a fleet whose modes come from a source
 // reservoir does not write (a flagd daemon, an OFREP endpoint, any
@@ -94,6 +98,14 @@ func (k KillTable) Update(change func(*Flags) error) (before, after *Flags, err 
 // UpdateAt implements FlagStore; a negative version accepts any. A change
 // that touches a mode is refused and writes nothing.
 func (k KillTable) UpdateAt(version int64, change func(*Flags) error) (before, after *Flags, err error) {
+	return k.UpdateAtTx(version, change, nil)
+}
+
+// Database implements TxStore.
+func (k KillTable) Database() *sql.DB { return k.DB }
+
+// UpdateAtTx implements TxStore, refusing what UpdateAt refuses.
+func (k KillTable) UpdateAtTx(version int64, change func(*Flags) error, also func(ctx context.Context, tx *sql.Tx, before, after *Flags) error) (before, after *Flags, err error) {
 	return k.table().change(version, func(cur *Flags) (*Flags, error) {
 		next, err := NextFlags(cur, change)
 		if err != nil {
@@ -106,17 +118,23 @@ func (k KillTable) UpdateAt(version int64, change func(*Flags) error) (before, a
 			return nil, k.tooHigh(next.Version)
 		}
 		return next, nil
-	})
+	}, also)
 }
 
 // ReplaceInvalid replaces a kill switch document that ParseFlags refuses
 // (see FlagsTable.ReplaceInvalid); f must leave the modes at their code
 // defaults.
 func (k KillTable) ReplaceInvalid(doc []byte, f *Flags) error {
+	return k.ReplaceInvalidTx(doc, f, nil)
+}
+
+// ReplaceInvalidTx implements TxStore, refusing what ReplaceInvalid
+// refuses.
+func (k KillTable) ReplaceInvalidTx(doc []byte, f *Flags, also func(ctx context.Context, tx *sql.Tx) error) error {
 	if err := k.checkModes(noDocument(), f); err != nil {
 		return err
 	}
-	return k.table().ReplaceInvalid(doc, f)
+	return k.table().replace(doc, f, also)
 }
 
 func (k KillTable) tooHigh(v int64) error {
