@@ -398,6 +398,9 @@ func TestFlipUnderLoadHonoursEveryReservation(t *testing.T) {
 	const ttl = 6 * time.Second
 	var deducted [items + 1]atomic.Int64
 	var claims atomic.Int64
+	// What each token's first claim or release answered: every later read
+	// of the token must agree, across the handoffs and the expiries.
+	var answered sync.Map // token -> error a Get must wrap
 	phase := func(name string, flip func()) {
 		// Reserve under the current mode...
 		var tokens sync.Map
@@ -436,6 +439,7 @@ func TestFlipUnderLoadHonoursEveryReservation(t *testing.T) {
 						if _, err := b.f.Release(context.Background(), &reservation.ReleaseParams{Shop: shop, Token: token}); err != nil {
 							t.Errorf("%s: release %s: %v", name, token, err)
 						}
+						answered.Store(token, reservation.ErrReleased)
 						continue
 					}
 					c, err := b.claim(context.Background(), token)
@@ -447,6 +451,7 @@ func TestFlipUnderLoadHonoursEveryReservation(t *testing.T) {
 						t.Errorf("%s: claim %s attempt %d: replayed = %v", name, token, attempt, c.Replayed)
 					}
 					if attempt == 0 {
+						answered.Store(token, reservation.ErrAlreadyClaimed)
 						claims.Add(1)
 						for _, a := range c.Allocations {
 							deducted[a.Item].Add(a.Quantity)
@@ -471,6 +476,20 @@ func TestFlipUnderLoadHonoursEveryReservation(t *testing.T) {
 	if n := b.db.Count(t, "reservation_claims"); n != claims.Load() {
 		t.Errorf("claims rows %d, claims answered %d", n, claims.Load())
 	}
+	// Every token still reads as its claim or release answered, through
+	// the facade from the store that decides now: a claim a handoff lost
+	// would read as held, and later as expired.
+	agrees := func(when string) {
+		t.Helper()
+		answered.Range(func(k, v any) bool {
+			token, want := k.(string), v.(error)
+			if h, err := b.f.Get(context.Background(), &reservation.GetParams{Shop: shop, Token: token}); !errors.Is(err, want) {
+				t.Errorf("get %s %s: %+v %v, want %v (as its claim or release answered)", token, when, h, err, want)
+			}
+			return true
+		})
+	}
+	agrees("after the handoffs")
 
 	// Holds that are never claimed expire: MySQL (which decides) reaps
 	// them and Redis follows through the relay.
@@ -503,6 +522,7 @@ func TestFlipUnderLoadHonoursEveryReservation(t *testing.T) {
 	if d, err := b.rd.Drift(context.Background(), &reservation.DriftParams{Shop: shop}); err != nil || len(d) != 0 {
 		t.Errorf("redis drift: %v %v", d, err)
 	}
+	agrees("after every hold expired")
 	if d, err := b.my.Reconcile(context.Background(), 0); err != nil {
 		t.Error(err)
 	} else {
