@@ -105,6 +105,26 @@ func (t FlagsTable) row() controldb.Doc {
 	return t.doc
 }
 
+// writeRow writes the document data at version in tx: an UPDATE of the
+// flags row, or its INSERT when there was none (exists false), where a
+// duplicate key means another writer created it first (ErrFlagsChanged).
+func (t FlagsTable) writeRow(ctx context.Context, tx *sql.Tx, exists bool, version int64, data []byte) error {
+	now := time.Now().UTC()
+	var err error
+	if exists {
+		err = controldb.UpdateFlags(ctx, tx, t.row(), version, string(data), now)
+	} else {
+		err = controldb.InsertFlags(ctx, tx, t.row(), version, string(data), now)
+	}
+	if err != nil {
+		if controldb.IsDuplicate(err) {
+			err = fmt.Errorf("%w: another writer created the flags first", ErrFlagsChanged)
+		}
+		return fmt.Errorf("rollout: write the flags: %w", err)
+	}
+	return nil
+}
+
 func (t FlagsTable) ctx() (context.Context, context.CancelFunc) {
 	d := t.Timeout
 	if d <= 0 {
@@ -209,17 +229,8 @@ func (t FlagsTable) change(expect int64, next func(*Flags) (*Flags, error), also
 		return before, after, tx.Rollback()
 	}
 	if !unchanged {
-		now := time.Now().UTC()
-		if exists {
-			err = controldb.UpdateFlags(ctx, tx, t.row(), after.Version, string(data), now)
-		} else {
-			err = controldb.InsertFlags(ctx, tx, t.row(), after.Version, string(data), now)
-		}
-		if err != nil {
-			if controldb.IsDuplicate(err) {
-				err = fmt.Errorf("%w: another writer created the flags first", ErrFlagsChanged)
-			}
-			return nil, nil, fmt.Errorf("rollout: write the flags: %w", err)
+		if err := t.writeRow(ctx, tx, exists, after.Version, data); err != nil {
+			return nil, nil, err
 		}
 	}
 	if also != nil {

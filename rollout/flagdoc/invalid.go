@@ -10,7 +10,6 @@ import (
 	"os"
 	"regexp"
 	"strconv"
-	"time"
 
 	"github.com/seed31b0e981/reservoir/internal/controldb"
 )
@@ -140,17 +139,8 @@ func (t FlagsTable) replace(expect []byte, f *Flags, also func(ctx context.Conte
 		return tx.Rollback()
 	}
 	if !unchanged {
-		now := time.Now().UTC()
-		if exists {
-			err = controldb.UpdateFlags(ctx, tx, t.row(), f.Version, string(data), now)
-		} else {
-			err = controldb.InsertFlags(ctx, tx, t.row(), f.Version, string(data), now)
-		}
-		if err != nil {
-			if controldb.IsDuplicate(err) {
-				err = fmt.Errorf("%w: another writer created the flags first", ErrFlagsChanged)
-			}
-			return fmt.Errorf("rollout: write the flags: %w", err)
+		if err := t.writeRow(ctx, tx, exists, f.Version, data); err != nil {
+			return err
 		}
 	}
 	if also != nil {
