@@ -375,6 +375,14 @@ func (rep *Report) judge() {
 				}
 			}
 		}
+		// The server CPU per reservation, the pool against the batched
+		// row (issue 28, point 5): at most 1.8x.
+		if p, ok := rep.find(ScenarioHot, VariantPool, 64, l, "reserve"); ok && p.MySQLCPUus > 0 {
+			if row, ok := rep.find(ScenarioHot, VariantRow, 64, l, "reserve"); ok && row.MySQLCPUus > 0 {
+				add(Target{Name: "pool mysqld CPU per reserve vs row's", Where: "hot c=64 " + at,
+					Detail: fmt.Sprintf("pool %.0f µs/op, row %.0f µs/op", p.MySQLCPUus, row.MySQLCPUus)}, p.MySQLCPUus/row.MySQLCPUus, 1.8, false)
+			}
+		}
 		// No collapse: pool at 64 and 128 >= 0.85x its best at lower
 		// concurrency.
 		for _, v := range []string{VariantPool, VariantPool + Unbatched, VariantPoolBefore, VariantPoolHeadScan} {

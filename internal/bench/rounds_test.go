@@ -249,3 +249,33 @@ func TestOverheadsJudge(t *testing.T) {
 		t.Errorf("a clear miss: %v %q", met, v)
 	}
 }
+
+// The server CPU per reservation is a target of its own (issue 28, point
+// 5): the pool's mysqld µs per reserve against the batched row's, at most
+// 1.8x, judged per round and per added latency.
+func TestServerCPUTarget(t *testing.T) {
+	t.Parallel()
+	res := func(v string, ops, mysqlCPUus float64) Result {
+		return Result{Point: Point{Scenario: ScenarioHot, Variant: v, Concurrency: 64}, AddedRTTms: 1, Op: "reserve",
+			OpsPerSec: ops, MySQLCPUus: mysqlCPUus, Invariant: "ok"}
+	}
+	judge := func(pool, row float64) (Target, bool) {
+		rep := &Report{Results: []Result{res(VariantPool, 1000, pool), res(VariantRow, 2000, row)}}
+		rep.finish()
+		for _, tg := range rep.Targets {
+			if strings.Contains(tg.Name, "mysqld CPU per reserve") {
+				return tg, true
+			}
+		}
+		return Target{}, false
+	}
+	if tg, ok := judge(720, 360); !ok || tg.Ratio != 2 || tg.Pass || tg.Want != "<= 1.80" || tg.Where != "hot c=64 +1ms" {
+		t.Errorf("pool at 2x the row's server CPU: %+v (found %v), want a missed target at 2.00", tg, ok)
+	}
+	if tg, ok := judge(540, 360); !ok || !tg.Pass {
+		t.Errorf("pool at 1.5x: %+v (found %v), want met", tg, ok)
+	}
+	if _, ok := judge(720, 0); ok {
+		t.Error("a row whose server CPU was not measured: want no target")
+	}
+}
