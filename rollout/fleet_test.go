@@ -29,12 +29,37 @@ func (b barrierStore) Read() (*flagdoc.Flags, error) {
 	return f, err
 }
 
+// barrierTxStore is barrierStore over a store whose changes can carry
+// their audit (flagdoc.TxStore), so a controller takes its one-transaction
+// path; barrierStore hides it, so a controller audits after the write.
+type barrierTxStore struct {
+	flagdoc.TxStore
+	wg *sync.WaitGroup
+}
+
+func (b barrierTxStore) Read() (*flagdoc.Flags, error) {
+	return barrierStore{b.TxStore, b.wg}.Read()
+}
+
 // Two controllers race to change the control database's flags, each from
 // the version it read: one wins, the other gets ErrFlagsChanged naming
 // both versions and writes nothing, and the audit holds both attempts
 // (the loser's as "kill_conflict").
 func TestControllersRaceOnTheDatabaseFlags(t *testing.T) {
 	t.Parallel()
+	stores := map[string]func(flagdoc.FlagsTable, *sync.WaitGroup) flagdoc.FlagStore{
+		"audit in the flags' transaction": func(t flagdoc.FlagsTable, wg *sync.WaitGroup) flagdoc.FlagStore { return barrierTxStore{t, wg} },
+		"audit after the write":           func(t flagdoc.FlagsTable, wg *sync.WaitGroup) flagdoc.FlagStore { return barrierStore{t, wg} },
+	}
+	for name, store := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			raceOnTheDatabaseFlags(t, store)
+		})
+	}
+}
+
+func raceOnTheDatabaseFlags(t *testing.T, store func(flagdoc.FlagsTable, *sync.WaitGroup) flagdoc.FlagStore) {
 	b := setupController(t, true)
 	table := flagdoc.FlagsTable{DB: b.db.DB}
 	if err := table.Write(flagdoc.NewFlags()); err != nil {
@@ -43,8 +68,8 @@ func TestControllersRaceOnTheDatabaseFlags(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	ctls := []*rollout.Controller{
-		b.controller(t, func(c *rollout.ControllerConfig) { c.Flags = barrierStore{table, &wg}; c.ObeyWait = -1 }),
-		b.controller(t, func(c *rollout.ControllerConfig) { c.Flags = barrierStore{table, &wg}; c.ObeyWait = -1 }),
+		b.controller(t, func(c *rollout.ControllerConfig) { c.Flags = store(table, &wg); c.ObeyWait = -1 }),
+		b.controller(t, func(c *rollout.ControllerConfig) { c.Flags = store(table, &wg); c.ObeyWait = -1 }),
 	}
 	errs := make([]error, 2)
 	var run sync.WaitGroup
