@@ -102,14 +102,7 @@ func TestCopyAhead(t *testing.T) {
 func TestOvertakenCopyWritesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, 10)
-	b.stock(t, 1, 1, 5)
-	handOff(b.s)(t, shop)
-	copier, _, err := b.s.BeginCopy(ctx, shop, 7, redis2)
-	if err != nil || copier == nil {
-		t.Fatalf("begin copy: %v %v", copier, err)
-	}
-	defer copier.Close()
+	b, copier := copyUnderWay(t)
 	if f, err := b.s.TakeOver(ctx, &reservation.Snapshot{Shop: shop}, 3); err != nil || f.String() != "mysql@3" {
 		t.Fatalf("the whole-shop takeover: %v %v", f, err)
 	}
@@ -129,6 +122,22 @@ func TestOvertakenCopyWritesNothing(t *testing.T) {
 	if _, err := b.s.Get(ctx, &reservation.GetParams{Shop: shop, Token: "m1", AsDecider: true}); err != nil {
 		t.Errorf("MySQL's hold after the overtaken copy: %v", err)
 	}
+}
+
+// copyUnderWay is a shop Redis decides (redis@2), item 1 stocked with 5
+// at location 1, and copy 7 of it into MySQL begun (closed at the test's
+// end).
+func copyUnderWay(t *testing.T) (bundle, reservation.Copier) {
+	t.Helper()
+	b := setup(t, 10)
+	b.stock(t, 1, 1, 5)
+	handOff(b.s)(t, shop)
+	copier, _, err := b.s.BeginCopy(context.Background(), shop, 7, redis2)
+	if err != nil || copier == nil {
+		t.Fatalf("begin copy: %v %v", copier, err)
+	}
+	t.Cleanup(func() { copier.Close() })
+	return b, copier
 }
 
 // redis2 is Redis's fence after handOff: Redis decides at epoch 2.
@@ -174,14 +183,7 @@ func TestCopyAfterAForcedHandoff(t *testing.T) {
 func TestCopiedHoldsExpireOnlyOnceMySQLDecides(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, 10)
-	b.stock(t, 1, 1, 5)
-	handOff(b.s)(t, shop) // Redis decides (redis@2)
-	copier, _, err := b.s.BeginCopy(ctx, shop, 7, redis2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer copier.Close()
+	b, copier := copyUnderWay(t)
 	due := reservation.Hold{Shop: shop, Token: "due", Allocations: []reservation.Allocation{{Item: 1, Location: 1, Quantity: 2}},
 		ExpiresAt: time.Now().Add(-time.Second).Truncate(time.Millisecond).UTC(), Authority: reservation.AuthorityRedis}
 	if err := copier.Copy(ctx, &reservation.Snapshot{Shop: shop, Tokens: []string{"due"}, Holds: []reservation.Hold{due}}); err != nil {
@@ -229,14 +231,7 @@ func TestCopiedHoldsExpireOnlyOnceMySQLDecides(t *testing.T) {
 func TestCopyKeepsAClaimThatLandsWhileItWrites(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, 10)
-	b.stock(t, 1, 1, 5)
-	handOff(b.s)(t, shop) // Redis decides (redis@2)
-	copier, _, err := b.s.BeginCopy(ctx, shop, 7, redis2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer copier.Close()
+	b, copier := copyUnderWay(t)
 	allocs := []reservation.Allocation{{Item: 1, Location: 1, Quantity: 2}}
 	hold := reservation.Hold{Shop: shop, Token: "paid", Allocations: allocs,
 		ExpiresAt: time.Now().Add(-time.Second).Truncate(time.Millisecond).UTC(), Authority: reservation.AuthorityRedis} // due: a reap would expire it

@@ -129,6 +129,19 @@ func (b bundle) qty(t *testing.T, item, loc int64) int64 {
 	return a
 }
 
+// settled checks that the ledger and Redis's quantity of item 1 at
+// location 1 are both want: Redis offers what the ledger has. why, when
+// not empty, says what that means for the test.
+func (b bundle) settled(t *testing.T, want int64, why string) {
+	t.Helper()
+	if l, q := b.ledgerAt(t, 1, 1), b.qty(t, 1, 1); l != want || q != want {
+		if why != "" {
+			why = ": " + why
+		}
+		t.Errorf("ledger %d, quantity %d; want %d and %d%s", l, q, want, want, why)
+	}
+}
+
 func (b bundle) ledgerAt(t *testing.T, item, loc int64) int64 {
 	t.Helper()
 	rows, err := b.ledger.Stock(ctx(t), &reservation.StockParams{Shop: shop})

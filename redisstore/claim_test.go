@@ -77,9 +77,7 @@ func TestReleaseDuringClaim(t *testing.T) {
 	if _, err := b.s.Release(c, &reservation.ReleaseParams{Shop: shop, Token: "cart"}); !errors.Is(err, reservation.ErrAlreadyClaimed) {
 		t.Errorf("release after the claim: %v, want ErrAlreadyClaimed", err)
 	}
-	if l, q := b.ledgerAt(t, 1, 1), b.qty(t, 1, 1); l != 7 || q != 7 {
-		t.Errorf("ledger %d, quantity %d; want 7 and 7", l, q)
-	}
+	b.settled(t, 7, "")
 }
 
 // A claiming hold older than the grace: its claim died somewhere. A
@@ -104,9 +102,7 @@ func TestReleaseResolvesAnOldClaim(t *testing.T) {
 		if r, err := release(b); err != nil || !r.Released || fmt.Sprint(r.Allocations) != "[{1 1 3}]" {
 			t.Fatalf("release: %+v %v, want released: the ledger has no claim", r, err)
 		}
-		if l, q := b.ledgerAt(t, 1, 1), b.qty(t, 1, 1); l != 10 || q != 10 {
-			t.Errorf("ledger %d, quantity %d; want 10 and 10", l, q)
-		}
+		b.settled(t, 10, "")
 	})
 
 	t.Run("Claimed", func(t *testing.T) {
@@ -116,9 +112,7 @@ func TestReleaseResolvesAnOldClaim(t *testing.T) {
 		if r, err := release(b); !errors.Is(err, reservation.ErrAlreadyClaimed) || r.Released {
 			t.Fatalf("release: %+v %v, want ErrAlreadyClaimed", r, err)
 		}
-		if l, q := b.ledgerAt(t, 1, 1), b.qty(t, 1, 1); l != 7 || q != 7 {
-			t.Errorf("ledger %d, quantity %d; want 7 and 7: settled as claimed, not given back", l, q)
-		}
+		b.settled(t, 7, "settled as claimed, not given back")
 		if _, err := b.s.Get(context.Background(), &reservation.GetParams{Shop: shop, Token: "cart"}); !errors.Is(err, reservation.ErrAlreadyClaimed) {
 			t.Errorf("get: %v, want ErrAlreadyClaimed", err)
 		}
@@ -218,9 +212,7 @@ func TestClaimExpiresAnExpiredHold(t *testing.T) {
 	if res, err := b.s.Claim(c, &reservation.ClaimParams{Shop: shop, Token: "cart"}); !errors.Is(err, reservation.ErrExpired) || res.Outcome != "" {
 		t.Fatalf("claim of an expired hold: %+v %v, want ErrExpired", res, err)
 	}
-	if l, q := b.ledgerAt(t, 1, 1), b.qty(t, 1, 1); l != 10 || q != 10 {
-		t.Errorf("ledger %d, quantity %d after the expired claim; want 10 and 10", l, q)
-	}
+	b.settled(t, 10, "after the expired claim")
 	if res, err := b.s.Release(c, &reservation.ReleaseParams{Shop: shop, Token: "cart"}); err != nil || res.Released {
 		t.Errorf("release after the expired claim: %+v %v, want nothing released", res, err)
 	}
@@ -260,9 +252,7 @@ func TestClaimFinishesFromTheLedger(t *testing.T) {
 	if err != nil || !res.Replayed || res.Outcome != reservation.OutcomeClaimed || fmt.Sprint(res.Allocations) != "[{1 1 3}]" {
 		t.Fatalf("claim of a forgotten token: %+v %v, want claimed, replayed [{1 1 3}]", res, err)
 	}
-	if l, q := b.ledgerAt(t, 1, 1), b.qty(t, 1, 1); l != 7 || q != 7 {
-		t.Errorf("ledger %d, quantity %d; want 7 and 7", l, q)
-	}
+	b.settled(t, 7, "")
 	if _, err := b.s.Release(c, &reservation.ReleaseParams{Shop: shop, Token: "cart"}); !errors.Is(err, reservation.ErrAlreadyClaimed) {
 		t.Errorf("release: %v, want ErrAlreadyClaimed (the tombstone is back)", err)
 	}
@@ -416,9 +406,7 @@ func TestClaimAnswersBeforeRedisFollows(t *testing.T) {
 		_, err := b.s.Get(c, &reservation.GetParams{Shop: shop, Token: token, AsDecider: true})
 		claimed("get "+token+" after the feed", err)
 	}
-	if l, q := b.ledgerAt(t, 1, 1), b.qty(t, 1, 1); l != 4 || q != 4 {
-		t.Errorf("after the feed: ledger %d, quantity %d; want 4 and 4", l, q)
-	}
+	b.settled(t, 4, "after the feed")
 	if d := b.drift(t); len(d) != 0 {
 		t.Errorf("drift after the feed: %v", d)
 	}
@@ -457,9 +445,7 @@ func TestClaimedHoldWhileTheLedgerCannotBeRead(t *testing.T) {
 	if _, err := b.s.Release(c, &reservation.ReleaseParams{Shop: shop, Token: "cart"}); !errors.Is(err, reservation.ErrAlreadyClaimed) {
 		t.Errorf("release with the ledger back: %v, want ErrAlreadyClaimed", err)
 	}
-	if l, q := b.ledgerAt(t, 1, 1), b.qty(t, 1, 1); l != 8 || q != 8 {
-		t.Errorf("ledger %d, quantity %d; want 8 and 8", l, q)
-	}
+	b.settled(t, 8, "")
 }
 
 // InlineClaimCleanup keeps the path as it was: a hold left claiming (here

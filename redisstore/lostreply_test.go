@@ -264,9 +264,7 @@ func TestLostReplyMovesQuantityOnce(t *testing.T) {
 		if err != nil || !res.Replayed {
 			t.Fatalf("retry: %+v %v, want claimed, replayed", res, err)
 		}
-		if l, q := b.ledgerAt(t, 1, 1), b.qty(t, 1, 1); l != 7 || q != 7 {
-			t.Errorf("ledger %d, quantity %d; want 7 and 7: deducted once, hold removed once", l, q)
-		}
+		b.settled(t, 7, "deducted once, hold removed once")
 	})
 }
 
@@ -338,9 +336,7 @@ func TestLostAdjustReplyWithKeyAppliesOnce(t *testing.T) {
 			if err != nil || res.Replayed != (tc.key != "") {
 				t.Fatalf("retry: %+v %v", res, err)
 			}
-			if l, q := b.ledgerAt(t, 1, 1), b.qty(t, 1, 1); l != tc.want || q != tc.want {
-				t.Errorf("ledger %d, quantity %d after the retry; want both %d", l, q, tc.want)
-			}
+			b.settled(t, tc.want, "after the retry")
 		})
 	}
 }

@@ -754,9 +754,7 @@ func renderBefore(f *flagdoc.Flags) ([]byte, error) {
 
 // audit records a change already applied, in a transaction of its own.
 func (c *Controller) audit(ctx context.Context, at time.Time, actor, action, scope, reason string, stage int, before, after []byte) error {
-	row := controldb.AuditRow{At: at, Actor: actor, Action: action, Scope: scope, Reason: reason,
-		Stage: sql.NullInt64{Int64: int64(stage), Valid: true}, Before: string(before), After: string(after)}
-	if err := controldb.InsertAudit(ctx, c.cfg.DB, row); err != nil {
+	if err := controldb.InsertAudit(ctx, c.cfg.DB, auditRow(at, actor, action, scope, reason, stage, before, after)); err != nil {
 		return fmt.Errorf("rollout: %s applied but not audited: %w", action, err)
 	}
 	return nil
@@ -765,12 +763,16 @@ func (c *Controller) audit(ctx context.Context, at time.Time, actor, action, sco
 // insertAudit records a change in tx, the transaction that writes it:
 // when it fails, the change is rolled back with it.
 func (c *Controller) insertAudit(ctx context.Context, tx *sql.Tx, at time.Time, actor, action, scope, reason string, stage int, before, after []byte) error {
-	row := controldb.AuditRow{At: at, Actor: actor, Action: action, Scope: scope, Reason: reason,
-		Stage: sql.NullInt64{Int64: int64(stage), Valid: true}, Before: string(before), After: string(after)}
-	if err := controldb.InsertAudit(ctx, tx, row); err != nil {
+	if err := controldb.InsertAudit(ctx, tx, auditRow(at, actor, action, scope, reason, stage, before, after)); err != nil {
 		return fmt.Errorf("rollout: %s not applied: its audit could not be written: %w", action, err)
 	}
 	return nil
+}
+
+// auditRow is the audit table's row of a change.
+func auditRow(at time.Time, actor, action, scope, reason string, stage int, before, after []byte) controldb.AuditRow {
+	return controldb.AuditRow{At: at, Actor: actor, Action: action, Scope: scope, Reason: reason,
+		Stage: sql.NullInt64{Int64: int64(stage), Valid: true}, Before: string(before), After: string(after)}
 }
 
 // KillOptions qualify a kill switch change.
