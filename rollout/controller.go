@@ -102,6 +102,12 @@ type ControllerConfig struct {
 	// valid flags (a valid change made outside the controller, by hand or
 	// from git, is then kept). Optional: without it, the audit alone.
 	InForce func() (doc []byte, ok bool)
+	// Wrote, when set, is called after each change the controller wrote
+	// to Flags: the flag source of this process reads it at once
+	// (flagsource.Source.PollNow) instead of at its next poll, so the
+	// replica that took the change obeys it first, and the fleet's wait
+	// (ObeyWait) does not wait a poll interval for it. Optional.
+	Wrote func()
 	// Modes, with a Flags store that keeps only the kill switch
 	// (flagdoc.KillTable), answers the modes of the source reservoir does
 	// not write (flagsource.Source.WithoutKills): the kill switch's
@@ -716,6 +722,7 @@ func (c *Controller) change(ctx context.Context, dryRun bool, out io.Writer, ver
 	if err != nil {
 		return nil, nil, err
 	}
+	c.wrote()
 	if reason != nil && inTx {
 		return before, after, nil // rendered for the audit, in the transaction
 	}
@@ -729,6 +736,14 @@ func (c *Controller) change(ctx context.Context, dryRun bool, out io.Writer, ver
 		err = c.audit(ctx, c.cfg.Now().UTC(), actor, action, scope, *reason, stage, before, after)
 	}
 	return before, after, err
+}
+
+// wrote tells this process's flag source that the controller wrote a
+// change (ControllerConfig.Wrote).
+func (c *Controller) wrote() {
+	if c.cfg.Wrote != nil {
+		c.cfg.Wrote()
+	}
 }
 
 // auditTx returns the flag store when an audit row can join its
@@ -831,10 +846,11 @@ func (c *Controller) Kill(ctx context.Context, scope flagdoc.Scope, k authority.
 	if err := c.knownScope(scope); err != nil {
 		return err
 	}
-	cur, over, err := c.flagsForKill(ctx) // over an invalid document: the last valid flags
+	ks, err := c.startKill(ctx, scope, true)
 	if err != nil {
 		return err
 	}
+	cur, lag := ks.cur, ks.lag
 	if pods := c.mysqlOnlyUnder(ctx, cur, scope); len(pods) > 0 && !o.Resynced {
 		if c.cfg.Reconciler == nil {
 			return fmt.Errorf("%w over %s: %s runs mysql_only and no reconciler is configured to check that Redis holds what MySQL decided; "+
@@ -850,23 +866,70 @@ func (c *Controller) Kill(ctx context.Context, scope flagdoc.Scope, k authority.
 					"run `reservoir reconcile --pod %s --repair` to rebuild Redis, then kill again", ErrKillRefused, scope, pod, summary, pod)
 			}
 		}
+		lag = c.lag(ctx, scope) // the checks took their time: the lag at the switch is the lag now
 	}
 	attribution := flagdoc.Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()}
 	edit := func(f *flagdoc.Flags) error { return f.EngageKill(scope, k, attribution) }
 	if err := c.checkTarget(ctx, cur, scope, "kill", edit); err != nil {
 		return err
 	}
-	lag := c.lag(ctx, cur, scope)
 	if lag != "" && !o.DryRun {
 		fmt.Fprintf(o.Out, "relay lag at the switch: %s\n", lag)
 	}
 	if lag != "" {
 		o.Reason += " [relay lag at the switch: " + lag + "]" // the audit's reason; the flags keep the operator's
 	}
-	if over != nil {
-		return c.killOverInvalid(ctx, scope, "kill", cur, over, o, edit)
+	if ks.over != nil {
+		return c.killOverInvalid(ctx, scope, "kill", ks.stage, cur, ks.over, o, edit)
 	}
-	return c.kill(ctx, scope, "kill", cur.Version, o, edit)
+	return c.kill(ctx, scope, "kill", ks.stage, cur.Version, o, edit)
+}
+
+// killStart is what a kill switch change reads before it decides.
+type killStart struct {
+	// cur are the flags the change builds on, over the plan to write over
+	// an invalid document (flagsForKill).
+	cur  *flagdoc.Flags
+	over *overInvalid
+	// stage is the rollout's stage in force, for the audit (-1: none).
+	stage int
+	// lag is the relay lag of the scope's pods (a kill only).
+	lag string
+}
+
+// startKill reads what a kill switch change over scope decides on, the
+// reads side by side: the flags (with the replicas' versions that judge
+// them), the stage and, withLag, the relay lag. None depends on another,
+// and while the checkout listener is flooded each round trip waits
+// behind the flood (BENCHMARKS.md, the kill switch under a flood): the
+// operator waits for the slowest of them, not for their sum.
+func (c *Controller) startKill(ctx context.Context, scope flagdoc.Scope, withLag bool) (killStart, error) {
+	var (
+		ks                 killStart
+		flagsErr, stateErr error
+		wg                 sync.WaitGroup
+	)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		ks.cur, ks.over, flagsErr = c.flagsForKill(ctx) // over an invalid document: the last valid flags
+	}()
+	go func() {
+		defer wg.Done()
+		ks.stage, _, stateErr = c.state(ctx)
+	}()
+	if withLag {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ks.lag = c.lag(ctx, scope)
+		}()
+	}
+	wg.Wait()
+	if flagsErr != nil {
+		return ks, flagsErr
+	}
+	return ks, stateErr
 }
 
 // checkTarget refuses a kill or release (action) that would move a pod's
@@ -903,20 +966,33 @@ func (c *Controller) checkTarget(ctx context.Context, cur *flagdoc.Flags, scope 
 	return nil
 }
 
-// lag describes the relay lag of the plan's pods within scope.
-func (c *Controller) lag(ctx context.Context, f *flagdoc.Flags, scope flagdoc.Scope) string {
+// lag describes the relay lag of the pods within scope, read side by
+// side.
+func (c *Controller) lag(ctx context.Context, scope flagdoc.Scope) string {
 	if c.cfg.Lag == nil {
 		return ""
 	}
-	var parts []string
-	for _, pod := range c.podsUnder(ctx, f, scope, func(authority.Decision) bool { return true }) {
-		n, oldest, err := c.cfg.Lag.Lag(ctx, pod)
-		if err != nil {
-			parts = append(parts, fmt.Sprintf("%s unknown (%v)", pod, err))
-			continue
+	var pods []string
+	for _, pod := range c.cfg.Pods {
+		if scope.Kind != flagdoc.ScopePod || scope.Pod == pod {
+			pods = append(pods, pod)
 		}
-		parts = append(parts, fmt.Sprintf("%s %d change(s), oldest %s", pod, n, oldest.Round(time.Millisecond)))
 	}
+	parts := make([]string, len(pods))
+	var wg sync.WaitGroup
+	for i, pod := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, oldest, err := c.cfg.Lag.Lag(ctx, pod)
+			if err != nil {
+				parts[i] = fmt.Sprintf("%s unknown (%v)", pod, err)
+				return
+			}
+			parts[i] = fmt.Sprintf("%s %d change(s), oldest %s", pod, n, oldest.Round(time.Millisecond))
+		}()
+	}
+	wg.Wait()
 	return strings.Join(parts, "; ")
 }
 
@@ -935,20 +1011,20 @@ func (c *Controller) Release(ctx context.Context, scope flagdoc.Scope, o KillOpt
 	if err := c.knownScope(scope); err != nil {
 		return err
 	}
-	cur, over, err := c.flagsForKill(ctx) // over an invalid document: the last valid flags
+	ks, err := c.startKill(ctx, scope, false)
 	if err != nil {
 		return err
 	}
 	edit := func(f *flagdoc.Flags) error {
 		return f.ReleaseKill(scope, flagdoc.Attribution{Actor: o.Actor, Reason: o.Reason, At: c.cfg.Now().UTC()})
 	}
-	if err := c.checkTarget(ctx, cur, scope, "release", edit); err != nil {
+	if err := c.checkTarget(ctx, ks.cur, scope, "release", edit); err != nil {
 		return err
 	}
-	if over != nil {
-		err = c.killOverInvalid(ctx, scope, "release", cur, over, o, edit)
+	if ks.over != nil {
+		err = c.killOverInvalid(ctx, scope, "release", ks.stage, ks.cur, ks.over, o, edit)
 	} else {
-		err = c.kill(ctx, scope, "release", cur.Version, o, edit)
+		err = c.kill(ctx, scope, "release", ks.stage, ks.cur.Version, o, edit)
 	}
 	if err != nil || o.DryRun {
 		return err
@@ -995,15 +1071,11 @@ func (c *Controller) knownScope(scope flagdoc.Scope) error {
 }
 
 // kill writes edit (a kill switch change, decided from the flags at
-// version), audits it as action (in the same transaction where the store
-// allows: change) and waits for the fleet to obey.
-func (c *Controller) kill(ctx context.Context, scope flagdoc.Scope, action string, version int64, o KillOptions, edit func(*flagdoc.Flags) error) error {
+// version), audits it as action at stage (in the same transaction where
+// the store allows: change) and waits for the fleet to obey.
+func (c *Controller) kill(ctx context.Context, scope flagdoc.Scope, action string, stage int, version int64, o KillOptions, edit func(*flagdoc.Flags) error) error {
 	if o.Out == nil {
 		o.Out = io.Discard
-	}
-	stage, _, err := c.state(ctx)
-	if err != nil {
-		return err
 	}
 	_, after, err := c.change(ctx, o.DryRun, o.Out, version, o.Actor, action, scope.String(), stage, &o.Reason, edit)
 	if err != nil || o.DryRun {

@@ -569,6 +569,70 @@ func TestKillReportsRelayLag(t *testing.T) {
 	}
 }
 
+// lagFirst is a FlagStore whose Read answers only once the kill switch
+// has asked for the relay lag (asked closed), or fails after a while.
+type lagFirst struct {
+	flagdoc.FlagsFile
+	asked chan struct{}
+}
+
+func (l lagFirst) Read() (*flagdoc.Flags, error) {
+	select {
+	case <-l.asked:
+		return l.FlagsFile.Read()
+	case <-time.After(3 * time.Second):
+		return nil, errors.New("the flags were read before the relay lag was asked for: the reads run one after another")
+	}
+}
+
+// askedLag is a LagReader that says when it is asked.
+type askedLag struct {
+	asked chan struct{}
+	once  *sync.Once
+}
+
+func (a askedLag) Lag(context.Context, string) (int64, time.Duration, error) {
+	a.once.Do(func() { close(a.asked) })
+	return 0, 0, nil
+}
+
+// A kill switch reads what it decides on side by side: under a flood of
+// the checkout listener each round trip waits behind the flood, so the
+// operator should wait for the slowest read, not for their sum. Here the
+// flags cannot be read until the relay lag was asked for: read one after
+// the other (the flags first, as the checks need them), the kill fails.
+// Each written change, and only a written one, tells the flag source of
+// the process (Wrote), so that this replica obeys it at once.
+func TestKillReadsSideBySideAndSaysItWrote(t *testing.T) {
+	ctx := context.Background()
+	b := setupController(t, true)
+	asked := make(chan struct{})
+	wrote := 0
+	ctl := b.controller(t, func(c *rollout.ControllerConfig) {
+		c.Flags = lagFirst{FlagsFile: b.flags, asked: asked}
+		c.Lag = askedLag{asked: asked, once: &sync.Once{}}
+		c.Wrote = func() { wrote++ }
+	})
+	if err := ctl.Kill(ctx, flagdoc.PodScope("pod-a"), authority.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "drill", DryRun: true}); err != nil {
+		t.Fatal(err)
+	}
+	if wrote != 0 {
+		t.Errorf("a dry run told the flag source %d time(s) that it wrote", wrote)
+	}
+	if err := ctl.Kill(ctx, flagdoc.PodScope("pod-a"), authority.KillRedis, rollout.KillOptions{Actor: "ana", Reason: "drill"}); err != nil {
+		t.Fatal(err)
+	}
+	if d := b.decision(t, "pod-a"); d.Kill != authority.KillRedis {
+		t.Fatalf("pod-a after the kill: %+v", d)
+	}
+	if err := ctl.Release(ctx, flagdoc.PodScope("pod-a"), rollout.KillOptions{Actor: "ana", Reason: "drill over"}); err != nil {
+		t.Fatal(err)
+	}
+	if wrote != 2 {
+		t.Errorf("a kill and a release told the flag source %d time(s) that they wrote, want 2", wrote)
+	}
+}
+
 func golden(t *testing.T, name, got string) {
 	t.Helper()
 	path := filepath.Join("testdata", name)

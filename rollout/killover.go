@@ -37,11 +37,32 @@ type overInvalid struct {
 // it returns instead the last valid flags (recoverFlags), and the plan to
 // write over it.
 func (c *Controller) flagsForKill(ctx context.Context) (*flagdoc.Flags, *overInvalid, error) {
+	// The replicas' highest version judges the flags (refused): read side
+	// by side with them, one round trip where there were two in a row.
+	var (
+		applied    int64
+		appliedErr error
+		read       = make(chan struct{})
+	)
+	go func() {
+		defer close(read)
+		applied, appliedErr = c.appliedHighest(ctx)
+	}()
 	cur, err := c.cfg.Flags.Read()
+	<-read
 	var bad *flagdoc.InvalidFlagsError
 	switch {
 	case err == nil:
-		if bad, err = c.refused(ctx, cur); err != nil || bad == nil {
+		if cur.Version == 0 {
+			// No document yet (a KillTable before its first switch):
+			// nothing the replicas could refuse; the change writes the
+			// first.
+			return cur, nil, nil
+		}
+		if appliedErr != nil {
+			return nil, nil, fmt.Errorf("rollout: read the replicas' versions: %w", appliedErr)
+		}
+		if bad, err = c.refused(ctx, cur, applied); err != nil || bad == nil {
 			return cur, nil, err
 		}
 	case !errors.As(err, &bad):
@@ -53,9 +74,8 @@ func (c *Controller) flagsForKill(ctx context.Context) (*flagdoc.Flags, *overInv
 			inForce = doc
 		}
 	}
-	applied, err := c.appliedHighest(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w; and the replicas' versions could not be read: %w", bad, err)
+	if appliedErr != nil {
+		return nil, nil, fmt.Errorf("%w; and the replicas' versions could not be read: %w", bad, appliedErr)
 	}
 	base, over, err := recoverFlags(ctx, c.cfg.DB, bad, inForce, applied)
 	if err != nil {
@@ -66,7 +86,8 @@ func (c *Controller) flagsForKill(ctx context.Context) (*flagdoc.Flags, *overInv
 
 // refused returns an *InvalidFlagsError for the stored flags cur, valid
 // on their own, when the replicas refuse them (flagdoc.CheckVersion): their
-// version is below the highest version a replica reported applied, or a
+// version is below applied, the highest version a replica reported applied
+// (appliedHighest), or a
 // flag source in this process (ControllerConfig.InForce) answers from a
 // different document at the same or a higher version. Such a document is
 // written by hand (the controller's own writes grow); a change written
@@ -74,16 +95,7 @@ func (c *Controller) flagsForKill(ctx context.Context) (*flagdoc.Flags, *overInv
 // too (and WaitObeyed would count the replicas already further on as
 // obeying it), so the kill switch writes over it as over any invalid
 // document, above every version seen. nil when the replicas take cur.
-func (c *Controller) refused(ctx context.Context, cur *flagdoc.Flags) (*flagdoc.InvalidFlagsError, error) {
-	if cur.Version == 0 {
-		// No document yet (a KillTable before its first switch): nothing
-		// the replicas could refuse; the change writes the first.
-		return nil, nil
-	}
-	applied, err := c.appliedHighest(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("rollout: read the replicas' versions: %w", err)
-	}
+func (c *Controller) refused(ctx context.Context, cur *flagdoc.Flags, applied int64) (*flagdoc.InvalidFlagsError, error) {
 	var inForce []byte
 	var inForceVersion int64
 	if c.cfg.InForce != nil {
@@ -190,15 +202,11 @@ func recoverFlags(ctx context.Context, db *sql.DB, bad *flagdoc.InvalidFlagsErro
 // waits for the fleet to obey. If the document changed since it was read,
 // nothing is written, the attempt is audited (action+"_over_invalid_conflict")
 // and the error wraps ErrFlagsChanged.
-func (c *Controller) killOverInvalid(ctx context.Context, scope flagdoc.Scope, action string, base *flagdoc.Flags, over *overInvalid, o KillOptions, edit func(*flagdoc.Flags) error) error {
+func (c *Controller) killOverInvalid(ctx context.Context, scope flagdoc.Scope, action string, stage int, base *flagdoc.Flags, over *overInvalid, o KillOptions, edit func(*flagdoc.Flags) error) error {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
 	action += "_over_invalid"
-	stage, _, err := c.state(ctx)
-	if err != nil {
-		return err
-	}
 	next := base.Clone()
 	if err := edit(next); err != nil {
 		return err
@@ -234,6 +242,7 @@ func (c *Controller) killOverInvalid(ctx context.Context, scope flagdoc.Scope, a
 		}
 		return err
 	}
+	c.wrote()
 	fmt.Fprintln(o.Out, note)
 	if !inTx {
 		if err := c.audit(ctx, c.cfg.Now().UTC(), o.Actor, action, scope.String(), reason, stage, over.bad.Document, after); err != nil {

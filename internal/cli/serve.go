@@ -258,7 +258,7 @@ func runServe(ctx context.Context, args []string, out, errOut io.Writer) error {
 		plan, err := loadPlan(topo.PlanFile, *topoPath, topo)
 		if err == nil {
 			ctl, err = rollout.NewController(rollout.ControllerConfig{DB: c.Control, Flags: c.FlagStore(), Plan: plan, Pods: topo.PodNames(),
-				Stats: c.Comparer, Reconciler: c.Reconciler, Lag: c, Handoffs: c, Stores: c, InForce: c.Flags.InForce, Modes: c.Modes()})
+				Stats: c.Comparer, Reconciler: c.Reconciler, Lag: c, Handoffs: c, Stores: c, InForce: c.Flags.InForce, Wrote: c.Flags.PollNow, Modes: c.Modes()})
 		}
 		if err != nil {
 			return errors.Join(err, closeCell())

@@ -279,7 +279,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Controller == nil {
 		c := cfg.Cell
 		ctl, err := rollout.NewController(rollout.ControllerConfig{DB: c.Control, Flags: c.FlagStore(), Pods: c.Topology.PodNames(),
-			Reconciler: c.Reconciler, Lag: c, Handoffs: c, Stores: c, InForce: c.Flags.InForce, Modes: c.Modes()})
+			Reconciler: c.Reconciler, Lag: c, Handoffs: c, Stores: c, InForce: c.Flags.InForce, Wrote: c.Flags.PollNow, Modes: c.Modes()})
 		if err != nil {
 			return nil, fmt.Errorf("server: %w", err)
 		}

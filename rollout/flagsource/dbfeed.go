@@ -47,6 +47,8 @@ type dbFeed struct {
 	doc controldb.Doc
 
 	loaded atomic.Bool
+	// soon asks Sync to poll at once (PollNow), not at the next tick.
+	soon chan struct{}
 
 	mu       sync.Mutex
 	current  []byte // the document in effect (noFlags before any)
@@ -63,8 +65,17 @@ type dbFeed struct {
 var _ isync.ISync = (*dbFeed)(nil)
 
 func newDBFeed(db *sql.DB, doc controldb.Doc, poll, timeout time.Duration, log *slog.Logger, problem func(key string, level slog.Level, msg string, args ...any)) *dbFeed {
-	return &dbFeed{db: db, doc: doc, poll: poll, timeout: timeout, log: log, problem: problem,
+	return &dbFeed{db: db, doc: doc, poll: poll, timeout: timeout, log: log, problem: problem, soon: make(chan struct{}, 1),
 		check: flagdoc.NewEvaluator(dbSource), current: []byte(noFlags), row: -1, rejected: -1}
+}
+
+// pollNow makes Sync poll at once. Asking again before it did adds
+// nothing: one poll reads whatever was written before it.
+func (f *dbFeed) pollNow() {
+	select {
+	case f.soon <- struct{}{}:
+	default:
+	}
 }
 
 func (f *dbFeed) isLoaded() bool { return f.loaded.Load() }
@@ -104,6 +115,7 @@ func (f *dbFeed) Sync(ctx context.Context, out chan<- isync.DataSync) error {
 		case <-ctx.Done():
 			return nil
 		case <-poll.C:
+		case <-f.soon:
 		}
 		pctx, cancel := context.WithTimeout(ctx, f.timeout)
 		data, err := f.fetch(pctx)

@@ -69,3 +69,34 @@ func TestDBFeedPutBackClearsTheRejection(t *testing.T) {
 		})
 	}
 }
+
+// PollNow reads the control database's flags at once: a source polling
+// once an hour applies a change within a moment of being told, where it
+// would wait for the hour. (The kill switch document of Config.Kills is
+// followed by a source of the same feed, which PollNow tells too.)
+func TestPollNowReadsAtOnce(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	flags := flagdoc.FlagsTable{DB: db.DB}
+	first := flagdoc.NewFlags()
+	first.Version = 1
+	if err := flags.Write(first); err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	src, err := New(ctx, Config{DB: db.DB, PollInterval: time.Hour, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	if _, _, err := flags.Update(func(f *flagdoc.Flags) error { return f.SetMode(flagdoc.PodScope("pod-a"), authority.ModeMySQL) }); err != nil {
+		t.Fatal(err)
+	}
+	src.PollNow()
+	eventually(t, 5*time.Second, "the change to apply once PollNow is called", func() bool {
+		d, err := src.Decide(ctx, "pod-a", 1)
+		return err == nil && d.Mode == authority.ModeMySQL && d.Version == 2
+	})
+
+}
