@@ -141,6 +141,10 @@ type KillFloodStats struct {
 	AttackerCores float64   `json:"attacker_cores"`
 	// AttackerNice is the attackers' CPU priority (Options.KillFloodNice).
 	AttackerNice int `json:"attacker_nice"`
+	// Admin is whose admin API the changes went through
+	// (Options.KillFloodAdmin): "flooded", the first replica's, or
+	// "spare", the second's.
+	Admin string `json:"admin"`
 	// DBRoundTrip and DBCommit are a no-op statement's round trip and a
 	// one-row update's commit on the control database (the run's
 	// database, or the one on Options.KillFloodControlDSN's server),
@@ -167,7 +171,9 @@ type KillFloodChange struct {
 	Fleet         float64   `json:"fleet_ms"`
 	FleetLine     string    `json:"fleet"`
 	Self          float64   `json:"self_ms"` // -1: null in the answer
-	Error         string    `json:"error,omitempty"`
+	// Via is the replica whose admin API answered.
+	Via   string `json:"via"`
+	Error string `json:"error,omitempty"`
 }
 
 // Dist is a distribution's summary, in milliseconds.
@@ -232,6 +238,9 @@ type killFloodRig struct {
 	adminToken string
 	apiToken   string
 	replicas   []*replicaProc
+	// admin is the replica whose admin API the changes go through: the
+	// first unless Options.KillFloodAdmin is spare.
+	admin *replicaProc
 	// direct is the control database (servers.controlDB): the flags,
 	// the heartbeats.
 	direct *sql.DB
@@ -312,6 +321,7 @@ func (r *runner) newKillFloodRig(ctx context.Context, shop int64, binary string)
 		}
 		k.replicas = append(k.replicas, p)
 	}
+	k.admin = k.replicas[0]
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	for _, p := range k.replicas {
@@ -504,8 +514,8 @@ func (k *killFloodRig) waitApplied(ctx context.Context, version int64, written t
 	}
 }
 
-// change makes one kill switch change through the first replica's admin
-// API and measures it.
+// change makes one kill switch change through the admin API of k.admin
+// and measures it.
 func (k *killFloodRig) change(ctx context.Context, i int) KillFloodChange {
 	c := KillFloodChange{Op: "engage", Obey: -1, Self: -1}
 	method := http.MethodPost
@@ -516,8 +526,8 @@ func (k *killFloodRig) change(ctx context.Context, i int) KillFloodChange {
 	}
 	var ans wire.KillResponse
 	start := time.Now()
-	code, raw, err := k.call(ctx, k.replicas[0].admin, method, "/admin/killswitch", k.adminToken, body, &ans)
-	c.Answer, c.Status = ms(time.Since(start)), code
+	code, raw, err := k.call(ctx, k.admin.admin, method, "/admin/killswitch", k.adminToken, body, &ans)
+	c.Answer, c.Status, c.Via = ms(time.Since(start)), code, k.admin.name
 	if err != nil || code != http.StatusOK {
 		c.Error = fmt.Sprintf("%d %s %v", code, tail(string(raw), 300), err)
 		return c
@@ -594,7 +604,11 @@ func (r *runner) killFloodPoint(ctx context.Context, pt Point, shop int64) []Res
 		return fail(err)
 	}
 	defer k.close()
-	kf := &KillFloodStats{Replicas: len(k.replicas), Target: r.opts.KillFloodTarget, Binary: binary, AttackerNice: r.opts.KillFloodNice}
+	kf := &KillFloodStats{Replicas: len(k.replicas), Target: r.opts.KillFloodTarget, Binary: binary, AttackerNice: r.opts.KillFloodNice,
+		Admin: r.opts.KillFloodAdmin}
+	if kf.Admin == KillFloodAdminSpare {
+		k.admin = k.replicas[1]
+	}
 	res.KillFlood = kf
 	bases := []string{k.replicas[0].base}
 	if r.opts.KillFloodTarget == KillFloodBoth {
@@ -775,6 +789,9 @@ func (rep *Report) killFloodTargets(l int64, add func(t Target, ratio, bound flo
 			continue
 		}
 		where := fmt.Sprintf("%s %s c=%d (%s flooded)", ScenarioKillFlood, r.Variant, r.Concurrency, kf.Target)
+		if kf.Admin == KillFloodAdminSpare {
+			where = fmt.Sprintf("%s %s c=%d (%s flooded, admin API of the other)", ScenarioKillFlood, r.Variant, r.Concurrency, kf.Target)
+		}
 		add(Target{Name: "kill switch obeyed by every replica (write to the last heartbeat), p99 ms", Where: where,
 			Detail: fmt.Sprintf("%d changes, p50 %.0f, max %.0f; not obeyed within 5 s: %d; shed %.0f%% of %d answers",
 				kf.Changes, kf.Obey.P50, kf.Obey.Max, kf.NotObeyed, 100*kf.ShedRate, kf.Flood.Answered)},
@@ -788,6 +805,7 @@ func (rep *Report) killFloodTargets(l int64, add func(t Target, ratio, bound flo
 // killFloodTable writes the killflood results: a row per point.
 func (rep *Report) killFloodTable(b *strings.Builder) {
 	b.WriteString("Times in ms, p50 / p99 / max over the point's changes (engage and release alternately, through the first replica's admin API). " +
+		"Flooded: whose checkout listener the attackers held, and, when the changes went through the other replica's admin API (--killflood-admin spare), that. " +
 		"Answer: the admin call as the operator saw it (it waits for the fleet). Obey: the flags write (rollout_flags.updated_at) to the last replica's heartbeat " +
 		"with the new version (applied_at); per replica, the first (flooded, answering) first. Fleet: the answer's own fleet line. " +
 		"Self: the answering replica's obeyed_after_ms. Flood: requests opened, answers, the share shed (503), cut without an answer. " +
@@ -814,6 +832,10 @@ func (rep *Report) killFloodTable(b *strings.Builder) {
 		for _, c := range kf.ReplicaCores {
 			cs = append(cs, strconv.FormatFloat(c, 'f', 2, 64))
 		}
+		flooded := kf.Target
+		if kf.Admin == KillFloodAdminSpare {
+			flooded += " (admin: the other)"
+		}
 		inv := r.Invariant
 		switch {
 		case r.Concurrency <= 1 && kf.NotObeyed == 0:
@@ -828,7 +850,7 @@ func (rep *Report) killFloodTable(b *strings.Builder) {
 			inv += " (interrupted)"
 		}
 		fmt.Fprintf(b, "| %s | %d | %s | %d | %s | %s | %s | %s | %s | %d | %d | %d | %.0f%% | %d | %s | %s | %s | %s | %s/%.2f | %.1f | %s |\n",
-			r.Variant, r.Concurrency, kf.Target, kf.Changes, kf.Answer, kf.Obey, strings.Join(per, "; "), kf.Fleet, kf.Self, kf.NotObeyed,
+			r.Variant, r.Concurrency, flooded, kf.Changes, kf.Answer, kf.Obey, strings.Join(per, "; "), kf.Fleet, kf.Self, kf.NotObeyed,
 			kf.Flood.Opened, kf.Flood.Answered, 100*kf.ShedRate, kf.Flood.Cuts, kf.DBRoundTrip, kf.DBCommit,
 			strings.Join(gs, ", "), strings.Join(kf.Places, ", "), strings.Join(cs, ", "), kf.AttackerCores, r.LoadAvg, inv)
 	}
@@ -839,6 +861,13 @@ func (rep *Report) killFloodTable(b *strings.Builder) {
 const (
 	KillFloodFirst = "first"
 	KillFloodBoth  = "both"
+)
+
+// KillFloodAdminFlooded and KillFloodAdminSpare are Options.KillFloodAdmin's
+// values.
+const (
+	KillFloodAdminFlooded = "flooded"
+	KillFloodAdminSpare   = "spare"
 )
 
 // errKillFloodLatency refuses an added latency: the replicas reach the

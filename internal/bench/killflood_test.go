@@ -34,24 +34,27 @@ func buildReservoir(t *testing.T) string {
 // Options.KillFloodControlDSN the control database is one the run made on
 // that server (here the same server, another database): the changes are
 // obeyed only if the replicas' flags and heartbeats are there, where the
-// bench reads them.
+// bench reads them. There the changes go through the admin API of the
+// replica the attackers leave alone (Options.KillFloodAdmin spare).
 func TestRunKillFlood(t *testing.T) {
 	testtier.Needs(t, "the reservoir binary (go build) and two replicas of it")
 	bin := buildReservoir(t)
 	for _, tc := range []struct {
 		name       string
 		controlDSN string
+		admin      string
 	}{
-		{"the run's database is the control database", ""},
-		{"a control database of its own", testdb.ServerDSN(t)},
+		{"the run's database is the control database", "", KillFloodAdminFlooded},
+		{"a control database of its own, the admin API of the spare replica", testdb.ServerDSN(t), KillFloodAdminSpare},
 	} {
-		t.Run(tc.name, func(t *testing.T) { runKillFlood(t, bin, tc.controlDSN) })
+		t.Run(tc.name, func(t *testing.T) { runKillFlood(t, bin, tc.controlDSN, tc.admin) })
 	}
 }
 
 // runKillFlood is TestRunKillFlood's point, with the control database on
-// controlDSN's server ("" for the run's own).
-func runKillFlood(t *testing.T, bin, controlDSN string) {
+// controlDSN's server ("" for the run's own) and the changes through
+// admin's admin API.
+func runKillFlood(t *testing.T, bin, controlDSN, admin string) {
 	opts := Options{
 		MySQLDSN:            testdb.ServerDSN(t),
 		RedisAddr:           testredis.Addr(t),
@@ -60,6 +63,11 @@ func runKillFlood(t *testing.T, bin, controlDSN string) {
 		FloodBinary:         bin,
 		KillFloodSwitches:   2,
 		KillFloodControlDSN: controlDSN,
+		KillFloodAdmin:      admin,
+	}
+	via, flooded := "replica-0", "| this | 200 | first | 4 |"
+	if admin == KillFloodAdminSpare {
+		via, flooded = "replica-1", "| this | 200 | first (admin: the other) | 4 |"
 	}
 	rep, progress := runWithProgress(t, opts, 3*time.Minute)
 	if len(rep.Results) != 1 {
@@ -80,6 +88,9 @@ func runKillFlood(t *testing.T, bin, controlDSN string) {
 		if c.Op != []string{"engage", "release"}[i%2] {
 			t.Errorf("change %d is a %s", i, c.Op)
 		}
+		if c.Via != via {
+			t.Errorf("change %d went through %s's admin API, want %s's", i, c.Via, via)
+		}
 	}
 	if kf.Flood.Opened == 0 || kf.Flood.Answered == 0 || kf.Replicas != 2 || len(kf.ObeyByReplica) != 2 || kf.DBCommit.N == 0 || kf.DBRoundTrip.N == 0 {
 		t.Errorf("flood %+v, replicas %d, obey by replica %v, database probe %+v %+v", kf.Flood, kf.Replicas, kf.ObeyByReplica, kf.DBRoundTrip, kf.DBCommit)
@@ -88,7 +99,7 @@ func runKillFlood(t *testing.T, bin, controlDSN string) {
 		t.Errorf("targets %v: the killflood targets are missing", rep.Targets)
 	}
 	var md bytes.Buffer
-	if err := rep.WriteMarkdown(&md); err != nil || !strings.Contains(md.String(), "| this | 200 | first | 4 |") {
+	if err := rep.WriteMarkdown(&md); err != nil || !strings.Contains(md.String(), flooded) {
 		t.Errorf("markdown (%v):\n%s", err, md.String())
 	}
 	if (controlDSN != "") != strings.Contains(rep.Env.ControlServer, rep.Env.Database+"_control") {

@@ -228,6 +228,13 @@ type Options struct {
 	// reference) or KillFloodBoth (the connections spread over both).
 	// Default: KillFloodFirst.
 	KillFloodTarget string
+	// KillFloodAdmin is which replica's admin API a killflood point's
+	// changes go through: KillFloodAdminFlooded (the first, whose
+	// checkout listener is flooded) or KillFloodAdminSpare (the second,
+	// which takes no checkout traffic: an admin endpoint kept out of the
+	// checkout Service). Spare needs KillFloodTarget first. Default:
+	// KillFloodAdminFlooded.
+	KillFloodAdmin string
 	// ServeBinaries are reservoir binaries for the killflood scenario's
 	// replicas, by variant label: two builds side by side in one run
 	// (--serve before=/tmp/reservoir-old,after=/tmp/reservoir). The
@@ -288,6 +295,9 @@ func (o Options) WithDefaults() Options {
 	if o.KillFloodTarget == "" {
 		o.KillFloodTarget = KillFloodFirst
 	}
+	if o.KillFloodAdmin == "" {
+		o.KillFloodAdmin = KillFloodAdminFlooded
+	}
 	if o.Rounds == 0 {
 		o.Rounds = 1
 	}
@@ -339,6 +349,13 @@ func (o Options) Validate() error {
 	}
 	if o.KillFloodTarget != KillFloodFirst && o.KillFloodTarget != KillFloodBoth {
 		errs = append(errs, fmt.Errorf("bench: Options.KillFloodTarget must be %q or %q, got %q", KillFloodFirst, KillFloodBoth, o.KillFloodTarget))
+	}
+	switch {
+	case o.KillFloodAdmin != KillFloodAdminFlooded && o.KillFloodAdmin != KillFloodAdminSpare:
+		errs = append(errs, fmt.Errorf("bench: Options.KillFloodAdmin must be %q or %q, got %q", KillFloodAdminFlooded, KillFloodAdminSpare, o.KillFloodAdmin))
+	case o.KillFloodAdmin == KillFloodAdminSpare && o.KillFloodTarget == KillFloodBoth:
+		errs = append(errs, fmt.Errorf("bench: Options.KillFloodAdmin %q needs Options.KillFloodTarget %q: with %q every replica is flooded and none is spare",
+			KillFloodAdminSpare, KillFloodFirst, KillFloodBoth))
 	}
 	if o.Rounds < 1 || o.Rounds > maxRounds {
 		errs = append(errs, fmt.Errorf("bench: Options.Rounds must be between 1 and %d, got %d", maxRounds, o.Rounds))

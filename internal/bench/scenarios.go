@@ -150,7 +150,8 @@ var scenarios = map[string]*scenario{
 		name: ScenarioKillFlood,
 		about: "two `reservoir serve` replicas sharing their flags through the control database (pod-a in shadow mode); " +
 			"c connections flood the first replica's checkout listener (or both replicas', --killflood-target both) with reserves, " +
-			"each 100 ms after its last answer, while the kill switch of pod-a is engaged and released through the first replica's admin API",
+			"each 100 ms after its last answer, while the kill switch of pod-a is engaged and released through the first replica's admin API " +
+			"(or the second's, --killflood-admin spare)",
 		killflood: true,
 	},
 }

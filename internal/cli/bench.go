@@ -32,8 +32,9 @@ func benchOptionFlags(msg string) string {
 		"bench: Options.MySQLDSN", "--mysql-dsn", "bench: Options.RedisAddr", "--redis-addr", "bench: Options.Duration", "--duration",
 		"bench: Options.Rate", "--rate", "bench: Options.Warmup", "--warmup", "bench: Options.Flush", "--flush", "bench: Options.Buckets", "--buckets",
 		"bench: Options.PoolCap", "--pool-cap", "bench: Options.KillFloodSwitches", "--killflood-switches", "bench: Options.KillFloodNice", "--killflood-nice",
-		"bench: Options.KillFloodTarget", "--killflood-target", "bench: Options.KillFloodControlDSN", "--killflood-control-dsn", "bench: Options.ServeBinaries", "--serve",
+		"bench: Options.KillFloodTarget", "--killflood-target", "bench: Options.KillFloodAdmin", "--killflood-admin", "bench: Options.KillFloodControlDSN", "--killflood-control-dsn", "bench: Options.ServeBinaries", "--serve",
 		"bench: Options.Rounds", "--rounds", "bench: Options.Pairs", "--pairs", "bench: ", "",
+		"Options.KillFloodTarget", "--killflood-target", // named in another field's error
 	).Replace(msg)
 }
 
@@ -43,7 +44,7 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 		// again, in a process of its own.
 		return bench.RunFlood(ctx, spec, os.Stdin, out)
 	}
-	fs := newFlags("bench", "bench [--quick] [--scenarios LIST] [--variants LIST] [--concurrency LIST] [--latency LIST] [--duration D] [--handoff-sizes LIST] [--killflood-switches N] [--killflood-target first|both] [--killflood-nice N] [--killflood-control-dsn DSN] [--serve LABEL=PATH,...] [--flush 0|1|2|keep] [--split] [--rate N] [--rounds N] [--pairs LIST|overhead] [--out DIR] [--cpuprofile FILE] [--plan] | bench --render FILE [--pairs LIST|overhead] [--out DIR]", out)
+	fs := newFlags("bench", "bench [--quick] [--scenarios LIST] [--variants LIST] [--concurrency LIST] [--latency LIST] [--duration D] [--handoff-sizes LIST] [--killflood-switches N] [--killflood-target first|both] [--killflood-admin flooded|spare] [--killflood-nice N] [--killflood-control-dsn DSN] [--serve LABEL=PATH,...] [--flush 0|1|2|keep] [--split] [--rate N] [--rounds N] [--pairs LIST|overhead] [--out DIR] [--cpuprofile FILE] [--plan] | bench --render FILE [--pairs LIST|overhead] [--out DIR]", out)
 	mysqlDSN := envString(fs, "mysql-dsn", "RESERVOIR_MYSQL_DSN",
 		"the MySQL server's `DSN`, without a database; the run creates and drops its own database")
 	redisAddr := envString(fs, "redis-addr", "RESERVOIR_REDIS_ADDR",
@@ -58,6 +59,7 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 		joinInts(bench.DefaultHandoffSizes)+"); the handoff scenario runs only when --scenarios names it")
 	killSwitches := fs.Int("killflood-switches", bench.DefaultKillFloodSwitches, "the killflood scenario's kill switch engage+release `N` pairs per point (2N measured changes)")
 	killTarget := fs.String("killflood-target", bench.KillFloodFirst, "the killflood scenario floods the `first` replica's checkout listener (the one the kill switch goes through) or `both` replicas'")
+	killAdmin := fs.String("killflood-admin", bench.KillFloodAdminFlooded, "the killflood scenario's kill switch changes go through the `flooded` first replica's admin API, or the spare second one's (it takes no checkout traffic; needs --killflood-target first)")
 	killNice := fs.Int("killflood-nice", 0, "the killflood attackers' CPU priority, `N` for nice(1) (19: the lowest, standing in for attackers on machines of their own); 0: the bench's")
 	killControl := fs.String("killflood-control-dsn", "", "a MySQL server's `DSN`, without a database, for the killflood scenario's control database (the replicas' flags, heartbeats, audit and comparer stats): "+
 		"the run creates, migrates and drops its own database there, and times that server with its database probe; default: the run's own database, beside the pod's")
@@ -94,7 +96,7 @@ func runBench(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	opts := bench.Options{MySQLDSN: *mysqlDSN, RedisAddr: *redisAddr, Buckets: *buckets, PoolCap: *poolCap,
 		Keep: *keep, Split: *split, Rate: *rate, Progress: errOut, Duration: *duration, Warmup: *warmup,
-		KillFloodSwitches: *killSwitches, KillFloodTarget: *killTarget, KillFloodNice: *killNice, KillFloodControlDSN: *killControl, Rounds: *rounds, Pairs: pairs}
+		KillFloodSwitches: *killSwitches, KillFloodTarget: *killTarget, KillFloodAdmin: *killAdmin, KillFloodNice: *killNice, KillFloodControlDSN: *killControl, Rounds: *rounds, Pairs: pairs}
 	if *serveList != "" {
 		opts.ServeBinaries = map[string]string{}
 		for _, f := range splitList(*serveList) {

@@ -126,6 +126,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"bench", "--concurrency", "x"}, nil, 2, "--concurrency: "},
 		{[]string{"bench", "--plan", "--buckets", "-1"}, nil, 2, "--buckets must be between 1 and 1024, got -1"},
 		{[]string{"bench", "--plan", "--killflood-target", "all"}, nil, 2, `--killflood-target must be "first" or "both", got "all"`},
+		{[]string{"bench", "--plan", "--killflood-admin", "other"}, nil, 2, `--killflood-admin must be "flooded" or "spare", got "other"`},
+		{[]string{"bench", "--plan", "--killflood-admin", "spare", "--killflood-target", "both"}, nil, 2, `--killflood-admin "spare" needs --killflood-target "first"`},
 		{[]string{"bench", "--plan", "--killflood-control-dsn", "root@tcp(127.0.0.1:3306)/rsv"}, nil, 2, `--killflood-control-dsn names database "rsv": give the server only`},
 		{[]string{"bench"}, nil, 2, "--mysql-dsn and --redis-addr are required"},
 		{[]string{"bench", "--plan", "--quick"}, nil, 0, ""},
