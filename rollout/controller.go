@@ -182,6 +182,12 @@ type Status struct {
 	Next *Stage
 	// FlagsVersion is the version of the flags file (Flags.Version).
 	FlagsVersion int64
+	// VersionBits are the bits of a version a replica reports (its
+	// heartbeat, its handoff sweeps) that are FlagsVersion's: 0 for all
+	// of them; with the modes served by a source reservoir does not write
+	// (a flagdoc.KillTable), the kill switch document's part of the
+	// epoch (flagsource.Epoch), flagdoc.MaxKillVersion.
+	VersionBits int64
 	// FlagsInvalid says what is wrong with the stored flags document when
 	// it does not parse (with its line and column); Pods then show the
 	// last valid flags, and Ready is false. A kill switch still works.
@@ -270,6 +276,21 @@ func JudgeHandoffs(p *reservation.HandoffProgress, readErr string, version int64
 	return HandoffsDone, fmt.Sprintf("%s (flags version %d)", handoffWhat(p, now), version)
 }
 
+// Fences judges pod p's handoff report against the flags of st
+// (JudgeHandoffs). With the modes served elsewhere (VersionBits), the
+// pod's sweeps report epochs of the modes' version and the kill switch
+// document's, and the controller reads only the kill switch document:
+// the report is judged by its kill switch part, and the line says so.
+func (st Status) Fences(p PodStatus, now time.Time) (HandoffState, string) {
+	if st.VersionBits == 0 || p.Handoffs == nil {
+		return JudgeHandoffs(p.Handoffs, p.HandoffsError, st.FlagsVersion, now)
+	}
+	h := *p.Handoffs
+	h.FlagsVersion &= st.VersionBits
+	state, line := JudgeHandoffs(&h, p.HandoffsError, st.FlagsVersion, now)
+	return state, line + "; versions of the kill switch document: the modes' version is their source's"
+}
+
 // handoffWhat is p's summary without its version.
 func handoffWhat(p *reservation.HandoffProgress, now time.Time) string {
 	if p.Shops == 0 && p.Pending == 0 {
@@ -318,7 +339,7 @@ func (c *Controller) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	st := Status{Stage: stage, Since: since, FlagsVersion: flags.Version}
+	st := Status{Stage: stage, Since: since, FlagsVersion: flags.Version, VersionBits: c.killBits()}
 	if over != nil {
 		st.FlagsInvalid = over.bad.Error() + " (shown: the last valid flags, " + over.from + ")"
 	}

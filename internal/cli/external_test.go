@@ -13,6 +13,7 @@ import (
 	"github.com/seed31b0e981/reservoir/internal/flagdtest"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
+	"github.com/seed31b0e981/reservoir/reservation"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
 	"github.com/seed31b0e981/reservoir/rollout/flagdoc"
 	"github.com/seed31b0e981/reservoir/rollout/flagsource"
@@ -80,6 +81,29 @@ func TestRolloutKillBesideFlagd(t *testing.T) {
 	code, out, errOut = run(t, "rollout", "--topology", topo, "status")
 	if code != 0 || !strings.Contains(out, "modes: served by the flagd daemon at "+daemon.Addr()) {
 		t.Errorf("status: %d %q %q; want it to say where the modes come from", code, out, errOut)
+	}
+	// The pod's sweep reports the epoch of the daemon's version and the
+	// kill switch document's, of which the status knows the second: the
+	// fences are judged by it, not called newer than the flags.
+	kills, err := (flagdoc.KillTable{DB: control.DB}).Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := flagsource.Epoch(3, kills.Version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	saveHandoffs(t, topo, "pod-a", reservation.HandoffProgress{FlagsVersion: epoch, Shops: 3, Done: 3, Started: now.Add(-time.Second),
+		Finished: now.Add(-time.Second + 20*time.Millisecond), Updated: now, Replica: "r1"})
+	code, out, errOut = run(t, "rollout", "--topology", topo, "status")
+	line := fmt.Sprintf("    fences: handed off 3/3 shops in 20ms (flags version %d); versions of the kill switch document: the modes' version is their source's\n", kills.Version)
+	if code != 0 || !strings.Contains(out, line) {
+		t.Errorf("status with the pod's sweep done: %d %q %q; want %q", code, out, errOut, line)
+	}
+	code, out, errOut = run(t, "rollout", "--topology", topo, "status", "--json")
+	if code != 0 || !strings.Contains(out, `"state": "done"`) {
+		t.Errorf("status --json with the pod's sweep done: %d %q %q; want the handoffs done", code, out, errOut)
 	}
 
 	code, out, errOut = run(t, "rollout", "--topology", topo, "--actor", "ana", "release", "--scope", "pod:pod-a", "--reason", "MySQL back")

@@ -214,7 +214,8 @@ type PlanPod struct {
 	// ramp and without overrides.
 	Effective Decision `json:"effective"`
 	// Handoffs is what the pod's fences say beside the flags: the pod's
-	// handoff report judged against the status's FlagsVersion.
+	// handoff report judged against the status's FlagsVersion
+	// (rollout.Status.Fences).
 	Handoffs Handoffs `json:"handoffs"`
 }
 
@@ -227,8 +228,9 @@ func PlanStatusOf(st rollout.Status, now time.Time) PlanStatus {
 		v.Next = &n
 	}
 	for _, p := range st.Pods {
+		state, line := st.Fences(p, now)
 		v.Pods = append(v.Pods, PlanPod{Pod: p.Pod, Mode: string(p.Mode), Ramp: RampOf(p.Ramp), Kill: KillOf(p.Kill),
-			Effective: DecisionOf(p.Effective), Handoffs: HandoffsOf(p.Handoffs, p.HandoffsError, st.FlagsVersion, now)})
+			Effective: DecisionOf(p.Effective), Handoffs: handoffsView(p.Handoffs, p.HandoffsError, now, state, line)})
 	}
 	return v
 }
@@ -360,6 +362,11 @@ type HandoffReport struct {
 // (rollout.JudgeHandoffs).
 func HandoffsOf(p *reservation.HandoffProgress, readErr string, version int64, now time.Time) Handoffs {
 	state, line := rollout.JudgeHandoffs(p, readErr, version, now)
+	return handoffsView(p, readErr, now, state, line)
+}
+
+// handoffsView is the view of report p judged as state and line.
+func handoffsView(p *reservation.HandoffProgress, readErr string, now time.Time, state rollout.HandoffState, line string) Handoffs {
 	v := Handoffs{State: string(state), Line: line, Error: readErr}
 	if p != nil {
 		r := &HandoffReport{FlagsVersion: p.FlagsVersion, Shops: p.Shops, Done: p.Done, Pending: p.Pending, Failed: p.Failed,
