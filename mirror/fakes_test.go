@@ -390,6 +390,9 @@ type fakeRedis struct {
 	// failApply fails the state change of a token that many times, before
 	// Redis applies it (a timeout, a full slot).
 	failApply map[string]int
+	// down fails every apply before it applies anything: the server does
+	// not answer.
+	down bool
 }
 
 // copyLog is a shop's change log while a copy is on: each token at the
@@ -495,6 +498,9 @@ func (s *fakeRedis) FencedOff(_ context.Context, shop int64) error {
 func (s *fakeRedis) ApplyEvaluating(_ context.Context, changes []reservation.Change, _ reservation.Evaluated) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.down {
+		return 0, fmt.Errorf("apply: dial: %w", errFault)
+	}
 	for i, c := range changes {
 		switch c.Kind {
 		case reservation.ChangeState:
