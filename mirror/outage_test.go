@@ -1,20 +1,27 @@
 package mirror_test
 
 import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/seed31b0e981/reservoir/internal/testbuf"
 	"github.com/seed31b0e981/reservoir/mirror"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
-// The relay's pace after a round that failed (fakes_test.go: the
-// failures are planted): a shop whose change Redis does not apply stops
-// only itself, so a round that delivered other shops' changes is followed
-// at the poll's pace, a Push cutting it short; a round that applied
-// nothing (Redis does not answer, or only stuck shops have changes) backs
-// off, doubling, and no Push cuts it short, or a dead Redis would cost
-// the pod's MySQL a read of the same changes fifty times a second.
+// What a store that does not answer costs the mirror (fakes_test.go: the
+// failures are planted). The relay's pace after a round that failed: a
+// shop whose change Redis does not apply stops only itself, so a round
+// that delivered other shops' changes is followed at the poll's pace, a
+// Push cutting it short; a round that applied nothing (Redis does not
+// answer, or only stuck shops have changes) backs off, doubling, and no
+// Push cuts it short, or a dead Redis would cost the pod's MySQL a read
+// of the same changes fifty times a second. The handoff sweeper logs an
+// outage once, not once per retry.
 
 // pauses runs m's relay and returns the waits after its first n rounds.
 func pauses(t *testing.T, m *mirror.Mirror, n int) []pause {
@@ -114,5 +121,73 @@ func TestRelayBacksOffWhileRedisIsDown(t *testing.T) {
 	backsOff(t, pauses(t, m, 6), poll)
 	if n, _, _ := my.Backlog(ctx(t)); n != 2 {
 		t.Errorf("backlog %d, want the 2 changes Redis did not take", n)
+	}
+}
+
+// Redis does not answer: the handoff sweeper's step fails at once every
+// Interval (it reads the shops Redis took by force first). The first
+// failure is logged, the next ones at most every 10s, not one line per
+// retry; once a step succeeds, a new failure is logged at once.
+//
+// Seen failing before the fix: a line per failed step (ten a second with
+// the default Interval, for as long as Redis was down).
+func TestSweeperLogsAnOutageOnce(t *testing.T) {
+	t.Parallel()
+	my, rd := newFakeMySQL(), newFakeRedis()
+	log := &testbuf.Buffer{}
+	m := newFakeMirror(t, my, rd, func(c *mirror.Config) { c.Logger = slog.New(slog.NewTextHandler(log, nil)) })
+	setDown := func(down bool) {
+		rd.mu.Lock()
+		defer rd.mu.Unlock()
+		rd.down = down
+	}
+	reads := func() int {
+		rd.mu.Lock()
+		defer rd.mu.Unlock()
+		return rd.forcedReads
+	}
+	// waitReads waits until the sweeper has read the forced shops n more
+	// times: n steps.
+	waitReads := func(n int) {
+		t.Helper()
+		want := reads() + n
+		deadline := time.Now().Add(30 * time.Second)
+		for reads() < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("the sweeper took %d steps within 30s, want %d", reads()-want+n, n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	failures := func() int { return strings.Count(log.String(), "handoff sweep failed") }
+
+	setDown(true)
+	c, cancel := context.WithCancel(ctx(t))
+	done := make(chan error, 1)
+	go func() {
+		done <- m.RunSweeper(c, mirror.SweeperConfig{
+			Wanted: func(context.Context, int64) (reservation.Authority, int64, bool, error) {
+				return reservation.AuthorityMySQL, 1, false, nil
+			},
+			Version:  func(context.Context) (int64, bool) { return 1, true },
+			Interval: time.Millisecond,
+		})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("RunSweeper: %v, want context.Canceled", err)
+		}
+	}()
+	waitReads(20)
+	if n := failures(); n != 1 {
+		t.Errorf("after 20 failed steps: %d lines of a failed sweep, want 1 (the log:\n%s)", n, log)
+	}
+	setDown(false)
+	waitReads(2)
+	setDown(true)
+	waitReads(2)
+	if n := failures(); n != 2 {
+		t.Errorf("after Redis answered and failed again: %d lines of a failed sweep, want 2, the new outage's at once (the log:\n%s)", n, log)
 	}
 }
