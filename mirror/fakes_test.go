@@ -390,6 +390,11 @@ type fakeRedis struct {
 	// failApply fails the state change of a token that many times, before
 	// Redis applies it (a timeout, a full slot).
 	failApply map[string]int
+	// down fails every apply before it applies anything, and every read
+	// of the shops taken by force: the server does not answer.
+	down bool
+	// forcedReads counts the reads of the shops taken by force.
+	forcedReads int
 }
 
 // copyLog is a shop's change log while a copy is on: each token at the
@@ -478,6 +483,10 @@ func (s *fakeRedis) NoteForced(_ context.Context, shop int64) error {
 func (s *fakeRedis) Forced(context.Context) ([]int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.forcedReads++
+	if s.down {
+		return nil, fmt.Errorf("shops taken by force: dial: %w", errFault)
+	}
 	return slices.Sorted(maps.Keys(s.forced)), nil
 }
 
@@ -495,6 +504,9 @@ func (s *fakeRedis) FencedOff(_ context.Context, shop int64) error {
 func (s *fakeRedis) ApplyEvaluating(_ context.Context, changes []reservation.Change, _ reservation.Evaluated) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.down {
+		return 0, fmt.Errorf("apply: dial: %w", errFault)
+	}
 	for i, c := range changes {
 		switch c.Kind {
 		case reservation.ChangeState:

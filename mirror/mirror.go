@@ -202,6 +202,9 @@ type Mirror struct {
 	// catch).
 	afterCopy func(shop int64)
 	skipDelta bool
+	// onPause is told of the relay's wait after each round, and whether
+	// a Push may cut it short.
+	onPause func(wait time.Duration, wake bool)
 
 	lagMu sync.Mutex
 	lag   Lag
@@ -325,28 +328,49 @@ func (m *Mirror) Run(ctx context.Context) error {
 				continue
 			}
 		}
-		n, err := m.deliver(ctx, 0)
+		n, applied, err := m.deliver(ctx, 0)
+		var wait time.Duration
+		wake := false
 		switch {
-		case err != nil && onlyStuck(err):
-			// Some shop's change was not applied; the others were. That
+		case err != nil && onlyStuck(err) && applied > 0:
+			// Some shop's change was not applied; others were. That
 			// shop is retried next round; the rest of the pod must not
 			// slow down for it.
 			if ctx.Err() == nil && time.Since(lastStuckLog) >= 10*time.Second {
 				lastStuckLog = time.Now()
 				m.log.Warn("mirror: a shop's change was not applied; its shop waits, the others go on (logged every 10s at most)", "err", err)
 			}
-			sleep(ctx, m.cfg.Poll, m.wake)
+			backoff, wait, wake = m.cfg.Poll, m.cfg.Poll, true
+		case err != nil && onlyStuck(err):
+			// Nothing was applied: Redis does not answer, or every shop
+			// with pending changes is stuck. A round at the poll's pace
+			// would read the same changes from MySQL again and fail
+			// again, fifty times a second for as long as Redis is down:
+			// back off, as for any failure, and say so once in a while.
+			if ctx.Err() == nil && time.Since(lastStuckLog) >= 10*time.Second {
+				lastStuckLog = time.Now()
+				m.log.Warn("mirror: no pending change could be applied (Redis does not answer, or every shop with pending changes is stuck); retrying with backoff (logged every 10s at most)", "err", err)
+			}
+			wait, backoff = backoff, min(2*backoff, 2*time.Second)
 		case err != nil:
 			if ctx.Err() == nil {
 				m.log.Warn("mirror: relay round failed; retrying", "err", err)
 			}
-			sleep(ctx, backoff, nil)
-			backoff = min(2*backoff, 2*time.Second)
+			wait, backoff = backoff, min(2*backoff, 2*time.Second)
 		case n == m.cfg.Batch:
 			backoff = m.cfg.Poll // more waiting: go on at once
 		default:
-			backoff = m.cfg.Poll
-			sleep(ctx, m.cfg.Poll, m.wake)
+			backoff, wait, wake = m.cfg.Poll, m.cfg.Poll, true
+		}
+		if m.onPause != nil {
+			m.onPause(wait, wake)
+		}
+		if wait > 0 {
+			w := m.wake
+			if !wake {
+				w = nil
+			}
+			sleep(ctx, wait, w)
 		}
 	}
 	return ctx.Err()
@@ -377,14 +401,14 @@ const wakeGap = 5 * time.Millisecond
 
 // deliver applies one batch of pending changes (of one shop, or of every
 // shop for shop 0) to Redis and deletes those applied. It returns how many
-// it read. A change Redis does not apply stops its shop, not the batch:
-// the shop's later changes wait (their order matters), the other shops'
-// are applied, so one shop whose change keeps failing cannot hold up the
-// pod's relay (it is counted and returned as the round's error).
-func (m *Mirror) deliver(ctx context.Context, shop int64) (int, error) {
+// it read and how many Redis applied. A change Redis does not apply stops
+// its shop, not the batch: the shop's later changes wait (their order
+// matters), the other shops' are applied, so one shop whose change keeps
+// failing cannot hold up the pod's relay (it is counted and returned as
+// the round's error).
+func (m *Mirror) deliver(ctx context.Context, shop int64) (read, applied int, err error) {
 	var stuck []int64 // shops stopped at a change Redis did not apply
 	var errs []error
-	read := 0
 	for {
 		var changes []reservation.Change
 		var err error
@@ -394,7 +418,7 @@ func (m *Mirror) deliver(ctx context.Context, shop int64) (int, error) {
 			changes, err = m.cfg.MySQL.Pending(ctx, shop, m.cfg.Batch)
 		}
 		if err != nil {
-			return read, errors.Join(append(errs, err)...)
+			return read, applied, errors.Join(append(errs, err)...)
 		}
 		read += len(changes)
 		// Only the relay's own rounds (every shop) ask Redis about carts:
@@ -402,22 +426,26 @@ func (m *Mirror) deliver(ctx context.Context, shop int64) (int, error) {
 		// this replica or another, and two deliverers could both ask
 		// before either applies, observing one reserve twice. The carts a
 		// Flush delivers go unobserved.
-		newStuck, err := m.applyBatch(ctx, changes, shop == 0)
+		n, newStuck, err := m.applyBatch(ctx, changes, shop == 0)
+		applied += n
 		if err != nil {
 			errs = append(errs, err)
 		}
 		// A full batch that stopped shops hides the other shops' changes
 		// behind them: read again without those shops.
 		if shop != 0 || len(newStuck) == 0 || len(changes) < m.cfg.Batch || ctx.Err() != nil {
-			return read, errors.Join(errs...)
+			return read, applied, errors.Join(errs...)
 		}
 		stuck = append(stuck, newStuck...)
 	}
 }
 
-func (m *Mirror) applyBatch(ctx context.Context, changes []reservation.Change, evaluate bool) ([]int64, error) {
+// applyBatch applies changes to Redis in order, a shop stopping at its
+// first change Redis does not apply, and deletes those applied from the
+// feed. It returns how many were applied and the shops stopped.
+func (m *Mirror) applyBatch(ctx context.Context, changes []reservation.Change, evaluate bool) (int, []int64, error) {
 	if len(changes) == 0 {
-		return nil, nil
+		return 0, nil, nil
 	}
 	var done, stuckShops []int64
 	var errs []error
@@ -454,7 +482,7 @@ func (m *Mirror) applyBatch(ctx context.Context, changes []reservation.Change, e
 		}
 		stuck := rest[applied]
 		stuckShops = append(stuckShops, stuck.Shop)
-		errs = append(errs, fmt.Errorf("mirror: apply change %d (shop %d, %s): %w: %w", stuck.ID, stuck.Shop, stuck.Kind, errShopStuck, aerr))
+		errs = append(errs, &shopStuckError{change: stuck, err: aerr})
 		var next []reservation.Change
 		for _, c := range rest[applied+1:] {
 			if c.Shop != stuck.Shop {
@@ -466,7 +494,7 @@ func (m *Mirror) applyBatch(ctx context.Context, changes []reservation.Change, e
 	if err := m.cfg.MySQL.Done(ctx, done); err != nil {
 		errs = append(errs, err)
 	}
-	return stuckShops, errors.Join(errs...)
+	return len(done), stuckShops, errors.Join(errs...)
 }
 
 // evaluated is the Follower's callback that hands the answers Redis gave
@@ -495,7 +523,7 @@ func (m *Mirror) Flush(ctx context.Context, shop int64) error {
 		return nil
 	}
 	for {
-		n, err := m.deliver(ctx, shop)
+		n, _, err := m.deliver(ctx, shop)
 		if err != nil {
 			return err
 		}
@@ -505,12 +533,26 @@ func (m *Mirror) Flush(ctx context.Context, shop int64) error {
 	}
 }
 
-// errShopStuck marks the error of a change Redis did not apply: its shop
+// shopStuckError is the error of a change Redis did not apply: its shop
 // waits, the relay goes on with the others.
-var errShopStuck = errors.New("its shop waits")
+type shopStuckError struct {
+	change reservation.Change
+	err    error
+}
+
+func (e *shopStuckError) Error() string {
+	return fmt.Sprintf("mirror: apply change %d (shop %d, %s): its shop waits: %v", e.change.ID, e.change.Shop, e.change.Kind, e.err)
+}
+
+func (e *shopStuckError) Unwrap() error { return e.err }
 
 // onlyStuck reports whether every error joined in err is a stuck shop's.
+// It looks through joins only: a stuck shop's error wraps Redis's, which
+// is no stuck shop's.
 func onlyStuck(err error) bool {
+	if _, ok := err.(*shopStuckError); ok {
+		return true
+	}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		for _, e := range j.Unwrap() {
 			if !onlyStuck(e) {
@@ -519,7 +561,7 @@ func onlyStuck(err error) bool {
 		}
 		return true
 	}
-	return errors.Is(err, errShopStuck)
+	return false
 }
 
 // lagText is the last measured lag for a log line ("unknown" when it was

@@ -110,6 +110,11 @@ func (m *Mirror) RunSweeper(ctx context.Context, cfg SweeperConfig) error {
 		}
 	}()
 	lastCheck := time.Time{}
+	// A failed sweep is retried every Interval; while a store is down
+	// each retry fails at once (ten a second), so the failures are logged
+	// at most every 10s, with their count: the first of a run at once.
+	var lastFailLog time.Time
+	failed := 0
 	for ctx.Err() == nil {
 		if lease == nil {
 			l, err := m.cfg.MySQL.TryLease(ctx, "handoffs")
@@ -136,8 +141,15 @@ func (m *Mirror) RunSweeper(ctx context.Context, cfg SweeperConfig) error {
 				continue
 			}
 		}
-		if err := sw.step(ctx); err != nil && ctx.Err() == nil {
-			m.log.Warn("mirror: handoff sweep failed; retrying", "err", err)
+		switch err := sw.step(ctx); {
+		case err == nil:
+			lastFailLog, failed = time.Time{}, 0
+		case ctx.Err() == nil:
+			failed++
+			if time.Since(lastFailLog) >= 10*time.Second {
+				m.log.Warn("mirror: handoff sweep failed; retrying (logged every 10s at most)", "err", err, "failures", failed)
+				lastFailLog, failed = time.Now(), 0
+			}
 		}
 		sleep(ctx, cfg.Interval, nil)
 	}

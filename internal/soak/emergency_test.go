@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -342,9 +344,22 @@ func (p *probe) record(code int, took time.Duration) {
 	p.calls = append(p.calls, probeCall{at: time.Now().Add(-took), took: took, code: code})
 }
 
-// window summarises the probe's calls that started within [from, to):
+// probeStats are the probe's calls that started within a window.
+type probeStats struct {
+	calls, failed int
+	p50, p99      time.Duration
+}
+
+func (w probeStats) String() string {
+	if w.calls == 0 {
+		return "no calls"
+	}
+	return fmt.Sprintf("%d calls, %d failed, p50 %s, p99 %s", w.calls, w.failed, w.p50.Round(10*time.Microsecond), w.p99.Round(10*time.Microsecond))
+}
+
+// stats summarises the probe's calls that started within [from, to):
 // count, failures (not 2xx), p50 and p99.
-func (p *probe) window(from, to time.Time) string {
+func (p *probe) stats(from, to time.Time) probeStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var took []time.Duration
@@ -359,12 +374,14 @@ func (p *probe) window(from, to time.Time) string {
 		}
 	}
 	if len(took) == 0 {
-		return "no calls"
+		return probeStats{}
 	}
 	slices.Sort(took)
-	return fmt.Sprintf("%d calls, %d failed, p50 %s, p99 %s", len(took), failed,
-		took[len(took)/2].Round(10*time.Microsecond), took[min(len(took)-1, len(took)*99/100)].Round(10*time.Microsecond))
+	return probeStats{calls: len(took), failed: failed, p50: took[len(took)/2], p99: took[min(len(took)-1, len(took)*99/100)]}
 }
+
+// window is stats as a log line.
+func (p *probe) window(from, to time.Time) string { return p.stats(from, to).String() }
 
 // failures counts the probe's failed calls that started within [from, to).
 func (p *probe) failures(from, to time.Time) int {
@@ -530,6 +547,79 @@ func TestEmergencyMySQLKilled(t *testing.T) {
 	}
 }
 
+// waitBacklog polls pod-a's relay backlog until cond holds or within
+// passes. Every 100ms, not every 10ms as waitFor: the relay measures the
+// backlog once a second, and each read of /metrics (about 200 KB, built
+// and compressed by serve, parsed here) is work on the machine's two
+// cores that pod-b's probe, measured meanwhile, would pay for.
+func (e *emergency) waitBacklog(within time.Duration, cond func(n float64) error) (time.Duration, error) {
+	return poll(within, 100*time.Millisecond, func() error { return cond(e.backlog()) })
+}
+
+// probeWarmup is how long pod-b's probe runs before its baseline begins:
+// its first calls open connections and fill pools, which no window
+// should count.
+const probeWarmup = 500 * time.Millisecond
+
+// emergencyWindow is how long pod-b's probe is measured before a fault
+// and, in TestEmergencyRedisKilled, while it lasts: 2s, or
+// $RESERVOIR_EMERGENCY_WINDOW (a Go duration). The p99 of 2s of calls is
+// about the tenth-slowest of 1,000 and moves from run to run; a benchmark
+// asks for longer windows.
+func emergencyWindow(t *testing.T) time.Duration {
+	t.Helper()
+	v := os.Getenv("RESERVOIR_EMERGENCY_WINDOW")
+	if v == "" {
+		return 2 * time.Second
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < time.Second || d > 10*time.Minute {
+		t.Fatalf("RESERVOIR_EMERGENCY_WINDOW=%q: want a duration between 1s and 10m, such as 10s", v)
+	}
+	return d
+}
+
+// serveCPU is the CPU time serve has used so far (user and system, from
+// /proc), or -1 where /proc cannot say (not Linux).
+func (e *emergency) serveCPU() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", e.serve.cmd.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	// The fields after the command's name, which may hold spaces: state
+	// is the third field, utime and stime the 14th and 15th, in clock
+	// ticks (USER_HZ, 100 on Linux).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return -1
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// cpuPerCall says how much CPU serve used in a window (serveCPU at its
+// start and end), in all and per probe call: work serve does besides
+// pod-b's calls (a relay retrying, a health check failing) adds to it.
+func cpuPerCall(from, to time.Duration, w probeStats) string {
+	if from < 0 || to < 0 || w.calls == 0 {
+		return "serve's CPU unknown"
+	}
+	cpu := to - from
+	return fmt.Sprintf("serve used %s of CPU, %s per pod-b call", cpu, (cpu / time.Duration(w.calls)).Round(time.Microsecond))
+}
+
+// ratio is a/b, 0 when b is.
+func ratio(a, b time.Duration) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
 // backlog reads the relay's backlog of pod-a from serve's /metrics.
 func (e *emergency) backlog() float64 {
 	e.t.Helper()
@@ -544,17 +634,22 @@ func (e *emergency) backlog() float64 {
 // decides pod-a. MySQL keeps deciding (reserves and claims succeed); the
 // relay's backlog grows; a kill switch asked for meanwhile is refused,
 // saying why and what to do; Redis back, the backlog drains, and the kill
-// switch then finds in Redis every hold MySQL made meanwhile.
+// switch then finds in Redis every hold MySQL made meanwhile. pod-b's
+// probe is compared in windows of emergencyWindow in which the test does
+// nothing else: before the crash, while Redis is down once the checks of
+// the outage are done, and after it all.
 func TestEmergencyRedisKilled(t *testing.T) {
 	t.Parallel()
+	window := emergencyWindow(t)
 	e := newEmergency(t, emergencyOptions{modeA: authority.ModeMySQL, modeB: authority.ModeMySQL})
-	e.startProbe()
-	before := time.Now()
-	time.Sleep(2 * time.Second) // pod-b's baseline
 	if code, by, _ := e.reserve(emergencyShopA, "pre-1", 2); code != 201 || by != "mysql" {
 		t.Fatalf("reserve pre-1: %d %s", code, by)
 	}
-	crashed := time.Now()
+	e.startProbe()
+	time.Sleep(probeWarmup)
+	before, cpuBefore := time.Now(), e.serveCPU()
+	time.Sleep(window) // pod-b's baseline: the probe alone
+	crashed, cpuCrashed := time.Now(), e.serveCPU()
 	if err := e.rdA.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -568,8 +663,8 @@ func TestEmergencyRedisKilled(t *testing.T) {
 	if code := e.settle(emergencyShopA, "during-2", "claim", 5*time.Second); code != 200 {
 		t.Fatalf("claim during-2 with Redis down: %d", code)
 	}
-	if _, err := waitFor(10*time.Second, func() error {
-		if n := e.backlog(); n < 4 {
+	if _, err := e.waitBacklog(10*time.Second, func(n float64) error {
+		if n < 4 {
 			return fmt.Errorf("backlog %v", n)
 		}
 		return nil
@@ -582,14 +677,19 @@ func TestEmergencyRedisKilled(t *testing.T) {
 	}
 	t.Logf("kill switch meanwhile: %d %s", code, body)
 
-	time.Sleep(time.Until(crashed.Add(3 * time.Second))) // an outage of a few seconds
-	restarting := time.Now()
+	// pod-b during the outage: as long a window as the baseline, in which
+	// the test does nothing but the probe, as in the baseline. The checks
+	// above poll /readyz and /metrics, work the baseline does not have:
+	// their part of the outage is logged apart.
+	quiet, cpuQuiet := time.Now(), e.serveCPU()
+	time.Sleep(window)
+	restarting, cpuRestarting := time.Now(), e.serveCPU()
 	if err := e.rdA.Start(); err != nil {
 		t.Fatal(err)
 	}
 	e.degraded("", false, 20*time.Second)
-	drained, err := waitFor(20*time.Second, func() error {
-		if n := e.backlog(); n != 0 {
+	drained, err := e.waitBacklog(20*time.Second, func(n float64) error {
+		if n != 0 {
 			return fmt.Errorf("backlog %v", n)
 		}
 		return nil
@@ -615,14 +715,28 @@ func TestEmergencyRedisKilled(t *testing.T) {
 	if code, body := e.kill("pod:pod-a", ""); code != 200 {
 		t.Fatalf("release: %d %s", code, body)
 	}
-	after := time.Now()
+	released := time.Now()
+	// pod-b once more without the fault, the probe alone, pod-a's Redis
+	// back and the kill switch released (its handback of pod-a's shop to
+	// MySQL given a moment): the machine's load drifts, and a window on
+	// each side of the outage shows how far.
+	time.Sleep(probeWarmup)
+	healed, cpuHealed := time.Now(), e.serveCPU()
+	time.Sleep(window)
+	after, cpuAfter := time.Now(), e.serveCPU()
 	claimedB := e.stopProbe()
 	if n := e.probe.failures(crashed, after); n > 0 {
 		t.Errorf("pod-b failed %d calls while pod-a's Redis was down", n)
 	}
-	t.Logf("pod-b before the crash: %s", e.probe.window(before, crashed))
-	t.Logf("pod-b while pod-a's Redis was down: %s", e.probe.window(crashed, restarting))
-	t.Logf("pod-b while pod-a's redis-server restarted and its backlog drained: %s", e.probe.window(restarting, after))
+	base, down, healedB := e.probe.stats(before, crashed), e.probe.stats(quiet, restarting), e.probe.stats(healed, after)
+	t.Logf("pod-b before the crash (%s, the probe alone): %s; %s", window, base, cpuPerCall(cpuBefore, cpuCrashed, base))
+	t.Logf("pod-b while pod-a's Redis was down, its checks done (%s, the probe alone): %s; %s", window, down, cpuPerCall(cpuQuiet, cpuRestarting, down))
+	t.Logf("pod-b after pod-a's Redis was back and the kill switch released (%s, the probe alone): %s; %s", window, healedB, cpuPerCall(cpuHealed, cpuAfter, healedB))
+	t.Logf("pod-b's p99 while pod-a's Redis was down / before: %.2f (/ after: %.2f)", ratio(down.p99, base.p99), ratio(down.p99, healedB.p99))
+	t.Logf("pod-b while pod-a's Redis was down, during the checks (/readyz and /metrics polled, pod-a's calls, %s): %s",
+		quiet.Sub(crashed).Round(time.Millisecond), e.probe.window(crashed, quiet))
+	t.Logf("pod-b over the whole outage (%s): %s", restarting.Sub(crashed).Round(time.Millisecond), e.probe.window(crashed, restarting))
+	t.Logf("pod-b while pod-a's redis-server restarted and its backlog drained: %s", e.probe.window(restarting, released))
 	if got, want := e.ledger(e.dbA, emergencyShopA), int64(stockA-2-3); got != want {
 		t.Errorf("pod-a's ledger: %d, want %d", got, want)
 	}
