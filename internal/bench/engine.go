@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed31b0e981/reservoir/dualwrite"
+	"github.com/seed31b0e981/reservoir/internal/proccpu"
 	"github.com/seed31b0e981/reservoir/reservation"
 )
 
@@ -403,8 +404,8 @@ type snapshot struct {
 
 func (ph *phase) snapshot(ctx context.Context) snapshot {
 	s := snapshot{
-		mysqlCPU:    procCPU(ph.r.srv.mysqlPid),
-		redisCPU:    procCPU(ph.r.srv.redisPid),
+		mysqlCPU:    proccpu.Of(ph.r.srv.mysqlPid),
+		redisCPU:    proccpu.Of(ph.r.srv.redisPid),
 		selfCPU:     selfCPU(),
 		mysqlWrites: ph.path.mysqlConns.writes.Load(),
 		redisWrites: ph.path.redisConns.writes.Load(),

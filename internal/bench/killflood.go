@@ -26,6 +26,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/seed31b0e981/reservoir/internal/controldb"
+	"github.com/seed31b0e981/reservoir/internal/proccpu"
 	"github.com/seed31b0e981/reservoir/internal/wire"
 	"github.com/seed31b0e981/reservoir/rollout"
 	"github.com/seed31b0e981/reservoir/rollout/authority"
@@ -642,9 +643,9 @@ func (r *runner) killFloodPoint(ctx context.Context, pt Point, shop int64) []Res
 	look(true)
 	cpu0 := make([]time.Duration, len(k.replicas))
 	for i, p := range k.replicas {
-		cpu0[i] = procCPU(p.cmd.Process.Pid)
+		cpu0[i] = proccpu.Of(p.cmd.Process.Pid)
 	}
-	acpu0 := procCPU(fp.cmd.Process.Pid)
+	acpu0 := proccpu.Of(fp.cmd.Process.Pid)
 	pctx, stopProbe := context.WithCancel(ctx)
 	probed := make(chan [2][]float64, 1)
 	go func() { probed <- probeDB(pctx, r.srv.controlDB()) }()
@@ -675,9 +676,9 @@ func (r *runner) killFloodPoint(ctx context.Context, pt Point, shop int64) []Res
 	pr := <-probed
 	kf.DBRoundTrip, kf.DBCommit = distOf(pr[0]), distOf(pr[1])
 	for i, p := range k.replicas {
-		kf.ReplicaCores = append(kf.ReplicaCores, cores(cpu0[i], procCPU(p.cmd.Process.Pid), res.Seconds))
+		kf.ReplicaCores = append(kf.ReplicaCores, cores(cpu0[i], proccpu.Of(p.cmd.Process.Pid), res.Seconds))
 	}
-	kf.AttackerCores = cores(acpu0, procCPU(fp.cmd.Process.Pid), res.Seconds)
+	kf.AttackerCores = cores(acpu0, proccpu.Of(fp.cmd.Process.Pid), res.Seconds)
 	res.LoadAvg = loadAvg()
 	st, ferr := fp.stop()
 	stopped = true
@@ -716,7 +717,7 @@ func probeDB(ctx context.Context, db *sql.DB) [2][]float64 {
 	}
 }
 
-// cores is the CPU used between two procCPU readings, in cores.
+// cores is the CPU used between two proccpu.Of readings, in cores.
 func cores(before, after time.Duration, seconds float64) float64 {
 	if before < 0 || after < 0 || seconds <= 0 {
 		return -1

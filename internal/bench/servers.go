@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/seed31b0e981/reservoir/internal/proccpu"
 	"github.com/seed31b0e981/reservoir/migrations"
 	"github.com/seed31b0e981/reservoir/mysqlstore"
 	"github.com/seed31b0e981/reservoir/redisstore"
@@ -318,7 +319,7 @@ func (s *servers) findPids(ctx context.Context) {
 	var pidFile string
 	if err := s.admin.QueryRowContext(ctx, sqlPidFile).Scan(&pidFile); err == nil {
 		if b, err := os.ReadFile(pidFile); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && procCPU(pid) >= 0 {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && proccpu.Of(pid) >= 0 {
 				s.mysqlPid = pid
 			}
 		}
@@ -326,7 +327,7 @@ func (s *servers) findPids(ctx context.Context) {
 	if info, err := s.redisDirect.Info(ctx, "server").Result(); err == nil {
 		for l := range strings.SplitSeq(info, "\n") {
 			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "process_id:"); ok {
-				if pid, err := strconv.Atoi(v); err == nil && procCPU(pid) >= 0 {
+				if pid, err := strconv.Atoi(v); err == nil && proccpu.Of(pid) >= 0 {
 					s.redisPid = pid
 				}
 			}

@@ -1,7 +1,6 @@
 package soak
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/seed31b0e981/reservoir/internal/proccpu"
 	"github.com/seed31b0e981/reservoir/internal/testdb"
 	"github.com/seed31b0e981/reservoir/internal/testproc"
 	"github.com/seed31b0e981/reservoir/internal/testredis"
@@ -582,23 +581,7 @@ func emergencyWindow(t *testing.T) time.Duration {
 // serveCPU is the CPU time serve has used so far (user and system, from
 // /proc), or -1 where /proc cannot say (not Linux).
 func (e *emergency) serveCPU() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", e.serve.cmd.Process.Pid))
-	if err != nil {
-		return -1
-	}
-	// The fields after the command's name, which may hold spaces: state
-	// is the third field, utime and stime the 14th and 15th, in clock
-	// ticks (USER_HZ, 100 on Linux).
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 13 {
-		return -1
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return -1
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return proccpu.Of(e.serve.cmd.Process.Pid)
 }
 
 // cpuPerCall says how much CPU serve used in a window (serveCPU at its
