@@ -218,6 +218,15 @@ type PodStatus struct {
 	// HandoffsError says why the report could not be read; the status is
 	// made all the same (the flags' part does not depend on it).
 	HandoffsError string
+	// Epoch, with the modes served by a source reservoir does not write
+	// (Status.VersionBits), is the version the pod's sweeps report for
+	// the flags in force: the epoch of the modes' version, as their source
+	// answers now (ControllerConfig.Modes), and the kill switch document's
+	// (flagsource.Epoch). 0 otherwise, or when the modes' source could not
+	// say (EpochError).
+	Epoch int64
+	// EpochError says why the modes' version could not be read.
+	EpochError string
 }
 
 // HandoffState is what a pod's handoff report says of the flags at one
@@ -276,19 +285,39 @@ func JudgeHandoffs(p *reservation.HandoffProgress, readErr string, version int64
 	return HandoffsDone, fmt.Sprintf("%s (flags version %d)", handoffWhat(p, now), version)
 }
 
-// Fences judges pod p's handoff report against the flags of st
-// (JudgeHandoffs). With the modes served elsewhere (VersionBits), the
-// pod's sweeps report epochs of the modes' version and the kill switch
-// document's, and the controller reads only the kill switch document:
-// the report is judged by its kill switch part, and the line says so.
-func (st Status) Fences(p PodStatus, now time.Time) (HandoffState, string) {
-	if st.VersionBits == 0 || p.Handoffs == nil {
-		return JudgeHandoffs(p.Handoffs, p.HandoffsError, st.FlagsVersion, now)
+// epoch is the version pod's sweeps report for the kill switch document
+// at version kill beside the modes' source: the epoch of both, as
+// flagsource.Epoch makes it (this package does not import the sources).
+func (c *Controller) epoch(ctx context.Context, pod string, kill int64) (int64, string) {
+	if c.cfg.Modes == nil {
+		return 0, "no source of the modes is configured"
 	}
-	h := *p.Handoffs
-	h.FlagsVersion &= st.VersionBits
-	state, line := JudgeHandoffs(&h, p.HandoffsError, st.FlagsVersion, now)
-	return state, line + "; versions of the kill switch document: the modes' version is their source's"
+	d, err := c.cfg.Modes.Decide(ctx, pod, 0)
+	if err != nil {
+		return 0, "the modes' source: " + err.Error()
+	}
+	if d.Version < 0 || d.Version >= 1<<(63-flagdoc.KillVersionBits) || kill < 0 || kill > flagdoc.MaxKillVersion {
+		return 0, fmt.Sprintf("the modes' version %d and the kill switch document's %d make no epoch", d.Version, kill)
+	}
+	return d.Version<<flagdoc.KillVersionBits | kill, ""
+}
+
+// Fences judges pod p's handoff report against the flags of st
+// (JudgeHandoffs), and returns the version it judged against: the flags'
+// (FlagsVersion), or with the modes served elsewhere (VersionBits) the
+// epoch the pod's sweeps report for the modes in force and the kill
+// switch document (PodStatus.Epoch); when the modes' version cannot be
+// read, the report cannot be judged (HandoffsUnknown).
+func (st Status) Fences(p PodStatus, now time.Time) (state HandoffState, line string, version int64) {
+	if st.VersionBits == 0 {
+		state, line = JudgeHandoffs(p.Handoffs, p.HandoffsError, st.FlagsVersion, now)
+		return state, line, st.FlagsVersion
+	}
+	if p.Epoch == 0 {
+		return HandoffsUnknown, "unknown: the version to judge the fences by is the epoch of the modes' version and the kill switch document's, and " + p.EpochError, 0
+	}
+	state, line = JudgeHandoffs(p.Handoffs, p.HandoffsError, p.Epoch, now)
+	return state, line, p.Epoch
 }
 
 // handoffWhat is p's summary without its version.
@@ -345,7 +374,11 @@ func (c *Controller) Status(ctx context.Context) (Status, error) {
 	}
 	for _, pod := range c.cfg.Pods {
 		pf := flags.Pods[pod]
-		st.Pods = append(st.Pods, PodStatus{Pod: pod, Mode: pf.Mode, Ramp: pf.Ramp, Kill: flags.KillAt(flagdoc.PodScope(pod)), Effective: flags.Resolve(pod, 0)})
+		ps := PodStatus{Pod: pod, Mode: pf.Mode, Ramp: pf.Ramp, Kill: flags.KillAt(flagdoc.PodScope(pod)), Effective: flags.Resolve(pod, 0)}
+		if st.VersionBits != 0 {
+			ps.Epoch, ps.EpochError = c.epoch(ctx, pod, flags.Version)
+		}
+		st.Pods = append(st.Pods, ps)
 	}
 	c.handoffs(ctx, st.Pods)
 	if stage+1 < len(c.cfg.Plan.Stages) {

@@ -82,28 +82,36 @@ func TestRolloutKillBesideFlagd(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "modes: served by the flagd daemon at "+daemon.Addr()) {
 		t.Errorf("status: %d %q %q; want it to say where the modes come from", code, out, errOut)
 	}
-	// The pod's sweep reports the epoch of the daemon's version and the
-	// kill switch document's, of which the status knows the second: the
-	// fences are judged by it, not called newer than the flags.
-	kills, err := (flagdoc.KillTable{DB: control.DB}).Read()
-	if err != nil {
-		t.Fatal(err)
-	}
-	epoch, err := flagsource.Epoch(3, kills.Version)
-	if err != nil {
-		t.Fatal(err)
+	// The pod's sweeps report the epoch of the daemon's version and the
+	// kill switch document's, as the replica decides: the status judges
+	// the fences by that epoch, with the modes' version as the daemon
+	// answers it. A report of the daemon's previous version, the kill
+	// switch document's the same, is not done.
+	d, err := replica.Decide(ctx, "pod-a", 1)
+	if err != nil || d.Version>>flagdoc.KillVersionBits < 1 {
+		t.Fatalf("the replica's decision %+v, %v: want an epoch with the daemon's version at least 1", d, err)
 	}
 	now := time.Now().UTC()
-	saveHandoffs(t, topo, "pod-a", reservation.HandoffProgress{FlagsVersion: epoch, Shops: 3, Done: 3, Started: now.Add(-time.Second),
-		Finished: now.Add(-time.Second + 20*time.Millisecond), Updated: now, Replica: "r1"})
-	code, out, errOut = run(t, "rollout", "--topology", topo, "status")
-	line := fmt.Sprintf("    fences: handed off 3/3 shops in 20ms (flags version %d); versions of the kill switch document: the modes' version is their source's\n", kills.Version)
-	if code != 0 || !strings.Contains(out, line) {
-		t.Errorf("status with the pod's sweep done: %d %q %q; want %q", code, out, errOut, line)
+	sweep := func(version int64) string {
+		t.Helper()
+		saveHandoffs(t, topo, "pod-a", reservation.HandoffProgress{FlagsVersion: version, Shops: 3, Done: 3, Started: now.Add(-time.Second),
+			Finished: now.Add(-time.Second + 20*time.Millisecond), Updated: now, Replica: "r1"})
+		code, out, errOut := run(t, "rollout", "--topology", topo, "status")
+		if code != 0 {
+			t.Fatalf("status: %d %q %q", code, out, errOut)
+		}
+		return out
+	}
+	previous := d.Version - 1<<flagdoc.KillVersionBits
+	if out, line := sweep(previous), fmt.Sprintf("    fences: no report for flags version %d yet (last: version %d, handed off 3/3 shops in 20ms)\n", d.Version, previous); !strings.Contains(out, line) {
+		t.Errorf("status with the sweep of the daemon's previous version:\n%s\nwant %q", out, line)
+	}
+	if out, line := sweep(d.Version), fmt.Sprintf("    fences: handed off 3/3 shops in 20ms (flags version %d)\n", d.Version); !strings.Contains(out, line) {
+		t.Errorf("status with the pod's sweep done:\n%s\nwant %q", out, line)
 	}
 	code, out, errOut = run(t, "rollout", "--topology", topo, "status", "--json")
-	if code != 0 || !strings.Contains(out, `"state": "done"`) {
-		t.Errorf("status --json with the pod's sweep done: %d %q %q; want the handoffs done", code, out, errOut)
+	if code != 0 || !strings.Contains(out, `"state": "done"`) || !strings.Contains(out, fmt.Sprintf(`"flags_version": %d,`, d.Version)) {
+		t.Errorf("status --json with the pod's sweep done: %d %q %q; want the handoffs done, judged against %d", code, out, errOut, d.Version)
 	}
 
 	code, out, errOut = run(t, "rollout", "--topology", topo, "--actor", "ana", "release", "--scope", "pod:pod-a", "--reason", "MySQL back")

@@ -834,7 +834,7 @@ func printStatus(w io.Writer, st rollout.Status, now time.Time) {
 			kill = fmt.Sprintf("  KILL SWITCH %s (%s, by %s)", p.Kill.State, p.Kill.Reason, p.Kill.Actor)
 		}
 		fmt.Fprintf(w, "  pod %-10s mode %-20s effective %s/%s%s\n", p.Pod, mode, p.Effective.Mode, p.Effective.Kill, kill)
-		_, fences := st.Fences(p, now)
+		_, fences, _ := st.Fences(p, now)
 		fmt.Fprintf(w, "    fences: %s\n", fences)
 	}
 	for _, g := range st.Gates {

@@ -228,9 +228,9 @@ func PlanStatusOf(st rollout.Status, now time.Time) PlanStatus {
 		v.Next = &n
 	}
 	for _, p := range st.Pods {
-		state, line := st.Fences(p, now)
+		state, line, version := st.Fences(p, now)
 		v.Pods = append(v.Pods, PlanPod{Pod: p.Pod, Mode: string(p.Mode), Ramp: RampOf(p.Ramp), Kill: KillOf(p.Kill),
-			Effective: DecisionOf(p.Effective), Handoffs: handoffsView(p.Handoffs, p.HandoffsError, now, state, line)})
+			Effective: DecisionOf(p.Effective), Handoffs: handoffsView(p.Handoffs, p.HandoffsError, now, state, line, version)})
 	}
 	return v
 }
@@ -310,7 +310,9 @@ type Handoffs struct {
 	// State is "done" (every shop's fences name the store the flags
 	// name), "pending", "not_reported" (no report of that version yet),
 	// "newer" (the report is of flags newer than those judged) or
-	// "unknown" (the report could not be read: Error).
+	// "unknown" (the report could not be read: Error; or, beside a mode
+	// source reservoir does not write, the modes' version could not be:
+	// Line).
 	State string `json:"state"`
 	// Line says it in words, as `reservoir rollout status` prints it:
 	// "handed off 1,204/1,204 shops in 380ms (flags version 12)".
@@ -320,6 +322,12 @@ type Handoffs struct {
 	Report *HandoffReport `json:"report"`
 	// Error says why the report could not be read; left out when it was.
 	Error string `json:"error,omitempty"`
+	// FlagsVersion is the version the report was judged against: the
+	// flags' version; beside a mode source reservoir does not write, the
+	// epoch of the modes' version and the kill switch document's, as the
+	// pod's sweeps report it (report.flags_version). Left out when it
+	// could not be read.
+	FlagsVersion int64 `json:"flags_version,omitempty"`
 }
 
 // HandoffReport is the report a pod's handoff sweeper keeps in the pod's
@@ -362,12 +370,13 @@ type HandoffReport struct {
 // (rollout.JudgeHandoffs).
 func HandoffsOf(p *reservation.HandoffProgress, readErr string, version int64, now time.Time) Handoffs {
 	state, line := rollout.JudgeHandoffs(p, readErr, version, now)
-	return handoffsView(p, readErr, now, state, line)
+	return handoffsView(p, readErr, now, state, line, version)
 }
 
-// handoffsView is the view of report p judged as state and line.
-func handoffsView(p *reservation.HandoffProgress, readErr string, now time.Time, state rollout.HandoffState, line string) Handoffs {
-	v := Handoffs{State: string(state), Line: line, Error: readErr}
+// handoffsView is the view of report p judged against version as state
+// and line.
+func handoffsView(p *reservation.HandoffProgress, readErr string, now time.Time, state rollout.HandoffState, line string, version int64) Handoffs {
+	v := Handoffs{State: string(state), Line: line, Error: readErr, FlagsVersion: version}
 	if p != nil {
 		r := &HandoffReport{FlagsVersion: p.FlagsVersion, Shops: p.Shops, Done: p.Done, Pending: p.Pending, Failed: p.Failed,
 			OldestPending: utc(p.OldestPending), Started: utc(p.Started), Finished: utc(p.Finished), Updated: utc(p.Updated),

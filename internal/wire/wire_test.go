@@ -312,9 +312,9 @@ func TestPlanStatusOf(t *testing.T) {
 		`"kill":{"state":"redis","reason":"p99","actor":"ana","since":"2026-03-01T12:00:00Z"}`,
 		`"effective":{"mode":"mysql","kill":"redis","authority":"redis","effective":"shadow","version":4}`,
 		`"handoffs":{"state":"pending","line":"2 of 3 shops pending, oldest 2s (flags version 4)","report":{"flags_version":4,"shops":3,"done":1,"pending":2,"failed":0,` +
-			`"oldest_pending":"2026-03-01T11:59:58Z","oldest_pending_age_ns":2000000000,"started":"2026-03-01T11:59:57Z","took_ns":0,"updated":"2026-03-01T12:00:00Z","replica":"r1"}}`,
+			`"oldest_pending":"2026-03-01T11:59:58Z","oldest_pending_age_ns":2000000000,"started":"2026-03-01T11:59:57Z","took_ns":0,"updated":"2026-03-01T12:00:00Z","replica":"r1"},"flags_version":4}`,
 		`{"pod":"pod-b","mode":"","kill":{"state":"off"},`,
-		`"handoffs":{"state":"unknown","line":"unknown: pod-b's mysql is down","report":null,"error":"pod-b's mysql is down"}`,
+		`"handoffs":{"state":"unknown","line":"unknown: pod-b's mysql is down","report":null,"error":"pod-b's mysql is down","flags_version":4}`,
 		`"evidence":{"pods":[],"observations":0,"classes":{},`,
 		`"gates":[],"ready":false}`,
 	} {
