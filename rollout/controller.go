@@ -186,7 +186,7 @@ type Status struct {
 	// heartbeat, its handoff sweeps) that are FlagsVersion's: 0 for all
 	// of them; with the modes served by a source reservoir does not write
 	// (a flagdoc.KillTable), the kill switch document's part of the
-	// epoch (flagsource.Epoch), flagdoc.MaxKillVersion.
+	// epoch (flagdoc.Epoch), flagdoc.MaxKillVersion.
 	VersionBits int64
 	// FlagsInvalid says what is wrong with the stored flags document when
 	// it does not parse (with its line and column); Pods then show the
@@ -222,7 +222,7 @@ type PodStatus struct {
 	// (Status.VersionBits), is the version the pod's sweeps report for
 	// the flags in force: the epoch of the modes' version, as their source
 	// answers now (ControllerConfig.Modes), and the kill switch document's
-	// (flagsource.Epoch). 0 otherwise, or when the modes' source could not
+	// (flagdoc.Epoch). 0 otherwise, or when the modes' source could not
 	// say (EpochError).
 	Epoch int64
 	// EpochError says why the modes' version could not be read.
@@ -286,8 +286,8 @@ func JudgeHandoffs(p *reservation.HandoffProgress, readErr string, version int64
 }
 
 // epoch is the version pod's sweeps report for the kill switch document
-// at version kill beside the modes' source: the epoch of both, as
-// flagsource.Epoch makes it (this package does not import the sources).
+// at version kill beside the modes' source: the epoch of both
+// (flagdoc.Epoch).
 func (c *Controller) epoch(ctx context.Context, pod string, kill int64) (int64, string) {
 	if c.cfg.Modes == nil {
 		return 0, "no source of the modes is configured"
@@ -296,10 +296,11 @@ func (c *Controller) epoch(ctx context.Context, pod string, kill int64) (int64, 
 	if err != nil {
 		return 0, "the modes' source: " + err.Error()
 	}
-	if d.Version < 0 || d.Version >= 1<<(63-flagdoc.KillVersionBits) || kill < 0 || kill > flagdoc.MaxKillVersion {
-		return 0, fmt.Sprintf("the modes' version %d and the kill switch document's %d make no epoch", d.Version, kill)
+	e, err := flagdoc.Epoch(d.Version, kill)
+	if err != nil {
+		return 0, err.Error()
 	}
-	return d.Version<<flagdoc.KillVersionBits | kill, ""
+	return e, ""
 }
 
 // Fences judges pod p's handoff report against the flags of st

@@ -21,6 +21,33 @@ const KillVersionBits = 20
 // no more.
 const MaxKillVersion = 1<<KillVersionBits - 1
 
+// MaxProviderVersion is the highest version a provider may answer beside a
+// kill switch document: the epoch must stay within 2^63.
+const MaxProviderVersion = 1<<(63-KillVersionBits) - 1
+
+// ErrEpochOverflow is wrapped by Epoch's error for a version it cannot
+// hold.
+var ErrEpochOverflow = errors.New("version out of the epoch's range")
+
+// Epoch is the handoff epoch of a decision whose mode comes from a
+// provider at version provider and whose kill switch document is at
+// version kill: provider<<KillVersionBits | kill. Ordered first by the
+// provider's version, then by the kill switch's, it grows whenever either
+// grows (each only grows), and two replicas that hold the same two
+// versions compute the same epoch. A provider that answers no version
+// (0) leaves the epoch to the kill switch alone: its mode changes then
+// move no fence (docs/flags.md). The replicas' sources make it
+// (flagsource), and the rollout's status judges their reports by it.
+func Epoch(provider, kill int64) (int64, error) {
+	if provider < 0 || provider > MaxProviderVersion {
+		return 0, fmt.Errorf("rollout: the provider's version %d is outside 0..%d beside reservoir's kill switch: %w", provider, int64(MaxProviderVersion), ErrEpochOverflow)
+	}
+	if kill < 0 || kill > MaxKillVersion {
+		return 0, fmt.Errorf("rollout: the kill switch document's version %d is outside 0..%d: %w", kill, MaxKillVersion, ErrEpochOverflow)
+	}
+	return provider<<KillVersionBits | kill, nil
+}
+
 // ErrFlagsExternal is wrapped by a refusal to write flags that live where
 // reservoir does not write them.
 var ErrFlagsExternal = errors.New("reservoir does not write these flags")

@@ -27,30 +27,17 @@ import (
 // those of a flags document (docs/ownership.md section 2).
 
 // MaxProviderVersion is the highest version a provider may answer beside a
-// kill switch document: the epoch must stay within 2^63.
-const MaxProviderVersion = 1<<(63-flagdoc.KillVersionBits) - 1
+// kill switch document (flagdoc.MaxProviderVersion).
+const MaxProviderVersion = flagdoc.MaxProviderVersion
 
 // ErrEpochOverflow is wrapped by Epoch's error for a version it cannot
-// hold.
-var ErrEpochOverflow = errors.New("version out of the epoch's range")
+// hold (flagdoc.ErrEpochOverflow).
+var ErrEpochOverflow = flagdoc.ErrEpochOverflow
 
 // Epoch is the handoff epoch of a decision whose mode comes from a
 // provider at version provider and whose kill switch document is at
-// version kill: provider<<flagdoc.KillVersionBits | kill. Ordered first by the
-// provider's version, then by the kill switch's, it grows whenever either
-// grows (each only grows), and two replicas that hold the same two
-// versions compute the same epoch. A provider that answers no version
-// (0) leaves the epoch to the kill switch alone: its mode changes then
-// move no fence (docs/flags.md).
-func Epoch(provider, kill int64) (int64, error) {
-	if provider < 0 || provider > MaxProviderVersion {
-		return 0, fmt.Errorf("rollout: the provider's version %d is outside 0..%d beside reservoir's kill switch: %w", provider, int64(MaxProviderVersion), ErrEpochOverflow)
-	}
-	if kill < 0 || kill > flagdoc.MaxKillVersion {
-		return 0, fmt.Errorf("rollout: the kill switch document's version %d is outside 0..%d: %w", kill, flagdoc.MaxKillVersion, ErrEpochOverflow)
-	}
-	return provider<<flagdoc.KillVersionBits | kill, nil
-}
+// version kill (flagdoc.Epoch, which says how it is ordered).
+func Epoch(provider, kill int64) (int64, error) { return flagdoc.Epoch(provider, kill) }
 
 // withKills applies the kill switch document to d, the provider's
 // decision for (pod, shop): the stronger kill switch wins, and the
