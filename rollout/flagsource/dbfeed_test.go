@@ -98,5 +98,4 @@ func TestPollNowReadsAtOnce(t *testing.T) {
 		d, err := src.Decide(ctx, "pod-a", 1)
 		return err == nil && d.Mode == authority.ModeMySQL && d.Version == 2
 	})
-
 }

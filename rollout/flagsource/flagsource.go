@@ -404,6 +404,25 @@ func (s *Source) appliedVersion(ctx context.Context) (int64, bool) {
 	return epoch, err == nil
 }
 
+// poller is a feed that reads its document on a schedule (dbFeed), and
+// can be asked to read it at once.
+type poller interface{ pollNow() }
+
+// PollNow makes the source read the control database's flags, and the
+// kill switch document with Config.Kills, at once instead of at the next
+// poll (Config.PollInterval): the replica whose controller just wrote a
+// change obeys it one round trip later, where it would wait up to a
+// poll interval (ControllerConfig.Wrote). A source fed by a file or a
+// flagd daemon is told of a change by its feed: there it does nothing.
+func (s *Source) PollNow() {
+	if p, ok := s.feed.(poller); ok {
+		p.pollNow()
+	}
+	if s.kills != nil {
+		s.kills.PollNow()
+	}
+}
+
 // Decide implements ModeSource: two flag evaluations (mode and kill
 // switch) for the shop of the pod, and the version both report. It never
 // fails open: every problem answers RedisSafe with an error (the caller

@@ -142,25 +142,6 @@ func (f *dbFeed) inForce() []byte { f.mu.Lock(); defer f.mu.Unlock(); return f.c
 
 func (f *grpcFeed) inForce() []byte { f.mu.Lock(); defer f.mu.Unlock(); return f.current }
 
-// poller is a feed that reads its document on a schedule (dbFeed), and
-// can be asked to read it at once.
-type poller interface{ pollNow() }
-
-// PollNow makes the source read the control database's flags, and the
-// kill switch document with Config.Kills, at once instead of at the next
-// poll (Config.PollInterval): the replica whose controller just wrote a
-// change obeys it one round trip later, where it would wait up to a
-// poll interval (ControllerConfig.Wrote). A source fed by a file or a
-// flagd daemon is told of a change by its feed: there it does nothing.
-func (s *Source) PollNow() {
-	if p, ok := s.feed.(poller); ok {
-		p.pollNow()
-	}
-	if s.kills != nil {
-		s.kills.PollNow()
-	}
-}
-
 // InForce returns the flags document the source answers from now, and
 // false while none has loaded (or with a Provider, which has no
 // document); with Config.Kills, the kill switch document. The kill switch builds on it over an invalid document
